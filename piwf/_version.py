@@ -1,0 +1,3 @@
+"""The package version, read by packaging and by ``piwf --version``."""
+
+__version__ = "0.1.0"

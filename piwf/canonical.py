@@ -1,0 +1,269 @@
+"""Canonical JSON: one byte sequence for one value, shared with every peer of the protocol.
+
+The rules are those of the original implementation (and of RFC 8785 where they overlap):
+
+- object keys sorted by UTF-16 code units, no insignificant whitespace;
+- strings escaped as ``JSON.stringify`` escapes them (``"``, ``\\``, control characters only),
+  everything else written as UTF-8;
+- numbers formatted as ECMAScript ``Number.prototype.toString`` formats them: ``1.0`` is ``1``,
+  ``-0.0`` is ``0``, ``1e21`` is ``1e+21``;
+- integers must be exactly representable (``|n| <= 2**53 - 1``), floats finite;
+- ``bool`` is never a number, and no other Python type is accepted.
+
+:func:`decode` is strict: it refuses invalid UTF-8, a byte-order mark, duplicate keys,
+``NaN``/``Infinity``, overflowing numbers, lone surrogates, nesting deeper than
+:data:`MAX_DEPTH`, and, because receipts and digests are computed over bytes, any text that is
+not already canonical. :func:`parse` applies the same rules but accepts any whitespace and key
+order (for files and command-line input that users type).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
+
+from piwf.errors import CanonicalJsonError
+
+JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
+
+MAX_SAFE_INTEGER = 2**53 - 1
+MAX_DEPTH = 128
+# A 2**53 literal has 16 digits; anything much longer can only be an unsafe integer, and
+# rejecting by length first keeps int() away from pathological inputs.
+_MAX_INTEGER_LITERAL = 24
+
+
+def encode(value: object) -> bytes:
+    """Return the canonical UTF-8 bytes of ``value``.
+
+    Raises :class:`CanonicalJsonError` for unsupported types, non-finite floats, unsafe
+    integers, lone surrogates, non-string keys and nesting deeper than :data:`MAX_DEPTH`.
+    """
+    parts: list[str] = []
+    _encode_into(value, parts, 0)
+    text = "".join(parts)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanonicalJsonError(
+            "loneSurrogate", "text contains a lone surrogate and is not valid Unicode"
+        ) from None
+
+
+def encode_text(value: object) -> str:
+    """Return the canonical JSON text of ``value`` (the decoded form of :func:`encode`)."""
+    return encode(value).decode("utf-8")
+
+
+def decode(data: bytes | str) -> JsonValue:
+    """Parse canonical JSON, refusing anything that :func:`encode` would not have produced."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    value = parse(raw)
+    if encode(value) != raw:
+        raise CanonicalJsonError(
+            "nonCanonical",
+            "JSON is not canonical (sorted keys, no whitespace, ECMAScript numbers)",
+        )
+    return value
+
+
+def parse(data: bytes | str) -> JsonValue:
+    """Parse JSON with every canonical value rule, but any whitespace and key order."""
+    if isinstance(data, str):
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CanonicalJsonError("loneSurrogate", "text contains a lone surrogate") from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise CanonicalJsonError("badEncoding", "JSON must not start with a byte-order mark")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CanonicalJsonError("badEncoding", "JSON is not valid UTF-8") from None
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_object_without_duplicates,
+            parse_constant=_refuse_constant,
+            parse_float=_parse_float,
+            parse_int=_parse_int,
+        )
+    except CanonicalJsonError:
+        raise
+    except RecursionError:
+        raise CanonicalJsonError("tooDeep", f"JSON nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:
+        raise CanonicalJsonError("notJson", f"not JSON: {_short(str(error))}") from None
+    _check_parsed(value, 0)
+    return value  # type: ignore[no-any-return]
+
+
+def sha256(data: bytes) -> bytes:
+    """Return the 32-byte SHA-256 digest of ``data``."""
+    return hashlib.sha256(data).digest()
+
+
+def digest(value: object) -> bytes:
+    """Return the 32-byte SHA-256 digest of the canonical bytes of ``value``."""
+    return sha256(encode(value))
+
+
+def digest_hex(value: object) -> str:
+    """Return the hex SHA-256 digest of the canonical bytes of ``value``."""
+    return digest(value).hex()
+
+
+def format_number(value: float) -> str:
+    """Format a finite float as ECMAScript ``Number.prototype.toString`` does."""
+    if not math.isfinite(value):
+        raise CanonicalJsonError("nonFinite", "NaN and Infinity are not JSON numbers")
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    digits, point = _shortest_digits(abs(value))
+    count = len(digits)
+    if count <= point <= 21:
+        return sign + digits + "0" * (point - count)
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * (-point) + digits
+    exponent = point - 1
+    exponent_text = f"e+{exponent}" if exponent >= 0 else f"e-{-exponent}"
+    if count == 1:
+        return sign + digits + exponent_text
+    return sign + digits[0] + "." + digits[1:] + exponent_text
+
+
+def _shortest_digits(value: float) -> tuple[str, int]:
+    """Return (digits, point) with value == 0.digits * 10**point, digits shortest round-trip."""
+    text = repr(value)
+    mantissa, _, exponent_text = text.partition("e")
+    exponent = int(exponent_text) if exponent_text else 0
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    leading_zeros = len(whole + fraction) - len((whole + fraction).lstrip("0"))
+    point = len(whole) + exponent - leading_zeros
+    return digits.rstrip("0") or "0", point
+
+
+def _encode_into(value: object, parts: list[str], depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise CanonicalJsonError("tooDeep", f"value nests deeper than {MAX_DEPTH} levels")
+    if value is None:
+        parts.append("null")
+    elif value is True:
+        parts.append("true")
+    elif value is False:
+        parts.append("false")
+    elif isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            raise CanonicalJsonError(
+                "unsafeInteger", "integers must lie within ±(2**53 - 1) to stay exact"
+            )
+        parts.append(str(int(value)))
+    elif isinstance(value, float):
+        parts.append(format_number(value))
+    elif isinstance(value, str):
+        parts.append(_encode_string(value))
+    elif isinstance(value, Mapping):
+        _encode_object(value, parts, depth)
+    elif isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray, memoryview)):
+        parts.append("[")
+        for index, item in enumerate(value):
+            if index:
+                parts.append(",")
+            _encode_into(item, parts, depth + 1)
+        parts.append("]")
+    else:
+        raise CanonicalJsonError("unsupportedType", f"{type(value).__name__} is not a JSON value")
+
+
+def _encode_object(value: Mapping[Any, Any], parts: list[str], depth: int) -> None:
+    for key in value:
+        if not isinstance(key, str):
+            raise CanonicalJsonError("unsupportedType", "object keys must be strings")
+    keys = sorted(value, key=_utf16_order)
+    parts.append("{")
+    for index, key in enumerate(keys):
+        if index:
+            parts.append(",")
+        parts.append(_encode_string(key))
+        parts.append(":")
+        _encode_into(value[key], parts, depth + 1)
+    parts.append("}")
+
+
+def _utf16_order(key: str) -> bytes:
+    try:
+        return key.encode("utf-16-be")
+    except UnicodeEncodeError:
+        raise CanonicalJsonError("loneSurrogate", "object key contains a lone surrogate") from None
+
+
+def _encode_string(value: str) -> str:
+    # ensure_ascii=False escapes exactly what JSON.stringify escapes: '"', '\\' and C0 controls
+    # (\b \f \n \r \t by name, the rest as lowercase \u00xx).
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in result:
+            raise CanonicalJsonError("duplicateKey", f"duplicate object key {_short(key)!r}")
+        result[key] = item
+    return result
+
+
+def _refuse_constant(name: str) -> Any:
+    raise CanonicalJsonError("nonFinite", f"{name} is not a JSON number")
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise CanonicalJsonError("nonFinite", "number overflows a double")
+    return value
+
+
+def _parse_int(text: str) -> int | float:
+    if len(text.lstrip("-")) > _MAX_INTEGER_LITERAL:
+        raise CanonicalJsonError("unsafeInteger", "integer literal is too long")
+    value = int(text)
+    if abs(value) <= MAX_SAFE_INTEGER:
+        return value
+    # ECMAScript writes a large integral double such as 1e20 in integer form (its shortest
+    # digits padded with zeros); accept exactly the literals that format back to themselves.
+    as_float = float(text)
+    if math.isfinite(as_float) and format_number(as_float) == text:
+        return as_float
+    raise CanonicalJsonError("unsafeInteger", "integers must lie within ±(2**53 - 1)")
+
+
+def _check_parsed(value: object, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise CanonicalJsonError("tooDeep", f"JSON nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        _check_string(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_string(key)
+            _check_parsed(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_parsed(item, depth + 1)
+
+
+def _check_string(value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanonicalJsonError("loneSurrogate", "string contains a lone surrogate") from None
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -1,0 +1,69 @@
+"""Where piwf keeps its state, and the limits every component shares.
+
+``PIWF_HOME`` selects the state home (default ``~/.piwf``). The home is created ``0700`` and must
+stay that way: piwf refuses a home that is a symlink, belongs to another user or is readable by
+group or others, because the socket and database inside it are protected by the directory first.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from piwf.errors import UnsafeStateHomeError
+
+STATE_FILE_NAME = "state.sqlite"
+HOME_MODE = 0o700
+FILE_MODE = 0o600
+
+#: Largest frame on the client socket or a runner pipe, newline included.
+MAX_FRAME_BYTES = 1024 * 1024
+#: Largest part of a content reference read back over a runner pipe.
+CONTENT_PART_BYTES = 512 * 1024
+
+
+def state_home() -> Path:
+    """Return the configured state home without creating it."""
+    configured = os.environ.get("PIWF_HOME")
+    if configured:
+        return Path(configured).expanduser().absolute()
+    return Path.home() / ".piwf"
+
+
+def state_path(home: Path | None = None) -> Path:
+    """Return the path of the state database inside ``home`` (default: :func:`state_home`)."""
+    return (home or state_home()) / STATE_FILE_NAME
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` with mode ``0700`` if missing, then verify it is safe to use.
+
+    Raises :class:`UnsafeStateHomeError` when the directory is a symlink, is not a directory,
+    belongs to another user, or grants any access to group or others. An existing directory is
+    never chmod-ed behind the user's back: the error says what to fix.
+    """
+    try:
+        path.mkdir(mode=HOME_MODE, parents=False)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        path.parent.mkdir(mode=HOME_MODE, parents=True, exist_ok=True)
+        path.mkdir(mode=HOME_MODE, exist_ok=True)
+    verify_private_dir(path)
+    return path
+
+
+def verify_private_dir(path: Path) -> None:
+    """Raise :class:`UnsafeStateHomeError` unless ``path`` is a 0700 directory we own."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeStateHomeError(f"{path} is a symlink; piwf needs a real directory")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeStateHomeError(f"{path} is not a directory")
+    if info.st_uid != os.geteuid():
+        raise UnsafeStateHomeError(f"{path} belongs to another user (uid {info.st_uid})")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise UnsafeStateHomeError(
+            f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; run `chmod 700 {path}`"
+        )

@@ -1,0 +1,165 @@
+"""The piwf error tree.
+
+Every error piwf raises on purpose derives from :class:`PiwfError` and carries a stable wire
+``code``; the client maps codes back to classes, so the tree is part of the protocol::
+
+    PiwfError
+    ├── CanonicalJsonError          invalidJson        (reason: which rule was broken)
+    ├── StateError
+    │   ├── IncompatibleStateError  incompatibleState  (refused before any mutation)
+    │   ├── UnsafeStateHomeError    unsafeStateHome    (permissions, owner or symlink)
+    │   ├── ReadOnlyStateError      readOnly
+    │   ├── StateBusyError          stateBusy          (SQLite stayed locked past busy_timeout)
+    │   ├── StaleRevisionError      staleRevision      (expected revision did not match)
+    │   ├── ClaimLostError          claimLost          (reason: one of CLAIM_LOST_REASONS)
+    │   ├── BlobConflictError       blobConflict
+    │   ├── BlobMissingError        blobMissing
+    │   ├── BlobTypeError           blobType           (stored media type is not the one read)
+    │   └── InvalidTransitionError  invalidTransition
+    └── WorkflowError
+        ├── WorkflowDefinitionError workflowDefinition (a definition broke an authoring rule)
+        ├── WorkflowLoadError       workflowLoad       (a workflow file could not be loaded)
+        └── RunCommandError         runCommand         (command and saved state do not fit)
+
+Messages never contain claim tokens, token hashes, payloads or environment values: they are
+shown to users and written to logs.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+ClaimLostReason = Literal[
+    "missingAuthority", "expired", "ownerChanged", "tokenChanged", "generationChanged"
+]
+CLAIM_LOST_REASONS: tuple[ClaimLostReason, ...] = (
+    "missingAuthority",
+    "expired",
+    "ownerChanged",
+    "tokenChanged",
+    "generationChanged",
+)
+
+
+class PiwfError(Exception):
+    """Base class of every error piwf raises on purpose; ``code`` is stable on the wire."""
+
+    code: ClassVar[str] = "piwfError"
+
+
+class CanonicalJsonError(PiwfError, ValueError):
+    """A value or text is not canonical JSON; ``reason`` names the broken rule."""
+
+    code = "invalidJson"
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class StateError(PiwfError):
+    """A problem with the durable state database."""
+
+    code = "stateError"
+
+
+class IncompatibleStateError(StateError):
+    """The database file is not a piwf state file of this schema; it was left untouched."""
+
+    code = "incompatibleState"
+
+
+class UnsafeStateHomeError(StateError):
+    """The state home or a file in it is a symlink, owned by another user or too open."""
+
+    code = "unsafeStateHome"
+
+
+class ReadOnlyStateError(StateError):
+    """A write was attempted through a read-only database handle."""
+
+    code = "readOnly"
+
+
+class StateBusyError(StateError):
+    """SQLite stayed locked by another writer past ``busy_timeout``; retrying may succeed."""
+
+    code = "stateBusy"
+
+
+class StaleRevisionError(StateError):
+    """The caller's expected revision of an aggregate is not the stored one."""
+
+    code = "staleRevision"
+
+    def __init__(self, resource_id: str, expected: int, actual: int | None) -> None:
+        found = "missing" if actual is None else f"at revision {actual}"
+        super().__init__(f"{resource_id} expected at revision {expected}, found {found}")
+        self.resource_id = resource_id
+        self.expected = expected
+        self.actual = actual
+
+
+class ClaimLostError(StateError):
+    """The caller no longer holds the claim it wrote under; exactly one ``reason`` says why.
+
+    Claim loss is a handoff, never a failure: the old owner stops and writes nothing more.
+    """
+
+    code = "claimLost"
+
+    def __init__(self, reason: ClaimLostReason, resource_id: str, generation: int) -> None:
+        if reason not in CLAIM_LOST_REASONS:
+            raise ValueError(f"unknown claim-lost reason {reason!r}")
+        super().__init__(f"claim lost on {resource_id} (generation {generation}): {reason}")
+        self.reason: ClaimLostReason = reason
+        self.resource_id = resource_id
+        self.generation = generation
+
+
+class BlobConflictError(StateError):
+    """Different bytes or media type were offered under a digest that is already stored."""
+
+    code = "blobConflict"
+
+
+class BlobMissingError(StateError):
+    """No blob is stored under the digest that was read."""
+
+    code = "blobMissing"
+
+
+class BlobTypeError(StateError):
+    """A blob was read as a media type other than the one it was stored with."""
+
+    code = "blobType"
+
+
+class InvalidTransitionError(StateError):
+    """A lifecycle change was asked of a row whose current state does not allow it."""
+
+    code = "invalidTransition"
+
+
+class WorkflowError(PiwfError):
+    """A problem with a workflow definition, file or run command."""
+
+    code = "workflowError"
+
+
+class WorkflowDefinitionError(WorkflowError):
+    """A workflow definition breaks an authoring rule; the message names the rule."""
+
+    code = "workflowDefinition"
+
+
+class WorkflowLoadError(WorkflowError):
+    """A workflow file could not be loaded; the message names the file and the problem."""
+
+    code = "workflowLoad"
+
+
+class RunCommandError(WorkflowError):
+    """A run command does not fit the saved run state; no workflow code ran."""
+
+    code = "runCommand"

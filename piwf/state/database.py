@@ -1,0 +1,417 @@
+"""Open, create and verify the state database; run explicit transactions on it.
+
+Opening a file follows one order, so that an incompatible file is never touched::
+
+    home 0700 (created or verified)  ->  file checks (no symlink, one link, owner, 0600)
+      -> missing file: create it 0600 with O_EXCL, then initialise under BEGIN EXCLUSIVE
+      -> existing file: read its identity without mutating it
+           (no -wal beside it: an immutable read that creates no -wal/-shm;
+            a -wal beside it: the file was in use, read through the connection itself)
+      -> connection pragmas (foreign_keys, busy_timeout, synchronous=FULL, bounded WAL)
+      -> journal_mode=WAL, only after the identity is verified
+
+Identity = ``application_id``, ``user_version``, the ``schema_meta`` row (name, version, DDL
+digest) and the exact ``sqlite_schema`` shape compared with a database built from the DDL.
+
+Transactions are explicit: :meth:`StateDatabase.write` opens ``BEGIN IMMEDIATE`` (never a
+deferred read that later writes), :meth:`StateDatabase.read` a consistent read snapshot. A
+helper that receives a :class:`Transaction` never commits; nested ``write()``/``read()`` calls
+join the outer transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+from piwf._version import __version__
+from piwf.clock import Clock, SystemClock
+from piwf.config import FILE_MODE, ensure_private_dir, state_path
+from piwf.errors import (
+    IncompatibleStateError,
+    InvalidTransitionError,
+    ReadOnlyStateError,
+    StateBusyError,
+    UnsafeStateHomeError,
+)
+from piwf.state.schema import (
+    APPLICATION_ID,
+    SCHEMA_DIGEST,
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    STATEMENTS,
+)
+
+Mode = Literal["read-write", "read-only"]
+SqlParams = Sequence[Any] | dict[str, Any]
+
+BUSY_TIMEOUT_MS = 5000
+WAL_AUTOCHECKPOINT_PAGES = 1000
+JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+
+RESET_INSTRUCTION = (
+    "Back up and move {name} together with its -wal and -shm files, then start piwf again "
+    "to create a new state database. The incompatible state was not changed."
+)
+
+_SHAPE_QUERY = """
+SELECT type, name, tbl_name, sql FROM sqlite_schema
+WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name
+"""
+
+
+class Transaction:
+    """One open SQLite transaction and the clock reading taken when it began.
+
+    Every check and timestamp inside one transaction uses :attr:`now`, so a claim that expires
+    "during" a transaction is judged against one instant.
+    """
+
+    def __init__(self, connection: sqlite3.Connection, now: int, writable: bool) -> None:
+        self.connection = connection
+        self.now = now
+        self.writable = writable
+
+    def execute(self, sql: str, params: SqlParams = ()) -> sqlite3.Cursor:
+        """Run one statement and return its cursor."""
+        return self.connection.execute(sql, params)
+
+    def one(self, sql: str, params: SqlParams = ()) -> sqlite3.Row | None:
+        """Return the first row of a query, or None."""
+        row: sqlite3.Row | None = self.connection.execute(sql, params).fetchone()
+        return row
+
+    def all(self, sql: str, params: SqlParams = ()) -> list[sqlite3.Row]:
+        """Return every row of a query."""
+        return list(self.connection.execute(sql, params).fetchall())
+
+    def scalar(self, sql: str, params: SqlParams = ()) -> Any:
+        """Return the first column of the first row, or None when there is no row."""
+        row = self.connection.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+
+class StateDatabase:
+    """The piwf state database, opened read-write (the server) or read-only (tools).
+
+    Raises :class:`IncompatibleStateError` (file untouched, no -wal/-shm created) when the
+    file is not a piwf database of this exact schema, and :class:`UnsafeStateHomeError` when
+    the home or the file has unsafe ownership, links or permissions.
+    """
+
+    def __init__(
+        self,
+        path: Path | str | None = None,
+        mode: Mode = "read-write",
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        if mode not in ("read-write", "read-only"):
+            raise ValueError(f"mode must be 'read-write' or 'read-only', not {mode!r}")
+        self.path = Path(path).absolute() if path is not None else state_path()
+        self.mode: Mode = mode
+        self.clock: Clock = clock or SystemClock()
+        self._transaction: Transaction | None = None
+        if mode == "read-write":
+            self._connection = _open_writer(self.path, self.clock)
+        else:
+            self._connection = _open_reader(self.path)
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The underlying connection, for pragmas and diagnostics; stores use transactions."""
+        return self._connection
+
+    @contextmanager
+    def write(self) -> Iterator[Transaction]:
+        """Open (or join) a ``BEGIN IMMEDIATE`` transaction; commit on success, else roll back.
+
+        Raises :class:`ReadOnlyStateError` on a read-only handle, :class:`StateBusyError` when
+        another writer holds the lock past ``busy_timeout``, and
+        :class:`InvalidTransitionError` when called inside a :meth:`read` snapshot.
+        """
+        if self.mode == "read-only":
+            raise ReadOnlyStateError(f"{self.path.name} is open read-only; writes are refused")
+        if self._transaction is not None:
+            if not self._transaction.writable:
+                raise InvalidTransitionError("a write cannot join a read-only snapshot")
+            yield self._transaction
+            return
+        with self._transaction_scope("BEGIN IMMEDIATE", writable=True) as transaction:
+            yield transaction
+
+    @contextmanager
+    def read(self) -> Iterator[Transaction]:
+        """Open (or join) a read snapshot; nothing written inside it is allowed."""
+        if self._transaction is not None:
+            yield self._transaction
+            return
+        with self._transaction_scope("BEGIN", writable=False) as transaction:
+            yield transaction
+
+    @contextmanager
+    def _transaction_scope(self, begin: str, writable: bool) -> Iterator[Transaction]:
+        connection = self._connection
+        _execute_translating_busy(connection, begin)
+        transaction = Transaction(connection, self.clock.now_ms(), writable)
+        self._transaction = transaction
+        try:
+            yield transaction
+        except BaseException:
+            self._transaction = None
+            _rollback(connection)
+            raise
+        self._transaction = None
+        try:
+            _execute_translating_busy(connection, "COMMIT")
+        except BaseException:
+            _rollback(connection)
+            raise
+
+    def pragma(self, name: str) -> Any:
+        """Return the value of a read-only pragma (used by tests and diagnostics)."""
+        if not name.replace("_", "").isalnum():
+            raise ValueError(f"not a pragma name: {name!r}")
+        row = self._connection.execute(f"PRAGMA {name}").fetchone()
+        return None if row is None else row[0]
+
+    def integrity_problems(self) -> list[str]:
+        """Return integrity and foreign-key problems (empty when the file is sound)."""
+        problems = [
+            str(row[0])
+            for row in self._connection.execute("PRAGMA integrity_check").fetchall()
+            if row[0] != "ok"
+        ]
+        problems.extend(
+            f"foreign key: {row[0]} row {row[1]} -> {row[2]}"
+            for row in self._connection.execute("PRAGMA foreign_key_check").fetchall()
+        )
+        return problems
+
+    def close(self) -> None:
+        """Close the connection; further use raises ``sqlite3.ProgrammingError``."""
+        self._connection.close()
+
+    def __enter__(self) -> StateDatabase:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _open_writer(path: Path, clock: Clock) -> sqlite3.Connection:
+    ensure_private_dir(path.parent)
+    existed = _check_database_file(path)
+    if not existed:
+        _create_empty_file(path)
+    elif not _sidecar(path, "-wal").exists():
+        _verify_inactive_file(path)
+    connection = _connect(path, "rw")
+    try:
+        _apply_connection_pragmas(connection)
+        state = _read_identity(connection, path)
+        if state == "empty":
+            _initialise(connection, path, clock)
+        _set_wal(connection, path)
+        _read_identity(connection, path, require_complete=True)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _open_reader(path: Path) -> sqlite3.Connection:
+    if not _check_database_file(path):
+        raise IncompatibleStateError(f"{path} does not exist")
+    # With no -wal beside it the file is inactive: read it immutably so that no -wal or -shm
+    # appears next to a backup. A -wal means a writer may be live: read through WAL.
+    immutable = not _sidecar(path, "-wal").exists()
+    connection = _connect(path, "ro", immutable=immutable)
+    try:
+        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        connection.execute("PRAGMA query_only = ON")
+        _read_identity(connection, path, require_complete=True)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _check_database_file(path: Path) -> bool:
+    """Return whether the file exists; refuse symlinks, hard links and foreign owners."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        for suffix in ("-wal", "-shm"):
+            if _sidecar(path, suffix).exists():
+                raise IncompatibleStateError(
+                    f"{path.name}{suffix} exists without {path.name}. "
+                    + RESET_INSTRUCTION.format(name=path.name)
+                ) from None
+        return False
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeStateHomeError(f"{path} is a symlink; piwf opens only real files")
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeStateHomeError(f"{path} is not a regular file")
+    if info.st_nlink > 1:
+        raise UnsafeStateHomeError(f"{path} has {info.st_nlink} hard links; piwf needs one")
+    if info.st_uid != os.geteuid():
+        raise UnsafeStateHomeError(f"{path} belongs to another user (uid {info.st_uid})")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise UnsafeStateHomeError(
+            f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; run `chmod 600 {path}`"
+        )
+    return True
+
+
+def _create_empty_file(path: Path) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags, FILE_MODE)
+    except FileExistsError:
+        return  # another process created it first; its identity is read next
+    os.close(descriptor)
+
+
+def _verify_inactive_file(path: Path) -> None:
+    """Read the identity of a file no connection is using, without creating -wal or -shm."""
+    probe = _connect(path, "ro", immutable=True)
+    try:
+        _read_identity(probe, path)
+    finally:
+        probe.close()
+
+
+def _connect(path: Path, access: str, *, immutable: bool = False) -> sqlite3.Connection:
+    uri = f"file:{quote(str(path))}?mode={access}"
+    if immutable:
+        uri += "&immutable=1"
+    connection = sqlite3.connect(
+        uri,
+        uri=True,
+        isolation_level=None,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        cached_statements=256,
+    )
+    connection.row_factory = sqlite3.Row
+    return connection
+
+
+def _apply_connection_pragmas(connection: sqlite3.Connection) -> None:
+    """Set the per-connection writer pragmas; none of these writes to the file."""
+    connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    connection.execute("PRAGMA foreign_keys = ON")
+    connection.execute("PRAGMA synchronous = FULL")
+    connection.execute("PRAGMA trusted_schema = OFF")
+    connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
+    connection.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT_BYTES}")
+
+
+def _set_wal(connection: sqlite3.Connection, path: Path) -> None:
+    mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise IncompatibleStateError(f"{path} could not switch to WAL mode (got {mode!r})")
+
+
+def _initialise(connection: sqlite3.Connection, path: Path, clock: Clock) -> None:
+    """Create the schema in an empty file; a concurrent creator makes this a no-op."""
+    connection.execute("PRAGMA journal_mode = WAL")
+    _execute_translating_busy(connection, "BEGIN EXCLUSIVE")
+    try:
+        if _read_identity(connection, path) == "empty":
+            for statement in STATEMENTS:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            now = clock.now_ms()
+            connection.execute(
+                "INSERT INTO schema_meta (id, schema_name, schema_version, schema_digest,"
+                " app_version, created_at, updated_at) VALUES (1, ?, ?, ?, ?, ?, ?)",
+                (SCHEMA_NAME, SCHEMA_VERSION, SCHEMA_DIGEST, __version__, now, now),
+            )
+        connection.execute("COMMIT")
+    except BaseException:
+        _rollback(connection)
+        raise
+
+
+def _read_identity(
+    connection: sqlite3.Connection, path: Path, *, require_complete: bool = False
+) -> Literal["empty", "piwf"]:
+    """Return ``"empty"`` for a blank file or ``"piwf"`` for a verified one; else raise."""
+
+    def incompatible(reason: str) -> IncompatibleStateError:
+        return IncompatibleStateError(
+            f"piwf state at {path} is incompatible: {reason}. "
+            + RESET_INSTRUCTION.format(name=path.name)
+        )
+
+    try:
+        application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+        user_version = connection.execute("PRAGMA user_version").fetchone()[0]
+        table_count = connection.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+    except sqlite3.DatabaseError as error:
+        if "locked" in str(error):
+            raise StateBusyError(f"{path.name} is locked by another process") from None
+        raise incompatible(f"not an SQLite database ({error})") from None
+    if application_id == 0 and user_version == 0 and table_count == 0 and not require_complete:
+        return "empty"
+    if application_id != APPLICATION_ID:
+        raise incompatible(f"foreign application id 0x{application_id:08x}")
+    if user_version != SCHEMA_VERSION:
+        raise incompatible(f"user_version {user_version}, expected {SCHEMA_VERSION}")
+    try:
+        meta = connection.execute(
+            "SELECT schema_name, schema_version, schema_digest FROM schema_meta WHERE id = 1"
+        ).fetchone()
+    except sqlite3.OperationalError:
+        raise incompatible("schema_meta is missing") from None
+    if meta is None:
+        raise incompatible("schema_meta has no row")
+    if meta[0] != SCHEMA_NAME or meta[1] != SCHEMA_VERSION:
+        raise incompatible(f"schema {meta[0]!r} version {meta[1]!r}")
+    if meta[2] != SCHEMA_DIGEST:
+        raise incompatible("schema digest differs from this piwf version's DDL")
+    shape = [tuple(row) for row in connection.execute(_SHAPE_QUERY).fetchall()]
+    if shape != expected_shape():
+        raise incompatible("schema shape differs from this piwf version's DDL")
+    return "piwf"
+
+
+@cache
+def expected_shape() -> list[tuple[Any, ...]]:
+    """Return the ``sqlite_schema`` rows of a database built from the DDL (cached)."""
+    memory = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for statement in STATEMENTS:
+            memory.execute(statement)
+        return [tuple(row) for row in memory.execute(_SHAPE_QUERY).fetchall()]
+    finally:
+        memory.close()
+
+
+def _execute_translating_busy(connection: sqlite3.Connection, sql: str) -> None:
+    try:
+        connection.execute(sql)
+    except sqlite3.OperationalError as error:
+        if "locked" in str(error) or "busy" in str(error):
+            raise StateBusyError(
+                f"the state database stayed locked for {BUSY_TIMEOUT_MS} ms"
+            ) from None
+        raise
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    if connection.in_transaction:
+        connection.execute("ROLLBACK")
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)

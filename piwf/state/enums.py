@@ -1,0 +1,146 @@
+"""Lifecycle vocabularies, one enum per ``CHECK (... IN (...))`` list of the DDL.
+
+A test compares each enum with its CHECK constraint, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ResourceType(str, Enum):
+    """Kinds of aggregate that own a revision in ``resources``."""
+
+    RUN = "run"
+    EFFECT = "effect"
+    DECISION = "decision"
+    MANAGED_RESOURCE = "managed_resource"
+    SESSION = "session"
+    CHANNEL = "channel"
+    SERVER = "server"
+    SYSTEM = "system"
+
+
+class OwnerType(str, Enum):
+    """Who may hold a claim in ``leases``."""
+
+    SERVER = "server"
+    CONTROL = "control"
+    RESOURCE_MANAGER = "resource_manager"
+    SESSION = "session"
+    CHANNEL = "channel"
+    SYSTEM = "system"
+
+
+class ActorType(str, Enum):
+    """Who caused an event."""
+
+    SERVER = "server"
+    RUNNER = "runner"
+    CLIENT = "client"
+    CONTROL = "control"
+    HUMAN = "human"
+    POLICY = "policy"
+    RESOURCE_MANAGER = "resource_manager"
+    SESSION = "session"
+    CHANNEL = "channel"
+    SYSTEM = "system"
+
+
+class MediaType(str, Enum):
+    """Media types a blob may have."""
+
+    JSON = "application/json"
+    TEXT = "text/plain"
+
+
+class EffectStatus(str, Enum):
+    """``pending -> applying -> applied | rejected | ambiguous``; ``cancelled`` from pending."""
+
+    PENDING = "pending"
+    APPLYING = "applying"
+    APPLIED = "applied"
+    REJECTED = "rejected"
+    AMBIGUOUS = "ambiguous"
+    CANCELLED = "cancelled"
+
+
+class EffectRecovery(str, Enum):
+    """What happens to an effect whose outcome became uncertain."""
+
+    IDEMPOTENT = "idempotent"  # return to pending and retry under the same key
+    MANUAL = "manual"  # become ambiguous; only an operator moves it
+
+
+class EffectOwnerScope(str, Enum):
+    """Which kind of aggregate an effect belongs to."""
+
+    RUN = "run"
+    RESOURCE_MANAGER = "resource_manager"
+    CHANNEL = "channel"
+    SYSTEM = "system"
+
+
+class EffectAttemptOutcome(str, Enum):
+    """How one application attempt ended."""
+
+    APPLIED = "applied"
+    REJECTED = "rejected"
+    AMBIGUOUS = "ambiguous"
+    INTERRUPTED = "interrupted"
+
+
+class RunStatus(str, Enum):
+    """Durable run status; pause is a separate flag, not a status."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_RUN_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED}
+)
+
+
+class QueueStatus(str, Enum):
+    """Status of a run's row in ``run_queue``."""
+
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    PARKED = "parked"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class AttemptStatus(str, Enum):
+    """Status of one node attempt."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    INTERRUPTED = "interrupted"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+class ExecutionMode(str, Enum):
+    """Whether a run belongs to an interactive session or runs headless."""
+
+    INTERACTIVE = "interactive"
+    HEADLESS = "headless"
+
+
+class SourceType(str, Enum):
+    """Where a run's workflow source came from."""
+
+    FILE = "file"
+    BUILTIN = "builtin"

@@ -1,0 +1,178 @@
+"""Canonical JSON: exact bytes, ECMAScript numbers, and every refused input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from piwf import canonical
+from piwf.errors import CanonicalJsonError
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-canonical.MAX_SAFE_INTEGER, max_value=canonical.MAX_SAFE_INTEGER)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+def equal_json(left: Any, right: Any) -> bool:
+    """JSON equality where 1 == 1.0 and -0.0 == 0 (one number type, as in ECMAScript)."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(equal_json(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(equal_json, left, right))
+    if isinstance(left, bool) or isinstance(right, bool):
+        return left is right
+    return bool(left == right)
+
+
+@given(json_values)
+def test_decode_inverts_encode(value: object) -> None:
+    data = canonical.encode(value)
+    assert equal_json(canonical.decode(data), value)
+
+
+@given(json_values)
+def test_canonical_bytes_are_a_fixed_point(value: object) -> None:
+    data = canonical.encode(value)
+    assert canonical.encode(canonical.decode(data)) == data
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1.0, "1"),
+        (-0.0, "0"),
+        (0.1, "0.1"),
+        (1e21, "1e+21"),
+        (1e20, "100000000000000000000"),
+        (123.456, "123.456"),
+        (1.5e-7, "1.5e-7"),
+        (1e-6, "0.000001"),
+        (1e-7, "1e-7"),
+        (5e-324, "5e-324"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (-2.5, "-2.5"),
+        (2**53 - 1, "9007199254740991"),
+    ],
+)
+def test_numbers_use_ecmascript_formatting(value: float, expected: str) -> None:
+    assert canonical.encode(value) == expected.encode()
+
+
+def test_keys_sort_by_utf16_code_units_not_code_points() -> None:
+    # U+1F600 is a surrogate pair (D83D DE00) and sorts before U+FF61 in UTF-16,
+    # although its code point is larger.
+    value = {"\uff61": 1, "\U0001f600": 2, "b": 3, "a": 4}
+    assert canonical.encode_text(value) == '{"a":4,"b":3,"\U0001f600":2,"\uff61":1}'
+
+
+def test_strings_escape_like_json_stringify() -> None:
+    text = canonical.encode_text('q"\\\n\t\x01\x7f\u2028é')
+    assert text == '"q\\"\\\\\\n\\t\\u0001\x7f\u2028é"'
+
+
+def test_no_insignificant_whitespace() -> None:
+    assert canonical.encode({"a": [1, {"b": None}]}) == b'{"a":[1,{"b":null}]}'
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"NaN", "nonFinite"),
+        (b"Infinity", "nonFinite"),
+        (b"-Infinity", "nonFinite"),
+        (b"1e400", "nonFinite"),
+        (b'{"a":1,"a":2}', "duplicateKey"),
+        (b'"\\ud800"', "loneSurrogate"),
+        (b'{"\\udc00":1}', "loneSurrogate"),
+        (b"[" * 10_000 + b"]" * 10_000, "tooDeep"),
+        (b"[" * 200 + b"]" * 200, "tooDeep"),
+        (b"1" * 5000, "unsafeInteger"),
+        (b"9007199254740993", "unsafeInteger"),
+        (b'{ "a":1}', "nonCanonical"),
+        (b'{"b":1,"a":2}', "nonCanonical"),
+        (b"1.0", "nonCanonical"),
+        (b'"\\u00e9"', "nonCanonical"),
+        (b"1E5", "nonCanonical"),
+        (b"\xef\xbb\xbf{}", "badEncoding"),
+        (b"\xff\xfe", "badEncoding"),
+        (b'{"a":1} x', "notJson"),
+        (b"", "notJson"),
+        (b"{'a':1}", "notJson"),
+    ],
+)
+def test_decode_refuses_bad_input(data: bytes, reason: str) -> None:
+    with pytest.raises(CanonicalJsonError) as raised:
+        canonical.decode(data)
+    assert raised.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (float("nan"), "nonFinite"),
+        (float("inf"), "nonFinite"),
+        (2**53, "unsafeInteger"),
+        (b"bytes", "unsupportedType"),
+        ({1, 2}, "unsupportedType"),
+        ({1: "a"}, "unsupportedType"),
+        (object(), "unsupportedType"),
+        ("\ud800", "loneSurrogate"),
+        ({"\udfff": 1}, "loneSurrogate"),
+    ],
+)
+def test_encode_refuses_values_that_are_not_json(value: object, reason: str) -> None:
+    with pytest.raises(CanonicalJsonError) as raised:
+        canonical.encode(value)
+    assert raised.value.reason == reason
+
+
+def test_encode_refuses_deep_nesting() -> None:
+    value: list[object] = []
+    for _ in range(canonical.MAX_DEPTH + 2):
+        value = [value]
+    with pytest.raises(CanonicalJsonError) as raised:
+        canonical.encode(value)
+    assert raised.value.reason == "tooDeep"
+
+
+def test_parse_accepts_whitespace_and_any_key_order_but_keeps_value_rules() -> None:
+    assert canonical.parse(b'{ "b" : 1.0, "a" : [ ] }') == {"b": 1.0, "a": []}
+    with pytest.raises(CanonicalJsonError):
+        canonical.parse(b'{"a": NaN}')
+
+
+def test_booleans_stay_booleans() -> None:
+    assert canonical.decode(b"[true,false,1]") == [True, False, 1]
+    assert canonical.decode(b"true") is True
+
+
+def test_large_integral_doubles_round_trip_losslessly() -> None:
+    assert canonical.encode(1e20) == b"100000000000000000000"
+    decoded = canonical.decode(b"100000000000000000000")
+    assert isinstance(decoded, float) and decoded == 1e20
+
+
+def test_digest_is_sha256_of_canonical_bytes() -> None:
+    import hashlib
+
+    value = {"b": [1, 2], "a": "x"}
+    assert canonical.digest(value) == hashlib.sha256(b'{"a":"x","b":[1,2]}').digest()
+    assert canonical.digest_hex(value) == canonical.digest(value).hex()
+
+
+def test_python_json_agrees_on_ascii_values() -> None:
+    value = {"z": [1, 2.5, "x"], "a": {"n": None, "t": True}}
+    expected = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    assert canonical.encode_text(value) == expected
