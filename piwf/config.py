@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from piwf.errors import UnsafeStateHomeError
@@ -21,6 +22,8 @@ FILE_MODE = 0o600
 MAX_FRAME_BYTES = 1024 * 1024
 #: Largest part of a content reference read back over a runner pipe.
 CONTENT_PART_BYTES = 512 * 1024
+#: Linux ``sun_path`` holds 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH_BYTES = 107
 
 
 def state_home() -> Path:
@@ -67,3 +70,35 @@ def verify_private_dir(path: Path) -> None:
         raise UnsafeStateHomeError(
             f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; run `chmod 700 {path}`"
         )
+
+
+@dataclass(frozen=True)
+class ServerPaths:
+    """Where one state home keeps its server files."""
+
+    home: Path
+
+    @property
+    def server_dir(self) -> Path:
+        """``$PIWF_HOME/server`` (mode 0700)."""
+        return self.home / "server"
+
+    @property
+    def socket(self) -> Path:
+        """The client socket (mode 0600)."""
+        return self.server_dir / "server.sock"
+
+    @property
+    def lock(self) -> Path:
+        """The single-instance lock file, held with ``flock`` for the server's lifetime."""
+        return self.server_dir / "server.lock"
+
+    @property
+    def log(self) -> Path:
+        """The server log (safe messages only: no payloads, tokens or environment)."""
+        return self.server_dir / "server.log"
+
+    @property
+    def database(self) -> Path:
+        """The state database."""
+        return self.home / "state.sqlite"

@@ -16,10 +16,20 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── BlobMissingError        blobMissing
     │   ├── BlobTypeError           blobType           (stored media type is not the one read)
     │   └── InvalidTransitionError  invalidTransition
-    └── WorkflowError
-        ├── WorkflowDefinitionError workflowDefinition (a definition broke an authoring rule)
-        ├── WorkflowLoadError       workflowLoad       (a workflow file could not be loaded)
-        └── RunCommandError         runCommand         (command and saved state do not fit)
+    ├── WorkflowError
+    │   ├── WorkflowDefinitionError workflowDefinition (a definition broke an authoring rule)
+    │   ├── WorkflowLoadError       workflowLoad       (a workflow file could not be loaded)
+    │   └── RunCommandError         runCommand         (command and saved state do not fit)
+    ├── ProtocolError               protocolError      (piwf.protocol.errors: frames, messages)
+    ├── ServerError
+    │   ├── ServerRunningError      serverRunning      (another live server owns this home)
+    │   ├── ServerStartError        serverStart        (the server could not start; says why)
+    │   └── ServerUnavailableError  serverUnavailable  (no server could be reached or started)
+    └── CommandError                                   (a command's outcome, on the client)
+        ├── RejectedError           rejected
+        ├── ConflictError           conflict
+        ├── NotFoundError           notFound
+        └── UnavailableError        unavailable
 
 Messages never contain claim tokens, token hashes, payloads or environment values: they are
 shown to users and written to logs.
@@ -163,3 +173,61 @@ class RunCommandError(WorkflowError):
     """A run command does not fit the saved run state; no workflow code ran."""
 
     code = "runCommand"
+
+
+class ServerError(PiwfError):
+    """A problem starting, reaching or running the server."""
+
+    code = "serverError"
+
+
+class ServerRunningError(ServerError):
+    """Another live piwf server owns this state home; it was left alone."""
+
+    code = "serverRunning"
+
+
+class ServerStartError(ServerError):
+    """The server could not start; the message gives the reason."""
+
+    code = "serverStart"
+
+
+class ServerUnavailableError(ServerError):
+    """No server could be reached or started for this state home."""
+
+    code = "serverUnavailable"
+
+
+class CommandError(PiwfError):
+    """A command was answered with a non-success outcome; ``code`` is the wire error code."""
+
+    code = "commandError"
+
+    def __init__(self, message: str, *, error_code: str | None = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code or self.code
+
+
+class RejectedError(CommandError):
+    """The server refused the command (invalid payload, wrong state, failed check)."""
+
+    code = "rejected"
+
+
+class ConflictError(CommandError):
+    """The command contradicts stored state or reuses an idempotency key with another payload."""
+
+    code = "conflict"
+
+
+class NotFoundError(CommandError):
+    """The command names something that does not exist."""
+
+    code = "notFound"
+
+
+class UnavailableError(CommandError):
+    """The server could not take the command now (stopping, busy); retrying may succeed."""
+
+    code = "unavailable"

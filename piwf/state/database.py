@@ -21,6 +21,7 @@ join the outer transaction.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import stat
@@ -61,6 +62,8 @@ RESET_INSTRUCTION = (
     "to create a new state database. The incompatible state was not changed."
 )
 
+_SAVEPOINTS = itertools.count(1)
+
 _SHAPE_QUERY = """
 SELECT type, name, tbl_name, sql FROM sqlite_schema
 WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name
@@ -96,6 +99,19 @@ class Transaction:
         """Return the first column of the first row, or None when there is no row."""
         row = self.connection.execute(sql, params).fetchone()
         return None if row is None else row[0]
+
+    @contextmanager
+    def savepoint(self) -> Iterator[Transaction]:
+        """Run a nested step that is undone alone if it raises (the outer transaction goes on)."""
+        name = f"piwf_{next(_SAVEPOINTS)}"
+        self.connection.execute(f"SAVEPOINT {name}")
+        try:
+            yield self
+        except BaseException:
+            self.connection.execute(f"ROLLBACK TO {name}")
+            self.connection.execute(f"RELEASE {name}")
+            raise
+        self.connection.execute(f"RELEASE {name}")
 
 
 class StateDatabase:

@@ -144,3 +144,15 @@ class SourceType(str, Enum):
 
     FILE = "file"
     BUILTIN = "builtin"
+
+
+class CommandOutcome(str, Enum):
+    """Outcome of a client command, as stored in its receipt and sent on the wire."""
+
+    ACCEPTED = "accepted"
+    ADOPTED = "adopted"
+    REJECTED = "rejected"
+    CONFLICT = "conflict"
+    NOT_FOUND = "notFound"
+    CLAIM_LOST = "claimLost"
+    UNAVAILABLE = "unavailable"

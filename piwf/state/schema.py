@@ -371,6 +371,58 @@ CREATE INDEX workflow_updates_key_idx
   ON workflow_updates(attempt_id, update_type, update_key, update_seq DESC)
 """
 
+# The single server claim: one row, created with the schema. Epoch grows by one per server.
+_SERVER_STATE = """
+CREATE TABLE server_state (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  epoch INTEGER NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+  server_id TEXT,
+  token_hash BLOB CHECK (token_hash IS NULL OR length(token_hash) = 32),
+  pid INTEGER CHECK (pid IS NULL OR pid > 0),
+  process_start_identity TEXT,
+  started_at INTEGER,
+  heartbeat_at INTEGER,
+  expires_at INTEGER,
+  CHECK (
+    (server_id IS NULL AND token_hash IS NULL AND pid IS NULL AND process_start_identity IS NULL
+      AND started_at IS NULL AND heartbeat_at IS NULL AND expires_at IS NULL)
+    OR
+    (server_id IS NOT NULL AND token_hash IS NOT NULL AND pid IS NOT NULL
+      AND process_start_identity IS NOT NULL AND started_at IS NOT NULL
+      AND heartbeat_at IS NOT NULL AND expires_at IS NOT NULL AND epoch > 0)
+  )
+) STRICT
+"""
+
+_SERVER_STATE_ROW = """
+INSERT INTO server_state (id, epoch) VALUES (1, 0)
+"""
+
+# Receipts of state-changing client commands, written in the transaction of the change.
+_SERVER_COMMANDS = """
+CREATE TABLE server_commands (
+  request_id TEXT PRIMARY KEY CHECK (length(request_id) BETWEEN 1 AND 256),
+  client_id TEXT NOT NULL CHECK (length(client_id) BETWEEN 1 AND 256),
+  operation TEXT NOT NULL,
+  idempotency_key TEXT NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 256),
+  request_fingerprint BLOB NOT NULL CHECK (length(request_fingerprint) = 32),
+  run_id TEXT REFERENCES runs(run_id) ON DELETE SET NULL,
+  accepted_revision INTEGER CHECK (accepted_revision IS NULL OR accepted_revision >= 0),
+  outcome TEXT NOT NULL CHECK (outcome IN (
+    'accepted', 'adopted', 'rejected', 'conflict', 'notFound', 'claimLost', 'unavailable')),
+  receipt_hash BLOB REFERENCES blobs(blob_hash),
+  error_hash BLOB REFERENCES blobs(blob_hash),
+  server_epoch INTEGER NOT NULL CHECK (server_epoch > 0),
+  created_at INTEGER NOT NULL,
+  completed_at INTEGER NOT NULL,
+  UNIQUE (client_id, idempotency_key)
+) STRICT
+"""
+
+_SERVER_COMMANDS_RUN_INDEX = """
+CREATE INDEX server_commands_run_idx ON server_commands(run_id, created_at)
+"""
+
 #: Statements in execution order; each one is a single SQL statement.
 STATEMENTS: tuple[str, ...] = tuple(
     statement.strip()
@@ -410,6 +462,10 @@ STATEMENTS: tuple[str, ...] = tuple(
         _RUN_STEPS_ATTEMPT_INDEX,
         _WORKFLOW_UPDATES,
         _WORKFLOW_UPDATES_KEY_INDEX,
+        _SERVER_STATE,
+        _SERVER_STATE_ROW,
+        _SERVER_COMMANDS,
+        _SERVER_COMMANDS_RUN_INDEX,
     )
 )
 

@@ -77,8 +77,9 @@ def test_import_direction(subpackage: str, forbidden: tuple[str, ...]) -> None:
 
 
 def test_sqlite_is_used_only_by_the_state_package() -> None:
+    # faults.py names sqlite3's exception class to imitate SQLite errors; it opens nothing.
     for module in sorted(PACKAGE.rglob("*.py")):
-        if module.is_relative_to(PACKAGE / "state"):
+        if module.is_relative_to(PACKAGE / "state") or module == PACKAGE / "faults.py":
             continue
         assert "sqlite3" not in imports_of(module), module.relative_to(PACKAGE)
 

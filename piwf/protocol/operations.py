@@ -1,0 +1,101 @@
+"""The operations of ``piwf.client.v1`` and which of them are durable.
+
+=====================  =======  ==========================================================
+operation              kind     meaning
+=====================  =======  ==========================================================
+``server.status``      read     safe counts about the running server
+``server.stop``        durable  stop the server after in-flight commands finish
+``run.start``          durable  commit a new run as queued
+``run.list``           read     the run list
+``run.get``            read     one run's view
+``run.cancel``         durable  cancel a run
+``run.pause``          durable  set the run's pause flag
+``run.resume``         durable  clear the pause flag / requeue a parked run
+``run.restart``        durable  start a fresh child run from the first node
+``run.wait``           read     answer once a run is terminal (or the wait times out)
+``state.status``       read     safe counts about the database
+``state.verify``       read     check the invariants, report violations
+``state.backup``       durable  write a verified backup through the SQLite backup API
+``effect.resolve``     durable  settle an ambiguous effect by explicit operator action
+``checkpoint.answer``  durable  answer a checkpoint
+``decision.answer``    durable  answer a protected human decision
+``requests.list``      read     the pending requests (checkpoints, decisions)
+=====================  =======  ==========================================================
+
+A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
+commits a receipt keyed by ``(clientId, idempotencyKey)`` together with the change and before it
+answers, and replays that receipt to a retry (see :mod:`piwf.protocol.fingerprint`). A *read*
+changes nothing, creates no receipt and must not carry an ``idempotencyKey``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Literal, get_args
+
+Operation = Literal[
+    "checkpoint.answer",
+    "decision.answer",
+    "effect.resolve",
+    "requests.list",
+    "run.cancel",
+    "run.get",
+    "run.list",
+    "run.pause",
+    "run.restart",
+    "run.resume",
+    "run.start",
+    "run.wait",
+    "server.status",
+    "server.stop",
+    "state.backup",
+    "state.status",
+    "state.verify",
+]
+
+#: Every operation name, sorted.
+OPERATIONS: tuple[Operation, ...] = get_args(Operation)
+
+#: State-changing operations: an idempotency key is required and a receipt is stored.
+DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
+    {
+        "checkpoint.answer",
+        "decision.answer",
+        "effect.resolve",
+        "run.cancel",
+        "run.pause",
+        "run.restart",
+        "run.resume",
+        "run.start",
+        "server.stop",
+        "state.backup",
+    }
+)
+
+#: Operations that change nothing: no idempotency key, no receipt.
+READ_OPERATIONS: frozenset[Operation] = frozenset(OPERATIONS) - DURABLE_OPERATIONS
+
+#: Payload keys left out of the durable fingerprint, per operation. A coordinator epoch belongs
+#: to one live connection of an interactive session: a retry after reconnecting carries a new
+#: one and must still adopt the receipt of the same answer (the original's rule).
+FINGERPRINT_EXCLUDED_PAYLOAD_KEYS: Mapping[Operation, frozenset[str]] = MappingProxyType(
+    {
+        "checkpoint.answer": frozenset({"coordinatorEpoch"}),
+        "decision.answer": frozenset({"coordinatorEpoch"}),
+        "run.restart": frozenset({"coordinatorEpoch"}),
+    }
+)
+
+
+def is_operation(name: str) -> bool:
+    """Return True when ``name`` is an operation of ``piwf.client.v1``."""
+    return name in _OPERATION_SET
+
+
+def is_durable(operation: str) -> bool:
+    """Return True for a state-changing operation; False for a read or an unknown name."""
+    return operation in DURABLE_OPERATIONS
+
+
+_OPERATION_SET: frozenset[str] = frozenset(OPERATIONS)

@@ -1,0 +1,198 @@
+"""Payloads and receipts of each ``piwf.client.v1`` operation, shared by server and client.
+
+Wire names are camelCase; every model refuses unknown fields. The server validates each
+request payload with the model of its operation before doing anything, and builds each receipt
+with the receipt model, so both sides agree on one shape::
+
+    operation        payload                                   receipt
+    server.status    {}                                        ServerStatus
+    server.stop      {}                                        {"stopping": true}
+    run.start        {workflow, projectPath?, input?, title?}  {"run": RunInfo}
+    run.list         {limit?, before?: {createdAt, runId}}     {"runs": [RunInfo], "nextCursor"?}
+    run.get          {}  (runId in the envelope)               {"run": RunInfo, "sources": [...]}
+    run.cancel       {}  (runId in the envelope)               {"run": RunInfo}
+    run.wait         {timeoutMs?}  (runId in the envelope)     {"run": RunInfo, "timedOut": bool}
+    state.status     {}                                        StateStatus
+    state.verify     {}                                        {"valid": bool, "violations": [...]}
+    state.backup     {destination}                             {"destination", "bytes"}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+MAX_WAIT_MS = 3_600_000
+
+
+class WireModel(BaseModel):
+    """A strict, closed model with camelCase wire names."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the wire dict (aliases, unset optional fields left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class EmptyPayload(WireModel):
+    """A payload with no fields."""
+
+
+class RunStartPayload(WireModel):
+    """Start a run of a workflow named by path (absolute) or by discovered name."""
+
+    workflow: str = Field(min_length=1, max_length=4096)
+    project_path: str | None = Field(default=None, min_length=1, max_length=4096)
+    input: Any = Field(default_factory=dict)
+    title: str | None = Field(default=None, max_length=512)
+
+
+class RunCursor(WireModel):
+    """Position in the newest-first run list."""
+
+    created_at: int = Field(ge=0)
+    run_id: str = Field(min_length=1, max_length=256)
+
+
+class RunListPayload(WireModel):
+    """One page of runs, newest first."""
+
+    limit: int = Field(default=50, ge=1, le=500)
+    before: RunCursor | None = None
+
+
+class RunWaitPayload(WireModel):
+    """Wait until the run is terminal or ``timeoutMs`` passes."""
+
+    timeout_ms: int = Field(default=30_000, ge=0, le=MAX_WAIT_MS)
+
+
+class StateBackupPayload(WireModel):
+    """Write a verified backup to an absolute path that does not exist yet."""
+
+    destination: str = Field(min_length=1, max_length=4096)
+
+
+class RunInfo(WireModel):
+    """A run as clients see it: no input, output, actor ids or tokens."""
+
+    run_id: str
+    workflow_ref: str
+    workflow_name: str
+    title: str | None = None
+    status: str
+    display_status: str
+    paused: bool
+    status_detail: str | None = None
+    queue_status: str | None = None
+    error_code: str | None = None
+    parent_run_id: str | None = None
+    root_run_id: str
+    restart_number: int
+    definition_digest: str
+    revision: int
+    created_at: int
+    updated_at: int
+    finished_at: int | None = None
+
+
+class RunSource(WireModel):
+    """One recorded source of a run."""
+
+    mount_path: str
+    source_type: str
+    source_ref: str
+    source_revision: str
+
+
+class RunReceipt(WireModel):
+    """Receipt of run.start, run.cancel."""
+
+    run: RunInfo
+
+
+class RunDetail(WireModel):
+    """Receipt of run.get."""
+
+    run: RunInfo
+    sources: list[RunSource]
+
+
+class RunPage(WireModel):
+    """Receipt of run.list."""
+
+    runs: list[RunInfo]
+    next_cursor: RunCursor | None = None
+
+
+class RunWaitReceipt(WireModel):
+    """Receipt of run.wait."""
+
+    run: RunInfo
+    timed_out: bool
+
+
+class ServerStatus(WireModel):
+    """Privacy-safe server status: counts only."""
+
+    state: str
+    epoch: int
+    package_version: str
+    socket_available: bool
+    max_workers: int
+    active_runners: int
+    connections: int
+    queued_runs: int
+    running_runs: int
+    waiting_runs: int
+    paused_runs: int
+    expired_claims: int
+    pending_interactions: int
+    ambiguous_effects: int
+
+
+class StopReceipt(WireModel):
+    """Receipt of server.stop."""
+
+    stopping: bool
+
+
+class StateStatus(WireModel):
+    """Privacy-safe database counts."""
+
+    runs: dict[str, int]
+    queue: dict[str, int]
+    paused_runs: int
+    active_leases: int
+    expired_leases: int
+    unsettled_effects: int
+    ambiguous_effects: int
+    events: int
+    blobs: int
+    database_bytes: int
+
+
+class ViolationInfo(WireModel):
+    """One broken invariant."""
+
+    code: str
+    detail: str
+
+
+class VerifyReceipt(WireModel):
+    """Receipt of state.verify."""
+
+    valid: bool
+    violations: list[ViolationInfo]
+
+
+class BackupReceipt(WireModel):
+    """Receipt of state.backup."""
+
+    destination: str
+    bytes: int

@@ -1,0 +1,80 @@
+"""The source resolver child: load one workflow file, return its snapshot, digest and sources.
+
+The server never imports workflow code; it starts this child, sends one request and reads one
+reply, both canonical JSON::
+
+    request  {"workflow": str, "projectPath": str | null, "stateHome": str}
+    reply    {"ok": true, "workflowName": str, "workflowRef": str, "definitionDigest": hex,
+              "snapshot": {...}, "title": str | null,
+              "sources": {"root": {"location", "sha256"}, "mounted": [...]}}
+          or {"ok": false, "error": {"code": str, "message": str}}
+
+Whatever the workflow module does at import time happens here, in a throwaway process.
+"""
+
+from __future__ import annotations
+
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from piwf import canonical, faults
+from piwf.canonical import JsonValue
+from piwf.config import MAX_FRAME_BYTES
+from piwf.errors import PiwfError
+
+
+def resolver_main(connection: Connection) -> None:
+    """Entry point of the resolver child: one request, one reply, exit."""
+    _name_process("piwf resolver")
+    try:
+        request = canonical.decode(connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
+        reply = resolve(request)
+    except PiwfError as error:
+        reply = {"ok": False, "error": {"code": error.code, "message": _bounded(str(error))}}
+    except Exception as error:  # any failure of user code becomes a typed reply
+        message = _bounded(f"{type(error).__name__}: {error}")
+        reply = {"ok": False, "error": {"code": "workflowLoad", "message": message}}
+    faults.point("resolver.before_reply")
+    connection.send_bytes(canonical.encode(reply))
+    connection.close()
+
+
+def resolve(request: JsonValue) -> dict[str, JsonValue]:
+    """Resolve and compile the workflow named in ``request``; raise ``PiwfError`` on failure."""
+    from piwf.workflow.sources import find_workflow, load_workflow
+
+    if not isinstance(request, dict) or not isinstance(request.get("workflow"), str):
+        raise ValueError("resolver request needs a workflow reference")
+    reference = request["workflow"]
+    assert isinstance(reference, str)
+    project = request.get("projectPath")
+    home = request.get("stateHome")
+    found = find_workflow(
+        reference,
+        Path(project) if isinstance(project, str) else None,
+        Path(home) if isinstance(home, str) else None,
+    )
+    loaded = load_workflow(found.path)
+    title = loaded.definition.title
+    return {
+        "ok": True,
+        "workflowName": loaded.definition.name,
+        "workflowRef": reference,
+        "definitionDigest": loaded.compiled.digest,
+        "snapshot": loaded.compiled.snapshot,
+        "title": title if isinstance(title, str) else None,
+        "sources": loaded.sources.to_json(),
+    }
+
+
+def _bounded(text: str, limit: int = 1000) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _name_process(title: str) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(title)
+    except ImportError:  # pragma: no cover - setproctitle is a dependency
+        pass

@@ -1,0 +1,181 @@
+"""Durable command execution: receipt lookup, the change and its receipt in one transaction.
+
+Every state-changing operation goes through :meth:`DurableCommands.execute`::
+
+    BEGIN IMMEDIATE
+      verify this server still holds its epoch         (an older epoch writes nothing)
+      look up (requestId) and (clientId, idempotencyKey)
+        same fingerprint   -> replay the stored receipt (accepted becomes adopted)
+        other fingerprint  -> conflict, nothing stored, nothing changed
+        nothing stored     -> run the change, store its receipt
+    COMMIT
+    answer the client
+
+so an answer is only ever sent for a committed receipt (the loop marks the fault point
+``cmd.after_commit_before_reply`` just before it writes the answer), and a retry after a lost answer
+(new request id, same key and payload) gets that receipt instead of a second execution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from piwf import faults
+from piwf.errors import PiwfError, StateBusyError
+from piwf.protocol.client_v1 import ErrorInfo, Outcome, Request, Response
+from piwf.protocol.fingerprint import request_fingerprint
+from piwf.state import StateDatabase, Transaction
+from piwf.state.commands import Fresh, Replay, Reused, lookup_command, store_command
+from piwf.state.enums import CommandOutcome
+from piwf.state.server_epoch import ServerClaim, verify_server_claim
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one executed command produced; stored as its receipt."""
+
+    outcome: Outcome
+    receipt: dict[str, Any] | None = None
+    error: PiwfError | None = None
+    run_id: str | None = None
+    revision: int | None = None
+
+    @classmethod
+    def accepted(
+        cls, receipt: dict[str, Any], *, run_id: str | None = None, revision: int | None = None
+    ) -> CommandResult:
+        """A successful change."""
+        return cls("accepted", receipt=receipt, run_id=run_id, revision=revision)
+
+    @classmethod
+    def failed(
+        cls, outcome: Outcome, error: PiwfError, *, run_id: str | None = None
+    ) -> CommandResult:
+        """A refused command (stored too, so a retry gets the same answer)."""
+        return cls(outcome, error=error, run_id=run_id)
+
+
+@dataclass
+class DurableCommands:
+    """Runs durable commands under this server's epoch with stored receipts."""
+
+    db: StateDatabase
+    claim: ServerClaim
+    on_committed: list[Callable[[], None]] = field(default_factory=list)
+
+    @contextmanager
+    def fenced_write(self) -> Iterator[Transaction]:
+        """A write transaction that first proves this server still holds its epoch."""
+        with self.db.write() as tx:
+            verify_server_claim(tx, self.claim)
+            yield tx
+
+    def lookup(self, request: Request) -> Response | None:
+        """Return the answer for a replayed or reused command, or None when it is new."""
+        with self.db.read() as tx:
+            found = lookup_command(
+                tx,
+                request_id=request.request_id,
+                client_id=request.client_id,
+                idempotency_key=_key(request),
+                fingerprint=request_fingerprint(request),
+            )
+        return self._answer_for(request, found)
+
+    def execute(self, request: Request, change: Callable[[Transaction], CommandResult]) -> Response:
+        """Run ``change`` once per idempotency key and return the answer to send.
+
+        ``change`` runs inside the transaction and must not commit; a :class:`PiwfError` it
+        raises is stored as a ``rejected`` receipt. A busy or failing database answers
+        ``unavailable`` with nothing stored, so the client may retry.
+        """
+        try:
+            with self.fenced_write() as tx:
+                found = lookup_command(
+                    tx,
+                    request_id=request.request_id,
+                    client_id=request.client_id,
+                    idempotency_key=_key(request),
+                    fingerprint=request_fingerprint(request),
+                )
+                answer = self._answer_for(request, found)
+                if answer is not None:
+                    return answer
+                try:
+                    with tx.savepoint() as step:
+                        result = change(step)
+                except StateBusyError:
+                    raise
+                except PiwfError as error:
+                    result = CommandResult.failed("rejected", error)
+                self._store(tx, request, result)
+                faults.point("cmd.before_commit")
+        except StateBusyError as error:
+            return _response(request.request_id, CommandResult.failed("unavailable", error))
+        return _response(request.request_id, result)
+
+    def store(self, request: Request, result: CommandResult) -> Response:
+        """Store the receipt of a command whose change already happened outside SQLite
+        (a backup file) or in an earlier transaction; adopt if one is already stored."""
+        return self.execute(request, lambda _tx: result)
+
+    def _store(self, tx: Transaction, request: Request, result: CommandResult) -> None:
+        store_command(
+            tx,
+            request_id=request.request_id,
+            client_id=request.client_id,
+            operation=request.operation,
+            idempotency_key=_key(request),
+            fingerprint=request_fingerprint(request),
+            outcome=CommandOutcome(result.outcome),
+            server_epoch=self.claim.epoch,
+            run_id=result.run_id,
+            accepted_revision=result.revision,
+            receipt=result.receipt,
+            error=None if result.error is None else _error_json(result.error),
+        )
+
+    def _answer_for(self, request: Request, found: Replay | Reused | Fresh) -> Response | None:
+        if isinstance(found, Fresh):
+            return None
+        if isinstance(found, Reused):
+            return Response(
+                request_id=request.request_id,
+                outcome="conflict",
+                error=ErrorInfo(code="idempotencyConflict", message=found.evidence),
+            )
+        stored = found.stored
+        outcome: Outcome = "adopted"
+        if stored.outcome is not CommandOutcome.ACCEPTED:
+            outcome = stored.outcome.value
+        error = stored.error
+        return Response(
+            request_id=request.request_id,
+            outcome=outcome,
+            revision=stored.accepted_revision,
+            receipt=stored.receipt if isinstance(stored.receipt, dict) else None,
+            error=ErrorInfo.model_validate(error) if isinstance(error, dict) else None,
+        )
+
+
+def _key(request: Request) -> str:
+    assert request.idempotency_key is not None, "durable requests carry a key (protocol rule)"
+    return request.idempotency_key
+
+
+def _error_json(error: PiwfError) -> dict[str, Any]:
+    info = ErrorInfo.of(error)
+    return {"code": info.code, "message": info.message}
+
+
+def _response(request_id: str, result: CommandResult) -> Response:
+    return Response(
+        request_id=request_id,
+        outcome=result.outcome,
+        revision=result.revision,
+        receipt=result.receipt,
+        error=None if result.error is None else ErrorInfo.of(result.error),
+    )

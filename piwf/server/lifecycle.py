@@ -1,0 +1,263 @@
+"""Start, serve and stop one server process (``piwf server run``).
+
+Start order, each step refusing cleanly before the next::
+
+    state home 0700 -> server dir 0700 -> socket path fits -> single-instance lock
+    -> open the database (identity verified) -> take the server epoch (epoch + 1)
+    -> bind the socket (0600, stale one replaced) -> report ready -> serve
+
+Stop order: stop accepting, close clients, stop children, release the epoch claim, remove the
+socket, close the database, drop the lock. A failed epoch renewal stops the server at once:
+another server owns the state now, and this one must not write.
+
+With ``ready_fd`` the server reports its start on that descriptor as one canonical JSON line,
+``{"ok": true, "epoch": N, "pid": P}`` or ``{"ok": false, "error": {"code", "message"}}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import time
+from pathlib import Path
+
+from piwf import canonical, faults
+from piwf._version import __version__
+from piwf.config import FILE_MODE, ensure_private_dir
+from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
+from piwf.protocol.client_v1 import Hello
+from piwf.server.commands import DurableCommands
+from piwf.server.handlers import Handlers, ServerContext
+from piwf.server.listener import bind_listener, check_socket_path
+from piwf.server.lock import InstanceLock
+from piwf.server.loop import ClientListener, EventLoop
+from piwf.server.processes import is_alive, own_identity
+from piwf.server.resolver_jobs import ResolverJobs
+from piwf.server.settings import ServerSettings
+from piwf.state import Applied, StateDatabase
+from piwf.state.server_epoch import (
+    ServerClaim,
+    acquire_server_claim,
+    read_server_owner,
+    release_server_claim,
+    renew_server_claim,
+)
+
+log = logging.getLogger("piwf.server")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
+    """Run a server until it is stopped; return the process exit code."""
+    paths = settings.paths
+    lock: InstanceLock | None = None
+    db: StateDatabase | None = None
+    claim: ServerClaim | None = None
+    try:
+        ensure_private_dir(paths.home)
+        ensure_private_dir(paths.server_dir)
+        _configure_logging(paths.log)
+        check_socket_path(paths.socket)
+        identity = own_identity()
+        lock = InstanceLock(paths.lock)
+        lock.acquire(identity)
+        db = StateDatabase(paths.database)
+        claim = _take_epoch(db, settings, identity)
+        faults.point("server.after_epoch")
+        faults.point("server.before_listen")
+        listener = bind_listener(paths.socket)
+    except PiwfError as error:
+        log.error("server did not start: %s", error)
+        _report(ready_fd, {"ok": False, "error": {"code": error.code, "message": str(error)}})
+        _cleanup(db, claim, lock, socket_path=None)
+        return EXIT_FAILED
+    except OSError as error:
+        message = f"server did not start: {error.strerror or error}"
+        log.error("%s", message)
+        _report(ready_fd, {"ok": False, "error": {"code": "serverStart", "message": message}})
+        _cleanup(db, claim, lock, socket_path=None)
+        return EXIT_FAILED
+    log.info("server started: epoch %d, pid %d", claim.epoch, os.getpid())
+    server = Server(settings, db, claim, listener)
+    _report(ready_fd, {"ok": True, "epoch": claim.epoch, "pid": os.getpid()})
+    try:
+        server.serve()
+    finally:
+        server.shutdown()
+        _cleanup(db, server.claim, lock, socket_path=paths.socket, socket_inode=server.socket_inode)
+        log.info("server stopped: epoch %d", claim.epoch)
+    return EXIT_OK if server.claim_held else EXIT_FAILED
+
+
+class Server:
+    """One running server: the loop, the client listener, the handlers and the timers."""
+
+    def __init__(
+        self, settings: ServerSettings, db: StateDatabase, claim: ServerClaim, listener: object
+    ) -> None:
+        import socket
+
+        assert isinstance(listener, socket.socket)
+        self.settings = settings
+        self.db = db
+        self.claim = claim
+        self.claim_held = True
+        self.socket_inode = settings.paths.socket.stat().st_ino
+        self.loop = EventLoop()
+        self.loop.install_signal_handlers()
+        self.resolvers = ResolverJobs(self.loop, settings.resolver_timeout_s)
+        self.commands = DurableCommands(db, claim)
+        self.clients: ClientListener
+        context = ServerContext(
+            db=db,
+            commands=self.commands,
+            loop=self.loop,
+            resolvers=self.resolvers,
+            home=settings.paths.home,
+            epoch=claim.epoch,
+            max_workers=settings.max_workers,
+            connection_count=lambda: len(self.clients.connections),
+            request_stop=self.request_stop,
+        )
+        self.handlers = Handlers(context)
+        self.clients = ClientListener(
+            self.loop,
+            listener,
+            handle=self.handlers.handle,
+            hello=self._hello,
+            max_connections=settings.max_connections,
+            max_inflight=settings.max_inflight_per_connection,
+            output_cap=settings.output_cap_bytes,
+            frame_deadline_s=settings.frame_deadline_s,
+        )
+        self.loop.every(settings.server_renew_s, self._renew_epoch)
+        if settings.idle_exit_s > 0:
+            self.loop.every(min(settings.idle_exit_s / 4, 5.0), self._exit_if_idle)
+
+    def serve(self) -> None:
+        """Run loop turns until a stop is requested and pending output is flushed."""
+        while not self.loop.stop_requested:
+            self.loop.run_once()
+        self._drain_output(deadline_s=1.0)
+
+    def request_stop(self) -> None:
+        """Stop after this loop turn (answers already queued are flushed first)."""
+        self.loop.stop_requested = True
+
+    def shutdown(self) -> None:
+        """Close clients and children; the caller releases the epoch and the lock."""
+        self.resolvers.stop_all()
+        self.clients.close_all()
+        self.loop.close()
+
+    def _hello(self, connection_id: str) -> Hello:
+        return Hello(
+            connection_id=connection_id, package_version=__version__, server_epoch=self.claim.epoch
+        )
+
+    def _renew_epoch(self) -> None:
+        try:
+            with self.db.write() as tx:
+                self.claim = renew_server_claim(tx, self.claim, self.settings.server_lease_ms)
+        except ClaimLostError as error:
+            log.error("server epoch lost (%s); stopping without further writes", error.reason)
+            self.claim_held = False
+            self.request_stop()
+        except PiwfError as error:
+            log.warning("server epoch renewal failed: %s", error)
+        self.commands.claim = self.claim
+
+    def _exit_if_idle(self) -> None:
+        if self.clients.connections or self.resolvers.active:
+            return
+        if time.monotonic() - self.clients.last_activity < self.settings.idle_exit_s:
+            return
+        with self.db.read() as tx:
+            queued = tx.scalar(
+                "SELECT count(*) FROM run_queue WHERE status IN ('queued', 'starting', 'running')"
+            )
+        if queued:
+            return
+        log.info("idle for %.0f s; exiting", self.settings.idle_exit_s)
+        self.request_stop()
+
+    def _drain_output(self, deadline_s: float) -> None:
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end and any(
+            connection.output for connection in self.clients.connections.values()
+        ):
+            self.loop.run_once()
+
+
+def _take_epoch(db: StateDatabase, settings: ServerSettings, identity: str) -> ServerClaim:
+    with db.write() as tx:
+        owner = read_server_owner(tx)
+        # We hold the instance lock, so a recorded owner whose exact process is gone is dead
+        # even if its lease has not expired yet; a live recorded process is another server.
+        previous_dead = owner.process_start_identity is None or not is_alive(
+            owner.process_start_identity
+        )
+        result = acquire_server_claim(
+            tx,
+            server_id=f"server-{secrets.token_hex(8)}",
+            pid=os.getpid(),
+            process_start_identity=identity,
+            lease_ms=settings.server_lease_ms,
+            previous_dead=previous_dead,
+        )
+    if not isinstance(result, Applied):
+        raise ServerRunningError(result.evidence)
+    return result.value
+
+
+def _cleanup(
+    db: StateDatabase | None,
+    claim: ServerClaim | None,
+    lock: InstanceLock | None,
+    *,
+    socket_path: Path | None,
+    socket_inode: int | None = None,
+) -> None:
+    if socket_path is not None:
+        try:
+            if socket_inode is None or socket_path.stat().st_ino == socket_inode:
+                socket_path.unlink()
+        except FileNotFoundError:
+            pass
+    if db is not None:
+        if claim is not None:
+            try:
+                with db.write() as tx:
+                    release_server_claim(tx, claim)
+            except PiwfError as error:
+                log.warning("server epoch not released: %s", error)
+        db.close()
+    if lock is not None:
+        lock.release()
+
+
+def _report(ready_fd: int | None, message: dict[str, object]) -> None:
+    if ready_fd is None:
+        return
+    try:
+        os.write(ready_fd, canonical.encode(message) + b"\n")
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(ready_fd)
+
+
+def _configure_logging(path: Path) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    stream = os.fdopen(descriptor, "a", encoding="utf-8", buffering=1)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger("piwf")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False

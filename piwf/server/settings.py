@@ -1,0 +1,62 @@
+"""Server settings, their defaults and the files the server keeps under ``$PIWF_HOME/server/``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from piwf.config import ServerPaths, state_home
+
+DEFAULT_MAX_WORKERS = 4
+DEFAULT_IDLE_EXIT_S = 300.0
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    number = int(value)
+    if number <= 0:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    return number
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    number = float(value)
+    if number < 0:
+        raise ValueError(f"{name} must not be negative, not {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Tunables of one server process; tests shorten the intervals."""
+
+    paths: ServerPaths = field(default_factory=lambda: ServerPaths(state_home()))
+    max_workers: int = DEFAULT_MAX_WORKERS
+    idle_exit_s: float = DEFAULT_IDLE_EXIT_S
+    server_lease_ms: int = 30_000
+    server_renew_s: float = 10.0
+    frame_deadline_s: float = 10.0
+    max_connections: int = 128
+    max_inflight_per_connection: int = 32
+    output_cap_bytes: int = 8 * 1024 * 1024
+    resolver_timeout_s: float = 30.0
+
+    @classmethod
+    def from_environment(cls, **overrides: object) -> ServerSettings:
+        """Read ``PIWF_MAX_WORKERS``, ``PIWF_IDLE_EXIT_S``, ``PIWF_SERVER_LEASE_MS``,
+        ``PIWF_SERVER_RENEW_S`` and ``PIWF_FRAME_DEADLINE_S``; ``overrides`` win."""
+        values: dict[str, object] = {
+            "paths": ServerPaths(state_home()),
+            "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
+            "idle_exit_s": _env_float("PIWF_IDLE_EXIT_S", DEFAULT_IDLE_EXIT_S),
+            "server_lease_ms": _env_int("PIWF_SERVER_LEASE_MS", 30_000),
+            "server_renew_s": _env_float("PIWF_SERVER_RENEW_S", 10.0),
+            "frame_deadline_s": _env_float("PIWF_FRAME_DEADLINE_S", 10.0),
+        }
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        return cls(**values)  # type: ignore[arg-type]

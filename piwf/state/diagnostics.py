@@ -1,0 +1,120 @@
+"""Read-only state diagnostics: privacy-safe counts and invariant checks. Nothing here repairs.
+
+:func:`status_counts` returns numbers only: no run, actor or session ids, paths, payloads or
+tokens. :func:`find_violations` runs SQLite's own checks plus domain invariants, each reported
+with a stable code:
+
+==================  ============================================================
+code                meaning
+==================  ============================================================
+integrity           ``PRAGMA integrity_check`` reported a problem
+foreignKey          ``PRAGMA foreign_key_check`` found a dangling reference
+queueState          run status and queue status disagree (terminal vs not)
+terminalLease       a terminal run still has a live lease owner
+effectAttempt       an effect's open attempt does not match its status
+eventRevisions      an aggregate's events are not exactly revisions 1..revision
+==================  ============================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from piwf.canonical import JsonValue
+from piwf.state.database import Transaction
+from piwf.state.enums import QueueStatus, RunStatus
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant; ``detail`` names ids only, never payloads."""
+
+    code: str
+    detail: str
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """Return the wire form."""
+        return {"code": self.code, "detail": self.detail}
+
+
+def status_counts(tx: Transaction) -> dict[str, JsonValue]:
+    """Return safe counts of runs, queue rows, leases and effects."""
+    runs: dict[str, JsonValue] = {status.value: 0 for status in RunStatus}
+    for row in tx.all("SELECT status, count(*) FROM runs GROUP BY status"):
+        runs[row[0]] = row[1]
+    queue: dict[str, JsonValue] = {status.value: 0 for status in QueueStatus}
+    for row in tx.all("SELECT status, count(*) FROM run_queue GROUP BY status"):
+        queue[row[0]] = row[1]
+    return {
+        "runs": runs,
+        "queue": queue,
+        "pausedRuns": tx.scalar("SELECT count(*) FROM runs WHERE paused = 1"),
+        "activeLeases": tx.scalar(
+            "SELECT count(*) FROM leases WHERE owner_id IS NOT NULL AND expires_at > ?",
+            (tx.now,),
+        ),
+        "expiredLeases": tx.scalar(
+            "SELECT count(*) FROM leases WHERE owner_id IS NOT NULL AND expires_at <= ?",
+            (tx.now,),
+        ),
+        "unsettledEffects": tx.scalar(
+            "SELECT count(*) FROM effects WHERE status IN ('pending', 'applying', 'ambiguous')"
+        ),
+        "ambiguousEffects": tx.scalar("SELECT count(*) FROM effects WHERE status = 'ambiguous'"),
+        "events": tx.scalar("SELECT count(*) FROM events"),
+        "blobs": tx.scalar("SELECT count(*) FROM blobs"),
+        "databaseBytes": tx.scalar(
+            "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
+        ),
+    }
+
+
+_QUEUE_STATE = """
+SELECT r.run_id FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+WHERE (r.status IN ('completed', 'failed', 'timed_out', 'cancelled'))
+   != (q.status IN ('done', 'failed', 'cancelled'))
+   OR (r.status = 'completed' AND q.status != 'done')
+   OR (r.status = 'cancelled' AND q.status != 'cancelled')
+   OR (r.status IN ('failed', 'timed_out') AND q.status != 'failed')
+"""
+
+_TERMINAL_LEASE = """
+SELECT r.run_id FROM runs r JOIN leases l ON l.resource_id = r.resource_id
+WHERE r.status IN ('completed', 'failed', 'timed_out', 'cancelled')
+  AND l.owner_id IS NOT NULL AND l.expires_at > ?
+"""
+
+_EFFECT_ATTEMPT = """
+SELECT e.effect_id FROM effects e
+WHERE (e.status = 'applying') != EXISTS (
+        SELECT 1 FROM effect_attempts a WHERE a.effect_id = e.effect_id AND a.finished_at IS NULL)
+   OR e.attempt_count != (SELECT count(*) FROM effect_attempts a WHERE a.effect_id = e.effect_id)
+"""
+
+_EVENT_REVISIONS = """
+SELECT res.resource_id FROM resources res
+LEFT JOIN (SELECT resource_id, count(*) AS n, max(resource_revision) AS top,
+                  min(resource_revision) AS bottom
+           FROM events GROUP BY resource_id) ev ON ev.resource_id = res.resource_id
+WHERE coalesce(ev.n, 0) != res.revision
+   OR (res.revision > 0 AND (ev.top != res.revision OR ev.bottom != 1))
+"""
+
+
+def find_violations(tx: Transaction) -> list[Violation]:
+    """Return every broken invariant (empty for a sound database)."""
+    found: list[Violation] = []
+    for row in tx.all("PRAGMA integrity_check"):
+        if row[0] != "ok":
+            found.append(Violation("integrity", str(row[0])))
+    for row in tx.all("PRAGMA foreign_key_check"):
+        found.append(Violation("foreignKey", f"{row[0]} row {row[1]} references {row[2]}"))
+    for row in tx.all(_QUEUE_STATE):
+        found.append(Violation("queueState", f"run {row[0]}"))
+    for row in tx.all(_TERMINAL_LEASE, (tx.now,)):
+        found.append(Violation("terminalLease", f"run {row[0]}"))
+    for row in tx.all(_EFFECT_ATTEMPT):
+        found.append(Violation("effectAttempt", f"effect {row[0]}"))
+    for row in tx.all(_EVENT_REVISIONS):
+        found.append(Violation("eventRevisions", f"resource {row[0]}"))
+    return found
