@@ -1,0 +1,70 @@
+"""The workflow authoring API.
+
+A workflow is a Python module that exposes exactly one definition::
+
+    from piwf.workflow import compute, define_workflow
+
+    workflow = define_workflow(
+        name="hello",
+        start_at="greet",
+        nodes={
+            "greet": compute(lambda ctx: {"greeting": f"hello {ctx.input['who']}"}),
+            "shout": compute(lambda ctx: ctx.outputs["greet"]["greeting"].upper()),
+        },
+        edges=[{"from": "greet", "to": "shout"}],
+    )
+
+The compiler (:mod:`piwf.workflow.compiler`), file loader (:mod:`piwf.workflow.sources`),
+engine (:mod:`piwf.workflow.engine`), port (:mod:`piwf.workflow.port`) and in-memory port
+(:mod:`piwf.workflow.memory`) live in their own modules. This package imports no storage and no
+server code.
+"""
+
+from piwf.workflow.context import (
+    CancellationSignal,
+    NodeCancelledError,
+    NodeContext,
+    NodeResult,
+    Outcome,
+)
+from piwf.workflow.definition import Include, WorkflowDefinition, define_workflow, include
+from piwf.workflow.nodes import (
+    Effect,
+    NodeKind,
+    NotifyKind,
+    Recovery,
+    action,
+    agent,
+    checkpoint,
+    compute,
+    human_decision,
+    idempotent_effect,
+    manual_effect,
+    notify,
+    shell,
+)
+
+__all__ = [
+    "CancellationSignal",
+    "Effect",
+    "Include",
+    "NodeCancelledError",
+    "NodeContext",
+    "NodeKind",
+    "NodeResult",
+    "NotifyKind",
+    "Outcome",
+    "Recovery",
+    "WorkflowDefinition",
+    "action",
+    "agent",
+    "checkpoint",
+    "compute",
+    "define_workflow",
+    "human_decision",
+    "idempotent_effect",
+    "include",
+    "manual_effect",
+    "notify",
+    "shell",
+]

@@ -1,0 +1,428 @@
+"""One node visit, per node kind, proposing its durable changes through the port.
+
+======================  ==================================================================
+kind                    visit
+======================  ==================================================================
+compute                 call ``run``; the output must be JSON
+action / shell          compute the request, reserve the effect, then (only when the
+                        reservation is new or was returned to pending) run and settle it;
+                        an adopted settled effect gives its stored result without running
+notify                  propose the notification under the visit's stable id
+checkpoint / decision   commit the request and park ``waiting``; the answer (in a later
+/ agent                 command) becomes the output, after ``validate`` for agents
+======================  ==================================================================
+
+Uncertain endings of a managed effect (deadline passed, output not JSON) settle an idempotent
+effect ``rejected`` (a later visit retries under a new key) and a manual effect ``ambiguous``,
+which parks the run ``effectAmbiguous``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
+
+from piwf.canonical import JsonValue
+from piwf.errors import CanonicalJsonError, InvalidTransitionError
+from piwf.workflow import identity
+from piwf.workflow.compiler import CompiledNode
+from piwf.workflow.context import NodeContext, Outcome
+from piwf.workflow.invoke import (
+    CallOutcome,
+    Raised,
+    Returned,
+    Stopped,
+    describe_error,
+    failure_outcome,
+    invoke,
+    to_json,
+)
+from piwf.workflow.nodes import (
+    ActionNode,
+    AgentNode,
+    CheckpointNode,
+    ComputeNode,
+    HumanDecisionNode,
+    NotifyNode,
+    Recovery,
+    ShellNode,
+)
+from piwf.workflow.port import (
+    Adopted,
+    AnswerRejected,
+    Applied,
+    Conflict,
+    EffectOutcome,
+    EffectReservation,
+    EffectSettlement,
+    InteractionKind,
+    InteractionRequested,
+    NotificationRequested,
+    ParkReason,
+    PendingRequest,
+    PortResult,
+    RecoveryRequired,
+    SettledEffect,
+    WorkflowPort,
+)
+from piwf.workflow.scopes import Frame
+from piwf.workflow.shell_runner import resolve_invocation, run_shell
+
+M = TypeVar("M")
+
+
+@dataclass(frozen=True)
+class VisitDone:
+    """The visit ended with ``outcome``; ``request_id`` closes an answered request."""
+
+    outcome: Outcome
+    output: JsonValue = None
+    error: str | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class VisitParked:
+    """The visit stays open and the run parks for ``reason``."""
+
+    reason: ParkReason
+    request_id: str | None = None
+    detail: str | None = None
+
+
+VisitOutcome: TypeAlias = VisitDone | VisitParked
+
+
+class PortGate:
+    """Serialises port calls and remembers the first error the port raised.
+
+    Workflow code can call the port (``ctx.publish_update``) and may swallow what it raises;
+    the engine calls :meth:`raise_if_failed` after every callback so loss of authority always
+    stops the run.
+    """
+
+    def __init__(self, port: WorkflowPort) -> None:
+        self.port = port
+        self._lock = threading.Lock()
+        self._failure: BaseException | None = None
+
+    def call(self, method: Callable[[M], PortResult], message: M) -> PortResult:
+        """Send ``message``; return the port's typed result."""
+        with self._lock:
+            try:
+                return method(message)
+            except BaseException as error:
+                self._failure = self._failure or error
+                raise
+
+    def expect(self, method: Callable[[M], PortResult], message: M) -> PortResult:
+        """Send ``message``; raise :class:`InvalidTransitionError` unless applied or adopted."""
+        result = self.call(method, message)
+        if isinstance(result, (Applied, Adopted)):
+            return result
+        detail = result.evidence if isinstance(result, Conflict) else result.reason
+        error = InvalidTransitionError(f"port refused {type(message).__name__}: {detail}")
+        with self._lock:
+            self._failure = self._failure or error
+        raise error
+
+    def raise_if_failed(self) -> None:
+        """Re-raise the first port error seen during the command, if any."""
+        if self._failure is not None:
+            raise self._failure
+
+
+class VisitExecutor:
+    """Executes node visits of one run against one port gate."""
+
+    def __init__(self, gate: PortGate, run_id: str) -> None:
+        self.gate = gate
+        self.port = gate.port
+        self.run_id = run_id
+
+    def start(
+        self, node: CompiledNode, ctx: NodeContext, frame: Frame, timeout_ms: int | None
+    ) -> VisitOutcome:
+        """Run a new visit or a crash retry of ``node``."""
+        spec = node.node
+        match spec:
+            case ComputeNode():
+                call = invoke(lambda: spec.run(ctx), timeout_ms=timeout_ms, signal=ctx.signal)
+                return self._output(call, ctx, timeout_ms)
+            case ActionNode() | ShellNode():
+                return self._effect(spec, ctx, frame, timeout_ms)
+            case NotifyNode():
+                return self._notify(spec, ctx)
+            case CheckpointNode() | HumanDecisionNode() | AgentNode():
+                return self._request(spec, ctx)
+
+    def answer(self, node: CompiledNode, ctx: NodeContext, pending: PendingRequest) -> VisitOutcome:
+        """Consume the answer of the visit's pending request (or park again without one)."""
+        if not pending.answered:
+            return VisitParked(ParkReason.WAITING, pending.request_id)
+        spec = node.node
+        if not isinstance(spec, AgentNode) or spec.validate is None:
+            return VisitDone(Outcome.OK, pending.answer, request_id=pending.request_id)
+        validate = spec.validate
+        call = invoke(lambda: validate(pending.answer, ctx), timeout_ms=None, signal=ctx.signal)
+        self.gate.raise_if_failed()
+        problem: str | None = None
+        value: JsonValue = pending.answer
+        if isinstance(call, Raised):
+            problem = describe_error(call.error)
+        elif isinstance(call, Returned) and call.value is not None:
+            try:
+                value = to_json(call.value)
+            except CanonicalJsonError as error:
+                problem = f"validate returned a value that is not JSON: {error}"
+        if problem is not None:
+            rejection = AnswerRejected(self.run_id, pending.request_id, problem)
+            self.gate.expect(self.port.reject_answer, rejection)
+            return VisitParked(ParkReason.WAITING, pending.request_id, detail=problem)
+        return VisitDone(Outcome.OK, value, request_id=pending.request_id)
+
+    def _output(self, call: CallOutcome, ctx: NodeContext, timeout_ms: int | None) -> VisitDone:
+        self.gate.raise_if_failed()
+        match call:
+            case Returned(value=value):
+                try:
+                    return VisitDone(Outcome.OK, to_json(value))
+                except CanonicalJsonError as error:
+                    return VisitDone(Outcome.FAILED, error=f"output is not JSON: {error}")
+            case Raised(error=error):
+                return VisitDone(failure_outcome(ctx.signal), error=describe_error(error))
+            case Stopped(outcome=outcome):
+                return VisitDone(outcome, error=f"timed out after {timeout_ms} ms")
+
+    def _effect(
+        self,
+        spec: ActionNode | ShellNode,
+        ctx: NodeContext,
+        frame: Frame,
+        timeout_ms: int | None,
+    ) -> VisitOutcome:
+        try:
+            raw = (
+                spec.request(ctx)
+                if spec.request is not None
+                else {"input": frame.raw_input, "outputs": dict(frame.outputs)}
+            )
+            request = to_json(raw)
+        except CanonicalJsonError as error:
+            return VisitDone(Outcome.FAILED, error=f"effect request is not JSON: {error}")
+        except Exception as error:
+            self.gate.raise_if_failed()
+            return VisitDone(
+                Outcome.FAILED, error=f"effect request failed: {describe_error(error)}"
+            )
+        key = identity.effect_key(self.run_id, spec.effect.type, ctx.path, ctx.visit)
+        reservation = EffectReservation(
+            run_id=self.run_id,
+            path=ctx.path,
+            visit=ctx.visit,
+            effect_key=key,
+            effect_type=spec.effect.type,
+            recovery=spec.effect.recovery,
+            request=request,
+            request_fingerprint=identity.request_fingerprint(request),
+        )
+        match self.gate.call(self.port.reserve_effect, reservation):
+            case Conflict(evidence=evidence):
+                return VisitDone(
+                    Outcome.FAILED,
+                    error=(
+                        f"managed effect {spec.effect.type!r} key was reused with another "
+                        f"request ({evidence}); the action did not run"
+                    ),
+                )
+            case RecoveryRequired(reason=reason):
+                return VisitParked(ParkReason.EFFECT_AMBIGUOUS, detail=reason)
+            case Adopted(settled=SettledEffect() as settled):
+                return self._adopt(spec, settled)
+            case Applied() | Adopted():
+                pass
+        if isinstance(spec, ActionNode):
+            return self._run_action(spec, ctx, key, timeout_ms)
+        return self._run_shell(spec, ctx, key, timeout_ms)
+
+    def _run_action(
+        self, spec: ActionNode, ctx: NodeContext, key: str, timeout_ms: int | None
+    ) -> VisitOutcome:
+        call = invoke(lambda: spec.run(ctx), timeout_ms=timeout_ms, signal=ctx.signal)
+        self.gate.raise_if_failed()
+        match call:
+            case Returned(value=value):
+                try:
+                    output = to_json(value)
+                except CanonicalJsonError as error:
+                    return self._uncertain(
+                        spec, key, Outcome.FAILED, f"output is not JSON: {error}"
+                    )
+                self._settle(key, EffectOutcome.APPLIED, output)
+                return VisitDone(Outcome.OK, output)
+            case Raised(error=error):
+                text = describe_error(error)
+                self._settle(key, EffectOutcome.REJECTED, None, text)
+                return VisitDone(failure_outcome(ctx.signal), error=text)
+            case Stopped(outcome=outcome):
+                return self._uncertain(spec, key, outcome, f"timed out after {timeout_ms} ms")
+
+    def _run_shell(
+        self, spec: ShellNode, ctx: NodeContext, key: str, timeout_ms: int | None
+    ) -> VisitOutcome:
+        try:
+            invocation = resolve_invocation(spec, ctx)
+        except Exception as error:
+            self.gate.raise_if_failed()
+            text = f"shell command could not be resolved: {describe_error(error)}"
+            self._settle(key, EffectOutcome.REJECTED, None, text)
+            return VisitDone(Outcome.FAILED, error=text)
+        try:
+            run = run_shell(
+                invocation,
+                node_timeout_ms=timeout_ms,
+                max_output_chars=spec.max_output_chars,
+                signal=ctx.signal,
+            )
+        except OSError as error:
+            text = f"cannot start {invocation.command!r}: {error.strerror or error}"
+            self._settle(key, EffectOutcome.REJECTED, None, text)
+            return VisitDone(Outcome.FAILED, error=text)
+        if run.stopped is not None:
+            verb = "timed out" if run.stopped is Outcome.TIMED_OUT else "was cancelled"
+            return self._uncertain(spec, key, run.stopped, f"{invocation.command!r} {verb}")
+        code = run.result["exit_code"]
+        if code != 0 and not spec.allow_nonzero_exit:
+            text = f"{invocation.command!r} exited with {code or run.result['signal']}"
+            self._settle(key, EffectOutcome.REJECTED, run.result, text)
+            return VisitDone(Outcome.FAILED, error=text)
+        self._settle(key, EffectOutcome.APPLIED, run.result)
+        return self._parsed(spec, run.result)
+
+    def _adopt(self, spec: ActionNode | ShellNode, settled: SettledEffect) -> VisitOutcome:
+        if settled.outcome is EffectOutcome.APPLIED:
+            if isinstance(spec, ShellNode):
+                return self._parsed(spec, settled.result)
+            return VisitDone(Outcome.OK, settled.result)
+        if settled.outcome is EffectOutcome.AMBIGUOUS:
+            return VisitParked(ParkReason.EFFECT_AMBIGUOUS, detail=settled.error)
+        return VisitDone(Outcome.FAILED, error=settled.error or "the effect was rejected")
+
+    def _parsed(self, spec: ShellNode, result: JsonValue) -> VisitDone:
+        if spec.parse is None:
+            return VisitDone(Outcome.OK, result)
+        parse = spec.parse
+        try:
+            return VisitDone(Outcome.OK, to_json(parse(result)))
+        except CanonicalJsonError as error:
+            return VisitDone(
+                Outcome.FAILED, error=f"parse returned a value that is not JSON: {error}"
+            )
+        except Exception as error:
+            self.gate.raise_if_failed()
+            return VisitDone(Outcome.FAILED, error=f"parse failed: {describe_error(error)}")
+
+    def _uncertain(
+        self, spec: ActionNode | ShellNode, key: str, outcome: Outcome, text: str
+    ) -> VisitOutcome:
+        if spec.effect.recovery is Recovery.MANUAL:
+            self._settle(key, EffectOutcome.AMBIGUOUS, None, text)
+            return VisitParked(ParkReason.EFFECT_AMBIGUOUS, detail=text)
+        self._settle(key, EffectOutcome.REJECTED, None, text)
+        return VisitDone(outcome, error=text)
+
+    def _settle(
+        self, key: str, outcome: EffectOutcome, result: JsonValue, error: str | None = None
+    ) -> None:
+        settlement = EffectSettlement(self.run_id, key, outcome, result, error)
+        self.gate.expect(self.port.settle_effect, settlement)
+
+    def _notify(self, spec: NotifyNode, ctx: NodeContext) -> VisitOutcome:
+        message_spec = spec.message
+        if isinstance(message_spec, str):
+            message: Any = message_spec
+        else:
+            call = invoke(lambda: message_spec(ctx), timeout_ms=None, signal=ctx.signal)
+            self.gate.raise_if_failed()
+            if isinstance(call, Raised):
+                return VisitDone(failure_outcome(ctx.signal), error=describe_error(call.error))
+            message = call.value if isinstance(call, Returned) else None
+        if not isinstance(message, str):
+            return VisitDone(Outcome.FAILED, error="notify message must be a string")
+        notification = NotificationRequested(
+            run_id=self.run_id,
+            path=ctx.path,
+            visit=ctx.visit,
+            notification_id=identity.notification_id(self.run_id, ctx.path, ctx.visit),
+            kind=spec.notify_kind,
+            message=message,
+        )
+        self.gate.expect(self.port.notify, notification)
+        return VisitDone(Outcome.OK, {"kind": spec.notify_kind.value, "message": message})
+
+    def _request(
+        self, spec: CheckpointNode | HumanDecisionNode | AgentNode, ctx: NodeContext
+    ) -> VisitOutcome:
+        try:
+            kind, content = _request_content(spec, ctx)
+        except CanonicalJsonError as error:
+            return VisitDone(Outcome.FAILED, error=f"request content is not JSON: {error}")
+        except Exception as error:
+            self.gate.raise_if_failed()
+            return VisitDone(failure_outcome(ctx.signal), error=describe_error(error))
+        self.gate.raise_if_failed()
+        request_id = identity.request_id(self.run_id, ctx.path, ctx.visit)
+        message = InteractionRequested(
+            run_id=self.run_id,
+            path=ctx.path,
+            visit=ctx.visit,
+            request_id=request_id,
+            kind=kind,
+            content=content,
+            on_timeout=(
+                spec.on_timeout.structure()
+                if isinstance(spec, HumanDecisionNode) and spec.on_timeout
+                else None
+            ),
+            timeout_ms=(
+                spec.timeout_ms
+                if isinstance(spec, AgentNode) and isinstance(spec.timeout_ms, int)
+                else None
+            ),
+        )
+        result = self.gate.call(self.port.request_interaction, message)
+        if isinstance(result, Conflict):
+            return VisitDone(
+                Outcome.FAILED, error=f"request {request_id} conflicts: {result.evidence}"
+            )
+        if isinstance(result, RecoveryRequired):
+            raise InvalidTransitionError(f"port refused InteractionRequested: {result.reason}")
+        return VisitParked(ParkReason.WAITING, request_id)
+
+
+def _request_content(
+    spec: CheckpointNode | HumanDecisionNode | AgentNode, ctx: NodeContext
+) -> tuple[InteractionKind, JsonValue]:
+    """Return the request kind and its content (workflow code runs here)."""
+    match spec:
+        case CheckpointNode():
+            content = to_json(spec.run(ctx)) if spec.run is not None else None
+            return InteractionKind.CHECKPOINT, {"summary": spec.summary, "content": content}
+        case HumanDecisionNode():
+            request = to_json(spec.request(ctx)) if spec.request is not None else None
+            return InteractionKind.HUMAN_DECISION, {
+                "audience": spec.audience,
+                "choices": dict(spec.choices),
+                "request": request,
+            }
+        case AgentNode():
+            prompt = spec.prompt if isinstance(spec.prompt, str) else spec.prompt(ctx)
+            if not isinstance(prompt, str):
+                raise TypeError("agent prompt must be a string")
+            return InteractionKind.AGENT, {
+                "prompt": prompt,
+                "expectedOutput": spec.expected_output,
+                "statusDetail": spec.status_detail,
+            }

@@ -1,0 +1,32 @@
+"""Execution identities derived by the engine, never supplied by workflow code.
+
+A node visit is ``(run id, full compiled path, visit number)``. Managed-effect keys, request ids
+and notification ids are SHA-256 digests of the canonical JSON of that visit (plus the effect
+type for effects), so a crash retry of the same visit derives the same identity, a later visit
+of the same node derives a new one, and two mounts of one workflow never share one.
+"""
+
+from __future__ import annotations
+
+from piwf import canonical
+from piwf.canonical import JsonValue
+
+
+def effect_key(run_id: str, effect_type: str, path: str, visit: int) -> str:
+    """Return the internal idempotency key of a managed effect."""
+    return "effect-" + canonical.digest_hex(["piwf.effect.v1", run_id, effect_type, path, visit])
+
+
+def request_id(run_id: str, path: str, visit: int) -> str:
+    """Return the exact request id of the interaction a visit opens."""
+    return "request-" + canonical.digest_hex(["piwf.request.v1", run_id, path, visit])[:40]
+
+
+def notification_id(run_id: str, path: str, visit: int) -> str:
+    """Return the stable id of the notification a visit proposes."""
+    return "notification-" + canonical.digest_hex(["piwf.notify.v1", run_id, path, visit])[:40]
+
+
+def request_fingerprint(request: JsonValue) -> str:
+    """Return the hex SHA-256 of an effect request's canonical JSON."""
+    return canonical.digest_hex(request)

@@ -1,0 +1,493 @@
+"""An in-memory :class:`~piwf.workflow.port.WorkflowPort` for tests and dry runs.
+
+It applies the same rules the server's store applies, minus persistence: one active visit per
+run, visit numbers that only grow, effects keyed by the engine's derived key with a request
+fingerprint check (same key + same request adopts, another request conflicts), an applying
+effect found again after a crash goes back to pending (idempotent) or becomes ambiguous
+(manual), and terminal runs accept nothing more. Test helpers create runs and restarts, answer
+requests (as a person or by a decision's timeout policy) and resolve ambiguous effects.
+
+Nothing here survives the process; a "crash" in a test is an exception that escapes
+:func:`~piwf.workflow.engine.execute` and leaves the port as the dead runner left it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from piwf.canonical import JsonValue
+from piwf.clock import Clock
+from piwf.workflow.commands import StartCommand
+from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
+from piwf.workflow.context import CancellationSignal, Outcome
+from piwf.workflow.definition import WorkflowDefinition
+from piwf.workflow.engine import ExecutionResult, execute
+from piwf.workflow.invoke import to_json
+from piwf.workflow.nodes import Recovery
+from piwf.workflow.port import (
+    ActiveVisit,
+    Adopted,
+    AnsweredBy,
+    AnswerRejected,
+    Applied,
+    Conflict,
+    EffectOutcome,
+    EffectReservation,
+    EffectSettlement,
+    InteractionRequested,
+    Lineage,
+    NodeFailed,
+    NodeFinished,
+    NodeStarted,
+    NotificationRequested,
+    ParkReason,
+    PendingRequest,
+    PortResult,
+    RecoveryRequired,
+    RunBegun,
+    RunFinished,
+    RunParked,
+    RunStatus,
+    SavedRun,
+    SettledEffect,
+    StepRecord,
+    UpdatePublished,
+)
+
+
+class EffectStatus(str, Enum):
+    """The state of one managed effect record."""
+
+    APPLYING = "applying"
+    APPLIED = "applied"
+    REJECTED = "rejected"
+    AMBIGUOUS = "ambiguous"
+
+
+@dataclass
+class EffectRecord:
+    """One reserved effect; ``attempts`` counts reservations that let the action run."""
+
+    key: str
+    run_id: str
+    path: str
+    visit: int
+    effect_type: str
+    recovery: Recovery
+    request: JsonValue
+    fingerprint: str
+    status: EffectStatus = EffectStatus.APPLYING
+    result: JsonValue = None
+    error: str | None = None
+    attempts: int = 1
+
+
+@dataclass
+class _Run:
+    run_id: str
+    status: RunStatus
+    input: JsonValue
+    lineage: Lineage
+    parent_run_id: str | None
+    restart_number: int
+    definition_digest: str | None
+    title: str | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    visits: dict[str, int] = field(default_factory=dict)
+    active: ActiveVisit | None = None
+    pending: PendingRequest | None = None
+    park_reason: ParkReason | None = None
+    output: JsonValue = None
+    error: str | None = None
+
+
+class MemoryPort:
+    """A thread-safe in-memory port; every accepted message is appended to ``messages``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._runs: dict[str, _Run] = {}
+        self.effects: dict[str, EffectRecord] = {}
+        self.updates: dict[tuple[str, str, str], UpdatePublished] = {}
+        self.notifications: dict[str, NotificationRequested] = {}
+        self.requests: dict[str, InteractionRequested] = {}
+        self.rejections: list[AnswerRejected] = []
+        self.messages: list[object] = []
+
+    # Helpers for tests and dry runs ------------------------------------------------------
+
+    def create_run(
+        self, run_id: str, input: JsonValue = None, *, definition_digest: str | None = None
+    ) -> None:
+        """Queue a new root run; raises ``ValueError`` if ``run_id`` exists."""
+        with self._lock:
+            if run_id in self._runs:
+                raise ValueError(f"run {run_id} already exists")
+            self._runs[run_id] = _Run(
+                run_id, RunStatus.QUEUED, to_json(input), Lineage.ROOT, None, 0, definition_digest
+            )
+
+    def create_restart(self, parent_run_id: str, run_id: str) -> None:
+        """Queue a restart of ``parent_run_id`` with its input and definition digest.
+
+        Like the server's ``run restart`` it copies nothing else; unlike it, it does not check
+        the parent's status, so tests can send invalid restart commands to the engine.
+        """
+        with self._lock:
+            parent = self._runs[parent_run_id]
+            if run_id in self._runs:
+                raise ValueError(f"run {run_id} already exists")
+            self._runs[run_id] = _Run(
+                run_id,
+                RunStatus.QUEUED,
+                parent.input,
+                Lineage.RESTART,
+                parent_run_id,
+                parent.restart_number + 1,
+                parent.definition_digest,
+            )
+
+    def answer(
+        self, request_id: str, answer: JsonValue, *, answered_by: AnsweredBy = AnsweredBy.HUMAN
+    ) -> str:
+        """Answer the open request ``request_id``; return its run id.
+
+        Raises ``ValueError`` when no run waits on that request or it is already answered.
+        """
+        with self._lock:
+            run = self._run_with_request(request_id)
+            assert run.pending is not None
+            if run.pending.answered:
+                raise ValueError(f"request {request_id} is already answered")
+            run.pending = replace(
+                run.pending, answered=True, answer=to_json(answer), answered_by=answered_by
+            )
+            return run.run_id
+
+    def answer_by_timeout_policy(self, request_id: str) -> str:
+        """Record a decision's ``on_timeout`` default as its answer; return the run id."""
+        with self._lock:
+            request = self.requests.get(request_id)
+            policy = request.on_timeout if request is not None else None
+            if not isinstance(policy, Mapping) or "response" not in policy:
+                raise ValueError(f"request {request_id} has no timeout policy")
+            return self.answer(
+                request_id, policy["response"], answered_by=AnsweredBy.TIMEOUT_POLICY
+            )
+
+    def resolve_effect(
+        self,
+        effect_key: str,
+        outcome: EffectOutcome,
+        result: JsonValue = None,
+        error: str | None = None,
+    ) -> None:
+        """Operator recovery: settle an ambiguous effect as applied or rejected."""
+        with self._lock:
+            record = self.effects[effect_key]
+            if record.status is not EffectStatus.AMBIGUOUS or outcome is EffectOutcome.AMBIGUOUS:
+                raise ValueError(f"effect {effect_key} is {record.status.value}, not ambiguous")
+            record.status = EffectStatus(outcome.value)
+            record.result, record.error = to_json(result), error
+
+    def effects_of(self, run_id: str) -> list[EffectRecord]:
+        """Return the effects of ``run_id`` in reservation order."""
+        with self._lock:
+            return [record for record in self.effects.values() if record.run_id == run_id]
+
+    # The port -----------------------------------------------------------------------------
+
+    def read_run(self, run_id: str) -> SavedRun | None:
+        """Return a snapshot of the saved run, or ``None``."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return None
+            return SavedRun(
+                run_id=run.run_id,
+                status=run.status,
+                input=run.input,
+                lineage=run.lineage,
+                parent_run_id=run.parent_run_id,
+                restart_number=run.restart_number,
+                definition_digest=run.definition_digest,
+                steps=tuple(run.steps),
+                visits=dict(run.visits),
+                active=run.active,
+                pending=run.pending,
+                park_reason=run.park_reason,
+                output=run.output,
+                error=run.error,
+            )
+
+    def begin_run(self, message: RunBegun) -> PortResult:
+        """Mark the run running for the accepted command."""
+        with self._lock:
+            run = self._runs.get(message.run_id)
+            if run is None or run.status.terminal:
+                return Conflict(f"run {message.run_id} is missing or terminal")
+            if run.definition_digest not in (None, message.definition_digest):
+                return Conflict("definition digest differs from the run's")
+            run.definition_digest = message.definition_digest
+            if message.title is not None:
+                run.title = message.title
+            run.status, run.park_reason = RunStatus.RUNNING, None
+            return self._accept(message)
+
+    def node_started(self, message: NodeStarted) -> PortResult:
+        """Open a visit, or the next attempt of the unfinished one."""
+        with self._lock:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
+            active = run.active
+            if active is not None:
+                if (active.path, active.visit) != (message.path, message.visit):
+                    return Conflict(f"visit {active.visit} of {active.path!r} is still active")
+                if message.attempt == active.attempt:
+                    return Adopted()
+                if message.attempt < active.attempt:
+                    return Conflict(f"attempt {message.attempt} is older than {active.attempt}")
+            elif message.visit != run.visits.get(message.path, 0) + 1 or message.attempt != 1:
+                return Conflict(f"visit {message.visit} attempt {message.attempt} is not next")
+            run.active = ActiveVisit(
+                message.path,
+                message.visit,
+                message.attempt,
+                message.started_at_ms,
+                message.deadline_ms,
+            )
+            run.visits[message.path] = message.visit
+            return self._accept(message)
+
+    def node_finished(self, message: NodeFinished) -> PortResult:
+        """Close the active visit ``ok`` (closing its answered request when named)."""
+        with self._lock:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
+            active = self._active(run, message.path, message.visit)
+            if isinstance(active, Conflict):
+                return active
+            pending = run.pending
+            if pending is not None and (
+                pending.request_id != message.request_id or not pending.answered
+            ):
+                return Conflict(f"request {pending.request_id} is still open")
+            if pending is None and message.request_id is not None:
+                return Conflict(f"request {message.request_id} is not open")
+            run.steps.append(
+                StepRecord(
+                    message.path,
+                    message.visit,
+                    message.attempt,
+                    Outcome.OK,
+                    message.output,
+                    None,
+                    active.started_at_ms,
+                    message.finished_at_ms,
+                )
+            )
+            run.active, run.pending = None, None
+            return self._accept(message)
+
+    def node_failed(self, message: NodeFailed) -> PortResult:
+        """Close the active visit with a failure outcome (dropping any open request)."""
+        with self._lock:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
+            active = self._active(run, message.path, message.visit)
+            if isinstance(active, Conflict):
+                return active
+            run.steps.append(
+                StepRecord(
+                    message.path,
+                    message.visit,
+                    message.attempt,
+                    message.outcome,
+                    None,
+                    message.error,
+                    active.started_at_ms,
+                    message.finished_at_ms,
+                )
+            )
+            run.active, run.pending = None, None
+            return self._accept(message)
+
+    def reserve_effect(self, message: EffectReservation) -> PortResult:
+        """Reserve, adopt, refuse or send to recovery, by key and request fingerprint."""
+        with self._lock:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
+            active = self._active(run, message.path, message.visit)
+            if isinstance(active, Conflict):
+                return active
+            record = self.effects.get(message.effect_key)
+            if record is None:
+                self.effects[message.effect_key] = EffectRecord(
+                    key=message.effect_key,
+                    run_id=message.run_id,
+                    path=message.path,
+                    visit=message.visit,
+                    effect_type=message.effect_type,
+                    recovery=message.recovery,
+                    request=message.request,
+                    fingerprint=message.request_fingerprint,
+                )
+                return self._accept(message)
+            if record.fingerprint != message.request_fingerprint:
+                return Conflict(f"managed effect key {record.key} was reused with another request")
+            if record.status in (EffectStatus.APPLIED, EffectStatus.REJECTED):
+                outcome = EffectOutcome(record.status.value)
+                return Adopted(settled=SettledEffect(outcome, record.result, record.error))
+            if record.status is EffectStatus.APPLYING and record.recovery is Recovery.IDEMPOTENT:
+                record.attempts += 1
+                self.messages.append(message)
+                return Adopted()
+            record.status = EffectStatus.AMBIGUOUS
+            return RecoveryRequired(f"effectAmbiguous: effect {record.key} may have applied")
+
+    def settle_effect(self, message: EffectSettlement) -> PortResult:
+        """Settle the applying effect attempt."""
+        with self._lock:
+            record = self.effects.get(message.effect_key)
+            if record is None or record.run_id != message.run_id:
+                return Conflict(f"effect {message.effect_key} is not reserved by this run")
+            if record.status is not EffectStatus.APPLYING:
+                same = (record.status.value, record.result) == (
+                    message.outcome.value,
+                    message.result,
+                )
+                return Adopted() if same else Conflict(f"effect is {record.status.value}")
+            record.status = EffectStatus(message.outcome.value)
+            record.result, record.error = message.result, message.error
+            return self._accept(message)
+
+    def publish_update(self, message: UpdatePublished) -> PortResult:
+        """Keep the latest update per ``(run, type, key)``."""
+        with self._lock:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
+            active = self._active(run, message.path, message.visit)
+            if isinstance(active, Conflict):
+                return active
+            self.updates[(message.run_id, message.update_type, message.key)] = message
+            return self._accept(message)
+
+    def notify(self, message: NotificationRequested) -> PortResult:
+        """Store a notification once per stable id."""
+        with self._lock:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
+            existing = self.notifications.get(message.notification_id)
+            if existing is not None:
+                return Adopted() if existing == message else Conflict("another notification")
+            self.notifications[message.notification_id] = message
+            return self._accept(message)
+
+    def request_interaction(self, message: InteractionRequested) -> PortResult:
+        """Open the request of the active visit (adopting an identical repeat)."""
+        with self._lock:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
+            active = self._active(run, message.path, message.visit)
+            if isinstance(active, Conflict):
+                return active
+            existing = self.requests.get(message.request_id)
+            if existing is not None:
+                return Adopted() if existing == message else Conflict("another request content")
+            self.requests[message.request_id] = message
+            run.pending = PendingRequest(
+                message.request_id, message.path, message.visit, message.kind, message.content
+            )
+            return self._accept(message)
+
+    def reject_answer(self, message: AnswerRejected) -> PortResult:
+        """Refuse the answer and reopen the same request."""
+        with self._lock:
+            run = self._runs.get(message.run_id)
+            pending = run.pending if run is not None else None
+            if run is None or pending is None or pending.request_id != message.request_id:
+                return Conflict(f"request {message.request_id} is not open")
+            run.pending = replace(pending, answered=False, answer=None, answered_by=None)
+            self.rejections.append(message)
+            return self._accept(message)
+
+    def park(self, message: RunParked) -> PortResult:
+        """Park the run ``waiting`` or ``parked``."""
+        with self._lock:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
+            waiting = message.reason is ParkReason.WAITING
+            run.status = RunStatus.WAITING if waiting else RunStatus.PARKED
+            run.park_reason = message.reason
+            return self._accept(message)
+
+    def finish(self, message: RunFinished) -> PortResult:
+        """Give the run its terminal status."""
+        with self._lock:
+            run = self._runs.get(message.run_id)
+            if run is None:
+                return Conflict(f"run {message.run_id} does not exist")
+            if run.status.terminal:
+                same = (run.status, run.output) == (message.status, message.output)
+                return Adopted() if same else Conflict(f"run is already {run.status.value}")
+            run.status, run.output, run.error = message.status, message.output, message.error
+            run.active, run.pending, run.park_reason = None, None, None
+            return self._accept(message)
+
+    # Internals ----------------------------------------------------------------------------
+
+    def _accept(self, message: object) -> Applied:
+        self.messages.append(message)
+        return Applied(revision=len(self.messages))
+
+    def _running(self, run_id: str) -> _Run | Conflict:
+        run = self._runs.get(run_id)
+        if run is None:
+            return Conflict(f"run {run_id} does not exist")
+        if run.status is not RunStatus.RUNNING:
+            return Conflict(f"run {run_id} is {run.status.value}, not running")
+        return run
+
+    @staticmethod
+    def _active(run: _Run, path: str, visit: int) -> ActiveVisit | Conflict:
+        active = run.active
+        if active is None or (active.path, active.visit) != (path, visit):
+            return Conflict(f"visit {visit} of {path!r} is not the active visit")
+        return active
+
+    def _run_with_request(self, request_id: str) -> _Run:
+        for run in self._runs.values():
+            if run.pending is not None and run.pending.request_id == request_id:
+                return run
+        raise ValueError(f"no run is waiting on request {request_id}")
+
+
+def run_in_memory(
+    workflow: CompiledWorkflow | WorkflowDefinition,
+    input: JsonValue = None,
+    *,
+    run_id: str = "dry-run",
+    port: MemoryPort | None = None,
+    clock: Clock | None = None,
+    cancel: CancellationSignal | None = None,
+) -> tuple[ExecutionResult, MemoryPort]:
+    """Dry-run ``workflow`` on a fresh (or given) in-memory port with a start command.
+
+    Returns the execution result and the port, whose records show every proposed change.
+    """
+    compiled = workflow if isinstance(workflow, CompiledWorkflow) else compile_workflow(workflow)
+    memory = port or MemoryPort()
+    memory.create_run(run_id, input, definition_digest=compiled.digest)
+    result = execute(StartCommand(run_id), compiled, memory, clock=clock, cancel=cancel)
+    return result, memory

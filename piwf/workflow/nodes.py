@@ -1,0 +1,550 @@
+"""Node kinds of the authoring API and their effect markers.
+
+Each factory returns a frozen node object; nothing runs until an engine executes a compiled
+workflow. Factories check what they can see on their own (types, effect markers, choices,
+timeouts); :func:`piwf.workflow.define_workflow` checks the graph around them.
+
+=================  ======================================================================
+kind               contract
+=================  ======================================================================
+``compute``        pure data shaping; may run again after a crash
+``action``         a side effect; must declare ``idempotent_effect`` or ``manual_effect``
+``shell``          an action that runs one subprocess (no shell); same effect rule
+``notify``         proposes one notification; a crash retry never duplicates it
+``checkpoint``     commits an input request and parks the run until it is answered
+``human_decision`` a protected checkpoint: only a person or its timeout policy answers
+``agent``          an interactive step fulfilled by a session or a headless agent command
+=================  ======================================================================
+
+Every node's :meth:`structure` is its part of the definition snapshot: structure only, never
+function code, so the digest is stable across interpreters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+
+from piwf import canonical
+from piwf.canonical import JsonValue
+from piwf.errors import CanonicalJsonError, WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from piwf.workflow.context import NodeContext
+
+MAX_EFFECT_TYPE_CHARS = 256
+#: Default deadline of an agent step (active time; enforced by the server).
+DEFAULT_AGENT_TIMEOUT_MS = 15 * 60_000
+#: Cap on captured stdout and stderr of a shell node, each, in characters.
+MAX_SHELL_OUTPUT_CHARS = 1_000_000
+#: Largest static timeout accepted anywhere (about 24 days; fits a 32-bit signed ms count).
+MAX_TIMEOUT_MS = 2**31 - 1
+CHOICE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+#: A node deadline: milliseconds, ``None`` for none, or a callable computing either from the
+#: context (computed timeouts are left out of the definition snapshot).
+TimeoutSpec: TypeAlias = "int | Callable[[NodeContext], int | None] | None"
+NodeCallable: TypeAlias = "Callable[[NodeContext], Any]"
+
+
+class Recovery(str, Enum):
+    """What happens to a managed effect after an uncertain runner exit."""
+
+    #: The effect returns to pending and is retried (needs an external key or read-back check).
+    IDEMPOTENT = "idempotent"
+    #: The effect becomes ambiguous and the run parks until an operator decides.
+    MANUAL = "manual"
+
+
+class NodeKind(str, Enum):
+    """The closed set of node kinds a workflow graph can contain."""
+
+    COMPUTE = "compute"
+    ACTION = "action"
+    SHELL = "shell"
+    NOTIFY = "notify"
+    CHECKPOINT = "checkpoint"
+    HUMAN_DECISION = "human_decision"
+    AGENT = "agent"
+
+
+class NotifyKind(str, Enum):
+    """Whether a notification reports progress or a final result."""
+
+    PROGRESS = "progress"
+    FINAL = "final"
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A managed-effect marker: the effect ``type`` and its ``recovery`` contract.
+
+    The internal idempotency key is never part of the marker: the engine derives it from the
+    run id, this type, the full compiled node path and the visit number.
+    """
+
+    type: str
+    recovery: Recovery
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return the snapshot form ``{type, recovery}``."""
+        return {"type": self.type, "recovery": self.recovery.value}
+
+
+def idempotent_effect(effect_type: str) -> Effect:
+    """Declare an effect that is safe to retry after an uncertain exit.
+
+    Use it only when the external system deduplicates (an idempotency key sent in the request)
+    or the action checks whether it already applied. ``effect_type`` is trimmed and must then be
+    1..256 characters; otherwise :class:`WorkflowDefinitionError` is raised.
+    """
+    return Effect(_effect_type(effect_type), Recovery.IDEMPOTENT)
+
+
+def manual_effect(effect_type: str) -> Effect:
+    """Declare an effect that an operator must review after an uncertain exit.
+
+    After a crash or timeout while it was applying, the effect becomes ambiguous, the run parks
+    with ``effectAmbiguous`` and nothing retries it automatically.
+    """
+    return Effect(_effect_type(effect_type), Recovery.MANUAL)
+
+
+def _effect_type(value: object) -> str:
+    if not isinstance(value, str):
+        raise WorkflowDefinitionError(f"effect type must be a string, got {type(value).__name__}")
+    trimmed = value.strip()
+    if not 1 <= len(trimmed) <= MAX_EFFECT_TYPE_CHARS:
+        raise WorkflowDefinitionError(
+            f"effect type must be 1..{MAX_EFFECT_TYPE_CHARS} characters after trimming, "
+            f"got {len(trimmed)}"
+        )
+    return trimmed
+
+
+@dataclass(frozen=True)
+class ComputeNode:
+    """Pure data shaping: ``run(ctx)`` returns the node output."""
+
+    kind: ClassVar[NodeKind] = NodeKind.COMPUTE
+    run: NodeCallable
+    timeout_ms: TimeoutSpec = None
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return this node's part of the definition snapshot."""
+        return {"kind": self.kind.value, "timeoutMs": timeout_structure(self.timeout_ms)}
+
+
+@dataclass(frozen=True)
+class ActionNode:
+    """A managed side effect: the engine reserves ``effect`` before ``run(ctx)`` is called."""
+
+    kind: ClassVar[NodeKind] = NodeKind.ACTION
+    effect: Effect
+    run: NodeCallable
+    request: NodeCallable | None = None
+    timeout_ms: TimeoutSpec = None
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return this node's part of the definition snapshot."""
+        return {
+            "kind": self.kind.value,
+            "effect": self.effect.structure(),
+            "request": "computed" if self.request is not None else "default",
+            "timeoutMs": timeout_structure(self.timeout_ms),
+        }
+
+
+@dataclass(frozen=True)
+class ShellNode:
+    """A managed side effect that runs one subprocess without a shell.
+
+    ``command`` is an argv list, or a callable returning either an argv list or a mapping
+    ``{"command": str, "args": [...], "cwd": str, "timeout_ms": int, "env": {...}}``.
+    """
+
+    kind: ClassVar[NodeKind] = NodeKind.SHELL
+    effect: Effect
+    command: tuple[str, ...] | NodeCallable
+    parse: Callable[[JsonValue], Any] | None = None
+    cwd: str | None = None
+    allow_nonzero_exit: bool = False
+    max_output_chars: int = MAX_SHELL_OUTPUT_CHARS
+    request: NodeCallable | None = None
+    timeout_ms: TimeoutSpec = None
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return this node's part of the definition snapshot (a static argv is structure)."""
+        command: JsonValue = list(self.command) if isinstance(self.command, tuple) else "computed"
+        return {
+            "kind": self.kind.value,
+            "effect": self.effect.structure(),
+            "command": command,
+            "cwd": self.cwd,
+            "allowNonzeroExit": self.allow_nonzero_exit,
+            "maxOutputChars": self.max_output_chars,
+            "parses": self.parse is not None,
+            "request": "computed" if self.request is not None else "default",
+            "timeoutMs": timeout_structure(self.timeout_ms),
+        }
+
+
+@dataclass(frozen=True)
+class NotifyNode:
+    """Proposes one notification; its output is ``{"kind", "message"}``."""
+
+    kind: ClassVar[NodeKind] = NodeKind.NOTIFY
+    message: str | NodeCallable
+    notify_kind: NotifyKind = NotifyKind.PROGRESS
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return this node's part of the definition snapshot."""
+        return {"kind": self.kind.value, "notifyKind": self.notify_kind.value}
+
+
+@dataclass(frozen=True)
+class CheckpointNode:
+    """Commits an input request and parks; the answer becomes the node output."""
+
+    kind: ClassVar[NodeKind] = NodeKind.CHECKPOINT
+    summary: str | None = None
+    run: NodeCallable | None = None
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return this node's part of the definition snapshot."""
+        return {"kind": self.kind.value, "summary": self.summary}
+
+
+@dataclass(frozen=True)
+class DecisionTimeout:
+    """The default response a protected decision records once ``after_ms`` has passed."""
+
+    after_ms: int
+    response: JsonValue
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return the snapshot form ``{afterMs, response}``."""
+        return {"afterMs": self.after_ms, "response": self.response}
+
+
+@dataclass(frozen=True)
+class HumanDecisionNode:
+    """A protected decision: the answer is ``{"choice": <declared choice>, ...}``."""
+
+    kind: ClassVar[NodeKind] = NodeKind.HUMAN_DECISION
+    choices: tuple[tuple[str, str], ...]
+    request: NodeCallable | None = None
+    audience: str = "operator"
+    on_timeout: DecisionTimeout | None = None
+
+    @property
+    def choice_names(self) -> tuple[str, ...]:
+        """Return the declared choice names in declaration order."""
+        return tuple(name for name, _ in self.choices)
+
+    def check_answer(self, answer: JsonValue) -> str | None:
+        """Return why ``answer`` is not a valid response, or ``None`` when it is."""
+        if not isinstance(answer, dict):
+            return "a decision answer must be an object with a 'choice'"
+        choice = answer.get("choice")
+        if choice not in self.choice_names:
+            return f"choice {choice!r} is not one of {', '.join(self.choice_names)}"
+        return None
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return this node's part of the definition snapshot."""
+        return {
+            "kind": self.kind.value,
+            "audience": self.audience,
+            "choices": dict(self.choices),
+            "onTimeout": self.on_timeout.structure() if self.on_timeout else None,
+        }
+
+
+@dataclass(frozen=True)
+class AgentNode:
+    """An interactive step: the submitted output, after ``validate``, becomes the node output.
+
+    ``validate(output, ctx)`` may raise to reject a submission (the same request stays pending)
+    or return a normalised value; returning ``None`` accepts the output unchanged.
+    """
+
+    kind: ClassVar[NodeKind] = NodeKind.AGENT
+    prompt: str | NodeCallable
+    expected_output: str
+    validate: Callable[[JsonValue, NodeContext], Any] | None = None
+    timeout_ms: TimeoutSpec = DEFAULT_AGENT_TIMEOUT_MS
+    status_detail: str | None = None
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return this node's part of the definition snapshot."""
+        return {
+            "kind": self.kind.value,
+            "expectedOutput": self.expected_output,
+            "validates": self.validate is not None,
+            "statusDetail": self.status_detail,
+            "timeoutMs": timeout_structure(self.timeout_ms),
+        }
+
+
+Node: TypeAlias = (
+    ComputeNode
+    | ActionNode
+    | ShellNode
+    | NotifyNode
+    | CheckpointNode
+    | HumanDecisionNode
+    | AgentNode
+)
+NODE_TYPES: tuple[type, ...] = (
+    ComputeNode,
+    ActionNode,
+    ShellNode,
+    NotifyNode,
+    CheckpointNode,
+    HumanDecisionNode,
+    AgentNode,
+)
+EFFECT_NODE_TYPES: tuple[type, ...] = (ActionNode, ShellNode)
+INTERACTION_NODE_TYPES: tuple[type, ...] = (CheckpointNode, HumanDecisionNode, AgentNode)
+
+
+def compute(run: NodeCallable, *, timeout_ms: TimeoutSpec = None) -> ComputeNode:
+    """Return a pure node whose output is ``run(ctx)``; it may run again after a crash."""
+    return ComputeNode(
+        run=_callable("compute", "run", run), timeout_ms=_timeout("compute", timeout_ms)
+    )
+
+
+def action(
+    *,
+    effect: Effect,
+    run: NodeCallable,
+    request: NodeCallable | None = None,
+    timeout_ms: TimeoutSpec = None,
+) -> ActionNode:
+    """Return a managed side-effect node.
+
+    ``request(ctx)`` gives the effect request whose fingerprint guards the effect key (default:
+    ``{"input": ..., "outputs": ...}`` of the node's context). The output is ``run(ctx)``. After
+    a crash the engine adopts a settled effect instead of calling ``run`` again.
+    """
+    return ActionNode(
+        effect=_effect("action", effect),
+        run=_callable("action", "run", run),
+        request=_optional_callable("action", "request", request),
+        timeout_ms=_timeout("action", timeout_ms),
+    )
+
+
+def shell(
+    *,
+    effect: Effect,
+    command: Sequence[str] | NodeCallable,
+    parse: Callable[[JsonValue], Any] | None = None,
+    cwd: str | None = None,
+    allow_nonzero_exit: bool = False,
+    max_output_chars: int = MAX_SHELL_OUTPUT_CHARS,
+    request: NodeCallable | None = None,
+    timeout_ms: TimeoutSpec = None,
+) -> ShellNode:
+    """Return a node that runs one subprocess as a managed effect.
+
+    The output is the result ``{command, args, cwd, stdout, stderr, exit_code, signal,
+    duration_ms, stdout_truncated, stderr_truncated}``, or ``parse(result)`` when given.
+    A non-zero exit fails the node unless ``allow_nonzero_exit``. stdout and stderr are each
+    capped at ``max_output_chars`` characters.
+    """
+    if isinstance(command, str) or not (callable(command) or isinstance(command, Sequence)):
+        raise WorkflowDefinitionError(
+            "shell(): command must be an argv list such as ['git', 'status'] or a callable"
+        )
+    static: tuple[str, ...] | NodeCallable
+    if callable(command):
+        static = command
+    else:
+        static = tuple(command)
+        if not static or not all(isinstance(part, str) for part in static):
+            raise WorkflowDefinitionError("shell(): command must be a non-empty list of strings")
+    if cwd is not None and not isinstance(cwd, str):
+        raise WorkflowDefinitionError("shell(): cwd must be a string")
+    if not isinstance(allow_nonzero_exit, bool):
+        raise WorkflowDefinitionError("shell(): allow_nonzero_exit must be a bool")
+    if (
+        isinstance(max_output_chars, bool)
+        or not isinstance(max_output_chars, int)
+        or not 1 <= max_output_chars <= MAX_SHELL_OUTPUT_CHARS
+    ):
+        raise WorkflowDefinitionError(
+            f"shell(): max_output_chars must be an integer in 1..{MAX_SHELL_OUTPUT_CHARS}"
+        )
+    return ShellNode(
+        effect=_effect("shell", effect),
+        command=static,
+        parse=_optional_callable("shell", "parse", parse),
+        cwd=cwd,
+        allow_nonzero_exit=allow_nonzero_exit,
+        max_output_chars=max_output_chars,
+        request=_optional_callable("shell", "request", request),
+        timeout_ms=_timeout("shell", timeout_ms),
+    )
+
+
+def notify(*, message: str | NodeCallable, kind: str = "progress") -> NotifyNode:
+    """Return a node that proposes one notification (``kind`` is ``progress`` or ``final``)."""
+    if not isinstance(message, str) and not callable(message):
+        raise WorkflowDefinitionError("notify(): message must be a string or a callable")
+    try:
+        notify_kind = NotifyKind(kind)
+    except ValueError:
+        raise WorkflowDefinitionError(
+            f"notify(): kind must be 'progress' or 'final', got {kind!r}"
+        ) from None
+    return NotifyNode(message=message, notify_kind=notify_kind)
+
+
+def checkpoint(*, summary: str | None = None, run: NodeCallable | None = None) -> CheckpointNode:
+    """Return a node that commits an input request (``run(ctx)`` gives its content) and parks."""
+    if summary is not None and not isinstance(summary, str):
+        raise WorkflowDefinitionError("checkpoint(): summary must be a string")
+    return CheckpointNode(summary=summary, run=_optional_callable("checkpoint", "run", run))
+
+
+def human_decision(
+    *,
+    choices: Mapping[str, str] | Sequence[str],
+    request: NodeCallable | None = None,
+    audience: str = "operator",
+    on_timeout: Mapping[str, object] | None = None,
+) -> HumanDecisionNode:
+    """Return a protected decision node.
+
+    ``choices`` maps choice names to labels (or lists names). The answer is an object whose
+    ``choice`` is one of them; route it with a switch on ``$output.choice`` that names every
+    choice. ``on_timeout={"after_ms": N, "response": {"choice": ...}}`` is the default the
+    server records when nobody answers in time.
+    """
+    pairs = _choices(choices)
+    if not isinstance(audience, str) or not audience:
+        raise WorkflowDefinitionError("human_decision(): audience must be a non-empty string")
+    node = HumanDecisionNode(
+        choices=pairs,
+        request=_optional_callable("human_decision", "request", request),
+        audience=audience,
+    )
+    if on_timeout is None:
+        return node
+    timeout = _decision_timeout(on_timeout)
+    problem = node.check_answer(timeout.response)
+    if problem is not None:
+        raise WorkflowDefinitionError(f"human_decision(): on_timeout response: {problem}")
+    return HumanDecisionNode(
+        choices=pairs, request=node.request, audience=audience, on_timeout=timeout
+    )
+
+
+def agent(
+    *,
+    prompt: str | NodeCallable,
+    expected_output: str,
+    validate: Callable[[JsonValue, NodeContext], Any] | None = None,
+    timeout_ms: TimeoutSpec = DEFAULT_AGENT_TIMEOUT_MS,
+    status_detail: str | None = None,
+) -> AgentNode:
+    """Return an interactive step; ``validate(output, ctx)`` may reject or normalise output."""
+    if not isinstance(prompt, str) and not callable(prompt):
+        raise WorkflowDefinitionError("agent(): prompt must be a string or a callable")
+    if not isinstance(expected_output, str) or not expected_output.strip():
+        raise WorkflowDefinitionError("agent(): expected_output must be a non-empty string")
+    if status_detail is not None and not isinstance(status_detail, str):
+        raise WorkflowDefinitionError("agent(): status_detail must be a string")
+    return AgentNode(
+        prompt=prompt,
+        expected_output=expected_output,
+        validate=_optional_callable("agent", "validate", validate),
+        timeout_ms=_timeout("agent", timeout_ms),
+        status_detail=status_detail,
+    )
+
+
+def timeout_structure(timeout: TimeoutSpec) -> JsonValue:
+    """Return a timeout's snapshot form: the number, ``None``, or ``"computed"``."""
+    if callable(timeout):
+        return "computed"
+    return timeout
+
+
+def _effect(factory: str, effect: object) -> Effect:
+    if not isinstance(effect, Effect):
+        raise WorkflowDefinitionError(
+            f"{factory}(): effect must be idempotent_effect(type) or manual_effect(type)"
+        )
+    return effect
+
+
+def _callable(factory: str, name: str, value: Any) -> Any:
+    if not callable(value):
+        raise WorkflowDefinitionError(f"{factory}(): {name} must be callable")
+    return value
+
+
+def _optional_callable(factory: str, name: str, value: Any) -> Any:
+    return None if value is None else _callable(factory, name, value)
+
+
+def _timeout(factory: str, value: TimeoutSpec) -> TimeoutSpec:
+    if value is None or callable(value):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TIMEOUT_MS:
+        raise WorkflowDefinitionError(
+            f"{factory}(): timeout_ms must be a positive integer (at most {MAX_TIMEOUT_MS}), "
+            "None or a callable"
+        )
+    return value
+
+
+def _choices(choices: object) -> tuple[tuple[str, str], ...]:
+    if isinstance(choices, Mapping):
+        pairs = [(name, label) for name, label in choices.items()]
+    elif isinstance(choices, Sequence) and not isinstance(choices, str):
+        pairs = [(name, name) for name in choices]
+    else:
+        raise WorkflowDefinitionError("human_decision(): choices must be a mapping or a list")
+    if not pairs:
+        raise WorkflowDefinitionError("human_decision(): declare at least one choice")
+    seen: set[str] = set()
+    for name, label in pairs:
+        if not isinstance(name, str) or not CHOICE_PATTERN.match(name):
+            raise WorkflowDefinitionError(
+                f"human_decision(): choice name {name!r} must match {CHOICE_PATTERN.pattern}"
+            )
+        if not isinstance(label, str) or not label:
+            raise WorkflowDefinitionError(
+                f"human_decision(): choice {name!r} needs a non-empty string label"
+            )
+        if name in seen:
+            raise WorkflowDefinitionError(f"human_decision(): choice {name!r} is declared twice")
+        seen.add(name)
+    return tuple(pairs)
+
+
+def _decision_timeout(value: Mapping[str, object]) -> DecisionTimeout:
+    if not isinstance(value, Mapping) or set(value) != {"after_ms", "response"}:
+        raise WorkflowDefinitionError(
+            "human_decision(): on_timeout must be {'after_ms': int, 'response': {...}}"
+        )
+    after_ms = value["after_ms"]
+    if isinstance(after_ms, bool) or not isinstance(after_ms, int) or not after_ms > 0:
+        raise WorkflowDefinitionError(
+            "human_decision(): on_timeout after_ms must be a positive integer"
+        )
+    try:
+        response = canonical.parse(canonical.encode(value["response"]))
+    except CanonicalJsonError as error:
+        raise WorkflowDefinitionError(
+            f"human_decision(): on_timeout response is not JSON: {error}"
+        ) from None
+    return DecisionTimeout(after_ms=after_ms, response=response)

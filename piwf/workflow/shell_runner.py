@@ -1,0 +1,196 @@
+"""Running the subprocess of a ``shell`` node: no shell, bounded output, bounded time.
+
+The child gets its own session (process group), stdin from ``/dev/null`` and pipes for stdout
+and stderr. Reader threads keep at most ``max_output_chars`` characters of each stream and
+drain the rest, so a chatty child can neither block nor exhaust memory. On the deadline or on
+cancellation the whole group gets SIGTERM, then SIGKILL after a short grace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal as signals
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO, Any
+
+from piwf.canonical import JsonValue
+from piwf.workflow.context import CancellationSignal, NodeContext, Outcome
+from piwf.workflow.nodes import ShellNode
+
+#: How often the waiting loop looks at the cancellation signal.
+_POLL_S = 0.05
+#: How long a group gets between SIGTERM and SIGKILL.
+_KILL_GRACE_S = 2.0
+_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class ShellInvocation:
+    """One resolved command: executable, arguments, working directory, deadline, env."""
+
+    command: str
+    args: tuple[str, ...]
+    cwd: str | None
+    timeout_ms: int | None
+    env: Mapping[str, str] | None
+
+
+@dataclass(frozen=True)
+class ShellRun:
+    """How a command ended: ``stopped`` is set when it was killed on deadline or cancel."""
+
+    result: dict[str, JsonValue]
+    stopped: Outcome | None
+
+
+def resolve_invocation(node: ShellNode, ctx: NodeContext) -> ShellInvocation:
+    """Return the invocation of ``node``; raises ``ValueError`` for a malformed spec."""
+    spec: Any = node.command(ctx) if callable(node.command) else list(node.command)
+    if isinstance(spec, (list, tuple)):
+        spec = {"command": spec[0] if spec else "", "args": list(spec[1:])}
+    if not isinstance(spec, Mapping) or not set(spec) <= {
+        "command",
+        "args",
+        "cwd",
+        "timeout_ms",
+        "env",
+    }:
+        raise ValueError(
+            "shell command must be an argv list or {'command', 'args', 'cwd', 'timeout_ms', 'env'}"
+        )
+    command, args = spec.get("command"), spec.get("args", [])
+    if not isinstance(command, str) or not command:
+        raise ValueError("shell command needs a non-empty 'command' string")
+    if not isinstance(args, (list, tuple)) or not all(isinstance(arg, str) for arg in args):
+        raise ValueError("shell 'args' must be a list of strings")
+    cwd = spec.get("cwd", node.cwd)
+    if cwd is not None and not isinstance(cwd, str):
+        raise ValueError("shell 'cwd' must be a string")
+    timeout = spec.get("timeout_ms")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0
+    ):
+        raise ValueError("shell 'timeout_ms' must be a positive integer")
+    env = spec.get("env")
+    if env is not None and (
+        not isinstance(env, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+    ):
+        raise ValueError("shell 'env' must map strings to strings")
+    return ShellInvocation(command, tuple(args), cwd, timeout, env)
+
+
+def run_shell(
+    invocation: ShellInvocation,
+    *,
+    node_timeout_ms: int | None,
+    max_output_chars: int,
+    signal: CancellationSignal,
+) -> ShellRun:
+    """Run the command to completion, deadline or cancellation.
+
+    The deadline is the smaller of the invocation's and the node's. Raises ``OSError`` when the
+    command cannot be started (nothing ran).
+    """
+    limits = [t for t in (invocation.timeout_ms, node_timeout_ms) if t is not None]
+    deadline = time.monotonic() + min(limits) / 1000 if limits else None
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [invocation.command, *invocation.args],
+        cwd=invocation.cwd,
+        env=dict(invocation.env) if invocation.env is not None else None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    byte_cap = max_output_chars * 4
+    stdout, stderr = _Capture(process.stdout, byte_cap), _Capture(process.stderr, byte_cap)
+    stopped = _wait(process, deadline, signal)
+    stdout.join()
+    stderr.join()
+    code = process.returncode
+    out_text, out_cut = stdout.text(max_output_chars)
+    err_text, err_cut = stderr.text(max_output_chars)
+    result: dict[str, JsonValue] = {
+        "command": invocation.command,
+        "args": list(invocation.args),
+        "cwd": invocation.cwd,
+        "stdout": out_text,
+        "stderr": err_text,
+        "exit_code": code if code >= 0 else None,
+        "signal": signals.Signals(-code).name if code < 0 else None,
+        "duration_ms": int((time.monotonic() - started) * 1000),
+        "stdout_truncated": out_cut,
+        "stderr_truncated": err_cut,
+    }
+    return ShellRun(result, stopped)
+
+
+def _wait(
+    process: subprocess.Popen[bytes], deadline: float | None, signal: CancellationSignal
+) -> Outcome | None:
+    while True:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            _stop_group(process)
+            return Outcome.TIMED_OUT
+        if signal.cancelled:
+            _stop_group(process)
+            return Outcome.CANCELLED
+        step = _POLL_S if remaining is None else min(_POLL_S, remaining)
+        try:
+            process.wait(timeout=step)
+            return None
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    for sig, grace in ((signals.SIGTERM, _KILL_GRACE_S), (signals.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class _Capture:
+    """Reads one stream to its end, keeping at most ``cap`` bytes."""
+
+    def __init__(self, stream: IO[bytes], cap: int) -> None:
+        self._stream = stream
+        self._cap = cap
+        self._parts: list[bytes] = []
+        self._kept = 0
+        self._dropped = False
+        self._thread = threading.Thread(target=self._read, name="piwf-shell-capture", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with self._stream:
+            while chunk := self._stream.read1(_CHUNK):  # type: ignore[attr-defined]
+                room = self._cap - self._kept
+                if room > 0:
+                    self._parts.append(chunk[:room])
+                    self._kept += min(room, len(chunk))
+                if len(chunk) > room:
+                    self._dropped = True
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def text(self, max_chars: int) -> tuple[str, bool]:
+        text = b"".join(self._parts).decode("utf-8", errors="replace")
+        if len(text) > max_chars:
+            return text[:max_chars], True
+        return text, self._dropped

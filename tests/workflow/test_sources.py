@@ -1,0 +1,199 @@
+"""Workflow files: one clear error per broken file, discovery order and source identity."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from piwf.errors import WorkflowLoadError
+from piwf.workflow.sources import (
+    BUILTIN_DIR,
+    SourceIdentity,
+    WorkflowOrigin,
+    discover_workflows,
+    find_workflow,
+    load_workflow,
+    verify_sources,
+)
+
+from .conftest import FIXTURES, load_fixture
+
+GOOD = """
+from piwf.workflow import compute, define_workflow
+
+workflow = define_workflow(
+    name="NAME", start_at="a", nodes={"a": compute(lambda ctx: 1)}, edges=[]
+)
+"""
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
+def load_error(path: Path) -> str:
+    with pytest.raises(WorkflowLoadError) as info:
+        load_workflow(path)
+    message = str(info.value)
+    assert str(path) in message
+    return message
+
+
+def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "broken.py", "from piwf.workflow import compute\n\nx = (\n")
+    message = load_error(path)
+    assert "syntax error at line 3" in message
+
+
+def test_file_without_definition(tmp_path: Path) -> None:
+    path = write(tmp_path, "empty.py", "VALUE = 1\n")
+    assert "defines no workflow" in load_error(path)
+
+
+def test_file_with_two_definitions(tmp_path: Path) -> None:
+    text = GOOD.replace("NAME", "one") + GOOD.replace("NAME", "two").replace(
+        "workflow =", "second ="
+    )
+    path = write(tmp_path, "two.py", text)
+    message = load_error(path)
+    assert "defines 2 workflows" in message
+    assert "'one'" in message
+    assert "'two'" in message
+
+
+def test_one_definition_bound_to_two_names_counts_once(tmp_path: Path) -> None:
+    path = write(tmp_path, "alias.py", GOOD.replace("NAME", "alias") + "alias = workflow\n")
+    assert load_workflow(path).definition.name == "alias"
+
+
+def test_bad_graph_names_file_and_rule(tmp_path: Path) -> None:
+    text = GOOD.replace("edges=[]", 'edges=[{"from": "a", "to": "nowhere"}]').replace("NAME", "bad")
+    path = write(tmp_path, "bad_graph.py", text)
+    message = load_error(path)
+    assert "workflow 'bad': edge from 'a' targets unknown node 'nowhere'" in message
+
+
+def test_import_error_names_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "imports.py", "import piwf_module_that_does_not_exist\n")
+    message = load_error(path)
+    assert "import failed: ModuleNotFoundError" in message
+
+
+def test_runtime_error_in_module_names_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "raises.py", "raise RuntimeError('module refuses')\n")
+    assert "import failed: RuntimeError: module refuses" in load_error(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert "cannot read" in load_error(tmp_path / "absent.py")
+
+
+def test_missing_include_names_including_file(tmp_path: Path) -> None:
+    text = """
+from piwf.workflow import compute, define_workflow, include
+
+workflow = define_workflow(
+    name="parent", start_at="child", includes={"child": include("./gone.py")},
+    nodes={"end": compute(lambda ctx: 1)}, edges=[{"from": "child.out", "to": "end"}],
+)
+"""
+    path = write(tmp_path, "parent.py", text)
+    message = load_error(path)
+    assert "include './gone.py' does not exist" in message
+
+
+def test_source_cycle_is_rejected(tmp_path: Path) -> None:
+    template = """
+from piwf.workflow import compute, define_workflow, include
+
+workflow = define_workflow(
+    name="NAME", start_at="other", includes={"other": include("./OTHER.py")},
+    nodes={"end": compute(lambda ctx: 1)}, edges=[{"from": "other.out", "to": "end"}],
+    exits={"out": {"from": "end"}},
+)
+"""
+    first = write(
+        tmp_path, "first.py", template.replace("NAME", "first").replace("OTHER", "second")
+    )
+    write(tmp_path, "second.py", template.replace("NAME", "second").replace("OTHER", "first"))
+    message = load_error(first)
+    assert "include cycle" in message
+    assert "workflow 'first'" in message
+    assert "workflow 'second'" in message
+
+
+def test_loader_does_not_touch_sys_path(tmp_path: Path) -> None:
+    before = list(sys.path)
+    load_workflow(write(tmp_path, "plain.py", GOOD.replace("NAME", "plain")))
+    assert sys.path == before
+
+
+def test_source_identity_records_root_and_every_mounted_file() -> None:
+    loaded = load_fixture("composition")
+    sources = loaded.sources
+    root = FIXTURES / "composition.py"
+    assert sources.root.location == str(root)
+    assert sources.root.sha256 == hashlib.sha256(root.read_bytes()).hexdigest()
+    assert [item.location for item in sources.mounted] == [
+        str(FIXTURES / "docs.py"),
+        str(FIXTURES / "workspace.py"),
+    ]
+    for item in sources.mounted:
+        assert item.sha256 == hashlib.sha256(Path(item.location).read_bytes()).hexdigest()
+    assert SourceIdentity.from_json(sources.to_json()) == sources
+    assert verify_sources(sources) == ()
+
+
+def test_verify_sources_reports_a_changed_mounted_file(tmp_path: Path) -> None:
+    for name in ("composition", "docs", "workspace"):
+        write(tmp_path, f"{name}.py", (FIXTURES / f"{name}.py").read_text())
+    loaded = load_workflow(tmp_path / "composition.py")
+    assert verify_sources(loaded.sources) == ()
+    (tmp_path / "workspace.py").write_text((FIXTURES / "workspace.py").read_text() + "\n# edit\n")
+    changed = verify_sources(loaded.sources)
+    assert [item.location for item in changed] == [str((tmp_path / "workspace.py").resolve())]
+    reloaded = load_workflow(tmp_path / "composition.py")
+    assert reloaded.sources != loaded.sources
+    assert reloaded.compiled.digest == loaded.compiled.digest
+
+
+def test_discovery_order_project_then_home_then_builtins(tmp_path: Path) -> None:
+    project, home = tmp_path / "project", tmp_path / "home"
+    write(project / ".piwf" / "workflows", "shared.py", GOOD.replace("NAME", "project_one"))
+    write(project / ".piwf" / "workflows", "_private.py", GOOD.replace("NAME", "hidden"))
+    write(home / "workflows", "shared.py", GOOD.replace("NAME", "home_one"))
+    write(home / "workflows", "mine.py", GOOD.replace("NAME", "mine"))
+    write(home / "workflows", "noop.py", GOOD.replace("NAME", "home_noop"))
+    found = {item.name: item for item in discover_workflows(project, home)}
+    assert found["shared"].origin is WorkflowOrigin.PROJECT
+    assert found["mine"].origin is WorkflowOrigin.HOME
+    assert found["noop"].origin is WorkflowOrigin.HOME
+    assert "_private" not in found
+    assert load_workflow(found["shared"].path).definition.name == "project_one"
+    builtin = {item.name: item for item in discover_workflows(None, tmp_path / "nothing")}
+    assert builtin["noop"].origin is WorkflowOrigin.BUILTIN
+
+
+def test_find_workflow_by_name_or_path(tmp_path: Path) -> None:
+    noop = find_workflow("noop", None, tmp_path)
+    assert noop.path == BUILTIN_DIR / "noop.py"
+    loaded = load_workflow(noop.path)
+    assert loaded.sources.root.location == "builtin:noop"
+    assert verify_sources(loaded.sources) == ()
+    path = write(tmp_path, "direct.py", GOOD.replace("NAME", "direct"))
+    assert find_workflow(str(path)).origin is WorkflowOrigin.PATH
+    assert find_workflow("direct.py", tmp_path).path == path
+    with pytest.raises(WorkflowLoadError, match="no workflow named 'missing'"):
+        find_workflow("missing", tmp_path, tmp_path)
+
+
+def test_home_defaults_to_piwf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIWF_HOME", str(tmp_path))
+    write(tmp_path / "workflows", "fromenv.py", GOOD.replace("NAME", "fromenv"))
+    assert find_workflow("fromenv").origin is WorkflowOrigin.HOME
