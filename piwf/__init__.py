@@ -1,36 +1,75 @@
 """piwf: a local, crash-safe workflow server for Python.
 
-The public API lives here; everything else is internal and may change.
+The public API lives here; everything else is internal and may change. ``Client`` is imported
+on first use, so ``import piwf`` stays light for child processes that never talk to a server.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from piwf._version import __version__
 from piwf.errors import (
     CanonicalJsonError,
+    ClaimLostCommandError,
     ClaimLostError,
+    CommandError,
+    ConflictError,
+    IncompatibleServerError,
     IncompatibleStateError,
+    NotFoundError,
     PiwfError,
     ReadOnlyStateError,
+    RejectedError,
     RunCommandError,
+    ServerError,
+    ServerNotRunningError,
+    ServerRunningError,
+    ServerStartError,
+    ServerUnavailableError,
     StateBusyError,
     StateError,
+    UnavailableError,
     UnsafeStateHomeError,
     WorkflowDefinitionError,
     WorkflowError,
     WorkflowLoadError,
 )
 
+if TYPE_CHECKING:
+    from piwf.client import Client
+
 __all__ = [
     "CanonicalJsonError",
+    "ClaimLostCommandError",
     "ClaimLostError",
+    "Client",
+    "CommandError",
+    "ConflictError",
+    "IncompatibleServerError",
     "IncompatibleStateError",
+    "NotFoundError",
     "PiwfError",
     "ReadOnlyStateError",
+    "RejectedError",
     "RunCommandError",
+    "ServerError",
+    "ServerNotRunningError",
+    "ServerRunningError",
+    "ServerStartError",
+    "ServerUnavailableError",
     "StateBusyError",
     "StateError",
+    "UnavailableError",
     "UnsafeStateHomeError",
     "WorkflowDefinitionError",
     "WorkflowError",
     "WorkflowLoadError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Client":
+        from piwf.client import Client
+
+        return Client
+    raise AttributeError(f"module 'piwf' has no attribute {name!r}")

@@ -25,11 +25,14 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
     │   ├── ServerStartError        serverStart        (the server could not start; says why)
     │   └── ServerUnavailableError  serverUnavailable  (no server could be reached or started)
+    │       ├── IncompatibleServerError  incompatibleServer  (another package version answers)
+    │       └── ServerNotRunningError    serverUnavailable   (none runs; autostart was off)
     └── CommandError                                   (a command's outcome, on the client)
         ├── RejectedError           rejected
         ├── ConflictError           conflict
         ├── NotFoundError           notFound
-        └── UnavailableError        unavailable
+        ├── UnavailableError        unavailable
+        └── ClaimLostCommandError   claimLost          (the server's claim check failed)
 
 Messages never contain claim tokens, token hashes, payloads or environment values: they are
 shown to users and written to logs.
@@ -231,3 +234,19 @@ class UnavailableError(CommandError):
     """The server could not take the command now (stopping, busy); retrying may succeed."""
 
     code = "unavailable"
+
+
+class ClaimLostCommandError(CommandError):
+    """The command needed a claim that is no longer held (``claimLost``); nothing changed."""
+
+    code = "claimLost"
+
+
+class IncompatibleServerError(ServerUnavailableError):
+    """The server runs another piwf package version; this client does not talk to it."""
+
+    code = "incompatibleServer"
+
+
+class ServerNotRunningError(ServerUnavailableError):
+    """No server listens for the state home and the client was told not to start one."""

@@ -1,0 +1,92 @@
+"""What every command shares: the ``--json`` flag, error reporting, argument types, the client.
+
+A command body raises; :func:`command` turns the error into the exit-code protocol::
+
+    PiwfError (server unavailable, rejected, ...)  -> exit 1, "Error: ..." on stderr,
+                                                      or {"error": {...}} on stdout with --json
+    pydantic ValidationError (an argument the      -> exit 2, as a usage error
+      client's payload model refused)
+    click.UsageError (bad option, missing arg)     -> exit 2 (see piwf.cli.PiwfGroup for --json)
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+from pydantic import ValidationError
+
+from piwf.cli import render
+from piwf.client import Client
+from piwf.errors import CommandError, PiwfError
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_OPAQUE_ID = re.compile(r"[\x21-\x7e]{1,256}")
+
+
+def json_option(function: _F) -> _F:
+    """Add ``--json``: print exactly one JSON document on stdout instead of human text."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print exactly one JSON document on stdout (errors too).",
+    )(function)
+
+
+def command(function: _F) -> _F:
+    """Run a command body under the exit-code protocol; the body takes ``as_json``."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
+        try:
+            return function(*args, **kwargs)
+        except PiwfError as error:
+            fail(error, as_json=as_json)
+        except ValidationError as error:
+            # An argument the client's payload model refused (a title too long, say). The
+            # message names the field and the rule, never the value (it may be a payload).
+            problems = error.errors(include_url=False, include_context=False, include_input=False)
+            details = "; ".join(
+                f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}"
+                for problem in problems
+            )
+            raise click.UsageError(f"invalid argument: {details}") from None
+
+    return run  # type: ignore[return-value]
+
+
+def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
+    """Report ``error`` (to stdout as JSON, or to stderr) and exit with status 1."""
+    code = error.error_code if isinstance(error, CommandError) else error.code
+    if as_json:
+        render.emit_json({"error": {"code": code, "message": str(error)}})
+    else:
+        click.echo(f"Error: {error}", err=True)
+    raise click.exceptions.Exit(1)
+
+
+def run_id_argument(function: _F) -> _F:
+    """Add the ``RUN_ID`` argument, checked against the protocol's id rule."""
+    return click.argument("run_id", metavar="RUN_ID", callback=_check_run_id)(function)
+
+
+def _check_run_id(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if not _OPAQUE_ID.fullmatch(value):
+        raise click.BadParameter("a run id is 1 to 256 printable ASCII characters, no spaces")
+    return value
+
+
+def open_client(*, autostart: bool = True) -> Client:
+    """Return a client for ``$PIWF_HOME`` under a fresh CLI client id.
+
+    One invocation is one client: its durable commands get one idempotency key each, kept
+    across the client's automatic retries (docs/PROTOCOL.md §6).
+    """
+    return Client(client_id=f"cli-{uuid.uuid4().hex}", autostart=autostart)

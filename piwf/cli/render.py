@@ -1,0 +1,183 @@
+"""Output of the CLI: one JSON document, or short human lines and tables.
+
+JSON output is canonical JSON (sorted keys, no whitespace) on one line, the wire form of the
+receipts in :mod:`piwf.protocol.payloads`, so ``piwf ... --json | jq`` sees the protocol's
+camelCase names. Human output is for reading only and may change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+import click
+
+from piwf import canonical
+from piwf.protocol.payloads import (
+    BackupReceipt,
+    RunDetail,
+    RunInfo,
+    RunPage,
+    ServerStatus,
+    StateStatus,
+    VerifyReceipt,
+)
+
+
+def emit_json(document: object) -> None:
+    """Print ``document`` as one line of canonical JSON on stdout."""
+    click.echo(canonical.encode_text(document))
+
+
+def timestamp(ms: int | None) -> str:
+    """Format epoch milliseconds as local ``YYYY-MM-DD HH:MM:SS`` ('-' for None)."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fields(rows: Iterable[tuple[str, object]], indent: str = "  ") -> str:
+    """Format ``label value`` lines with the values aligned; None values are left out."""
+    present = [(label, value) for label, value in rows if value is not None]
+    width = max((len(label) for label, _ in present), default=0)
+    return "\n".join(f"{indent}{label.ljust(width)}  {value}" for label, value in present)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Format a plain left-aligned table with a header row."""
+    widths = [len(header) for header in headers]
+    for row in rows:
+        widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
+    lines = [headers, *rows]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def run_status(run: RunInfo) -> str:
+    """The run's display status, marked when paused."""
+    return f"{run.display_status} (paused)" if run.paused else run.display_status
+
+
+def run_line(run: RunInfo) -> str:
+    """One line naming a run: id, status, workflow."""
+    return f"{run.run_id}  {run_status(run)}  {run.workflow_name}"
+
+
+def run_page(page: RunPage) -> str:
+    """The run list as a table, newest first."""
+    if not page.runs:
+        return "no runs"
+    rows = [
+        [run.run_id, run_status(run), run.workflow_name, timestamp(run.created_at), run.title or ""]
+        for run in page.runs
+    ]
+    text = table(["RUN ID", "STATUS", "WORKFLOW", "CREATED", "TITLE"], rows)
+    if page.next_cursor is not None:
+        text += f"\n(more runs exist; raise --limit beyond {len(page.runs)} to see them)"
+    return text
+
+
+def run_detail(detail: RunDetail) -> str:
+    """One run with its fields and recorded sources."""
+    run = detail.run
+    queue = f" (queue: {run.queue_status})" if run.queue_status else ""
+    lines = [
+        f"{run.run_id}  {run_status(run)}",
+        fields(
+            [
+                ("workflow", f"{run.workflow_name} ({run.workflow_ref})"),
+                ("title", run.title),
+                ("status", f"{run.status}{queue}"),
+                ("detail", run.status_detail),
+                ("error", run.error_code),
+                ("revision", run.revision),
+                ("created", timestamp(run.created_at)),
+                ("updated", timestamp(run.updated_at)),
+                ("finished", timestamp(run.finished_at) if run.finished_at else None),
+                ("parent", run.parent_run_id),
+                ("root", run.root_run_id if run.root_run_id != run.run_id else None),
+                ("restart", run.restart_number or None),
+                ("definition", run.definition_digest),
+            ]
+        ),
+    ]
+    if detail.sources:
+        lines.append("sources:")
+        rows = [
+            [source.mount_path or "(root)", source.source_type, source.source_ref]
+            for source in detail.sources
+        ]
+        lines.append(
+            "\n".join("  " + line for line in table(["MOUNT", "TYPE", "SOURCE"], rows).split("\n"))
+        )
+    return "\n".join(lines)
+
+
+def server_status(status: ServerStatus) -> str:
+    """The server's counts."""
+    return "\n".join(
+        [
+            f"piwf server {status.state} (epoch {status.epoch}, version {status.package_version})",
+            fields(
+                [
+                    ("runners", f"{status.active_runners} active of {status.max_workers}"),
+                    ("connections", status.connections),
+                    (
+                        "runs",
+                        f"{status.queued_runs} queued, {status.running_runs} running, "
+                        f"{status.waiting_runs} waiting, {status.paused_runs} paused",
+                    ),
+                    ("interactions", f"{status.pending_interactions} pending"),
+                    ("effects", f"{status.ambiguous_effects} ambiguous"),
+                    ("claims", f"{status.expired_claims} expired"),
+                ]
+            ),
+        ]
+    )
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """``"2 queued, 1 failed"``: the non-zero counts by name, or ``"none"``."""
+    shown = [f"{count} {name}" for name, count in sorted(counts.items()) if count]
+    return ", ".join(shown) or "none"
+
+
+def state_status(status: StateStatus) -> str:
+    """The database's counts."""
+    return "\n".join(
+        [
+            "piwf state",
+            fields(
+                [
+                    ("runs", _counts(status.runs)),
+                    ("queue", _counts(status.queue)),
+                    ("paused runs", status.paused_runs),
+                    ("leases", f"{status.active_leases} active, {status.expired_leases} expired"),
+                    (
+                        "effects",
+                        f"{status.unsettled_effects} unsettled, "
+                        f"{status.ambiguous_effects} ambiguous",
+                    ),
+                    ("events", status.events),
+                    ("blobs", status.blobs),
+                    ("size", f"{status.database_bytes} bytes"),
+                ]
+            ),
+        ]
+    )
+
+
+def verify(receipt: VerifyReceipt) -> str:
+    """The verification result, one line per violation."""
+    if receipt.valid:
+        return "state is valid: every invariant holds"
+    lines = [f"state is INVALID: {len(receipt.violations)} violation(s)"]
+    lines += [f"  {violation.code}: {violation.detail}" for violation in receipt.violations]
+    return "\n".join(lines)
+
+
+def backup(receipt: BackupReceipt) -> str:
+    """Where the backup went."""
+    return f"backup written to {receipt.destination} ({receipt.bytes} bytes, verified)"

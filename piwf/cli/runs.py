@@ -1,0 +1,227 @@
+"""``piwf run start | list | show | wait | cancel``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from piwf import canonical
+from piwf.cli import render
+from piwf.cli.common import command, json_option, open_client, run_id_argument
+from piwf.client import Client
+from piwf.errors import CanonicalJsonError
+
+#: Default of --timeout for waits, in seconds.
+DEFAULT_WAIT_TIMEOUT_S = 300.0
+#: The one terminal status that counts as success for `--wait` and `run wait`.
+_SUCCESS_STATUS = "completed"
+
+
+@click.group("run")
+def run_group() -> None:
+    """Start, list, inspect, wait for and cancel workflow runs.
+
+    \b
+    Example:
+      piwf run start ./flows/hello.py --input '{"name": "Ada"}'
+    """
+
+
+@run_group.command("start")
+@click.argument("workflow")
+@click.option("--input", "input_text", metavar="JSON", help="The run's input as JSON text.")
+@click.option(
+    "--input-file",
+    type=click.File("rb"),
+    metavar="FILE",
+    help="Read the run's input as JSON from FILE ('-' for stdin).",
+)
+@click.option(
+    "--project",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Project directory for workflow discovery (default: the current directory).",
+)
+@click.option("--title", metavar="TEXT", help="A title shown in run lists.")
+@click.option("--wait", is_flag=True, help="Wait until the run is terminal.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help=f"With --wait: give up after this long (default {DEFAULT_WAIT_TIMEOUT_S:g}).",
+)
+@json_option
+@command
+def run_start(
+    workflow: str,
+    input_text: str | None,
+    input_file: IO[bytes] | None,
+    project: Path | None,
+    title: str | None,
+    wait: bool,
+    timeout_s: float | None,
+    as_json: bool,
+) -> None:
+    """Start a run of WORKFLOW: a file path (anything with '/' or ending in .py, or an
+    existing file) or the name of a discovered workflow.
+
+    The run is committed as queued before this returns; a server is started if none runs.
+    With --wait, waits for the run to end and exits 0 only if it completed; a run that is
+    still not terminal after --timeout seconds exits 1.
+
+    \b
+    Example:
+      piwf run start ./flows/hello.py --input '{"name": "Ada"}' --title greeting
+    """
+    run_input = _read_input(input_text, input_file)
+    if timeout_s is not None and not wait:
+        raise click.UsageError("--timeout only applies with --wait")
+    with open_client() as client:
+        run = client.start_run(workflow, input=run_input, project=project, title=title)
+        if not wait:
+            if as_json:
+                render.emit_json({"run": run.to_wire()})
+            else:
+                click.echo(f"started {render.run_line(run)}")
+            return
+        if not as_json:
+            click.echo(f"started {render.run_line(run)}; waiting")
+        _wait_and_report(client, run.run_id, timeout_s, as_json=as_json)
+
+
+@run_group.command("list")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 500),
+    default=50,
+    show_default=True,
+    metavar="N",
+    help="How many runs to show, newest first.",
+)
+@json_option
+@command
+def run_list(limit: int, as_json: bool) -> None:
+    """List runs, newest first.
+
+    \b
+    Example:
+      piwf run list --limit 10
+    """
+    with open_client() as client:
+        page = client.list_runs(limit=limit)
+    if as_json:
+        render.emit_json(page.to_wire())
+    else:
+        click.echo(render.run_page(page))
+
+
+@run_group.command("show")
+@run_id_argument
+@json_option
+@command
+def run_show(run_id: str, as_json: bool) -> None:
+    """Show one run and the sources it was started from.
+
+    \b
+    Example:
+      piwf run show run-0b9c --json
+    """
+    with open_client() as client:
+        detail = client.get_run(run_id)
+    if as_json:
+        render.emit_json(detail.to_wire())
+    else:
+        click.echo(render.run_detail(detail))
+
+
+@run_group.command("wait")
+@run_id_argument
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_WAIT_TIMEOUT_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Give up after this long.",
+)
+@json_option
+@command
+def run_wait(run_id: str, timeout_s: float, as_json: bool) -> None:
+    """Wait until a run is terminal; exit 0 only if it completed.
+
+    A run that ended otherwise (failed, timed out, cancelled) or is still not terminal after
+    --timeout seconds exits 1; with --json the document is {"run": ..., "timedOut": ...} in
+    every one of these cases.
+
+    \b
+    Example:
+      piwf run wait run-0b9c --timeout 60
+    """
+    with open_client() as client:
+        _wait_and_report(client, run_id, timeout_s, as_json=as_json)
+
+
+@run_group.command("cancel")
+@run_id_argument
+@json_option
+@command
+def run_cancel(run_id: str, as_json: bool) -> None:
+    """Cancel a run that is not terminal yet.
+
+    \b
+    Example:
+      piwf run cancel run-0b9c
+    """
+    with open_client() as client:
+        run = client.cancel_run(run_id)
+    if as_json:
+        render.emit_json({"run": run.to_wire()})
+    else:
+        click.echo(f"cancelled {render.run_line(run)}")
+
+
+def _read_input(text: str | None, file: IO[bytes] | None) -> Any:
+    """Parse --input or --input-file (usage errors, exit 2); None when neither is given."""
+    if text is not None and file is not None:
+        raise click.UsageError("give --input or --input-file, not both")
+    data: str | bytes
+    if text is not None:
+        option, data = "--input", text
+    elif file is not None:
+        option, data = "--input-file", file.read()
+    else:
+        return None
+    try:
+        return canonical.parse(data)
+    except CanonicalJsonError as error:
+        raise click.BadParameter(f"not valid JSON: {error}", param_hint=option) from None
+
+
+def _wait_and_report(
+    client: Client, run_id: str, timeout_s: float | None, *, as_json: bool
+) -> None:
+    """Wait for the run, print it, and exit 1 unless it completed."""
+    limit = DEFAULT_WAIT_TIMEOUT_S if timeout_s is None else timeout_s
+    receipt = client.wait_run(run_id, timeout_s=limit)
+    run = receipt.run
+    if as_json:
+        render.emit_json(receipt.to_wire())
+    else:
+        click.echo(render.run_line(run))
+    if receipt.timed_out:
+        if not as_json:
+            click.echo(
+                f"Error: run {run.run_id} is still {render.run_status(run)} after {limit:g} s "
+                "(it keeps going; wait again with `piwf run wait`)",
+                err=True,
+            )
+        raise click.exceptions.Exit(1)
+    if run.status != _SUCCESS_STATUS:
+        if not as_json:
+            detail = f" ({run.error_code})" if run.error_code else ""
+            click.echo(f"Error: run {run.run_id} ended {run.status}{detail}", err=True)
+        raise click.exceptions.Exit(1)

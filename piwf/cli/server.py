@@ -1,0 +1,175 @@
+"""``piwf server start | stop | status | run``."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+
+import click
+
+from piwf import canonical, launcher
+from piwf.cli import render
+from piwf.cli.common import command, json_option, open_client
+from piwf.config import state_home
+from piwf.errors import ServerNotRunningError, ServerStartError
+
+
+@click.group("server")
+def server_group() -> None:
+    """Start, stop and inspect the piwf server of $PIWF_HOME.
+
+    \b
+    Example:
+      piwf server status
+    """
+
+
+_MAX_WORKERS = click.option(
+    "--max-workers",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Execution slots (default: $PIWF_MAX_WORKERS or 4).",
+)
+_IDLE_EXIT = click.option(
+    "--idle-exit",
+    "idle_exit_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Exit after this long with no clients and no work (default: $PIWF_IDLE_EXIT_S or 300).",
+)
+
+
+@server_group.command("start")
+@_MAX_WORKERS
+@_IDLE_EXIT
+@json_option
+@command
+def server_start(max_workers: int | None, idle_exit_s: float | None, as_json: bool) -> None:
+    """Start the server in the background unless it already runs.
+
+    Returns once the server accepts connections. If a server already runs, it is left alone
+    and its options are not changed.
+
+    \b
+    Example:
+      piwf server start --max-workers 2
+    """
+    home = state_home()
+    started = launcher.ensure_server(home, max_workers=max_workers, idle_exit_s=idle_exit_s)
+    with open_client() as client:
+        status = client.server_status()
+    if as_json:
+        document: dict[str, object] = {"started": started is not None, "epoch": status.epoch}
+        if started is not None:
+            document["pid"] = started.pid
+        render.emit_json(document)
+    elif started is not None:
+        click.echo(f"started piwf server (pid {started.pid}, epoch {status.epoch}) for {home}")
+    else:
+        click.echo(f"piwf server already running (epoch {status.epoch}) for {home}")
+
+
+@server_group.command("stop")
+@json_option
+@command
+def server_stop(as_json: bool) -> None:
+    """Stop the server after its in-flight commands finish; never starts one.
+
+    Returns once the server has closed its connections. Exits 0 when no server runs.
+
+    \b
+    Example:
+      piwf server stop
+    """
+    try:
+        with open_client(autostart=False) as client:
+            client.stop_server()
+        was_running = True
+    except ServerNotRunningError:
+        was_running = False
+    if as_json:
+        render.emit_json({"state": "stopped", "wasRunning": was_running})
+    elif was_running:
+        click.echo("piwf server stopped")
+    else:
+        click.echo(f"no piwf server is running for {state_home()}")
+
+
+@server_group.command("status")
+@json_option
+@command
+def server_status(as_json: bool) -> None:
+    """Show whether the server runs, with its counts; never starts one.
+
+    Exits 0 in both cases; with --json a stopped server is {"state":"stopped"}.
+
+    \b
+    Example:
+      piwf server status --json
+    """
+    try:
+        with open_client(autostart=False) as client:
+            status = client.server_status()
+    except ServerNotRunningError:
+        if as_json:
+            render.emit_json({"state": "stopped"})
+        else:
+            click.echo(f"no piwf server is running for {state_home()}")
+        return
+    if as_json:
+        render.emit_json(status.to_wire())
+    else:
+        click.echo(render.server_status(status))
+
+
+@server_group.command("run")
+@_MAX_WORKERS
+@_IDLE_EXIT
+@click.option("--ready-fd", type=click.IntRange(min=0), default=None, hidden=True)
+@json_option
+@command
+def server_run(
+    max_workers: int | None, idle_exit_s: float | None, ready_fd: int | None, as_json: bool
+) -> None:
+    """Run the server attached to this terminal until it is stopped (SIGINT, SIGTERM,
+    `piwf server stop`, or --idle-exit).
+
+    `piwf server start` and the client run this command in the background. The server logs
+    to $PIWF_HOME/server/server.log. With --json, one document {"exitCode": N} is printed
+    when the server exits.
+
+    \b
+    Example:
+      piwf server run --max-workers 2 --idle-exit 0
+    """
+    # The one edge from the CLI into the server package (DESIGN.md §2): its entry point,
+    # imported by name when this command runs so that no other command loads the server.
+    try:
+        settings_module = importlib.import_module("piwf.server.settings")
+        settings = settings_module.ServerSettings.from_environment(
+            max_workers=max_workers, idle_exit_s=idle_exit_s
+        )
+        lifecycle = importlib.import_module("piwf.server.lifecycle")
+    except (ImportError, ValueError) as error:
+        message = f"the piwf server cannot start: {error}"
+        _report_start_failure(ready_fd, message)
+        raise ServerStartError(message) from None
+    exit_code: int = lifecycle.run_server(settings, ready_fd=ready_fd)
+    if as_json:
+        render.emit_json({"exitCode": exit_code})
+    sys.exit(exit_code)
+
+
+def _report_start_failure(ready_fd: int | None, message: str) -> None:
+    """Tell a waiting launcher why the server did not start (the launcher's ready protocol)."""
+    if ready_fd is None:
+        return
+    line = canonical.encode({"error": {"code": "serverStart", "message": message}, "ok": False})
+    with contextlib.suppress(OSError):
+        os.write(ready_fd, line + b"\n")
+    with contextlib.suppress(OSError):
+        os.close(ready_fd)

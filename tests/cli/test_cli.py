@@ -1,0 +1,416 @@
+"""The ``piwf`` command line with click's runner: help, docs, exit codes, JSON output.
+
+Commands that need a server talk to the scripted fake server of tests/client; none of these
+tests starts a real server (the ``no_server_start`` guard fails any attempt).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from piwf import launcher
+from piwf._version import __version__
+from piwf.cli import cli
+from piwf.protocol import Request
+from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
+
+pytestmark = pytest.mark.usefixtures("no_server_start")
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "CLI.md"
+
+
+def walk(command: click.Command, path: str = "piwf") -> Iterator[tuple[str, click.Command]]:
+    """Every command and group below ``command``, with its full command path."""
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            yield f"{path} {name}", sub
+            yield from walk(sub, f"{path} {name}")
+
+
+COMMANDS = dict(walk(cli))
+LEAVES = sorted(path for path, command in COMMANDS.items() if not isinstance(command, click.Group))
+
+
+def invoke(*args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), input=input)
+
+
+def one_json_document(text: str) -> Any:
+    """Parse ``text`` as exactly one JSON document (json.loads refuses trailing data)."""
+    assert text.count("\n") == 1 and text.endswith("\n"), repr(text)
+    return json.loads(text)
+
+
+def test_the_surface_of_design_section_11() -> None:
+    assert LEAVES == [
+        "piwf run cancel",
+        "piwf run list",
+        "piwf run show",
+        "piwf run start",
+        "piwf run wait",
+        "piwf server run",
+        "piwf server start",
+        "piwf server status",
+        "piwf server stop",
+        "piwf state backup",
+        "piwf state status",
+        "piwf state verify",
+    ]
+
+
+@pytest.mark.parametrize("path", ["piwf", *COMMANDS])
+def test_every_command_has_help_with_an_example(path: str) -> None:
+    result = invoke(*path.split()[1:], "--help")
+    assert result.exit_code == 0, result.output
+    assert "Example:" in result.stdout
+    example = result.stdout.split("Example:", 1)[1].strip().splitlines()[0]
+    assert example.startswith(path), f"the example of {path!r} is {example!r}"
+
+
+@pytest.mark.parametrize("path", LEAVES)
+def test_every_command_accepts_json(path: str) -> None:
+    options = {opt for param in COMMANDS[path].params for opt in getattr(param, "opts", [])}
+    assert "--json" in options
+
+
+def test_docs_describe_exactly_the_commands_that_exist() -> None:
+    """docs/CLI.md has one heading ``## `piwf group` `` or ``### `piwf group command` `` each."""
+    headings = re.findall(r"^#{2,3} `(piwf [^`]*)`$", DOCS.read_text(), flags=re.MULTILINE)
+    assert len(headings) == len(set(headings)), "a command is documented twice"
+    assert set(COMMANDS) - set(headings) == set(), "commands missing from docs/CLI.md"
+    extra = set(headings) - set(COMMANDS) - {"piwf --version"}
+    assert extra == set(), "docs/CLI.md documents commands that do not exist"
+
+
+def test_version() -> None:
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.stdout == f"piwf {__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "start", "flow.py", "--input", "{bad"], "not valid JSON"),
+        (["run", "start", "flow.py", "--input", "[1, NaN]"], "not valid JSON"),
+        (["run", "start"], "Missing argument 'WORKFLOW'"),
+        (["run", "show"], "Missing argument 'RUN_ID'"),
+        (["run", "show", "has space"], "run id"),
+        (["run", "start", "flow.py", "--timeout", "5"], "--timeout only applies with --wait"),
+        (["run", "list", "--limit", "0"], "--limit"),
+        (["run", "wait", "run-1", "--timeout", "-1"], "--timeout"),
+        (["state", "backup"], "Missing argument 'DEST'"),
+        (["server", "start", "--max-workers", "0"], "--max-workers"),
+        (["nope"], "No such command"),
+    ],
+)
+def test_usage_errors_exit_2(args: list[str], message: str) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert result.stdout == ""
+
+    as_json = invoke(*args, "--json")
+    assert as_json.exit_code == 2, as_json.output
+    document = one_json_document(as_json.stdout)
+    assert document["error"]["code"] == "usage"
+    assert message in document["error"]["message"]
+
+
+def test_an_argument_the_payload_model_refuses_is_a_usage_error_that_hides_the_value(
+    fake: FakeServer,
+) -> None:
+    title = "secret-" + "x" * 600
+    result = invoke("run", "start", "hello", "--title", title, "--json")
+    assert result.exit_code == 2, result.output
+    message = one_json_document(result.stdout)["error"]["message"]
+    assert "title" in message
+    assert "secret" not in message
+    assert fake.requests == []
+
+
+def test_input_and_input_file_together_is_a_usage_error(tmp_path: Path) -> None:
+    data = tmp_path / "in.json"
+    data.write_text("{}")
+    result = invoke("run", "start", "flow.py", "--input", "{}", "--input-file", str(data))
+    assert result.exit_code == 2
+    assert "not both" in result.stderr
+
+
+@pytest.mark.usefixtures("short_home")
+def test_server_status_without_a_server_reports_stopped_and_starts_nothing(
+    short_home: Path,
+) -> None:
+    result = invoke("server", "status", "--json")
+    assert result.exit_code == 0, result.output
+    assert one_json_document(result.stdout) == {"state": "stopped"}
+
+    human = invoke("server", "status")
+    assert human.exit_code == 0
+    assert "no piwf server is running" in human.stdout
+    assert not short_home.exists()
+
+
+def test_server_stop_without_a_server_exits_0(short_home: Path) -> None:
+    result = invoke("server", "stop")
+    assert result.exit_code == 0, result.output
+    assert "no piwf server is running" in result.stdout
+    as_json = invoke("server", "stop", "--json")
+    assert one_json_document(as_json.stdout) == {"state": "stopped", "wasRunning": False}
+    assert not short_home.exists()
+
+
+# -- against the fake server ----------------------------------------------------------------
+
+
+def answer(conn: FakeConnection, request: Request) -> None:
+    operation, payload = request.operation, request.payload
+    if operation == "server.status":
+        conn.reply(request, SERVER_STATUS)
+    elif operation == "server.stop":
+        conn.reply(request, {"stopping": True})
+        conn.close()
+    elif operation == "run.start":
+        conn.reply(request, {"run": run_info("run-new", title=payload.get("title"))})
+    elif operation == "run.cancel":
+        conn.reply(request, {"run": run_info(request.run_id or "", status="cancelled")})
+    elif operation == "run.list":
+        conn.reply(request, {"runs": [run_info("run-b", title="second"), run_info("run-a")]})
+    elif operation == "run.get" and request.run_id == "run-a":
+        source = {
+            "mountPath": "",
+            "sourceType": "file",
+            "sourceRef": "/f.py",
+            "sourceRevision": "x",
+        }
+        conn.reply(request, {"run": run_info("run-a"), "sources": [source]})
+    elif operation in ("run.get", "run.wait") and request.run_id == "missing":
+        conn.fail(request, "notFound", "notFound", "no run missing")
+    elif operation == "run.wait":
+        status = {"run-done": "completed", "run-bad": "failed"}.get(request.run_id or "", "queued")
+        run = run_info(request.run_id or "", status=status, display_status=status)
+        conn.reply(request, {"run": run, "timedOut": status == "queued"})
+    elif operation == "state.status":
+        conn.reply(
+            request,
+            {
+                "runs": {"queued": 2, "failed": 0},
+                "queue": {"queued": 2},
+                "pausedRuns": 0,
+                "activeLeases": 0,
+                "expiredLeases": 0,
+                "unsettledEffects": 0,
+                "ambiguousEffects": 0,
+                "events": 4,
+                "blobs": 2,
+                "databaseBytes": 8192,
+            },
+        )
+    elif operation == "state.verify":
+        violations = [{"code": "queueWithoutRun", "detail": "queue row q1 has no run"}]
+        conn.reply(request, {"valid": False, "violations": violations})
+    elif operation == "state.backup":
+        conn.reply(request, {"destination": payload["destination"], "bytes": 8192})
+    else:
+        conn.fail(request, "rejected", "unsupported", operation)
+
+
+@pytest.fixture
+def fake(short_home: Path) -> Iterator[FakeServer]:
+    with FakeServer(short_home, answer) as server:
+        yield server
+
+
+def test_run_start_sends_absolute_paths_and_parsed_input(
+    fake: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("run", "start", "flows/hello.py", "--input", '{"who": "Ada"}', "--json")
+    assert result.exit_code == 0, result.output
+    assert one_json_document(result.stdout)["run"]["runId"] == "run-new"
+    (_, request), *_ = fake.requests
+    assert request.payload == {
+        "workflow": str(tmp_path / "flows" / "hello.py"),
+        "projectPath": str(tmp_path),
+        "input": {"who": "Ada"},
+    }
+    assert request.client_id.startswith("cli-")
+
+
+def test_run_start_reads_input_file_or_stdin(fake: FakeServer, tmp_path: Path) -> None:
+    data = tmp_path / "in.json"
+    data.write_text('{\n  "n": 1.5\n}\n')
+    assert invoke("run", "start", "hello", "--input-file", str(data)).exit_code == 0
+    assert invoke("run", "start", "hello", "--input-file", "-", input="[true]").exit_code == 0
+    inputs = [request.payload["input"] for _, request in fake.requests]
+    assert inputs == [{"n": 1.5}, [True]]
+
+
+def test_run_start_human_output_names_the_run(fake: FakeServer) -> None:
+    result = invoke("run", "start", "hello", "--title", "greeting")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "started run-new  queued  hello\n"
+
+
+def test_run_start_wait_that_times_out_exits_1(fake: FakeServer) -> None:
+    result = invoke("run", "start", "hello", "--wait", "--timeout", "0")
+    assert result.exit_code == 1
+    assert "still queued after 0 s" in result.stderr
+
+    as_json = invoke("run", "start", "hello", "--wait", "--timeout", "0", "--json")
+    assert as_json.exit_code == 1
+    document = one_json_document(as_json.stdout)
+    assert document["timedOut"] is True
+    assert document["run"]["runId"] == "run-new"
+
+
+@pytest.mark.parametrize(("run_id", "exit_code"), [("run-done", 0), ("run-bad", 1)])
+def test_run_wait_exits_0_only_for_a_completed_run(
+    fake: FakeServer, run_id: str, exit_code: int
+) -> None:
+    result = invoke("run", "wait", run_id, "--json")
+    assert result.exit_code == exit_code, result.output
+    document = one_json_document(result.stdout)
+    assert document["timedOut"] is False
+    assert document["run"]["runId"] == run_id
+    if exit_code:
+        assert "ended failed" in invoke("run", "wait", run_id).stderr
+
+
+def test_run_list_prints_a_table(fake: FakeServer) -> None:
+    result = invoke("run", "list", "--limit", "2")
+    assert result.exit_code == 0, result.output
+    header, first, second = result.stdout.splitlines()
+    assert header.split() == ["RUN", "ID", "STATUS", "WORKFLOW", "CREATED", "TITLE"]
+    assert first.startswith("run-b") and first.endswith("second")
+    assert second.startswith("run-a")
+    (_, request), *_ = fake.requests
+    assert request.payload == {"limit": 2}
+    listing = one_json_document(invoke("run", "list", "--json").stdout)
+    assert [run["runId"] for run in listing["runs"]] == ["run-b", "run-a"]
+
+
+def test_run_show_prints_fields_and_sources(fake: FakeServer) -> None:
+    result = invoke("run", "show", "run-a")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "run-a  queued"
+    assert "/f.py" in result.stdout
+    detail = one_json_document(invoke("run", "show", "run-a", "--json").stdout)
+    assert detail["sources"][0]["sourceRef"] == "/f.py"
+
+
+def test_command_errors_exit_1_with_the_servers_code(fake: FakeServer) -> None:
+    result = invoke("run", "show", "missing")
+    assert result.exit_code == 1
+    assert result.stderr == "Error: no run missing\n"
+    as_json = invoke("run", "show", "missing", "--json")
+    assert as_json.exit_code == 1
+    assert one_json_document(as_json.stdout) == {
+        "error": {"code": "notFound", "message": "no run missing"}
+    }
+
+
+def test_run_cancel(fake: FakeServer) -> None:
+    result = invoke("run", "cancel", "run-a", "--json")
+    assert result.exit_code == 0, result.output
+    assert one_json_document(result.stdout)["run"]["status"] == "cancelled"
+    (_, request), *_ = fake.requests
+    assert request.run_id == "run-a"
+    assert request.idempotency_key is not None
+
+
+def test_server_status_and_stop_with_a_server(fake: FakeServer) -> None:
+    status = invoke("server", "status", "--json")
+    assert one_json_document(status.stdout) == SERVER_STATUS
+    assert "piwf server running (epoch 1" in invoke("server", "status").stdout
+    stop = invoke("server", "stop", "--json")
+    assert stop.exit_code == 0, stop.output
+    assert one_json_document(stop.stdout) == {"state": "stopped", "wasRunning": True}
+
+
+def test_server_start_when_one_already_runs(
+    fake: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[dict[str, object]] = []
+
+    def ensure(home: Path, **options: object) -> None:
+        calls.append(options)
+
+    monkeypatch.setattr(launcher, "ensure_server", ensure)
+    result = invoke("server", "start", "--max-workers", "2", "--json")
+    assert result.exit_code == 0, result.output
+    assert one_json_document(result.stdout) == {"started": False, "epoch": 1}
+    assert calls == [{"max_workers": 2, "idle_exit_s": None}]
+    assert "already running" in invoke("server", "start").stdout
+
+
+def test_state_commands(fake: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    status = invoke("state", "status")
+    assert status.exit_code == 0
+    assert "2 queued" in status.stdout and "0 failed" not in status.stdout
+
+    verify = invoke("state", "verify", "--json")
+    assert verify.exit_code == 1
+    assert one_json_document(verify.stdout)["violations"][0]["code"] == "queueWithoutRun"
+    assert "queueWithoutRun" in invoke("state", "verify").stdout
+
+    backup = invoke("state", "backup", "b.sqlite", "--json")
+    assert backup.exit_code == 0, backup.output
+    assert one_json_document(backup.stdout)["destination"] == str(tmp_path / "b.sqlite")
+
+
+# -- server run: the entry point into the server package --------------------------------------
+
+
+def test_server_run_passes_options_to_the_servers_entry_point(
+    monkeypatch: pytest.MonkeyPatch, short_home: Path
+) -> None:
+    calls: list[tuple[Any, int | None]] = []
+
+    def run_server(settings: Any, ready_fd: int | None) -> int:
+        calls.append((settings, ready_fd))
+        return 0
+
+    lifecycle = types.ModuleType("piwf.server.lifecycle")
+    lifecycle.run_server = run_server  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "piwf.server.lifecycle", lifecycle)
+    argv = launcher.server_command(9, max_workers=2, idle_exit_s=1.5)[3:]
+    result = invoke(*argv, "--json")
+    assert result.exit_code == 0, result.output
+    assert one_json_document(result.stdout) == {"exitCode": 0}
+    ((settings, ready_fd),) = calls
+    assert ready_fd == 9
+    assert (settings.max_workers, settings.idle_exit_s) == (2, 1.5)
+    assert settings.paths.home == short_home
+
+
+def test_server_run_reports_bad_settings_on_the_ready_fd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIWF_MAX_WORKERS", "many")
+    read_fd, write_fd = os.pipe()
+    try:
+        result = invoke("server", "run", "--ready-fd", str(write_fd))
+        report = os.read(read_fd, 4096)
+        # The command closed the write end, as the ready protocol requires: end of file now.
+        readable, _, _ = select.select([read_fd], [], [], 0)
+        at_eof = bool(readable) and os.read(read_fd, 1) == b""
+    finally:
+        os.close(read_fd)
+    assert result.exit_code == 1
+    assert "cannot start" in result.stderr
+    line = json.loads(report)
+    assert line["ok"] is False
+    assert line["error"]["code"] == "serverStart"
+    assert at_eof

@@ -1,0 +1,171 @@
+"""The installed ``piwf`` script against a real server, as a user drives it.
+
+Each test gets a private ``PIWF_HOME`` under /tmp (short: the socket path must fit in
+``sun_path``); the fixture always runs ``piwf server stop`` and then kills whatever process
+still runs for that home, found by its ``PIWF_HOME`` (the server and any child it started).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+PIWF = Path(sys.executable).parent / "piwf"
+REPO = Path(__file__).resolve().parents[2]
+HELLO = "fixtures/workflows/hello.py"
+COMMAND_TIMEOUT_S = 60
+
+
+class Piwf:
+    """Runs the console script with one state home, from the repository root."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = dict(os.environ, PIWF_HOME=str(home))
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(PIWF), *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
+
+    def json(self, *args: str, exit_code: int = 0) -> Any:
+        """Run with --json; check the exit code and that stdout is exactly one document."""
+        result = self.run(*args, "--json")
+        assert result.returncode == exit_code, (result.stdout, result.stderr)
+        assert result.stdout.count("\n") == 1, result.stdout
+        return json.loads(result.stdout)
+
+
+def processes_of(home: Path) -> list[psutil.Process]:
+    """Every live process whose environment selects ``home``."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("PIWF_HOME") == str(home):
+                found.append(process)
+    return found
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """Wait for ``pid`` to exit (a pidfd becomes readable then); True if it did."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout_s)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def piwf() -> Iterator[Piwf]:
+    root = Path(tempfile.mkdtemp(prefix="pw", dir="/tmp"))
+    cli = Piwf(root / "h")
+    try:
+        yield cli
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            cli.run("server", "stop")
+        for process in processes_of(cli.home):
+            if process.pid != os.getpid():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+                wait_gone(process.pid, 10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_run_from_start_to_cancel(piwf: Piwf, tmp_path: Path) -> None:
+    assert piwf.json("server", "status") == {"state": "stopped"}
+
+    started = piwf.json("run", "start", HELLO, "--input", '{"who": "Ada"}', "--title", "e2e")
+    run = started["run"]
+    run_id = run["runId"]
+    assert run["status"] == "queued"
+    assert run["title"] == "e2e"
+    assert run["workflowRef"] == str(REPO / HELLO)
+
+    listing = piwf.json("run", "list")
+    assert [item["runId"] for item in listing["runs"]] == [run_id]
+
+    detail = piwf.json("run", "show", run_id)
+    assert detail["run"]["runId"] == run_id
+    assert detail["sources"][0]["sourceRef"] == str(REPO / HELLO)
+
+    status = piwf.json("server", "status")
+    assert status["state"] == "running"
+    assert status["queuedRuns"] >= 1
+
+    state = piwf.json("state", "status")
+    assert state["runs"]["queued"] >= 1
+
+    assert piwf.json("state", "verify") == {"valid": True, "violations": []}
+
+    destination = tmp_path / "backup.sqlite"
+    backup = piwf.json("state", "backup", str(destination))
+    assert backup["destination"] == str(destination)
+    assert backup["bytes"] > 0
+    assert destination.stat().st_size > 0
+
+    cancelled = piwf.json("run", "cancel", run_id)
+    assert cancelled["run"]["status"] == "cancelled"
+
+    waited = piwf.json("run", "wait", run_id, "--timeout", "5", exit_code=1)
+    assert waited["timedOut"] is False
+    assert waited["run"]["status"] == "cancelled"
+
+    missing = piwf.json("run", "show", "run-does-not-exist", exit_code=1)
+    assert missing["error"]["code"] == "runNotFound"
+
+    stop = piwf.run("server", "stop")
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout == "piwf server stopped\n"
+    assert piwf.json("server", "status") == {"state": "stopped"}
+
+
+def test_server_start_and_stop(piwf: Piwf) -> None:
+    first = piwf.json("server", "start", "--max-workers", "2", "--idle-exit", "60")
+    assert first["started"] is True
+    pid = first["pid"]
+    assert psutil.Process(pid).environ()["PIWF_HOME"] == str(piwf.home)
+
+    again = piwf.json("server", "start")
+    assert again == {"started": False, "epoch": first["epoch"]}
+    assert piwf.json("server", "status")["maxWorkers"] == 2
+
+    assert piwf.json("server", "stop") == {"state": "stopped", "wasRunning": True}
+    assert wait_gone(pid, 15), "the server process did not exit after stop"
+    assert piwf.json("server", "stop") == {"state": "stopped", "wasRunning": False}
+
+    restarted = piwf.json("server", "start")
+    assert restarted["started"] is True
+    assert restarted["epoch"] > first["epoch"]
+
+
+def test_runtime_error_without_json_goes_to_stderr(piwf: Piwf) -> None:
+    result = piwf.run("run", "show", "run-nope")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("Error: ")
