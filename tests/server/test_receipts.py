@@ -132,3 +132,52 @@ def test_a_busy_database_answers_unavailable_and_stores_nothing(
     assert receipts(server.home) == []
     with raw_client(server) as client:
         assert client.request("run.cancel", {}, key="busy", run_id="run-x").outcome == "notFound"
+
+
+HELLO = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
+
+
+# conformance: X6
+def test_pipelined_starts_under_one_key_create_exactly_one_run(server: ServerProcess) -> None:
+    payload = {"workflow": HELLO, "input": {"who": "ada"}}
+    with raw_client(server) as client:
+        sent = [client.send("run.start", payload, key="one-start") for _ in range(20)]
+        answers = {response.request_id: response for response in (client.response() for _ in sent)}
+    assert sorted(answers) == sorted(sent)
+    outcomes = [answers[request_id].outcome for request_id in sent]
+    assert outcomes.count("accepted") == 1
+    assert set(outcomes) == {"accepted", "adopted"}
+    run_ids = {answers[r].receipt["run"]["runId"] for r in sent}  # type: ignore[index]
+    assert len(run_ids) == 1
+    with StateDatabase(server.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
+        assert tx.scalar("SELECT count(*) FROM runs") == 1
+    assert len(receipts(server.home)) == 1
+
+
+def test_a_start_with_another_payload_under_an_in_flight_key_conflicts(
+    server: ServerProcess,
+) -> None:
+    with raw_client(server) as client:
+        first = client.send("run.start", {"workflow": HELLO, "input": {"who": "a"}}, key="k")
+        second = client.send("run.start", {"workflow": HELLO, "input": {"who": "b"}}, key="k")
+        answers = {r.request_id: r for r in (client.response(), client.response())}
+    assert answers[first].outcome == "accepted"
+    assert answers[second].outcome == "conflict"
+    with StateDatabase(server.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
+        assert tx.scalar("SELECT count(*) FROM runs") == 1
+
+
+def test_a_broken_workflow_file_is_rejected_and_nothing_is_stored_but_the_receipt(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("def oops(:\n")
+    with raw_client(server) as client:
+        response = client.request("run.start", {"workflow": str(broken)}, key="broken")
+    assert response.outcome == "rejected"
+    assert response.error is not None
+    assert response.error.code == "workflowLoad"
+    assert str(broken) in response.error.message
+    assert "line 1" in response.error.message
+    with StateDatabase(server.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
+        assert tx.scalar("SELECT count(*) FROM runs") == 0
