@@ -279,19 +279,7 @@ class MemoryPort:
                 return Conflict(f"request {pending.request_id} is still open")
             if pending is None and message.request_id is not None:
                 return Conflict(f"request {message.request_id} is not open")
-            run.steps.append(
-                StepRecord(
-                    message.path,
-                    message.visit,
-                    message.attempt,
-                    Outcome.OK,
-                    message.output,
-                    None,
-                    active.started_at_ms,
-                    message.finished_at_ms,
-                )
-            )
-            run.active, run.pending = None, None
+            self._close_visit(run, active, message, Outcome.OK, message.output, None)
             return self._accept(message)
 
     def node_failed(self, message: NodeFailed) -> PortResult:
@@ -303,20 +291,31 @@ class MemoryPort:
             active = self._active(run, message.path, message.visit)
             if isinstance(active, Conflict):
                 return active
-            run.steps.append(
-                StepRecord(
-                    message.path,
-                    message.visit,
-                    message.attempt,
-                    message.outcome,
-                    None,
-                    message.error,
-                    active.started_at_ms,
-                    message.finished_at_ms,
-                )
-            )
-            run.active, run.pending = None, None
+            self._close_visit(run, active, message, message.outcome, None, message.error)
             return self._accept(message)
+
+    @staticmethod
+    def _close_visit(
+        run: _Run,
+        active: ActiveVisit,
+        message: NodeFinished | NodeFailed,
+        outcome: Outcome,
+        output: JsonValue,
+        error: str | None,
+    ) -> None:
+        run.steps.append(
+            StepRecord(
+                message.path,
+                message.visit,
+                message.attempt,
+                outcome,
+                output,
+                error,
+                active.started_at_ms,
+                message.finished_at_ms,
+            )
+        )
+        run.active, run.pending = None, None
 
     def reserve_effect(self, message: EffectReservation) -> PortResult:
         """Reserve, adopt, refuse or send to recovery, by key and request fingerprint."""
