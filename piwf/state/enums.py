@@ -156,3 +156,90 @@ class CommandOutcome(str, Enum):
     NOT_FOUND = "notFound"
     CLAIM_LOST = "claimLost"
     UNAVAILABLE = "unavailable"
+
+
+class RunnerStatus(str, Enum):
+    """Status of one runner process (``run_runners``): three live states, then one outcome."""
+
+    STARTING = "starting"
+    READY = "ready"
+    RUNNING = "running"
+    EXITED = "exited"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timedOut"
+    CRASHED = "crashed"
+    CLAIM_LOST = "claimLost"
+    ORPHANED = "orphaned"
+
+
+LIVE_RUNNER_STATUSES = frozenset({RunnerStatus.STARTING, RunnerStatus.READY, RunnerStatus.RUNNING})
+
+
+class RunnerCommand(str, Enum):
+    """The one explicit command a runner executes after ``ready``."""
+
+    START = "start"
+    RESUME = "resume"
+    CONTINUE = "continue"
+    RESTART = "restart"
+
+
+class RunnerMessageOutcome(str, Enum):
+    """Outcome of a state-changing runner message, as stored in its receipt."""
+
+    ACCEPTED = "accepted"
+    ADOPTED = "adopted"
+    REJECTED = "rejected"
+    CLAIM_LOST = "claimLost"
+
+
+class FailureClass(str, Enum):
+    """The closed set of failure classes (``run_queue.error_code``); never reported as another."""
+
+    CLAIM_LOST = "claimLost"
+    RUNNER_CRASHED = "runnerCrashed"
+    RUNNER_NO_PROGRESS = "runnerNoProgress"
+    RUNNER_TIMED_OUT = "runnerTimedOut"
+    SERVER_UNAVAILABLE = "serverUnavailable"
+    SOURCE_CHANGED = "sourceChanged"
+    EFFECT_AMBIGUOUS = "effectAmbiguous"
+    NODE_FAILED = "nodeFailed"
+    PROTOCOL_REJECTED = "protocolRejected"
+
+
+#: Queue error codes that keep a run away from the scheduler until an explicit resume.
+BLOCKING_FAILURE_CLASSES = frozenset(
+    {FailureClass.SOURCE_CHANGED, FailureClass.RUNNER_NO_PROGRESS, FailureClass.EFFECT_AMBIGUOUS}
+)
+
+
+class InteractionKind(str, Enum):
+    """What kind of answer a node visit waits for."""
+
+    CHECKPOINT = "checkpoint"
+    HUMAN_DECISION = "human_decision"
+    AGENT = "agent"
+
+
+class InteractionStatus(str, Enum):
+    """``pending -> answered -> settled``; ``answered -> pending`` on a rejected answer."""
+
+    PENDING = "pending"
+    ANSWERED = "answered"
+    SETTLED = "settled"
+    CANCELLED = "cancelled"
+
+
+class AnsweredBy(str, Enum):
+    """Who answered a request; a protected decision accepts only a human or its policy."""
+
+    HUMAN = "human"
+    TIMEOUT_POLICY = "timeout_policy"
+    SESSION = "session"
+
+
+class NotificationKind(str, Enum):
+    """Whether a notification reports progress or a final result."""
+
+    PROGRESS = "progress"
+    FINAL = "final"

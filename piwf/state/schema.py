@@ -275,7 +275,9 @@ CREATE TABLE run_queue (
   available_at INTEGER NOT NULL,
   origin_session_id TEXT,
   consecutive_errors INTEGER NOT NULL DEFAULT 0 CHECK (consecutive_errors >= 0),
-  error_code TEXT,
+  error_code TEXT CHECK (error_code IN (
+    'claimLost', 'runnerCrashed', 'runnerNoProgress', 'runnerTimedOut', 'serverUnavailable',
+    'sourceChanged', 'effectAmbiguous', 'nodeFailed', 'protocolRejected')),
   error_hash BLOB REFERENCES blobs(blob_hash),
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
@@ -423,6 +425,117 @@ _SERVER_COMMANDS_RUN_INDEX = """
 CREATE INDEX server_commands_run_idx ON server_commands(run_id, created_at)
 """
 
+# One row per runner process launched for a run generation, recorded before the spawn. A runner
+# row is a supervision record, not part of the run aggregate: writing it checks the run claim but
+# does not change the run revision (except ``ready``, which moves the queue row). The no-progress
+# rule compares the run revision with ``ready_revision`` (or ``launch_revision`` when the runner
+# never became ready).
+_RUN_RUNNERS = """
+CREATE TABLE run_runners (
+  runner_epoch TEXT PRIMARY KEY CHECK (length(runner_epoch) BETWEEN 1 AND 256),
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  generation INTEGER NOT NULL CHECK (generation > 0),
+  server_epoch INTEGER NOT NULL CHECK (server_epoch > 0),
+  command TEXT NOT NULL CHECK (command IN ('start', 'resume', 'continue', 'restart')),
+  launch_envelope_hash BLOB NOT NULL REFERENCES blobs(blob_hash),
+  launch_revision INTEGER NOT NULL CHECK (launch_revision >= 0),
+  ready_revision INTEGER CHECK (ready_revision IS NULL OR ready_revision >= 0),
+  pid INTEGER CHECK (pid IS NULL OR pid > 0),
+  process_start_identity TEXT,
+  status TEXT NOT NULL CHECK (status IN (
+    'starting', 'ready', 'running', 'exited', 'cancelled', 'timedOut', 'crashed', 'claimLost',
+    'orphaned')),
+  started_at INTEGER NOT NULL,
+  ready_at INTEGER,
+  finished_at INTEGER,
+  exit_code INTEGER,
+  signal TEXT,
+  diagnostic_hash BLOB REFERENCES blobs(blob_hash),
+  CHECK ((pid IS NULL) = (process_start_identity IS NULL)),
+  CHECK ((status IN ('starting', 'ready', 'running')) = (finished_at IS NULL)),
+  CHECK ((ready_at IS NULL) = (ready_revision IS NULL)),
+  CHECK (status != 'starting' OR ready_at IS NULL),
+  CHECK (status NOT IN ('ready', 'running') OR ready_at IS NOT NULL)
+) STRICT
+"""
+
+# At most one live runner per run.
+_RUN_RUNNERS_ACTIVE_INDEX = """
+CREATE UNIQUE INDEX run_runners_active_idx ON run_runners(run_id)
+  WHERE status IN ('starting', 'ready', 'running')
+"""
+
+_RUN_RUNNERS_GENERATION_INDEX = """
+CREATE INDEX run_runners_generation_idx ON run_runners(run_id, generation, started_at)
+"""
+
+# Receipts of state-changing runner messages: a retried message gets the identical answer.
+_RUNNER_MESSAGES = """
+CREATE TABLE runner_messages (
+  runner_epoch TEXT NOT NULL REFERENCES run_runners(runner_epoch) ON DELETE CASCADE,
+  message_id TEXT NOT NULL CHECK (length(message_id) BETWEEN 1 AND 256),
+  request_fingerprint BLOB NOT NULL CHECK (length(request_fingerprint) = 32),
+  outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'adopted', 'rejected', 'claimLost')),
+  accepted_revision INTEGER CHECK (accepted_revision IS NULL OR accepted_revision >= 0),
+  result_hash BLOB REFERENCES blobs(blob_hash),
+  error_hash BLOB REFERENCES blobs(blob_hash),
+  completed_at INTEGER NOT NULL,
+  PRIMARY KEY (runner_epoch, message_id)
+) STRICT
+"""
+
+# The request a node visit parks on (checkpoint, protected human decision, agent step). Minimal:
+# the decision, submission and message tables of later features build on it.
+_INTERACTIVE_REQUESTS = """
+CREATE TABLE interactive_requests (
+  request_id TEXT PRIMARY KEY CHECK (length(request_id) BETWEEN 1 AND 256),
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  attempt_id TEXT NOT NULL UNIQUE REFERENCES node_attempts(attempt_id) ON DELETE CASCADE,
+  kind TEXT NOT NULL CHECK (kind IN ('checkpoint', 'human_decision', 'agent')),
+  content_hash BLOB NOT NULL REFERENCES blobs(blob_hash),
+  on_timeout_hash BLOB REFERENCES blobs(blob_hash),
+  timeout_ms INTEGER CHECK (timeout_ms IS NULL OR timeout_ms > 0),
+  status TEXT NOT NULL CHECK (status IN ('pending', 'answered', 'settled', 'cancelled')),
+  answer_hash BLOB REFERENCES blobs(blob_hash),
+  answered_by TEXT CHECK (answered_by IN ('human', 'timeout_policy', 'session')),
+  rejection_hash BLOB REFERENCES blobs(blob_hash),
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  CHECK ((answer_hash IS NULL) = (answered_by IS NULL)),
+  CHECK (status NOT IN ('answered', 'settled') OR answer_hash IS NOT NULL),
+  CHECK (status != 'pending' OR answer_hash IS NULL)
+) STRICT
+"""
+
+# One open (pending or answered) request per run.
+_INTERACTIVE_REQUESTS_OPEN_INDEX = """
+CREATE UNIQUE INDEX interactive_requests_open_run_idx ON interactive_requests(run_id)
+  WHERE status IN ('pending', 'answered')
+"""
+
+_INTERACTIVE_REQUESTS_RUN_INDEX = """
+CREATE INDEX interactive_requests_run_idx ON interactive_requests(run_id, created_at)
+"""
+
+# Notifications proposed by notify nodes; the id is stable across crash retries of a visit.
+_RUN_NOTIFICATIONS = """
+CREATE TABLE run_notifications (
+  notification_id TEXT PRIMARY KEY CHECK (length(notification_id) BETWEEN 1 AND 256),
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  attempt_id TEXT NOT NULL REFERENCES node_attempts(attempt_id) ON DELETE CASCADE,
+  node_path TEXT NOT NULL,
+  visit INTEGER NOT NULL CHECK (visit > 0),
+  kind TEXT NOT NULL CHECK (kind IN ('progress', 'final')),
+  message_hash BLOB NOT NULL REFERENCES blobs(blob_hash),
+  run_revision INTEGER NOT NULL CHECK (run_revision > 0),
+  created_at INTEGER NOT NULL
+) STRICT
+"""
+
+_RUN_NOTIFICATIONS_RUN_INDEX = """
+CREATE INDEX run_notifications_run_idx ON run_notifications(run_id, created_at)
+"""
+
 #: Statements in execution order; each one is a single SQL statement.
 STATEMENTS: tuple[str, ...] = tuple(
     statement.strip()
@@ -466,6 +579,15 @@ STATEMENTS: tuple[str, ...] = tuple(
         _SERVER_STATE_ROW,
         _SERVER_COMMANDS,
         _SERVER_COMMANDS_RUN_INDEX,
+        _RUN_RUNNERS,
+        _RUN_RUNNERS_ACTIVE_INDEX,
+        _RUN_RUNNERS_GENERATION_INDEX,
+        _RUNNER_MESSAGES,
+        _INTERACTIVE_REQUESTS,
+        _INTERACTIVE_REQUESTS_OPEN_INDEX,
+        _INTERACTIVE_REQUESTS_RUN_INDEX,
+        _RUN_NOTIFICATIONS,
+        _RUN_NOTIFICATIONS_RUN_INDEX,
     )
 )
 

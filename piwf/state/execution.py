@@ -1,0 +1,124 @@
+"""The execution store: the durable half of the workflow port, and the run transitions around it.
+
+The server runs each run generation in a child process. The child's engine calls the port
+(:class:`piwf.workflow.port.WorkflowPort`); every call crosses the runner pipe and the server
+applies it here, each in one ``BEGIN IMMEDIATE`` transaction that checks and renews the exact
+live run claim, bumps the run revision once, writes one event and returns a typed result::
+
+    scheduler ─claim_next_run──▶ RunLaunch(claim, command) ─record_runner_launch─▶ spawn
+      ─record_runner_process─▶ ─mark_runner_ready─▶ send the one command
+    runner message ─apply_runner_message(receipt)─▶ apply_begin_run | apply_node_started | ...
+      | apply_reserve_effect | apply_settle_effect | ... | apply_park | apply_finish
+    runner exit ─record_runner_exit─▶ recover_after_runner_exit (no-progress rule, effects)
+    client control ─cancel_run | pause_run | resume_run | restart_run
+
+This module is the public surface; the functions live in focused modules:
+
+==========================  ===============================================================
+module                      contents
+==========================  ===============================================================
+``execution_core``          run/attempt rows, claim checks, :class:`RunLaunch`
+``execution_runners``       ``run_runners`` rows and ``runner_messages`` receipts
+``execution_visits``        :func:`read_saved_run`, begin, node started/finished/failed,
+                            updates, notifications
+``execution_effects``       effect reservation and settlement
+``execution_outcomes``      interactive requests, park, finish
+``execution_control``       scheduling claim, cancel, pause, resume, restart
+``execution_recovery``      recovery after a runner exit, no-progress and source-change parks
+==========================  ===============================================================
+
+``docs/EXECUTION_STATE.md`` describes the tables, the claim rules and every transition.
+"""
+
+from __future__ import annotations
+
+from piwf.state.execution_control import (
+    cancel_run,
+    claim_next_run,
+    count_runnable,
+    pause_run,
+    restart_run,
+    resume_run,
+)
+from piwf.state.execution_core import RunLaunch
+from piwf.state.execution_effects import apply_reserve_effect, apply_settle_effect
+from piwf.state.execution_outcomes import (
+    apply_finish,
+    apply_park,
+    apply_reject_answer,
+    apply_request_interaction,
+)
+from piwf.state.execution_recovery import (
+    ExpiredRun,
+    RecoveryDecision,
+    RunRecovery,
+    expired_running_runs,
+    park_for_no_progress,
+    park_for_source_change,
+    recover_after_runner_exit,
+)
+from piwf.state.execution_runners import (
+    RunnerRecord,
+    RunnerReply,
+    apply_runner_message,
+    get_runner,
+    list_runners,
+    live_runner,
+    mark_runner_ready,
+    port_result_from_json,
+    port_result_to_json,
+    record_runner_exit,
+    record_runner_launch,
+    record_runner_process,
+)
+from piwf.state.execution_visits import (
+    apply_begin_run,
+    apply_node_failed,
+    apply_node_finished,
+    apply_node_started,
+    apply_notify,
+    apply_publish_update,
+    read_saved_run,
+)
+
+__all__ = [
+    "ExpiredRun",
+    "RecoveryDecision",
+    "RunLaunch",
+    "RunRecovery",
+    "RunnerRecord",
+    "RunnerReply",
+    "apply_begin_run",
+    "apply_finish",
+    "apply_node_failed",
+    "apply_node_finished",
+    "apply_node_started",
+    "apply_notify",
+    "apply_park",
+    "apply_publish_update",
+    "apply_reject_answer",
+    "apply_request_interaction",
+    "apply_reserve_effect",
+    "apply_runner_message",
+    "apply_settle_effect",
+    "cancel_run",
+    "claim_next_run",
+    "count_runnable",
+    "expired_running_runs",
+    "get_runner",
+    "list_runners",
+    "live_runner",
+    "mark_runner_ready",
+    "park_for_no_progress",
+    "park_for_source_change",
+    "pause_run",
+    "port_result_from_json",
+    "port_result_to_json",
+    "read_saved_run",
+    "record_runner_exit",
+    "record_runner_launch",
+    "record_runner_process",
+    "recover_after_runner_exit",
+    "restart_run",
+    "resume_run",
+]

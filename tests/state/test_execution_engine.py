@@ -1,0 +1,460 @@
+"""The real engine against the real execution store: runs, crashes, retries and effects.
+
+Each test drives :func:`piwf.workflow.engine.execute` through :class:`StorePort` (one
+``db.write()`` per port call, behind runner-message receipts) and plays the server's part in
+between: launch, runner exit, recovery decision, operator actions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from piwf.clock import FakeClock
+from piwf.state import StateDatabase, blobs
+from piwf.state import effects as fx
+from piwf.state import execution as ex
+from piwf.state.enums import (
+    EffectStatus,
+    RunnerCommand,
+    RunnerMessageOutcome,
+    RunnerStatus,
+)
+from piwf.state.results import Applied, RecoveryRequired
+from piwf.workflow import (
+    action,
+    checkpoint,
+    compute,
+    define_workflow,
+    idempotent_effect,
+    manual_effect,
+    notify,
+)
+from piwf.workflow import port as p
+from piwf.workflow.engine import execute
+
+from .test_execution_support import (
+    LEASE_MS,
+    OPERATOR,
+    Crash,
+    StorePort,
+    attempts,
+    claim_is_free,
+    command_for,
+    compiled,
+    create,
+    exit_and_recover,
+    launch,
+    queue_row,
+    revision,
+    run_once,
+    run_status,
+    takeover,
+    two_step,
+    violations,
+)
+
+
+class CrashOnFirstCall:
+    """A node body that dies like a killed runner the first time it runs."""
+
+    def __init__(self, output: Any = None) -> None:
+        self.calls = 0
+        self.output = output
+
+    def __call__(self, ctx: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise Crash("killed while running")
+        return self.output if self.output is not None else {"visit": ctx.visit}
+
+
+def single_action(body: Any, recovery: str = "idempotent") -> Any:
+    effect = (
+        idempotent_effect("svc.apply") if recovery == "idempotent" else manual_effect("svc.apply")
+    )
+    return compiled(
+        define_workflow(
+            name="single",
+            start_at="apply",
+            nodes={"apply": action(effect=effect, run=body)},
+            edges=[],
+        )
+    )
+
+
+def effect_of(db: StateDatabase, run_id: str) -> fx.Effect:
+    with db.read() as tx:
+        (effect,) = fx.list_effects(tx, f"run:{run_id}")
+    return effect
+
+
+def effect_attempt_outcomes(db: StateDatabase, effect_id: str) -> list[str | None]:
+    with db.read() as tx:
+        return [
+            None if attempt.outcome is None else attempt.outcome.value
+            for attempt in fx.list_attempts(tx, effect_id)
+        ]
+
+
+# conformance: X1
+def test_a_two_node_run_completes_through_the_store(db: StateDatabase) -> None:
+    workflow = two_step()
+    run_id = create(db, workflow, input={"who": "ada"})
+    launched, store, result = run_once(db, workflow)
+    assert launched.command is RunnerCommand.START
+    assert (result.status, result.output) == (p.RunStatus.COMPLETED, "HELLO ADA")
+    assert (run_status(db, run_id), queue_row(db, run_id)) == ("completed", ("done", None))
+    assert claim_is_free(db, run_id)
+    assert attempts(db, run_id) == [("greet", 1, 1, "completed"), ("shout", 1, 1, "completed")]
+    with db.read() as tx:
+        saved = ex.read_saved_run(tx, run_id)
+        runner = ex.list_runners(tx, run_id)[0]
+    assert saved is not None
+    assert saved.status is p.RunStatus.COMPLETED and saved.output == "HELLO ADA"
+    assert [(s.path, s.visit, s.attempt, s.outcome.value) for s in saved.steps] == [
+        ("greet", 1, 1, "ok"),
+        ("shout", 1, 1, "ok"),
+    ]
+    assert saved.steps[0].output == {"greeting": "hello ada"}
+    assert runner.status is RunnerStatus.RUNNING
+    assert {reply.outcome for reply in store.replies} <= {
+        RunnerMessageOutcome.ACCEPTED,
+        RunnerMessageOutcome.ADOPTED,
+    }
+    assert violations(db) == []
+
+
+def test_the_runner_of_a_finished_run_exits_and_recovery_changes_nothing(
+    db: StateDatabase,
+) -> None:
+    workflow = two_step()
+    run_id = create(db, workflow, input={"who": "ada"})
+    launched, _, _ = run_once(db, workflow)
+    before = revision(db, run_id)
+    decided = exit_and_recover(db, launched, RunnerStatus.EXITED)
+    assert decided.decision is ex.RecoveryDecision.UNCHANGED
+    assert revision(db, run_id) == before
+    assert violations(db) == []
+
+
+# conformance: X18
+def test_a_crash_retry_of_an_unfinished_visit_keeps_its_visit_number(db: StateDatabase) -> None:
+    body = CrashOnFirstCall({"done": True})
+    workflow = compiled(
+        define_workflow(
+            name="retry",
+            start_at="first",
+            nodes={"first": compute(lambda ctx: 1), "work": compute(body)},
+            edges=[{"from": "first", "to": "work"}],
+        )
+    )
+    run_id = create(db, workflow)
+    launched = launch(db)
+    with pytest.raises(Crash):
+        execute(command_for(launched), workflow, StorePort(db, launched))
+    decided = exit_and_recover(db, launched)
+    assert decided.decision is ex.RecoveryDecision.REQUEUED
+    assert queue_row(db, run_id) == ("parked", "runnerCrashed")
+    assert run_status(db, run_id) == "running"
+    with db.read() as tx:
+        saved = ex.read_saved_run(tx, run_id)
+    assert saved is not None and saved.active is not None
+    assert (saved.active.path, saved.active.visit, saved.active.attempt) == ("work", 1, 1)
+    again, _, result = run_once(db, workflow)
+    assert again.command is RunnerCommand.RESUME
+    assert again.generation == launched.generation + 1
+    assert result.status is p.RunStatus.COMPLETED
+    assert attempts(db, run_id) == [
+        ("first", 1, 1, "completed"),
+        ("work", 1, 1, "interrupted"),
+        ("work", 1, 2, "completed"),
+    ]
+    assert body.calls == 2
+    assert violations(db) == []
+
+
+# conformance: X18
+def test_re_entering_a_node_gets_the_next_visit(db: StateDatabase) -> None:
+    workflow = compiled(
+        define_workflow(
+            name="loop",
+            start_at="count",
+            nodes={
+                "count": compute(lambda ctx: {"n": ctx.visit}),
+                "again": compute(lambda ctx: {"again": ctx.outputs["count"]["n"] < 3}),
+                "end": compute(lambda ctx: ctx.outputs["count"]),
+            },
+            edges=[
+                {"from": "count", "to": "again"},
+                {
+                    "from": "again",
+                    "switch": {"on": "$output.again", "cases": {"true": "count", "false": "end"}},
+                },
+            ],
+        )
+    )
+    run_id = create(db, workflow)
+    _, _, result = run_once(db, workflow)
+    assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"n": 3})
+    counted = [row for row in attempts(db, run_id) if row[0] == "count"]
+    assert counted == [
+        ("count", 1, 1, "completed"),
+        ("count", 2, 1, "completed"),
+        ("count", 3, 1, "completed"),
+    ]
+    with db.read() as tx:
+        saved = ex.read_saved_run(tx, run_id)
+    assert saved is not None and saved.visits["count"] == 3
+    assert violations(db) == []
+
+
+# conformance: X7
+def test_an_interrupted_idempotent_effect_is_retried_under_its_key(db: StateDatabase) -> None:
+    body = CrashOnFirstCall({"deployed": True})
+    workflow = single_action(body)
+    run_id = create(db, workflow)
+    launched = launch(db)
+    with pytest.raises(Crash):
+        execute(command_for(launched), workflow, StorePort(db, launched))
+    assert effect_of(db, run_id).status is EffectStatus.APPLYING
+    decided = exit_and_recover(db, launched)
+    assert decided.decision is ex.RecoveryDecision.REQUEUED
+    assert effect_of(db, run_id).status is EffectStatus.PENDING
+    _, store, result = run_once(db, workflow)
+    assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"deployed": True})
+    effect = effect_of(db, run_id)
+    assert (effect.status, effect.attempt_count) == (EffectStatus.APPLIED, 2)
+    assert effect_attempt_outcomes(db, effect.effect_id) == ["interrupted", "applied"]
+    reserve = [r for r in store.replies if isinstance(r.result, p.Adopted)]
+    assert reserve and reserve[0].result == p.Adopted(revision=reserve[0].revision)
+    assert body.calls == 2
+    assert violations(db) == []
+
+
+# conformance: X7
+def test_an_interrupted_manual_effect_parks_the_run_ambiguous(db: StateDatabase) -> None:
+    body = CrashOnFirstCall({"deployed": True})
+    workflow = single_action(body, recovery="manual")
+    run_id = create(db, workflow)
+    launched = launch(db)
+    with pytest.raises(Crash):
+        execute(command_for(launched), workflow, StorePort(db, launched))
+    decided = exit_and_recover(db, launched)
+    assert decided.decision is ex.RecoveryDecision.EFFECT_AMBIGUOUS
+    assert queue_row(db, run_id) == ("parked", "effectAmbiguous")
+    effect = effect_of(db, run_id)
+    assert (effect.status, effect.attempt_count) == (EffectStatus.AMBIGUOUS, 1)
+    with db.write() as tx:
+        assert ex.claim_next_run(tx, owner_id="server-a", lease_ms=LEASE_MS) is None
+        refused = ex.resume_run(tx, run_id, actor=OPERATOR)
+    assert refused == RecoveryRequired("effectAmbiguous")
+    # The operator saw the deployment happen: the effect is applied and the run resumes.
+    with db.write() as tx:
+        fx.resolve_ambiguous(tx, effect.effect_id, resolution="applied", actor=OPERATOR)
+    with db.write() as tx:
+        assert isinstance(ex.resume_run(tx, run_id, actor=OPERATOR), Applied)
+    _, _, result = run_once(db, workflow)
+    assert result.status is p.RunStatus.COMPLETED
+    assert body.calls == 1
+    assert violations(db) == []
+
+
+def test_a_new_generation_finding_a_manual_effect_applying_parks_it(
+    db: StateDatabase, clock: FakeClock
+) -> None:
+    body = CrashOnFirstCall()
+    workflow = single_action(body, recovery="manual")
+    run_id = create(db, workflow)
+    launched = launch(db)
+    with pytest.raises(Crash):
+        execute(command_for(launched), workflow, StorePort(db, launched))
+    # No recovery ran (the server died with its runner); a newer generation takes over.
+    clock.advance(LEASE_MS + 1)
+    claim = takeover(db, run_id)
+    relaunched = ex.RunLaunch(claim, run_id, RunnerCommand.RESUME, revision(db, run_id))
+    with db.write() as tx:
+        epoch = launched_epoch(db, launched)
+        ex.record_runner_exit(tx, epoch, RunnerStatus.ORPHANED)
+        tx.execute(
+            "INSERT INTO run_runners (runner_epoch, run_id, generation, server_epoch, command,"
+            " launch_envelope_hash, launch_revision, ready_revision, status, started_at, ready_at)"
+            " SELECT 'runner-late', run_id, ?, 2, 'resume', launch_envelope_hash, 0, 0, 'ready',"
+            " 1, 1 FROM run_runners WHERE runner_epoch = ?",
+            (claim.generation, epoch),
+        )
+    result = execute(command_for(relaunched), workflow, StorePort(db, relaunched))
+    assert (result.status, result.park_reason) == (
+        p.RunStatus.PARKED,
+        p.ParkReason.EFFECT_AMBIGUOUS,
+    )
+    assert queue_row(db, run_id) == ("parked", "effectAmbiguous")
+    assert effect_of(db, run_id).status is EffectStatus.AMBIGUOUS
+    assert claim_is_free(db, run_id)
+    assert body.calls == 1
+    assert violations(db) == []
+
+
+def launched_epoch(db: StateDatabase, launched: ex.RunLaunch) -> str:
+    with db.read() as tx:
+        return ex.list_runners(tx, launched.run_id)[-1].runner_epoch
+
+
+def test_a_settled_effect_is_adopted_and_the_action_does_not_run_again(db: StateDatabase) -> None:
+    calls: list[int] = []
+
+    def deploy(ctx: Any) -> Any:
+        calls.append(ctx.attempt)
+        return {"receipt": "r-1"}
+
+    workflow = single_action(deploy)
+    run_id = create(db, workflow)
+    launched = launch(db)
+    store = StorePort(db, launched)
+    store.crash_after = p.EffectSettlement
+    with pytest.raises(Crash):
+        execute(command_for(launched), workflow, store)
+    assert exit_and_recover(db, launched).decision is ex.RecoveryDecision.REQUEUED
+    _, again, result = run_once(db, workflow)
+    assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"receipt": "r-1"})
+    assert calls == [1]
+    adopted = [
+        r.result for r in again.replies if isinstance(r.result, p.Adopted) and r.result.settled
+    ]
+    assert adopted and adopted[0].settled == p.SettledEffect(
+        p.EffectOutcome.APPLIED, {"receipt": "r-1"}
+    )
+    assert effect_of(db, run_id).attempt_count == 1
+    assert violations(db) == []
+
+
+# conformance: X9
+def test_a_runner_that_exits_before_progress_is_never_relaunched(db: StateDatabase) -> None:
+    workflow = two_step()
+    run_id = create(db, workflow, input={"who": "ada"})
+    launched = launch(db)
+    decided = exit_and_recover(db, launched)
+    assert decided.decision is ex.RecoveryDecision.NO_PROGRESS
+    assert (run_status(db, run_id), queue_row(db, run_id)) == (
+        "running",
+        ("parked", "runnerNoProgress"),
+    )
+    assert claim_is_free(db, run_id)
+    with db.write() as tx:
+        assert ex.count_runnable(tx) == 0
+        assert ex.claim_next_run(tx, owner_id="server-a", lease_ms=LEASE_MS) is None
+    with db.write() as tx:
+        assert isinstance(ex.resume_run(tx, run_id, actor=OPERATOR), Applied)
+    again, _, result = run_once(db, workflow)
+    assert again.command is RunnerCommand.START
+    assert result.status is p.RunStatus.COMPLETED
+    assert violations(db) == []
+
+
+def test_a_runner_orphaned_by_its_server_is_requeued_even_without_progress(
+    db: StateDatabase, clock: FakeClock
+) -> None:
+    run_id = create(db, two_step(), input={"who": "ada"})
+    launched = launch(db)
+    clock.advance(LEASE_MS)  # the server died; its claim expired, the next server recovers
+    decided = exit_and_recover(db, launched, RunnerStatus.ORPHANED, pass_claim=False)
+    assert decided.decision is ex.RecoveryDecision.REQUEUED
+    assert queue_row(db, run_id) == ("parked", None)
+    again = launch(db)
+    assert (again.command, again.generation) == (RunnerCommand.START, launched.generation + 2)
+
+
+# conformance: X9
+def test_a_runner_that_dies_before_ready_made_no_progress(db: StateDatabase) -> None:
+    run_id = create(db, two_step(), input={"who": "ada"})
+    launched = launch(db, ready=False)
+    assert exit_and_recover(db, launched).decision is ex.RecoveryDecision.NO_PROGRESS
+    assert queue_row(db, run_id) == ("parked", "runnerNoProgress")
+
+
+def test_a_runner_that_only_begins_again_makes_no_progress(db: StateDatabase) -> None:
+    workflow = two_step()
+    run_id = create(db, workflow, input={"who": "ada"})
+    first = launch(db)
+    StorePort(db, first).begin_run(
+        p.RunBegun(run_id, p.CommandKind.START, workflow.digest, "two-step")
+    )
+    assert exit_and_recover(db, first).decision is ex.RecoveryDecision.REQUEUED
+    second = launch(db)
+    result = StorePort(db, second).begin_run(
+        p.RunBegun(run_id, p.CommandKind.START, workflow.digest, "two-step")
+    )
+    assert isinstance(result, p.Adopted)
+    assert exit_and_recover(db, second).decision is ex.RecoveryDecision.NO_PROGRESS
+
+
+def test_a_checkpoint_parks_the_run_waiting_and_releases_the_claim(db: StateDatabase) -> None:
+    workflow = compiled(
+        define_workflow(
+            name="gate",
+            start_at="note",
+            nodes={
+                "note": notify(message="starting", kind="progress"),
+                "gate": checkpoint(summary="ready?"),
+            },
+            edges=[{"from": "note", "to": "gate"}],
+        )
+    )
+    run_id = create(db, workflow)
+    launched, _, result = run_once(db, workflow)
+    assert (result.status, result.park_reason) == (p.RunStatus.WAITING, p.ParkReason.WAITING)
+    assert (run_status(db, run_id), queue_row(db, run_id)) == ("waiting", ("parked", None))
+    assert claim_is_free(db, run_id)
+    with db.read() as tx:
+        saved = ex.read_saved_run(tx, run_id)
+        notes = tx.all("SELECT kind, node_path FROM run_notifications WHERE run_id = ?", (run_id,))
+    assert saved is not None and saved.pending is not None
+    assert (saved.pending.kind, saved.pending.answered) == (p.InteractionKind.CHECKPOINT, False)
+    assert saved.pending.content == {"summary": "ready?", "content": None}
+    assert [tuple(row) for row in notes] == [("progress", "note")]
+    assert (
+        exit_and_recover(db, launched, RunnerStatus.EXITED).decision
+        is ex.RecoveryDecision.UNCHANGED
+    )
+    with db.write() as tx:
+        assert ex.claim_next_run(tx, owner_id="server-a", lease_ms=LEASE_MS) is None
+    assert violations(db) == []
+
+
+def test_an_answered_request_is_consumed_by_a_resume(db: StateDatabase) -> None:
+    workflow = compiled(
+        define_workflow(
+            name="gate",
+            start_at="gate",
+            nodes={
+                "gate": checkpoint(summary="ready?"),
+                "done": compute(lambda ctx: ctx.outputs["gate"]),
+            },
+            edges=[{"from": "gate", "to": "done"}],
+        )
+    )
+    run_id = create(db, workflow)
+    launched = launch(db)
+    store = StorePort(db, launched)
+    store.crash_after = p.InteractionRequested
+    with pytest.raises(Crash):
+        execute(command_for(launched), workflow, store)
+    # The request committed but the run never parked: recovery makes it wait for its answer.
+    assert exit_and_recover(db, launched).decision is ex.RecoveryDecision.WAITING
+    assert (run_status(db, run_id), queue_row(db, run_id)) == ("waiting", ("parked", None))
+    # A later feature answers requests; here the answer is written directly, and the run is made
+    # claimable the way that feature will (running, parked, available now).
+    with db.write() as tx:
+        tx.execute(
+            "UPDATE interactive_requests SET status = 'answered', answer_hash = ?,"
+            " answered_by = 'human' WHERE run_id = ?",
+            (blobs.put_json(tx, {"ok": True}), run_id),
+        )
+        tx.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,))
+    _, _, result = run_once(db, workflow)
+    assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"ok": True})
+    with db.read() as tx:
+        status = tx.scalar("SELECT status FROM interactive_requests WHERE run_id = ?", (run_id,))
+    assert status == "settled"
+    assert violations(db) == []
