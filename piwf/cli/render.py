@@ -112,6 +112,10 @@ def run_detail(detail: RunDetail) -> str:
         lines.append(
             "\n".join("  " + line for line in table(["MOUNT", "TYPE", "SOURCE"], rows).split("\n"))
         )
+    if detail.error is not None:
+        lines.append(f"error:\n  {detail.error}")
+    if detail.output is not None:
+        lines.append(f"output:\n  {canonical.encode_text(detail.output)}")
     return "\n".join(lines)
 
 

@@ -9,7 +9,8 @@ with the receipt model, so both sides agree on one shape::
     server.stop      {}                                        {"stopping": true}
     run.start        {workflow, projectPath?, input?, title?}  {"run": RunInfo}
     run.list         {limit?, before?: {createdAt, runId}}     {"runs": [RunInfo], "nextCursor"?}
-    run.get          {}  (runId in the envelope)               {"run": RunInfo, "sources": [...]}
+    run.get          {}  (runId in the envelope)               {"run", "sources", "output"?,
+                                                               "error"?}
     run.cancel       {}  (runId in the envelope)               {"run": RunInfo}
     run.wait         {timeoutMs?}  (runId in the envelope)     {"run": RunInfo, "timedOut": bool}
     state.status     {}                                        StateStatus
@@ -117,10 +118,12 @@ class RunReceipt(WireModel):
 
 
 class RunDetail(WireModel):
-    """Receipt of run.get."""
+    """Receipt of run.get: the run, its sources, and its final output or error text."""
 
     run: RunInfo
     sources: list[RunSource]
+    output: Any = None
+    error: str | None = None
 
 
 class RunPage(WireModel):

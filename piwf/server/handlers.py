@@ -45,11 +45,13 @@ from piwf.protocol.payloads import (
 from piwf.server.commands import CommandResult, DurableCommands
 from piwf.server.loop import EventLoop, Reply, Timer
 from piwf.server.resolver_jobs import ResolverJobs
-from piwf.state import Adopted, Applied, Conflict, StateDatabase, Transaction
+from piwf.state import Adopted, Applied, Conflict, RecoveryRequired, StateDatabase, Transaction
+from piwf.state import execution as ex
 from piwf.state import runs as run_store
 from piwf.state.backup import backup_database
 from piwf.state.diagnostics import find_violations, status_counts
 from piwf.state.enums import ActorType, SourceType
+from piwf.state.leases import Claim
 from piwf.state.records import Actor
 
 log = logging.getLogger("piwf.server")
@@ -89,7 +91,12 @@ class ServerContext:
     max_workers: int
     connection_count: Callable[[], int]
     request_stop: Callable[[], None]
+    server_id: str = "server"
+    run_lease_ms: int = 30_000
     active_runners: Callable[[], int] = lambda: 0
+    active_claim: Callable[[str], Claim | None] = lambda _run_id: None
+    stop_runner: Callable[[str, str], None] = lambda _run_id, _reason: None
+    wake_scheduler: Callable[[], None] = lambda: None
     waiters: dict[str, list[_Waiter]] = field(default_factory=dict)
     starts_in_flight: dict[tuple[str, str], list[tuple[Request, Reply]]] = field(
         default_factory=dict
@@ -108,6 +115,9 @@ class Handlers:
             "run.list": self.run_list,
             "run.get": self.run_get,
             "run.cancel": self.run_cancel,
+            "run.pause": self.run_pause,
+            "run.resume": self.run_resume,
+            "run.restart": self.run_restart,
             "run.wait": self.run_wait,
             "state.status": self.state_status,
             "state.verify": self.state_verify,
@@ -217,6 +227,7 @@ class Handlers:
             new_run = _new_run(payload, result)
             change = lambda tx: self._create_run(tx, new_run)  # noqa: E731
         response = self.context.commands.execute(first_request, change)
+        self.context.wake_scheduler()
         for request, reply in waiting:
             if request is first_request:
                 reply(response)
@@ -249,6 +260,8 @@ class Handlers:
         with self.context.db.read() as tx:
             view = run_store.get_run(tx, run_id)
             sources = run_store.list_run_sources(tx, run_id) if view is not None else []
+            output = run_store.read_run_final_output(tx, run_id) if view is not None else None
+            error = run_store.read_run_error(tx, run_id) if view is not None else None
         if view is None:
             reply(_not_found(request, run_id))
             return
@@ -263,29 +276,85 @@ class Handlers:
                 )
                 for source in sources
             ],
+            output=output,
+            error=error,
         )
         reply(_ok(request, detail, revision=view.revision))
 
     def run_cancel(self, request: Request, reply: Reply) -> None:
+        """Cancel in one transaction (receipt included), then stop the fenced child."""
+        self._control(request, reply, ex.cancel_run, stop_reason="cancelled")
+
+    def run_pause(self, request: Request, reply: Reply) -> None:
+        """Pause: flag, park and release the claim atomically, then stop the child."""
+        self._control(request, reply, ex.pause_run, stop_reason="paused")
+
+    def _control(
+        self,
+        request: Request,
+        reply: Reply,
+        transition: Callable[..., object],
+        *,
+        stop_reason: str,
+    ) -> None:
+        _payload(request, EmptyPayload)
+        run_id = _run_id(request)
+        context = self.context
+
+        def change(tx: Transaction) -> CommandResult:
+            if run_store.get_run(tx, run_id) is None:
+                return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
+            result = transition(
+                tx,
+                run_id,
+                actor=Actor(ActorType.CLIENT),
+                control_owner_id=context.server_id,
+                lease_ms=context.run_lease_ms,
+                expected_revision=request.expected_revision,
+                claim=context.active_claim(run_id),
+            )
+            return _run_result(result, run_id)
+
+        response = context.commands.execute(request, change)
+        reply(response)
+        if response.outcome == "accepted":
+            context.stop_runner(run_id, stop_reason)
+        self.notify_run_changed(run_id)
+
+    def run_resume(self, request: Request, reply: Reply) -> None:
+        """Make a paused or parked run eligible again (the only way out of a blocking park)."""
         _payload(request, EmptyPayload)
         run_id = _run_id(request)
 
-        def cancel(tx: Transaction) -> CommandResult:
+        def change(tx: Transaction) -> CommandResult:
             if run_store.get_run(tx, run_id) is None:
                 return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
-            result = run_store.cancel_queued_run(
-                tx, run_id, Actor(ActorType.CLIENT), expected_revision=request.expected_revision
+            result = ex.resume_run(
+                tx,
+                run_id,
+                actor=Actor(ActorType.CLIENT),
+                expected_revision=request.expected_revision,
             )
-            if isinstance(result, Conflict):
-                return CommandResult.failed(
-                    "rejected", RunCommandError(result.evidence), run_id=run_id
-                )
-            assert isinstance(result, (Applied, Adopted))
-            receipt = RunReceipt(run=_run_info(result.value)).to_wire()
-            return CommandResult.accepted(receipt, run_id=run_id, revision=result.value.revision)
+            return _run_result(result, run_id)
 
-        reply(self.context.commands.execute(request, cancel))
-        self.notify_run_changed(run_id)
+        reply(self.context.commands.execute(request, change))
+        self.context.wake_scheduler()
+
+    def run_restart(self, request: Request, reply: Reply) -> None:
+        """Queue a fresh run of a terminal run's workflow from its first node."""
+        _payload(request, EmptyPayload)
+        run_id = _run_id(request)
+
+        def change(tx: Transaction) -> CommandResult:
+            if run_store.get_run(tx, run_id) is None:
+                return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
+            result = ex.restart_run(
+                tx, run_id, new_run_id=run_store.new_run_id(), actor=Actor(ActorType.CLIENT)
+            )
+            return _run_result(result, run_id)
+
+        reply(self.context.commands.execute(request, change))
+        self.context.wake_scheduler()
 
     def run_wait(self, request: Request, reply: Reply) -> None:
         payload = _payload(request, RunWaitPayload)
@@ -379,6 +448,19 @@ class Handlers:
             return
         receipt = BackupReceipt(destination=str(report.destination), bytes=report.byte_length)
         reply(self.context.commands.store(request, CommandResult.accepted(receipt.to_wire())))
+
+
+def _run_result(result: object, run_id: str) -> CommandResult:
+    """Turn a typed run transition result into a stored command result."""
+    if isinstance(result, Conflict):
+        return CommandResult.failed("rejected", RunCommandError(result.evidence), run_id=run_id)
+    if isinstance(result, RecoveryRequired):
+        return CommandResult.failed("rejected", RunCommandError(result.reason), run_id=run_id)
+    assert isinstance(result, (Applied, Adopted))
+    view = result.value
+    assert isinstance(view, run_store.RunView)
+    receipt = RunReceipt(run=_run_info(view)).to_wire()
+    return CommandResult.accepted(receipt, run_id=view.run_id, revision=view.revision)
 
 
 def _payload(request: Request, model: type[P]) -> P:

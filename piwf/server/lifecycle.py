@@ -29,6 +29,7 @@ from piwf.config import FILE_MODE, ensure_private_dir
 from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
 from piwf.protocol.client_v1 import Hello
 from piwf.server.commands import DurableCommands
+from piwf.server.execution import ExecutionSettings, Executor
 from piwf.server.handlers import Handlers, ServerContext
 from piwf.server.listener import bind_listener, check_socket_path
 from piwf.server.lock import InstanceLock
@@ -112,6 +113,20 @@ class Server:
         self.resolvers = ResolverJobs(self.loop, settings.resolver_timeout_s)
         self.commands = DurableCommands(db, claim)
         self.clients: ClientListener
+        self.executor = Executor(
+            db=db,
+            loop=self.loop,
+            server_claim=lambda: self.claim,
+            log_dir=settings.paths.server_dir / "runners",
+            settings=ExecutionSettings(
+                max_workers=settings.max_workers,
+                run_lease_ms=settings.run_lease_ms,
+                renew_s=settings.run_renew_s,
+                poll_s=settings.claim_poll_s,
+                ready_timeout_s=settings.runner_ready_timeout_s,
+            ),
+            run_changed=lambda run_id: self.handlers.notify_run_changed(run_id),
+        )
         context = ServerContext(
             db=db,
             commands=self.commands,
@@ -122,6 +137,12 @@ class Server:
             max_workers=settings.max_workers,
             connection_count=lambda: len(self.clients.connections),
             request_stop=self.request_stop,
+            server_id=claim.server_id,
+            run_lease_ms=settings.run_lease_ms,
+            active_runners=lambda: len(self.executor.active),
+            active_claim=self.executor.claim_of_run,
+            stop_runner=self.executor.stop_run,
+            wake_scheduler=self._wake_scheduler,
         )
         self.handlers = Handlers(context)
         self.clients = ClientListener(
@@ -150,9 +171,13 @@ class Server:
 
     def shutdown(self) -> None:
         """Close clients and children; the caller releases the epoch and the lock."""
+        self.executor.stop_all()
         self.resolvers.stop_all()
         self.clients.close_all()
         self.loop.close()
+
+    def _wake_scheduler(self) -> None:
+        self.loop.call_later(0, self.executor.schedule)
 
     def _hello(self, connection_id: str) -> Hello:
         return Hello(
@@ -172,7 +197,7 @@ class Server:
         self.commands.claim = self.claim
 
     def _exit_if_idle(self) -> None:
-        if self.clients.connections or self.resolvers.active:
+        if self.clients.connections or self.resolvers.active or self.executor.active:
             return
         if time.monotonic() - self.clients.last_activity < self.settings.idle_exit_s:
             return

@@ -45,11 +45,16 @@ class ServerSettings:
     max_inflight_per_connection: int = 32
     output_cap_bytes: int = 8 * 1024 * 1024
     resolver_timeout_s: float = 30.0
+    run_lease_ms: int = 30_000
+    run_renew_s: float = 10.0
+    claim_poll_s: float = 2.0
+    runner_ready_timeout_s: float = 30.0
 
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
-        """Read ``PIWF_MAX_WORKERS``, ``PIWF_IDLE_EXIT_S``, ``PIWF_SERVER_LEASE_MS``,
-        ``PIWF_SERVER_RENEW_S`` and ``PIWF_FRAME_DEADLINE_S``; ``overrides`` win."""
+        """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``IDLE_EXIT_S``, ``SERVER_LEASE_MS``,
+        ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``, ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
+        ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``); ``overrides`` win."""
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
@@ -57,6 +62,10 @@ class ServerSettings:
             "server_lease_ms": _env_int("PIWF_SERVER_LEASE_MS", 30_000),
             "server_renew_s": _env_float("PIWF_SERVER_RENEW_S", 10.0),
             "frame_deadline_s": _env_float("PIWF_FRAME_DEADLINE_S", 10.0),
+            "run_lease_ms": _env_int("PIWF_RUN_LEASE_MS", 30_000),
+            "run_renew_s": _env_float("PIWF_RUN_RENEW_S", 10.0),
+            "claim_poll_s": _env_float("PIWF_CLAIM_POLL_S", 2.0),
+            "runner_ready_timeout_s": _env_float("PIWF_RUNNER_READY_TIMEOUT_S", 30.0),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)  # type: ignore[arg-type]

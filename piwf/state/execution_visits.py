@@ -201,7 +201,8 @@ def apply_begin_run(
 
     The command must fit the saved run: ``start``/``restart`` need a fresh run of the matching
     lineage, ``resume``/``continue`` a run that has executed; the definition digest must be the
-    run's. A begin that changes nothing (no new title) is ``Adopted`` and writes nothing, so a
+    run's. A begin that changes nothing (the run already has a title, or none was resolved) is
+    ``Adopted`` and writes nothing, so a
     runner that only begins and dies does not count as progress. Event ``run.begun``.
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
@@ -220,7 +221,8 @@ def apply_begin_run(
             return port.Conflict(f"{command.value}: run {run.run_id} has another lineage")
     elif fresh:
         return port.Conflict(f"{command.value}: run {run.run_id} has not started")
-    if message.title is None or message.title == run.title:
+    # A title given when the run was started wins; the resolved one only fills an empty title.
+    if message.title is None or run.title is not None:
         return port.Adopted(revision=run.revision)
     payload = {"command": command.value}
     revision = record_run_change(tx, run, "run.begun", RUNNER_ACTOR, claim, payload)

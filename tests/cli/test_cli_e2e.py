@@ -97,13 +97,25 @@ def piwf() -> Iterator[Piwf]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_a_run_from_start_to_cancel(piwf: Piwf, tmp_path: Path) -> None:
+HOLD = """
+import time
+from piwf.workflow import compute, define_workflow
+
+workflow = define_workflow(
+    name="hold", start_at="hold", nodes={"hold": compute(lambda ctx: time.sleep(120))}, edges=[]
+)
+"""
+
+
+def test_a_run_from_start_to_completion_and_a_cancel(piwf: Piwf, tmp_path: Path) -> None:
     assert piwf.json("server", "status") == {"state": "stopped"}
 
-    started = piwf.json("run", "start", HELLO, "--input", '{"who": "Ada"}', "--title", "e2e")
+    started = piwf.json(
+        "run", "start", HELLO, "--input", '{"who": "Ada"}', "--title", "e2e", "--wait"
+    )
     run = started["run"]
     run_id = run["runId"]
-    assert run["status"] == "queued"
+    assert run["status"] == "completed"
     assert run["title"] == "e2e"
     assert run["workflowRef"] == str(REPO / HELLO)
 
@@ -113,13 +125,13 @@ def test_a_run_from_start_to_cancel(piwf: Piwf, tmp_path: Path) -> None:
     detail = piwf.json("run", "show", run_id)
     assert detail["run"]["runId"] == run_id
     assert detail["sources"][0]["sourceRef"] == str(REPO / HELLO)
+    assert detail["output"] == {"shouted": "HELLO ADA"}
 
     status = piwf.json("server", "status")
     assert status["state"] == "running"
-    assert status["queuedRuns"] >= 1
 
     state = piwf.json("state", "status")
-    assert state["runs"]["queued"] >= 1
+    assert state["runs"]["completed"] == 1
 
     assert piwf.json("state", "verify") == {"valid": True, "violations": []}
 
@@ -129,10 +141,13 @@ def test_a_run_from_start_to_cancel(piwf: Piwf, tmp_path: Path) -> None:
     assert backup["bytes"] > 0
     assert destination.stat().st_size > 0
 
-    cancelled = piwf.json("run", "cancel", run_id)
+    hold = tmp_path / "hold.py"
+    hold.write_text(HOLD)
+    held = piwf.json("run", "start", str(hold))["run"]["runId"]
+    cancelled = piwf.json("run", "cancel", held)
     assert cancelled["run"]["status"] == "cancelled"
 
-    waited = piwf.json("run", "wait", run_id, "--timeout", "5", exit_code=1)
+    waited = piwf.json("run", "wait", held, "--timeout", "5", exit_code=1)
     assert waited["timedOut"] is False
     assert waited["run"]["status"] == "cancelled"
 

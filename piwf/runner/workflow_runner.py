@@ -1,0 +1,198 @@
+"""The workflow runner child: one run generation, one explicit command, then exit.
+
+Started by the server as ``python -m piwf.runner.workflow_runner --fd N`` in its own process
+group, with one end of a socket pair as descriptor N. Its life::
+
+    receive launch -> verify every source hash (before importing anything of the workflow)
+      -> load and compile -> compare the loaded sources and digest with the launch
+      -> ready -> receive one command -> execute through a PipePort -> exiting
+
+A source mismatch is reported as ``sourceChanged`` and the changed code never runs. Every
+durable change is a ``call`` the server answers; a ``claimLost`` answer means another generation
+owns the run: the child stops at once and writes nothing more. The child never opens SQLite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+from piwf import canonical
+from piwf.canonical import JsonValue
+from piwf.config import MAX_FRAME_BYTES
+from piwf.errors import ClaimLostError, PiwfError, RunCommandError
+from piwf.protocol.runner_v1 import SCHEMA, CallResponse, Command, Launch
+from piwf.workflow import port
+from piwf.workflow.port_codec import from_json, result_from_json, to_json
+
+EXIT_OK = 0
+EXIT_CLAIM_LOST = 3
+EXIT_PROTOCOL = 4
+
+
+class PipePort:
+    """A :class:`~piwf.workflow.port.WorkflowPort` whose every method is a call to the server."""
+
+    def __init__(self, connection: Connection, launch: Launch) -> None:
+        self.connection = connection
+        self.launch = launch
+        self._ids = itertools.count(1)
+
+    def call(self, operation: str, payload: dict[str, JsonValue]) -> CallResponse:
+        """Send one call and block for its response; raise on loss of authority.
+
+        A ``rejected`` response that carries a result (a conflict, a recovery requirement) is
+        returned for the engine to act on; one without a result raises.
+        """
+        message_id = f"m{next(self._ids)}"
+        self.connection.send_bytes(
+            canonical.encode(
+                {
+                    "schema": SCHEMA,
+                    "kind": "call",
+                    "runId": self.launch.run_id,
+                    "generation": self.launch.generation,
+                    "runnerEpoch": self.launch.runner_epoch,
+                    "messageId": message_id,
+                    "operation": operation,
+                    "payload": payload,
+                }
+            )
+        )
+        response = CallResponse.model_validate(
+            canonical.decode(self.connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
+        )
+        if response.message_id != message_id:
+            raise RunCommandError(f"response to {response.message_id}, expected {message_id}")
+        if response.outcome == "claimLost":
+            raise ClaimLostError(
+                "generationChanged", f"run:{self.launch.run_id}", self.launch.generation
+            )
+        if response.outcome == "rejected" and response.result is None:
+            raise RunCommandError(response.error or f"the server refused {operation}")
+        return response
+
+    def _send(self, operation: str, message: object) -> port.PortResult:
+        payload = to_json(message)
+        assert isinstance(payload, dict)
+        return result_from_json(self.call(operation, payload).result)
+
+    def read_run(self, run_id: str) -> port.SavedRun | None:
+        saved = self.call("read_run", {"run_id": run_id}).result
+        return None if saved is None else from_json(port.SavedRun, saved)
+
+    def begin_run(self, message: port.RunBegun) -> port.PortResult:
+        return self._send("begin_run", message)
+
+    def node_started(self, message: port.NodeStarted) -> port.PortResult:
+        return self._send("node_started", message)
+
+    def node_finished(self, message: port.NodeFinished) -> port.PortResult:
+        return self._send("node_finished", message)
+
+    def node_failed(self, message: port.NodeFailed) -> port.PortResult:
+        return self._send("node_failed", message)
+
+    def reserve_effect(self, message: port.EffectReservation) -> port.PortResult:
+        return self._send("reserve_effect", message)
+
+    def settle_effect(self, message: port.EffectSettlement) -> port.PortResult:
+        return self._send("settle_effect", message)
+
+    def publish_update(self, message: port.UpdatePublished) -> port.PortResult:
+        return self._send("publish_update", message)
+
+    def notify(self, message: port.NotificationRequested) -> port.PortResult:
+        return self._send("notify", message)
+
+    def request_interaction(self, message: port.InteractionRequested) -> port.PortResult:
+        return self._send("request_interaction", message)
+
+    def reject_answer(self, message: port.AnswerRejected) -> port.PortResult:
+        return self._send("reject_answer", message)
+
+    def park(self, message: port.RunParked) -> port.PortResult:
+        return self._send("park", message)
+
+    def finish(self, message: port.RunFinished) -> port.PortResult:
+        return self._send("finish", message)
+
+
+def run_child(connection: Connection) -> int:
+    """Run one generation over ``connection``; return the process exit code."""
+    launch = Launch.model_validate(canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES)))
+    _name_process(f"piwf runner {launch.run_id} g{launch.generation}")
+    identity_fields = {
+        "runId": launch.run_id,
+        "generation": launch.generation,
+        "runnerEpoch": launch.runner_epoch,
+    }
+
+    def send(kind: str, **fields: Any) -> None:
+        connection.send_bytes(
+            canonical.encode({"schema": SCHEMA, "kind": kind, **identity_fields, **fields})
+        )
+
+    # Imported here so that a broken environment shows up as a crash of this child only.
+    from piwf.workflow.commands import command_from_json
+    from piwf.workflow.engine import execute
+    from piwf.workflow.sources import SourceIdentity, load_workflow, location_path, verify_sources
+
+    identity = SourceIdentity.from_json(launch.workflow_source)
+    changed = verify_sources(identity)
+    if changed:
+        send("sourceChanged", files=[source.location for source in changed])
+        return EXIT_OK
+    loaded = load_workflow(location_path(identity.root.location))
+    if loaded.sources != identity or loaded.compiled.digest != launch.definition_digest:
+        differing = {s.location for s in (loaded.sources.root, *loaded.sources.mounted)} ^ {
+            s.location for s in (identity.root, *identity.mounted)
+        }
+        send("sourceChanged", files=sorted(differing) or [identity.root.location])
+        return EXIT_OK
+    send("ready")
+    command_message = Command.model_validate(
+        canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES))
+    )
+    command = command_from_json(command_message.command)
+    try:
+        result = execute(command, loaded.compiled, PipePort(connection, launch))
+    except ClaimLostError:
+        return EXIT_CLAIM_LOST
+    send("exiting", status=result.status.value)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m piwf.runner.workflow_runner --fd N``."""
+    parser = argparse.ArgumentParser(prog="piwf-runner")
+    parser.add_argument("--fd", type=int, required=True)
+    arguments = parser.parse_args(argv)
+    connection = Connection(arguments.fd)
+    try:
+        return run_child(connection)
+    except (EOFError, OSError):
+        return EXIT_PROTOCOL  # the server went away; nothing to report to
+    except PiwfError as error:
+        print(f"piwf runner: {error.code}: {error}", file=sys.stderr)
+        return EXIT_PROTOCOL
+    finally:
+        connection.close()
+
+
+def _name_process(title: str) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(title)
+    except ImportError:  # pragma: no cover - setproctitle is a dependency
+        pass
+
+
+if __name__ == "__main__":
+    os.umask(0o077)
+    sys.exit(main())

@@ -1,0 +1,514 @@
+"""The bounded runner pool: admit runs, supervise one child per run generation, apply its calls.
+
+Duties, each driven by the server loop::
+
+    schedule   while fewer than ``max_workers`` runs are launching or running, claim the next
+               eligible run (generation + 1), record the runner row, spawn the child
+    serve      answer each child message after checking run id, generation and runner epoch;
+               state-changing calls go through stored runner receipts in one fenced transaction
+    renew      the server (never the child) renews every active run claim on a timer, so a
+               child that blocks its own interpreter cannot cost the run its claim
+    reap       on a child's exit record its one outcome; a run it left unfinished is decided by
+               the no-progress rule (unchanged revision: park ``runnerNoProgress``; progress:
+               claimable again, uncertain effects decided by their recovery policy)
+
+Capacity counts pending launches. Renewal, cancellation and cleanup never wait for a slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import selectors
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from piwf import canonical
+from piwf.canonical import JsonValue
+from piwf.errors import ClaimLostError, PiwfError
+from piwf.protocol.runner_v1 import CallResponse, ChildMessage, Command, Launch
+from piwf.server.loop import EventLoop, Timer
+from piwf.server.pipes import PipeClosedError, PipeOverflowError
+from piwf.server.supervisor import ChildHandle, Supervisor
+from piwf.state import Conflict, StateDatabase, Transaction
+from piwf.state import execution as ex
+from piwf.state.enums import ActorType, RunnerMessageOutcome, RunnerStatus
+from piwf.state.execution import RunLaunch
+from piwf.state.leases import Claim, renew_claim
+from piwf.state.records import Actor
+from piwf.state.runs import list_run_sources
+from piwf.state.server_epoch import ServerClaim, verify_server_claim
+from piwf.workflow import port
+from piwf.workflow.commands import (
+    RestartCommand,
+    ResumeCommand,
+    StartCommand,
+    command_to_json,
+)
+from piwf.workflow.port_codec import MESSAGE_TYPES, from_json, result_to_json, to_json
+
+log = logging.getLogger("piwf.server")
+
+RUNNER_MODULE = "piwf.runner.workflow_runner"
+
+#: Port method → the store function that applies it in the caller's transaction.
+_APPLY: dict[str, Callable[..., port.PortResult]] = {
+    "begin_run": ex.apply_begin_run,
+    "node_started": ex.apply_node_started,
+    "node_finished": ex.apply_node_finished,
+    "node_failed": ex.apply_node_failed,
+    "publish_update": ex.apply_publish_update,
+    "notify": ex.apply_notify,
+    "reserve_effect": ex.apply_reserve_effect,
+    "settle_effect": ex.apply_settle_effect,
+    "request_interaction": ex.apply_request_interaction,
+    "reject_answer": ex.apply_reject_answer,
+    "park": ex.apply_park,
+    "finish": ex.apply_finish,
+}
+
+
+@dataclass(frozen=True)
+class ExecutionSettings:
+    """Timing and capacity of the pool (tests shorten them)."""
+
+    max_workers: int = 4
+    run_lease_ms: int = 30_000
+    renew_s: float = 10.0
+    poll_s: float = 2.0
+    ready_timeout_s: float = 30.0
+    stop_grace_s: float = 2.0
+
+
+@dataclass
+class ActiveRun:
+    """One run generation the server is executing."""
+
+    launch: RunLaunch
+    claim: Claim
+    runner_epoch: str
+    handle: ChildHandle | None = None
+    ready: bool = False
+    ended: bool = False
+    stop_reason: RunnerStatus | None = None
+    ready_timer: Timer | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        """The run this generation executes."""
+        return self.launch.run_id
+
+
+class Executor:
+    """The runner pool of one server process."""
+
+    def __init__(
+        self,
+        *,
+        db: StateDatabase,
+        loop: EventLoop,
+        server_claim: Callable[[], ServerClaim],
+        log_dir: Path,
+        settings: ExecutionSettings,
+        run_changed: Callable[[str], None],
+    ) -> None:
+        self.db = db
+        self.loop = loop
+        self.server_claim = server_claim
+        self.settings = settings
+        self.run_changed = run_changed
+        self.supervisor = Supervisor(loop, log_dir)
+        self.active: dict[str, ActiveRun] = {}
+        self._scheduling = False
+        loop.every(settings.poll_s, self.schedule)
+        loop.every(settings.renew_s, self.renew_claims)
+        loop.every(0.25, self.supervisor.poll)
+
+    @property
+    def owner_id(self) -> str:
+        """The lease owner id of this server's run claims."""
+        return self.server_claim().server_id
+
+    def schedule(self) -> None:
+        """Fill free slots with eligible runs (pending launches count toward capacity)."""
+        if self._scheduling or self.loop.stop_requested:
+            return
+        self._scheduling = True
+        try:
+            while len(self.active) < self.settings.max_workers:
+                launch = self._claim_next()
+                if launch is None:
+                    return
+                self._launch(launch)
+        finally:
+            self._scheduling = False
+
+    def renew_claims(self) -> None:
+        """Renew every active run claim; a lost claim stops its child without a failure."""
+        for active in list(self.active.values()):
+            if active.ended:
+                continue
+            try:
+                with self.db.write() as tx:
+                    active.claim = renew_claim(tx, active.claim, self.settings.run_lease_ms)
+            except ClaimLostError as error:
+                log.warning("run %s lost its claim (%s)", active.run_id, error.reason)
+                self._stop(active, RunnerStatus.CLAIM_LOST)
+            except PiwfError as error:
+                log.warning("renewing run %s failed: %s", active.run_id, error)
+
+    def claim_of_run(self, run_id: str) -> Claim | None:
+        """The live claim this server holds on ``run_id``, if it executes it now."""
+        active = self.active.get(run_id)
+        return None if active is None else active.claim
+
+    def stop_run(self, run_id: str, reason: str) -> None:
+        """Stop the child of ``run_id`` after a control command committed (its claim is gone)."""
+        active = self.active.get(run_id)
+        if active is None:
+            return
+        status = RunnerStatus.CANCELLED if reason == "cancelled" else RunnerStatus.ORPHANED
+        active.ended = True
+        self._stop(active, status)
+
+    def stop_all(self) -> None:
+        """Stop every child (server shutdown); their runs resume under the next server."""
+        for active in self.active.values():
+            active.stop_reason = active.stop_reason or RunnerStatus.ORPHANED
+        self.supervisor.stop_all(self.settings.stop_grace_s)
+
+    # -- launching -------------------------------------------------------------------------
+
+    def _claim_next(self) -> RunLaunch | None:
+        try:
+            with self.db.write() as tx:
+                verify_server_claim(tx, self.server_claim())
+                return ex.claim_next_run(
+                    tx,
+                    owner_id=self.owner_id,
+                    lease_ms=self.settings.run_lease_ms,
+                    exclude=tuple(self.active),
+                )
+        except PiwfError as error:
+            log.warning("scheduling failed: %s", error)
+            return None
+
+    def _launch(self, launch: RunLaunch) -> None:
+        runner_epoch = f"runner-{secrets.token_hex(8)}"
+        active = ActiveRun(launch, launch.claim, runner_epoch)
+        self.active[launch.run_id] = active
+        try:
+            with self.db.write() as tx:
+                envelope = self._envelope(tx, launch, runner_epoch)
+                recorded = ex.record_runner_launch(
+                    tx,
+                    launch,
+                    runner_epoch=runner_epoch,
+                    server_epoch=self.server_claim().epoch,
+                    envelope=envelope.model_dump(by_alias=True, exclude_none=True),
+                    lease_ms=self.settings.run_lease_ms,
+                )
+            if isinstance(recorded, Conflict):
+                raise PiwfError(f"runner launch refused: {recorded.evidence}")
+        except PiwfError as error:
+            log.warning("launching run %s failed: %s", launch.run_id, error)
+            self.active.pop(launch.run_id, None)
+            return
+        project = envelope.project_path
+        handle = self.supervisor.start(
+            runner_epoch,
+            RUNNER_MODULE,
+            cwd=Path(project) if project else None,
+            on_exit=lambda finished: self._exited(active, finished),
+        )
+        active.handle = handle
+        try:
+            with self.db.write() as tx:
+                active.claim = renew_claim(tx, active.claim, self.settings.run_lease_ms)
+                if handle.identity is not None:
+                    ex.record_runner_process(
+                        tx,
+                        active.claim,
+                        runner_epoch,
+                        handle.pid,
+                        handle.identity,
+                        lease_ms=self.settings.run_lease_ms,
+                    )
+        except PiwfError as error:
+            log.warning("run %s: recording its runner failed: %s", launch.run_id, error)
+            self._stop(active, RunnerStatus.CLAIM_LOST)
+            return
+        self.loop.selector.register(
+            handle.channel.fd, selectors.EVENT_READ, lambda _mask: self._readable(active)
+        )
+        active.ready_timer = self.loop.call_later(
+            self.settings.ready_timeout_s, lambda: self._ready_overdue(active)
+        )
+        self._send(active, envelope.encode())
+
+    def _envelope(self, tx: Transaction, launch: RunLaunch, runner_epoch: str) -> Launch:
+        sources = list_run_sources(tx, launch.run_id)
+        root = next(source for source in sources if source.mount_path == "")
+        mounted = [
+            {"location": source.source_ref, "sha256": source.source_revision}
+            for source in sources
+            if source.mount_path != ""
+        ]
+        row = tx.one(
+            "SELECT p.canonical_path, r.definition_digest FROM runs r"
+            " LEFT JOIN projects p ON p.project_id = r.project_id WHERE r.run_id = ?",
+            (launch.run_id,),
+        )
+        assert row is not None
+        return Launch(
+            runId=launch.run_id,
+            generation=launch.generation,
+            runnerEpoch=runner_epoch,
+            serverEpoch=self.server_claim().epoch,
+            projectPath=row[0],
+            workflowSource={
+                "root": {"location": root.source_ref, "sha256": root.source_revision},
+                "mounted": mounted,
+            },
+            definitionDigest=bytes(row[1]).hex(),
+        )
+
+    # -- serving the child -----------------------------------------------------------------
+
+    def _readable(self, active: ActiveRun) -> None:
+        handle = active.handle
+        assert handle is not None
+        try:
+            messages = handle.channel.read_messages()
+        except PipeClosedError:
+            self._unregister(active)
+            return
+        except PipeOverflowError:
+            log.warning("run %s: its runner sent an oversized frame", active.run_id)
+            self._unregister(active)
+            self._stop(active, RunnerStatus.CRASHED, kill=True)
+            return
+        for raw in messages:
+            if active.ended and active.stop_reason is not None:
+                return
+            self._serve(active, raw)
+
+    def _serve(self, active: ActiveRun, raw: bytes) -> None:
+        try:
+            message = ChildMessage.model_validate(canonical.decode(raw))
+        except (PiwfError, ValidationError):
+            log.warning("run %s: its runner sent a malformed message", active.run_id)
+            self._stop(active, RunnerStatus.CRASHED, kill=True)
+            return
+        if (
+            message.run_id != active.run_id
+            or message.generation != active.launch.generation
+            or message.runner_epoch != active.runner_epoch
+        ):
+            if message.kind == "call" and message.message_id:
+                self._respond(active, message.message_id, "claimLost", error="stale generation")
+            self._stop(active, RunnerStatus.CLAIM_LOST)
+            return
+        if message.kind == "ready":
+            self._ready(active)
+        elif message.kind == "sourceChanged":
+            self._source_changed(active, message.files or [])
+        elif message.kind == "call":
+            self._call(active, message)
+        elif message.kind == "exiting":
+            active.ended = True
+
+    def _ready(self, active: ActiveRun) -> None:
+        if active.ready_timer is not None:
+            active.ready_timer.cancel()
+        try:
+            with self.db.write() as tx:
+                result = ex.mark_runner_ready(
+                    tx, active.claim, active.runner_epoch, lease_ms=self.settings.run_lease_ms
+                )
+        except ClaimLostError:
+            self._stop(active, RunnerStatus.CLAIM_LOST)
+            return
+        if isinstance(result, Conflict):
+            log.warning("run %s: runner not ready: %s", active.run_id, result.evidence)
+            self._stop(active, RunnerStatus.CRASHED)
+            return
+        active.ready = True
+        launch = active.launch
+        command: Any
+        if launch.command.value == "start":
+            command = StartCommand(launch.run_id)
+        elif launch.command.value == "restart":
+            assert launch.parent_run_id is not None
+            command = RestartCommand(launch.run_id, launch.parent_run_id)
+        else:
+            command = ResumeCommand(launch.run_id)
+        self._send(active, Command(command=command_to_json(command)).encode())
+
+    def _source_changed(self, active: ActiveRun, files: list[str]) -> None:
+        log.warning("run %s: %d source file(s) changed; parked", active.run_id, len(files))
+        try:
+            with self.db.write() as tx:
+                ex.park_for_source_change(
+                    tx,
+                    active.run_id,
+                    runner_epoch=active.runner_epoch,
+                    actor=Actor(ActorType.SERVER, self.owner_id),
+                    owner_id=self.owner_id,
+                    lease_ms=self.settings.run_lease_ms,
+                    claim=active.claim,
+                    detail=", ".join(files)[:1000],
+                )
+        except PiwfError as error:
+            log.warning("run %s: parking for a source change failed: %s", active.run_id, error)
+        active.ended = True
+        self.run_changed(active.run_id)
+
+    def _call(self, active: ActiveRun, message: ChildMessage) -> None:
+        assert message.message_id is not None
+        operation = message.operation
+        payload = message.payload or {}
+        if operation == "read_run":
+            with self.db.read() as tx:
+                saved = ex.read_saved_run(tx, active.run_id)
+            self._respond(
+                active, message.message_id, "accepted", None if saved is None else to_json(saved)
+            )
+            return
+        try:
+            typed = from_json(MESSAGE_TYPES[operation or ""], payload)
+        except (PiwfError, KeyError) as error:
+            self._respond(active, message.message_id, "rejected", error=str(error))
+            return
+        apply = self._applier(operation or "", typed)
+        fingerprint = canonical.digest({"operation": operation, "payload": payload})
+        try:
+            with self.db.write() as tx:
+                verify_server_claim(tx, self.server_claim())
+                reply = ex.apply_runner_message(
+                    tx,
+                    active.claim,
+                    active.runner_epoch,
+                    message.message_id,
+                    fingerprint,
+                    lambda: apply(tx),
+                )
+        except ClaimLostError:
+            self._respond(active, message.message_id, "claimLost", error="claim lost")
+            self._stop(active, RunnerStatus.CLAIM_LOST)
+            return
+        except PiwfError as error:
+            self._respond(active, message.message_id, "rejected", error=str(error))
+            return
+        result = None if reply.result is None else result_to_json(reply.result)
+        self._respond(active, message.message_id, reply.outcome.value, result, reply.error)
+        if reply.outcome is RunnerMessageOutcome.CLAIM_LOST:
+            self._stop(active, RunnerStatus.CLAIM_LOST)
+        elif operation in ("park", "finish") and reply.outcome.value in ("accepted", "adopted"):
+            active.ended = True
+            self.run_changed(active.run_id)
+
+    def _applier(self, operation: str, typed: object) -> Callable[[Transaction], port.PortResult]:
+        function = _APPLY.get(operation)
+        if function is None:
+            raise PiwfError(f"unknown runner operation {operation}")
+        lease_ms = self.settings.run_lease_ms
+        return lambda tx: function(tx, self._claim_of(typed), typed, lease_ms=lease_ms)
+
+    def _claim_of(self, typed: object) -> Claim:
+        run_id = getattr(typed, "run_id", None)
+        active = self.active.get(str(run_id))
+        if active is None:
+            raise ClaimLostError("missingAuthority", f"run:{run_id}", 0)
+        return active.claim
+
+    def _respond(
+        self,
+        active: ActiveRun,
+        message_id: str,
+        outcome: str,
+        result: JsonValue = None,
+        error: str | None = None,
+    ) -> None:
+        response = CallResponse(
+            messageId=message_id,
+            outcome=outcome,  # type: ignore[arg-type]
+            result=result,
+            error=None if error is None else error[:1000],
+        )
+        self._send(active, response.encode())
+
+    def _send(self, active: ActiveRun, data: bytes) -> None:
+        handle = active.handle
+        if handle is None or handle.exited:
+            return
+        try:
+            handle.channel.send(data)
+        except (PipeClosedError, PipeOverflowError):
+            self._unregister(active)
+
+    # -- stopping and reaping --------------------------------------------------------------
+
+    def _ready_overdue(self, active: ActiveRun) -> None:
+        if not active.ready:
+            log.warning("run %s: its runner did not report ready in time", active.run_id)
+            self._stop(active, RunnerStatus.TIMED_OUT, kill=True)
+
+    def _stop(self, active: ActiveRun, reason: RunnerStatus, *, kill: bool = False) -> None:
+        active.stop_reason = active.stop_reason or reason
+        if active.handle is None:
+            self.active.pop(active.run_id, None)
+            return
+        if kill:
+            self.supervisor.kill(active.handle)
+        else:
+            self.supervisor.stop(active.handle, self.settings.stop_grace_s)
+
+    def _unregister(self, active: ActiveRun) -> None:
+        if active.handle is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.loop.selector.unregister(active.handle.channel.fd)
+
+    def _exited(self, active: ActiveRun, handle: ChildHandle) -> None:
+        status = self._classify(active, handle)
+        code = handle.returncode
+        try:
+            with self.db.write() as tx:
+                ex.record_runner_exit(
+                    tx,
+                    active.runner_epoch,
+                    status,
+                    exit_code=code if code is not None and code >= 0 else None,
+                    signal=None if code is None or code >= 0 else f"signal {-code}",
+                    diagnostic="output flood" if handle.flooded else None,
+                )
+                if status is not RunnerStatus.CLAIM_LOST:
+                    ex.recover_after_runner_exit(
+                        tx,
+                        active.run_id,
+                        runner_epoch=active.runner_epoch,
+                        actor=Actor(ActorType.SERVER, self.owner_id),
+                        owner_id=self.owner_id,
+                        lease_ms=self.settings.run_lease_ms,
+                        claim=active.claim,
+                    )
+        except PiwfError as error:
+            log.warning("run %s: recording its runner exit failed: %s", active.run_id, error)
+        self.active.pop(active.run_id, None)
+        self.run_changed(active.run_id)
+        self.loop.call_later(0, self.schedule)
+
+    def _classify(self, active: ActiveRun, handle: ChildHandle) -> RunnerStatus:
+        if active.stop_reason is not None:
+            return active.stop_reason
+        if handle.flooded:
+            return RunnerStatus.CRASHED
+        if handle.returncode == 0 and active.ended:
+            return RunnerStatus.EXITED
+        return RunnerStatus.CRASHED

@@ -1,0 +1,167 @@
+"""JSON forms of port messages, results and saved runs, for a port carried over a pipe.
+
+:func:`piwf.workflow.port.message_to_json` writes any port dataclass as a JSON object (snake
+case, enums by value). :func:`from_json` is its strict inverse: it rebuilds a dataclass of a
+known port type, refusing unknown or missing fields and values of the wrong type with
+:class:`PortCodecError`, so a garbled message from the other side of a pipe never becomes a
+half-valid object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any, TypeVar, Union
+
+from piwf.canonical import JsonValue
+from piwf.errors import PiwfError
+from piwf.workflow import port
+
+T = TypeVar("T")
+
+#: Port method name → its message type (``read_run`` takes a run id, not a message).
+MESSAGE_TYPES: Mapping[str, type[Any]] = {
+    "begin_run": port.RunBegun,
+    "node_started": port.NodeStarted,
+    "node_finished": port.NodeFinished,
+    "node_failed": port.NodeFailed,
+    "reserve_effect": port.EffectReservation,
+    "settle_effect": port.EffectSettlement,
+    "publish_update": port.UpdatePublished,
+    "notify": port.NotificationRequested,
+    "request_interaction": port.InteractionRequested,
+    "reject_answer": port.AnswerRejected,
+    "park": port.RunParked,
+    "finish": port.RunFinished,
+}
+
+#: Result kind on the wire → result type.
+RESULT_TYPES: Mapping[str, type[Any]] = {
+    "applied": port.Applied,
+    "adopted": port.Adopted,
+    "conflict": port.Conflict,
+    "recoveryRequired": port.RecoveryRequired,
+}
+
+
+class PortCodecError(PiwfError):
+    """A JSON value does not have the shape of the port type it was read as."""
+
+    code = "protocolRejected"
+
+
+def to_json(value: object) -> JsonValue:
+    """Return the JSON form of a port dataclass."""
+    return port.message_to_json(value)
+
+
+def result_to_json(result: port.PortResult) -> dict[str, JsonValue]:
+    """Return ``{"kind": ..., "value": {...}}`` for a port result."""
+    kind = {port.Applied: "applied", port.Adopted: "adopted", port.Conflict: "conflict"}.get(
+        type(result), "recoveryRequired"
+    )
+    return {"kind": kind, "value": port.message_to_json(result)}
+
+
+def result_from_json(value: JsonValue) -> port.PortResult:
+    """Rebuild a port result from :func:`result_to_json` output."""
+    if not isinstance(value, Mapping) or set(value) != {"kind", "value"}:
+        raise PortCodecError("a port result must be {kind, value}")
+    kind = value["kind"]
+    if not isinstance(kind, str) or kind not in RESULT_TYPES:
+        raise PortCodecError(f"unknown port result kind {kind!r}")
+    result: port.PortResult = from_json(RESULT_TYPES[kind], value["value"])
+    return result
+
+
+def from_json(cls: type[T], value: JsonValue) -> T:
+    """Rebuild a port dataclass of type ``cls`` from its JSON form; refuse any other shape."""
+    return _decode(cls, value, cls.__name__)  # type: ignore[no-any-return]
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """Field types of ``cls``; a field declared ``JsonValue`` takes any JSON value as it is."""
+    if cls not in _HINTS:
+        hints = typing.get_type_hints(cls, vars(port) | vars(typing))
+        for name, raw in cls.__annotations__.items():
+            if isinstance(raw, str) and raw.strip() == "JsonValue":
+                hints[name] = Any
+        _HINTS[cls] = hints
+    return _HINTS[cls]
+
+
+def _decode(annotation: Any, value: JsonValue, where: str) -> Any:
+    if annotation is Any:
+        return value
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _decode(option, value, where)
+            except PortCodecError as error:
+                errors.append(str(error))
+        raise PortCodecError(f"{where}: no type fits ({'; '.join(errors)})")
+    if origin is tuple:
+        item_type = typing.get_args(annotation)[0]
+        if not isinstance(value, list):
+            raise PortCodecError(f"{where}: expected a list")
+        return tuple(_decode(item_type, item, f"{where}[]") for item in value)
+    if origin in (Mapping, dict) or annotation is Mapping:
+        _key_type, item_type = typing.get_args(annotation) or (str, Any)
+        if not isinstance(value, dict):
+            raise PortCodecError(f"{where}: expected an object")
+        return {str(key): _decode(item_type, item, f"{where}.{key}") for key, item in value.items()}
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        try:
+            return annotation(value)
+        except ValueError:
+            raise PortCodecError(f"{where}: {value!r} is not a {annotation.__name__}") from None
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return _decode_dataclass(annotation, value, where)
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise PortCodecError(f"{where}: expected a boolean")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PortCodecError(f"{where}: expected an integer")
+        return value
+    if annotation is str:
+        if not isinstance(value, str):
+            raise PortCodecError(f"{where}: expected a string")
+        return value
+    raise PortCodecError(f"{where}: cannot decode {annotation!r}")
+
+
+def _decode_dataclass(cls: type[Any], value: JsonValue, where: str) -> Any:
+    if not isinstance(value, dict):
+        raise PortCodecError(f"{where}: expected an object")
+    fields = {item.name: item for item in dataclasses.fields(cls)}
+    unknown = set(value) - set(fields)
+    if unknown:
+        raise PortCodecError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    hints = _hints(cls)
+    arguments: dict[str, Any] = {}
+    for name, item in fields.items():
+        if name not in value:
+            has_default = (
+                item.default is not dataclasses.MISSING
+                or item.default_factory is not dataclasses.MISSING
+            )
+            if has_default:
+                continue
+            raise PortCodecError(f"{where}: missing field {name!r}")
+        arguments[name] = _decode(hints[name], value[name], f"{where}.{name}")
+    return cls(**arguments)

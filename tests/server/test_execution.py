@@ -1,0 +1,356 @@
+"""Runs executed by real runner children under a real server (original.md §6.3 acceptance).
+
+Workflows are written into the test's temporary directory; gate files hold a node at a known
+point and marker files record what workflow code really did, so assertions never depend on
+timing. Every server is started with short poll and renewal intervals.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from piwf.state import StateDatabase
+from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
+
+FAST = {
+    "PIWF_IDLE_EXIT_S": "0",
+    "PIWF_CLAIM_POLL_S": "0.05",
+    "PIWF_RUN_RENEW_S": "0.2",
+}
+
+HELLO = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
+
+
+def write_workflow(directory: Path, name: str, body: str) -> str:
+    path = directory / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def start(client: RawClient, workflow: str, payload_input: Any, key: str) -> str:
+    response = client.request("run.start", {"workflow": workflow, "input": payload_input}, key=key)
+    assert response.outcome == "accepted", response
+    assert response.receipt is not None
+    return str(response.receipt["run"]["runId"])
+
+
+def wait_run(client: RawClient, run_id: str, timeout_ms: int = 30_000) -> dict[str, Any]:
+    response = client.request("run.wait", {"timeoutMs": timeout_ms}, run_id=run_id)
+    assert response.receipt is not None
+    run: dict[str, Any] = response.receipt["run"]
+    return run
+
+
+def run_view(client: RawClient, run_id: str) -> dict[str, Any]:
+    response = client.request("run.get", run_id=run_id)
+    assert response.receipt is not None
+    return response.receipt
+
+
+def query(
+    server: ServerProcess, sql: str, params: tuple[object, ...] = ()
+) -> list[tuple[Any, ...]]:
+    with StateDatabase(server.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
+        return [tuple(row) for row in tx.all(sql, params)]
+
+
+def runner_statuses(server: ServerProcess) -> list[str]:
+    return sorted(row[0] for row in query(server, "SELECT status FROM run_runners"))
+
+
+def runner_children(server: ServerProcess) -> list[psutil.Process]:
+    try:
+        children = psutil.Process(server.process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        try:
+            command = " ".join(child.cmdline())
+            # setproctitle renames a runner once it has read its launch envelope.
+            if "piwf.runner.workflow_runner" in command or command.startswith("piwf runner"):
+                found.append(child)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest.fixture
+def fast_server(servers: ServerFactory) -> ServerProcess:
+    started = servers.start(env=FAST)
+    assert started.ready["ok"] is True, started.ready
+    return started
+
+
+def test_a_run_completes_through_a_real_child(fast_server: ServerProcess) -> None:
+    with raw_client(fast_server) as client:
+        run_id = start(client, HELLO, {"who": "ada"}, "hello")
+        run = wait_run(client, run_id)
+        detail = run_view(client, run_id)
+    assert run["status"] == "completed"
+    assert detail["output"] == {"shouted": "HELLO ADA"}
+    wait_for(lambda: runner_statuses(fast_server) == ["exited"], what="the runner's exit")
+    assert runner_children(fast_server) == []
+
+
+# conformance: X15
+def test_ten_runs_never_have_more_than_four_children(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    gate = tmp_path / "open"
+    workflow = write_workflow(
+        tmp_path,
+        "gated",
+        f"""
+        import pathlib, time
+        from piwf.workflow import compute, define_workflow
+
+        def wait_for_gate(ctx):
+            deadline = time.monotonic() + 60
+            while not pathlib.Path({str(gate)!r}).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return {{"n": ctx.input["n"]}}
+
+        workflow = define_workflow(
+            name="gated", start_at="hold", nodes={{"hold": compute(wait_for_gate)}}, edges=[]
+        )
+        """,
+    )
+    most = 0
+
+    def four_running() -> bool:
+        nonlocal most
+        count = len(runner_children(fast_server))
+        most = max(most, count)
+        return count == 4
+
+    with raw_client(fast_server) as client:
+        run_ids = [start(client, workflow, {"n": n}, f"start-{n}") for n in range(10)]
+        wait_for(four_running, timeout_s=60, what="four busy runners")
+        gate.touch()
+
+        def all_done() -> bool:
+            nonlocal most
+            most = max(most, len(runner_children(fast_server)))
+            return all(wait_run(client, r, 0)["status"] == "completed" for r in run_ids)
+
+        wait_for(all_done, timeout_s=120, what="all ten runs")
+    assert most == 4
+    assert len(query(fast_server, "SELECT runner_epoch FROM run_runners")) == 10
+
+
+# conformance: X7
+def test_an_interrupted_idempotent_effect_is_retried_and_adopted(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    marker = tmp_path / "first-attempt"
+    workflow = write_workflow(
+        tmp_path,
+        "flaky_deploy",
+        f"""
+        import os, pathlib
+        from piwf.workflow import action, define_workflow, idempotent_effect
+
+        def deploy(ctx):
+            marker = pathlib.Path({str(marker)!r})
+            if not marker.exists():
+                marker.write_text("attempt 1")
+                os._exit(23)
+            return {{"deployed": True}}
+
+        workflow = define_workflow(
+            name="flaky_deploy",
+            start_at="deploy",
+            nodes={{"deploy": action(effect=idempotent_effect("preview.deploy"), run=deploy)}},
+            edges=[],
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "flaky")
+        run = wait_run(client, run_id)
+    assert run["status"] == "completed"
+    assert query(fast_server, "SELECT status, attempt_count FROM effects") == [("applied", 2)]
+    wait_for(lambda: runner_statuses(fast_server) == ["crashed", "exited"], what="both runners")
+
+
+# conformance: X7
+def test_an_interrupted_manual_effect_parks_ambiguous_and_is_not_retried(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    attempts = tmp_path / "attempts"
+    workflow = write_workflow(
+        tmp_path,
+        "manual_post",
+        f"""
+        import os, pathlib
+        from piwf.workflow import action, define_workflow, manual_effect
+
+        def post(ctx):
+            with open({str(attempts)!r}, "a") as log:
+                log.write("attempt\\n")
+            os._exit(23)
+
+        workflow = define_workflow(
+            name="manual_post",
+            start_at="post",
+            nodes={{"post": action(effect=manual_effect("chat.post"), run=post)}},
+            edges=[],
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "manual")
+        wait_for(
+            lambda: run_view(client, run_id)["run"]["displayStatus"] == "ambiguous",
+            timeout_s=30,
+            what="the run to park ambiguous",
+        )
+        status = client.request("server.status").receipt
+    assert status is not None
+    assert status["ambiguousEffects"] == 1
+    assert query(fast_server, "SELECT status, attempt_count FROM effects") == [("ambiguous", 1)]
+    assert query(fast_server, "SELECT error_code FROM run_queue") == [("effectAmbiguous",)]
+    assert len(query(fast_server, "SELECT runner_epoch FROM run_runners")) == 1
+    assert attempts.read_text() == "attempt\n", "the manual action ran exactly once"
+
+
+# conformance: X9
+def test_a_runner_that_dies_before_progress_is_parked_and_not_relaunched(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = write_workflow(
+        tmp_path,
+        "dies_early",
+        """
+        import os, sys
+        from piwf.workflow import compute, define_workflow
+
+        if "--fd" in sys.argv:  # only inside a runner child, not in the resolver
+            os._exit(1)
+
+        workflow = define_workflow(
+            name="dies_early", start_at="a", nodes={"a": compute(lambda ctx: 1)}, edges=[]
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "dies")
+        wait_for(
+            lambda: (
+                query(fast_server, "SELECT error_code FROM run_queue") == [("runnerNoProgress",)]
+            ),
+            timeout_s=30,
+            what="the no-progress park",
+        )
+        # Many scheduling rounds pass (poll 0.05 s): the run is never claimed again.
+        response = client.request("run.wait", {"timeoutMs": 1000}, run_id=run_id)
+    assert response.receipt is not None
+    assert response.receipt["timedOut"] is True
+    assert len(query(fast_server, "SELECT runner_epoch FROM run_runners")) == 1
+
+
+# conformance: X2
+def test_a_node_blocking_longer_than_the_lease_keeps_its_claim(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = servers.start(env={**FAST, "PIWF_RUN_LEASE_MS": "1000", "PIWF_RUN_RENEW_S": "0.1"})
+    workflow = write_workflow(
+        tmp_path,
+        "blocking",
+        """
+        import time
+        from piwf.workflow import compute, define_workflow
+
+        def block(ctx):
+            time.sleep(3)  # three leases long, with the interpreter busy in this child
+            return {"slept": True}
+
+        workflow = define_workflow(
+            name="blocking", start_at="block", nodes={"block": compute(block)}, edges=[]
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "block")
+        run = wait_run(client, run_id)
+    assert run["status"] == "completed"
+    generations = query(
+        server,
+        "SELECT DISTINCT lease_generation FROM events e JOIN runs r ON r.resource_id ="
+        " e.resource_id WHERE lease_generation IS NOT NULL",
+    )
+    assert generations == [(1,)], "the claim never changed hands"
+    wait_for(lambda: runner_statuses(server) == ["exited"], what="the runner's exit")
+
+
+def test_a_child_that_floods_its_output_is_killed_without_harming_the_server(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    marker = tmp_path / "flooded"
+    workflow = write_workflow(
+        tmp_path,
+        "flood",
+        f"""
+        import pathlib, sys
+        from piwf.workflow import compute, define_workflow
+
+        def flood(ctx):
+            marker = pathlib.Path({str(marker)!r})
+            if not marker.exists():
+                marker.touch()
+                for _ in range(200):
+                    sys.stdout.write("x" * 65536)
+                    sys.stdout.flush()
+            return {{"ok": True}}
+
+        workflow = define_workflow(
+            name="flood", start_at="flood", nodes={{"flood": compute(flood)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "flood")
+        run = wait_run(client, run_id)
+        assert client.request("server.status").outcome == "accepted"
+    assert run["status"] == "completed"
+    wait_for(lambda: runner_statuses(fast_server) == ["crashed", "exited"], what="both runners")
+    logs = list((fast_server.home / "server" / "runners").glob("*.log"))
+    assert max(log.stat().st_size for log in logs) <= 1024 * 1024
+
+
+# conformance: X12
+def test_cancel_commits_then_stops_the_child(fast_server: ServerProcess, tmp_path: Path) -> None:
+    entered = tmp_path / "entered"
+    workflow = write_workflow(
+        tmp_path,
+        "long",
+        f"""
+        import pathlib, time
+        from piwf.workflow import compute, define_workflow
+
+        def hold(ctx):
+            pathlib.Path({str(entered)!r}).touch()
+            time.sleep(120)
+            return 1
+
+        workflow = define_workflow(
+            name="long", start_at="hold", nodes={{"hold": compute(hold)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "long")
+        wait_for(entered.exists, timeout_s=30, what="the node to start")
+        cancelled = client.request("run.cancel", key="cancel-long", run_id=run_id)
+        assert cancelled.outcome == "accepted"
+        assert cancelled.receipt is not None
+        assert cancelled.receipt["run"]["status"] == "cancelled"
+        wait_for(lambda: runner_children(fast_server) == [], timeout_s=15, what="the child")
+    assert query(fast_server, "SELECT status FROM node_attempts") == [("cancelled",)]
+    wait_for(lambda: runner_statuses(fast_server) == ["cancelled"], what="the runner's exit")
