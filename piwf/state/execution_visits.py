@@ -230,13 +230,20 @@ def apply_begin_run(
     return port.Applied(revision=revision)
 
 
+_MOVE_PROGRESS_BASELINE = """
+UPDATE run_runners SET ready_revision = ?
+WHERE run_id = ? AND status IN ('ready', 'running')
+"""
+
+
 def apply_node_started(
     tx: Transaction, claim: Claim, message: port.NodeStarted, *, lease_ms: int
 ) -> port.PortResult:
     """Open attempt 1 of a new visit, or attempt N+1 of the unfinished visit (crash retry).
 
-    A new visit must be the path's last visit + 1; a retry keeps the visit number and closes
-    attempt N as ``interrupted``. The same open attempt again is ``Adopted``. A retry of a visit
+    A new visit must be the path's last visit + 1; a retry keeps the visit number, closes
+    attempt N as ``interrupted`` and moves the live runner's no-progress baseline (a retry
+    alone is not progress). The same open attempt again is ``Adopted``. A retry of a visit
     that waits on a request, or any other numbering, is a ``Conflict``. Event ``node.started``.
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
@@ -267,6 +274,10 @@ def apply_node_started(
     revision = record_run_change(tx, run, "node.started", RUNNER_ACTOR, claim, payload)
     if interrupted is not None:
         tx.execute(_INTERRUPT_ATTEMPT, (tx.now, tx.now, interrupted.attempt_id))
+        # Reopening a crashed visit is bookkeeping, not progress: it moves the live runner's
+        # no-progress baseline, so a node that kills every runner is retried once, then parks
+        # runnerNoProgress instead of looping.
+        tx.execute(_MOVE_PROGRESS_BASELINE, (revision, run.run_id))
     tx.execute(
         _INSERT_ATTEMPT,
         (

@@ -255,6 +255,44 @@ def test_a_runner_that_dies_before_progress_is_parked_and_not_relaunched(
     assert len(query(fast_server, "SELECT runner_epoch FROM run_runners")) == 1
 
 
+# conformance: X9
+def test_a_node_that_kills_every_runner_is_retried_once_then_parked(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    attempts = tmp_path / "attempts"
+    workflow = write_workflow(
+        tmp_path,
+        "always_dies",
+        f"""
+        import os
+        from piwf.workflow import compute, define_workflow
+
+        def die(ctx):
+            with open({str(attempts)!r}, "a") as log:
+                log.write("attempt\\n")
+            os._exit(23)
+
+        workflow = define_workflow(
+            name="always_dies", start_at="die", nodes={{"die": compute(die)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "always")
+        wait_for(
+            lambda: (
+                query(fast_server, "SELECT error_code FROM run_queue") == [("runnerNoProgress",)]
+            ),
+            timeout_s=30,
+            what="the no-progress park",
+        )
+        response = client.request("run.wait", {"timeoutMs": 1000}, run_id=run_id)
+    assert response.receipt is not None
+    assert response.receipt["timedOut"] is True, "it was not relaunched a third time"
+    assert attempts.read_text() == "attempt\n" * 2
+    assert runner_statuses(fast_server) == ["crashed", "crashed"]
+
+
 # conformance: X2
 def test_a_node_blocking_longer_than_the_lease_keeps_its_claim(
     servers: ServerFactory, tmp_path: Path
