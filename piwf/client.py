@@ -83,6 +83,9 @@ from piwf.protocol import (
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
     BackupReceipt,
+    EffectInfo,
+    EffectReceipt,
+    EffectResolvePayload,
     EmptyPayload,
     RunCursor,
     RunDetail,
@@ -372,6 +375,43 @@ class Client:
             RunReceipt,
             run_id=run_id,
             idempotency_key=idempotency_key,
+        )
+        return receipt.run
+
+    def pause_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Pause a run (``run.pause``): flag it, park it and stop its child."""
+        return self._run_control("run.pause", run_id, idempotency_key)
+
+    def resume_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Resume a paused or parked run (``run.resume``) from its last committed boundary."""
+        return self._run_control("run.resume", run_id, idempotency_key)
+
+    def restart_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Start a fresh run of a terminal run's workflow (``run.restart``); returns the new run."""
+        return self._run_control("run.restart", run_id, idempotency_key)
+
+    def resolve_effect(
+        self,
+        effect_id: str,
+        resolution: str,
+        *,
+        note: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> EffectInfo:
+        """Record that an ambiguous effect was ``applied`` or should be retried (``retry``)."""
+        receipt = self._call(
+            "effect.resolve",
+            EffectResolvePayload.model_validate(
+                {"effectId": effect_id, "resolution": resolution, "note": note}
+            ),
+            EffectReceipt,
+            idempotency_key=idempotency_key,
+        )
+        return receipt.effect
+
+    def _run_control(self, operation: Operation, run_id: str, key: str | None) -> RunInfo:
+        receipt = self._call(
+            operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=key
         )
         return receipt.run
 

@@ -75,11 +75,12 @@ def cli() -> None:
 
 def _register() -> None:
     # Imported here: the command modules import this package's siblings while it initialises.
+    from piwf.cli.effects import effect_group
     from piwf.cli.runs import run_group
     from piwf.cli.server import server_group
     from piwf.cli.state import state_group
 
-    for group in (server_group, run_group, state_group):
+    for group in (server_group, run_group, state_group, effect_group):
         cli.add_command(group)
 
 

@@ -112,6 +112,20 @@ def run_detail(detail: RunDetail) -> str:
         lines.append(
             "\n".join("  " + line for line in table(["MOUNT", "TYPE", "SOURCE"], rows).split("\n"))
         )
+    if detail.effects:
+        lines.append("effects:")
+        rows = [
+            [
+                effect.effect_id,
+                effect.effect_type,
+                effect.recovery,
+                effect.status,
+                str(effect.attempt_count),
+            ]
+            for effect in detail.effects
+        ]
+        header = ["EFFECT", "TYPE", "RECOVERY", "STATUS", "ATTEMPTS"]
+        lines.append("\n".join("  " + line for line in table(header, rows).split("\n")))
     if detail.error is not None:
         lines.append(f"error:\n  {detail.error}")
     if detail.output is not None:

@@ -165,6 +165,39 @@ def run_wait(run_id: str, timeout_s: float, as_json: bool) -> None:
         _wait_and_report(client, run_id, timeout_s, as_json=as_json)
 
 
+def _control_command(name: str, verb: str, summary: str, method: str) -> None:
+    """Register ``piwf run NAME RUN_ID [--json]`` calling ``Client.METHOD``."""
+
+    @run_group.command(name, help=f"{summary}\n\n\b\nExample:\n  piwf run {name} run-0b9c")
+    @run_id_argument
+    @json_option
+    @command
+    def control(run_id: str, as_json: bool) -> None:
+        with open_client() as client:
+            run = getattr(client, method)(run_id)
+        if as_json:
+            render.emit_json({"run": run.to_wire()})
+        else:
+            click.echo(f"{verb} {render.run_line(run)}")
+
+
+_control_command(
+    "pause", "paused", "Pause a run: park it at its last boundary and stop its child.", "pause_run"
+)
+_control_command(
+    "resume",
+    "resumed",
+    "Resume a paused or parked run from its last committed boundary.",
+    "resume_run",
+)
+_control_command(
+    "restart",
+    "restarted as",
+    "Start a fresh run of a finished run's workflow, from its first node.",
+    "restart_run",
+)
+
+
 @run_group.command("cancel")
 @run_id_argument
 @json_option

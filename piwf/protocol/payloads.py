@@ -16,11 +16,15 @@ with the receipt model, so both sides agree on one shape::
     state.status     {}                                        StateStatus
     state.verify     {}                                        {"valid": bool, "violations": [...]}
     state.backup     {destination}                             {"destination", "bytes"}
+    run.pause        {}  (runId in the envelope)               {"run": RunInfo}
+    run.resume       {}  (runId in the envelope)               {"run": RunInfo}
+    run.restart      {}  (runId in the envelope)               {"run": RunInfo}  (the new run)
+    effect.resolve   {effectId, resolution, note?}             {"effect": EffectInfo}
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -117,13 +121,38 @@ class RunReceipt(WireModel):
     run: RunInfo
 
 
+class EffectInfo(WireModel):
+    """One managed effect of a run (no request or result payloads)."""
+
+    effect_id: str
+    effect_type: str
+    recovery: str
+    status: str
+    attempt_count: int
+
+
 class RunDetail(WireModel):
-    """Receipt of run.get: the run, its sources, and its final output or error text."""
+    """Receipt of run.get: the run, its sources, effects, and its final output or error."""
 
     run: RunInfo
     sources: list[RunSource]
+    effects: list[EffectInfo] = Field(default_factory=list)
     output: Any = None
     error: str | None = None
+
+
+class EffectResolvePayload(WireModel):
+    """An operator's decision about an ambiguous effect, recorded as an event."""
+
+    effect_id: str = Field(min_length=1, max_length=256)
+    resolution: Literal["applied", "retry"]
+    note: str | None = Field(default=None, max_length=1000)
+
+
+class EffectReceipt(WireModel):
+    """Receipt of effect.resolve."""
+
+    effect: EffectInfo
 
 
 class RunPage(WireModel):

@@ -375,8 +375,13 @@ class Executor:
         operation = message.operation
         payload = message.payload or {}
         if operation == "read_run":
+            # A runner reads its own run, and a restart also reads the run it restarts.
+            wanted = payload.get("run_id")
+            if wanted not in (active.run_id, active.launch.parent_run_id) or wanted is None:
+                self._respond(active, message.message_id, "rejected", error="not this run")
+                return
             with self.db.read() as tx:
-                saved = ex.read_saved_run(tx, active.run_id)
+                saved = ex.read_saved_run(tx, str(wanted))
             self._respond(
                 active, message.message_id, "accepted", None if saved is None else to_json(saved)
             )

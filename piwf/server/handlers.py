@@ -23,6 +23,9 @@ from piwf.protocol.client_v1 import ErrorInfo, Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
 from piwf.protocol.payloads import (
     BackupReceipt,
+    EffectInfo,
+    EffectReceipt,
+    EffectResolvePayload,
     EmptyPayload,
     RunCursor,
     RunDetail,
@@ -46,6 +49,7 @@ from piwf.server.commands import CommandResult, DurableCommands
 from piwf.server.loop import EventLoop, Reply, Timer
 from piwf.server.resolver_jobs import ResolverJobs
 from piwf.state import Adopted, Applied, Conflict, RecoveryRequired, StateDatabase, Transaction
+from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state import runs as run_store
 from piwf.state.backup import backup_database
@@ -69,6 +73,12 @@ class UnknownRunError(PiwfError):
     """The request names a run that does not exist."""
 
     code = "runNotFound"
+
+
+class UnknownEffectError(PiwfError):
+    """The request names an effect that does not exist."""
+
+    code = "effectNotFound"
 
 
 @dataclass
@@ -118,6 +128,7 @@ class Handlers:
             "run.pause": self.run_pause,
             "run.resume": self.run_resume,
             "run.restart": self.run_restart,
+            "effect.resolve": self.effect_resolve,
             "run.wait": self.run_wait,
             "state.status": self.state_status,
             "state.verify": self.state_verify,
@@ -262,6 +273,7 @@ class Handlers:
             sources = run_store.list_run_sources(tx, run_id) if view is not None else []
             output = run_store.read_run_final_output(tx, run_id) if view is not None else None
             error = run_store.read_run_error(tx, run_id) if view is not None else None
+            run_effects = [] if view is None else fx.list_effects(tx, f"run:{run_id}")
         if view is None:
             reply(_not_found(request, run_id))
             return
@@ -276,6 +288,7 @@ class Handlers:
                 )
                 for source in sources
             ],
+            effects=[_effect_info(effect) for effect in run_effects],
             output=output,
             error=error,
         )
@@ -405,6 +418,32 @@ class Handlers:
             return
         reply(_ok(request, RunWaitReceipt(run=_run_info(view), timed_out=timed_out)))
 
+    # -- effects --------------------------------------------------------------------------
+
+    def effect_resolve(self, request: Request, reply: Reply) -> None:
+        """Record an operator's decision on an ambiguous effect (``applied`` or ``retry``)."""
+        payload = _payload(request, EffectResolvePayload)
+
+        def change(tx: Transaction) -> CommandResult:
+            effect = fx.get_effect(tx, payload.effect_id)
+            if effect is None:
+                return CommandResult.failed(
+                    "notFound", UnknownEffectError(f"no effect {payload.effect_id}")
+                )
+            result = fx.resolve_ambiguous(
+                tx,
+                payload.effect_id,
+                resolution=payload.resolution,
+                actor=Actor(ActorType.HUMAN, request.client_id),
+                note=payload.note,
+            )
+            if isinstance(result, Conflict):
+                return CommandResult.failed("rejected", RunCommandError(result.evidence))
+            receipt = EffectReceipt(effect=_effect_info(result.value)).to_wire()
+            return CommandResult.accepted(receipt)
+
+        reply(self.context.commands.execute(request, change))
+
     # -- state ----------------------------------------------------------------------------
 
     def state_status(self, request: Request, reply: Reply) -> None:
@@ -448,6 +487,16 @@ class Handlers:
             return
         receipt = BackupReceipt(destination=str(report.destination), bytes=report.byte_length)
         reply(self.context.commands.store(request, CommandResult.accepted(receipt.to_wire())))
+
+
+def _effect_info(effect: fx.Effect) -> EffectInfo:
+    return EffectInfo(
+        effect_id=effect.effect_id,
+        effect_type=effect.effect_type,
+        recovery=effect.recovery.value,
+        status=effect.status.value,
+        attempt_count=effect.attempt_count,
+    )
 
 
 def _run_result(result: object, run_id: str) -> CommandResult:

@@ -55,8 +55,12 @@ def one_json_document(text: str) -> Any:
 
 def test_the_surface_of_design_section_11() -> None:
     assert LEAVES == [
+        "piwf effect resolve",
         "piwf run cancel",
         "piwf run list",
+        "piwf run pause",
+        "piwf run restart",
+        "piwf run resume",
         "piwf run show",
         "piwf run start",
         "piwf run wait",

@@ -392,3 +392,124 @@ def test_cancel_commits_then_stops_the_child(fast_server: ServerProcess, tmp_pat
         wait_for(lambda: runner_children(fast_server) == [], timeout_s=15, what="the child")
     assert query(fast_server, "SELECT status FROM node_attempts") == [("cancelled",)]
     wait_for(lambda: runner_statuses(fast_server) == ["cancelled"], what="the runner's exit")
+
+
+# conformance: X7
+def test_an_operator_resolves_an_ambiguous_effect_and_the_run_finishes(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    attempts = tmp_path / "attempts"
+    workflow = write_workflow(
+        tmp_path,
+        "post_once",
+        f"""
+        import os
+        from piwf.workflow import action, compute, define_workflow, manual_effect
+
+        def post(ctx):
+            with open({str(attempts)!r}, "a") as log:
+                log.write("attempt\\n")
+            os._exit(23)
+
+        workflow = define_workflow(
+            name="post_once",
+            start_at="post",
+            nodes={{
+                "post": action(effect=manual_effect("chat.post"), run=post),
+                "after": compute(lambda ctx: {{"after": True}}),
+            }},
+            edges=[{{"from": "post", "to": "after"}}],
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "post-once")
+        wait_for(
+            lambda: run_view(client, run_id)["run"]["displayStatus"] == "ambiguous",
+            timeout_s=30,
+            what="the ambiguous park",
+        )
+        effect_id = run_view(client, run_id)["effects"][0]["effectId"]
+        refused = client.request("run.resume", key="too-early", run_id=run_id)
+        assert refused.outcome == "rejected", "an ambiguous effect blocks resume"
+        resolved = client.request(
+            "effect.resolve",
+            {"effectId": effect_id, "resolution": "applied", "note": "seen"},
+            key="resolve",
+        )
+        assert resolved.outcome == "accepted"
+        assert resolved.receipt is not None
+        assert resolved.receipt["effect"]["status"] == "applied"
+        assert client.request("run.resume", key="resume", run_id=run_id).outcome == "accepted"
+        run = wait_run(client, run_id)
+    assert run["status"] == "completed"
+    assert attempts.read_text() == "attempt\n", "the resolved effect was not applied again"
+    events = query(
+        fast_server,
+        "SELECT event_type, actor_type FROM events WHERE event_type LIKE 'effect.resolved%'",
+    )
+    assert events == [("effect.resolved_applied", "human")]
+
+
+def test_pause_then_resume_continues_from_the_last_boundary(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    first_runs = tmp_path / "first-runs"
+    workflow = write_workflow(
+        tmp_path,
+        "pausable",
+        f"""
+        import pathlib, time
+        from piwf.workflow import compute, define_workflow
+
+        def first(ctx):
+            with open({str(first_runs)!r}, "a") as log:
+                log.write("first\\n")
+            return 1
+
+        def hold(ctx):
+            pathlib.Path({str(entered)!r}).touch()
+            deadline = time.monotonic() + 60
+            while not pathlib.Path({str(gate)!r}).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return 2
+
+        workflow = define_workflow(
+            name="pausable",
+            start_at="first",
+            nodes={{"first": compute(first), "hold": compute(hold)}},
+            edges=[{{"from": "first", "to": "hold"}}],
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "pausable")
+        wait_for(entered.exists, timeout_s=30, what="the second node")
+        paused = client.request("run.pause", key="pause", run_id=run_id)
+        assert paused.outcome == "accepted"
+        assert paused.receipt is not None
+        assert paused.receipt["run"]["displayStatus"] == "paused"
+        wait_for(lambda: runner_children(fast_server) == [], timeout_s=15, what="the child")
+        gate.touch()
+        assert client.request("run.resume", key="resume", run_id=run_id).outcome == "accepted"
+        run = wait_run(client, run_id)
+    assert run["status"] == "completed"
+    assert first_runs.read_text() == "first\n", "the finished first node did not run again"
+
+
+def test_restart_runs_a_fresh_copy_from_the_first_node(fast_server: ServerProcess) -> None:
+    with raw_client(fast_server) as client:
+        run_id = start(client, HELLO, {"who": "ada"}, "original")
+        assert wait_run(client, run_id)["status"] == "completed"
+        restarted = client.request("run.restart", key="restart", run_id=run_id)
+        assert restarted.outcome == "accepted"
+        assert restarted.receipt is not None
+        child = restarted.receipt["run"]
+        assert child["parentRunId"] == run_id
+        assert child["restartNumber"] == 1
+        assert wait_run(client, child["runId"])["status"] == "completed"
+        assert run_view(client, child["runId"])["output"] == {"shouted": "HELLO ADA"}
+        again = client.request("run.restart", key="restart-again", run_id=run_id)
+    assert again.receipt is not None
+    assert again.receipt["run"]["runId"] == child["runId"], "one restart per terminal run"

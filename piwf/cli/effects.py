@@ -1,0 +1,48 @@
+"""``piwf effect resolve``: an operator's explicit decision about an ambiguous effect."""
+
+from __future__ import annotations
+
+import click
+
+from piwf.cli import render
+from piwf.cli.common import command, json_option, open_client
+
+
+@click.group("effect")
+def effect_group() -> None:
+    """Resolve managed effects that piwf could not prove applied or not.
+
+    An effect becomes ambiguous when its action may have run but no result was recorded (a
+    manual effect whose runner died, or an applying effect whose run was cancelled). piwf never
+    retries it by itself; `piwf run show RUN_ID` lists a run's effects and their ids.
+
+    \b
+    Example:
+      piwf effect resolve effect-3f2a --applied --note "checked the dashboard"
+    """
+
+
+@effect_group.command("resolve")
+@click.argument("effect_id")
+@click.option("--applied", "resolution", flag_value="applied", help="It did happen: settle it.")
+@click.option("--retry", "resolution", flag_value="retry", help="It did not: run it again.")
+@click.option("--note", default=None, help="Why (kept in the effect's audit event).")
+@json_option
+@command
+def effect_resolve(effect_id: str, resolution: str | None, note: str | None, as_json: bool) -> None:
+    """Settle an ambiguous effect as applied, or send it back to pending for a retry.
+
+    Then resume its run with `piwf run resume RUN_ID`.
+
+    \b
+    Example:
+      piwf effect resolve effect-3f2a --retry
+    """
+    if resolution is None:
+        raise click.UsageError("choose --applied or --retry")
+    with open_client() as client:
+        effect = client.resolve_effect(effect_id, resolution, note=note)
+    if as_json:
+        render.emit_json({"effect": effect.to_wire()})
+    else:
+        click.echo(f"{effect.effect_id}  {effect.effect_type}  now {effect.status}")
