@@ -513,3 +513,213 @@ def test_restart_runs_a_fresh_copy_from_the_first_node(fast_server: ServerProces
         again = client.request("run.restart", key="restart-again", run_id=run_id)
     assert again.receipt is not None
     assert again.receipt["run"]["runId"] == child["runId"], "one restart per terminal run"
+
+
+def runner_pid(server: ServerProcess) -> int:
+    children = wait_for(lambda: runner_children(server), timeout_s=30, what="a runner")
+    return int(children[0].pid)
+
+
+# conformance: X10
+def test_a_changed_mounted_source_never_runs(fast_server: ServerProcess, tmp_path: Path) -> None:
+    entered, marker = tmp_path / "entered", tmp_path / "changed-code-ran"
+    child = tmp_path / "child.py"
+    child.write_text(
+        textwrap.dedent(
+            """
+            from piwf.workflow import compute, define_workflow
+
+            workflow = define_workflow(
+                name="child", start_at="work", nodes={"work": compute(lambda ctx: 1)},
+                edges=[], exits={"done": {"from": "work"}},
+            )
+            """
+        )
+    )
+    workflow = write_workflow(
+        tmp_path,
+        "parent",
+        f"""
+        import pathlib, time
+        from piwf.workflow import compute, define_workflow, include
+
+        def hold(ctx):
+            pathlib.Path({str(entered)!r}).touch()
+            time.sleep(120)
+
+        workflow = define_workflow(
+            name="parent",
+            start_at="hold",
+            nodes={{"hold": compute(hold)}},
+            includes={{"child": include("./child.py")}},
+            edges=[{{"from": "hold", "to": "child"}}],
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "parent")
+        wait_for(entered.exists, timeout_s=30, what="the first node")
+        child.write_text(
+            child.read_text().replace(
+                "compute(lambda ctx: 1)",
+                f"compute(lambda ctx: open({str(marker)!r}, 'w').write('ran'))",
+            )
+        )
+        psutil.Process(runner_pid(fast_server)).kill()  # progress was made: it is relaunched
+        wait_for(
+            lambda: query(fast_server, "SELECT error_code FROM run_queue") == [("sourceChanged",)],
+            timeout_s=30,
+            what="the source-change park",
+        )
+        assert run_view(client, run_id)["run"]["status"] == "running"
+    assert not marker.exists(), "the changed code never executed"
+
+
+# conformance: X12
+def test_cancelling_an_applying_manual_effect_marks_it_ambiguous_before_answering(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    entered = tmp_path / "entered"
+    workflow = write_workflow(
+        tmp_path,
+        "slow_post",
+        f"""
+        import pathlib, time
+        from piwf.workflow import action, define_workflow, manual_effect
+
+        def post(ctx):
+            pathlib.Path({str(entered)!r}).touch()
+            time.sleep(120)
+
+        workflow = define_workflow(
+            name="slow_post",
+            start_at="post",
+            nodes={{"post": action(effect=manual_effect("chat.post"), run=post)}},
+            edges=[],
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "slow-post")
+        wait_for(entered.exists, timeout_s=30, what="the action to start")
+        cancelled = client.request("run.cancel", key="cancel", run_id=run_id)
+        assert cancelled.outcome == "accepted"
+        # Read at once, before the child is gone: the cancel committed the effect state.
+        assert query(fast_server, "SELECT status FROM effects") == [("ambiguous",)]
+        assert query(fast_server, "SELECT outcome FROM effect_attempts") == [("interrupted",)]
+        wait_for(lambda: runner_children(fast_server) == [], timeout_s=15, what="the child")
+    events = [row[0] for row in query(fast_server, "SELECT event_type FROM events")]
+    assert "effect.ambiguous" in events
+
+
+# conformance: X16
+def test_no_grandchild_outlives_its_run(fast_server: ServerProcess, tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild"
+    workflow = write_workflow(
+        tmp_path,
+        "spawner",
+        f"""
+        import pathlib, subprocess
+        from piwf.workflow import compute, define_workflow
+
+        def spawn(ctx):
+            grandchild = subprocess.Popen(["sleep", "300"])
+            pathlib.Path({str(pid_file)!r}).write_text(str(grandchild.pid))
+            return {{"spawned": True}}
+
+        workflow = define_workflow(
+            name="spawner", start_at="spawn", nodes={{"spawn": compute(spawn)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "spawner")
+        assert wait_run(client, run_id)["status"] == "completed"
+    grandchild = int(pid_file.read_text())
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(gone, timeout_s=15, what="the grandchild to be killed with its group")
+
+
+def test_a_child_that_sends_an_oversized_frame_is_killed(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    marker = tmp_path / "sent"
+    workflow = write_workflow(
+        tmp_path,
+        "oversized",
+        f"""
+        import os, pathlib, struct, sys
+        from piwf.workflow import compute, define_workflow
+
+        def oversized(ctx):
+            marker = pathlib.Path({str(marker)!r})
+            if not marker.exists():
+                marker.touch()
+                fd = int(sys.argv[sys.argv.index("--fd") + 1])
+                os.write(fd, struct.pack("!i", 64 * 1024 * 1024) + b"x" * 1024)
+            return {{"ok": True}}
+
+        workflow = define_workflow(
+            name="oversized", start_at="a", nodes={{"a": compute(oversized)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "oversized")
+        assert wait_run(client, run_id)["status"] == "completed"
+        assert client.request("server.status").outcome == "accepted"
+    wait_for(lambda: runner_statuses(fast_server) == ["crashed", "exited"], what="both runners")
+
+
+# conformance: X13
+def test_a_stopped_child_is_replaced_and_its_generation_writes_nothing(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = write_workflow(
+        tmp_path,
+        "stoppable",
+        f"""
+        import pathlib, time
+        from piwf.workflow import compute, define_workflow
+
+        def hold(ctx):
+            pathlib.Path({str(entered)!r}).touch()
+            deadline = time.monotonic() + 60
+            while not pathlib.Path({str(gate)!r}).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return {{"released": True}}
+
+        workflow = define_workflow(
+            name="stoppable", start_at="hold", nodes={{"hold": compute(hold)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "stoppable")
+        wait_for(entered.exists, timeout_s=30, what="the node")
+        old = psutil.Process(runner_pid(fast_server))
+        old.suspend()  # SIGSTOP: the old generation is frozen mid-node
+        assert client.request("run.pause", key="pause", run_id=run_id).outcome == "accepted"
+        wait_for(lambda: runner_children(fast_server) == [], timeout_s=15, what="the old child")
+        entered.unlink()
+        gate.touch()
+        assert client.request("run.resume", key="resume", run_id=run_id).outcome == "accepted"
+        run = wait_run(client, run_id)
+    assert run["status"] == "completed"
+    paused_at = query(
+        fast_server, "SELECT max(event_seq) FROM events WHERE event_type LIKE '%paus%'"
+    )
+    late = query(
+        fast_server,
+        "SELECT DISTINCT lease_generation FROM events WHERE event_seq > ?"
+        " AND lease_generation IS NOT NULL",
+        (paused_at[0][0],),
+    )
+    assert late == [(2,)], "after the pause only the new generation wrote"
