@@ -35,6 +35,7 @@ from piwf.server.listener import bind_listener, check_socket_path
 from piwf.server.lock import InstanceLock
 from piwf.server.loop import ClientListener, EventLoop
 from piwf.server.processes import is_alive, own_identity
+from piwf.server.recovery import recover_previous_server
 from piwf.server.resolver_jobs import ResolverJobs
 from piwf.server.settings import ServerSettings
 from piwf.state import Applied, StateDatabase
@@ -67,8 +68,15 @@ def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
         lock = InstanceLock(paths.lock)
         lock.acquire(identity)
         db = StateDatabase(paths.database)
-        claim = _take_epoch(db, settings, identity)
+        claim, previous_server_id = _take_epoch(db, settings, identity)
         faults.point("server.after_epoch")
+        recover_previous_server(
+            db,
+            epoch=claim.epoch,
+            previous_server_id=previous_server_id,
+            owner_id=claim.server_id,
+            lease_ms=settings.run_lease_ms,
+        )
         faults.point("server.before_listen")
         listener = bind_listener(paths.socket)
     except PiwfError as error:
@@ -218,7 +226,10 @@ class Server:
             self.loop.run_once()
 
 
-def _take_epoch(db: StateDatabase, settings: ServerSettings, identity: str) -> ServerClaim:
+def _take_epoch(
+    db: StateDatabase, settings: ServerSettings, identity: str
+) -> tuple[ServerClaim, str | None]:
+    """Take epoch + 1; return the claim and the id of the server that held the previous one."""
     with db.write() as tx:
         owner = read_server_owner(tx)
         # We hold the instance lock, so a recorded owner whose exact process is gone is dead
@@ -236,7 +247,7 @@ def _take_epoch(db: StateDatabase, settings: ServerSettings, identity: str) -> S
         )
     if not isinstance(result, Applied):
         raise ServerRunningError(result.evidence)
-    return result.value
+    return result.value, owner.server_id
 
 
 def _cleanup(

@@ -229,6 +229,20 @@ def release_claim(tx: Transaction, claim: Claim) -> Applied[None] | Adopted[None
     raise ClaimLostError("missingAuthority", claim.resource_id, claim.generation)
 
 
+def expire_claims_of(tx: Transaction, owner_type: OwnerType, owner_id: str) -> int:
+    """End every live claim of one owner now (its process is proven dead); return how many.
+
+    Only startup recovery calls this, after the single-instance lock and the process registry
+    proved the previous server gone. The generation is kept, so the next owner still gets
+    generation + 1 and the dead owner's tokens stay fenced.
+    """
+    cursor = tx.execute(
+        "UPDATE leases SET expires_at = ? WHERE owner_type = ? AND owner_id = ? AND expires_at > ?",
+        (tx.now, owner_type.value, owner_id, tx.now),
+    )
+    return cursor.rowcount
+
+
 def claim_actor(claim: Claim) -> ActorType:
     """The event actor type that corresponds to a claim's owner type."""
     return {

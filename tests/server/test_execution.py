@@ -723,3 +723,55 @@ def test_a_stopped_child_is_replaced_and_its_generation_writes_nothing(
         (paused_at[0][0],),
     )
     assert late == [(2,)], "after the pause only the new generation wrote"
+
+
+# conformance: X3
+def test_a_killed_server_is_replaced_and_its_runs_continue(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = write_workflow(
+        tmp_path,
+        "survivor",
+        f"""
+        import pathlib, time
+        from piwf.workflow import compute, define_workflow
+
+        def hold(ctx):
+            pathlib.Path({str(entered)!r}).touch()
+            deadline = time.monotonic() + 60
+            while not pathlib.Path({str(gate)!r}).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return {{"survived": True}}
+
+        workflow = define_workflow(
+            name="survivor",
+            start_at="first",
+            nodes={{"first": compute(lambda ctx: 1), "hold": compute(hold)}},
+            edges=[{{"from": "first", "to": "hold"}}],
+        )
+        """,
+    )
+    first = servers.start(env=FAST)
+    with raw_client(first) as client:
+        run_id = start(client, workflow, {}, "survivor")
+        wait_for(entered.exists, timeout_s=30, what="the second node")
+    old_child = runner_pid(first)
+    first.kill()
+    second = servers.start(env=FAST)
+    assert second.ready["epoch"] == 2
+
+    def old_child_gone() -> bool:
+        try:
+            return psutil.Process(old_child).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(old_child_gone, timeout_s=15, what="the orphaned child to be reaped")
+    gate.touch()
+    with raw_client(second) as client:
+        run = wait_run(client, run_id)
+        assert run_view(client, run_id)["output"] == {"survived": True}
+    assert run["status"] == "completed"
+    wait_for(lambda: runner_statuses(second) == ["exited", "orphaned"], what="both runners")
+    assert query(second, "SELECT count(*) FROM node_attempts WHERE node_path = 'first'") == [(1,)]
