@@ -21,6 +21,7 @@ import contextlib
 import logging
 import secrets
 import selectors
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,9 @@ from piwf.workflow.port_codec import MESSAGE_TYPES, from_json, result_to_json, t
 log = logging.getLogger("piwf.server")
 
 RUNNER_MODULE = "piwf.runner.workflow_runner"
+#: How long past a node's deadline the server waits for the engine's own timeout before it
+#: kills the child.
+DEADLINE_GRACE_S = 2.0
 
 #: Port method → the store function that applies it in the caller's transaction.
 _APPLY: dict[str, Callable[..., port.PortResult]] = {
@@ -418,6 +422,8 @@ class Executor:
         elif operation in ("park", "finish") and reply.outcome.value in ("accepted", "adopted"):
             active.ended = True
             self.run_changed(active.run_id)
+        elif operation == "node_started" and isinstance(typed, port.NodeStarted):
+            self._watch_deadline(active, typed)
 
     def _applier(self, operation: str, typed: object) -> Callable[[Transaction], port.PortResult]:
         function = _APPLY.get(operation)
@@ -459,6 +465,29 @@ class Executor:
             self._unregister(active)
 
     # -- stopping and reaping --------------------------------------------------------------
+
+    def _watch_deadline(self, active: ActiveRun, started: port.NodeStarted) -> None:
+        """Back up the engine's own node timeout: a child still on this attempt a grace period
+        after its deadline (frozen, or stuck where the engine cannot interrupt it) is killed."""
+        if started.deadline_ms is None:
+            return
+        delay_s = max(0.0, (started.deadline_ms - time.time() * 1000) / 1000) + DEADLINE_GRACE_S
+        attempt = (started.path, started.visit, started.attempt)
+
+        def overdue() -> None:
+            if self.active.get(active.run_id) is not active or active.ended:
+                return
+            with self.db.read() as tx:
+                row = tx.one(
+                    "SELECT node_path, visit, attempt_number FROM node_attempts"
+                    " WHERE run_id = ? AND status IN ('pending', 'running')",
+                    (active.run_id,),
+                )
+            if row is not None and tuple(row) == attempt:
+                log.warning("run %s: node %s overran its deadline", active.run_id, attempt[0])
+                self._stop(active, RunnerStatus.TIMED_OUT, kill=True)
+
+        self.loop.call_later(delay_s, overdue)
 
     def _ready_overdue(self, active: ActiveRun) -> None:
         if not active.ready:

@@ -775,3 +775,37 @@ def test_a_killed_server_is_replaced_and_its_runs_continue(
     assert run["status"] == "completed"
     wait_for(lambda: runner_statuses(second) == ["exited", "orphaned"], what="both runners")
     assert query(second, "SELECT count(*) FROM node_attempts WHERE node_path = 'first'") == [(1,)]
+
+
+# conformance: X16
+def test_the_server_kills_a_frozen_child_past_its_node_deadline(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    marker = tmp_path / "froze"
+    workflow = write_workflow(
+        tmp_path,
+        "freezes",
+        f"""
+        import os, pathlib, signal
+        from piwf.workflow import compute, define_workflow
+
+        def freeze(ctx):
+            marker = pathlib.Path({str(marker)!r})
+            if not marker.exists():
+                marker.touch()
+                os.kill(os.getpid(), signal.SIGSTOP)  # the whole child, engine included
+            return {{"thawed": True}}
+
+        workflow = define_workflow(
+            name="freezes",
+            start_at="freeze",
+            nodes={{"freeze": compute(freeze, timeout_ms=500)}},
+            edges=[],
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "freezes")
+        run = wait_run(client, run_id)
+    assert run["status"] == "completed"
+    wait_for(lambda: runner_statuses(fast_server) == ["exited", "timedOut"], what="both runners")
