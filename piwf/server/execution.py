@@ -100,6 +100,8 @@ class ActiveRun:
     ready: bool = False
     ended: bool = False
     stop_reason: RunnerStatus | None = None
+    #: True once this server's own claim check failed: another owner has the run now.
+    server_lost_claim: bool = False
     ready_timer: Timer | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -130,6 +132,7 @@ class Executor:
         self.supervisor = Supervisor(loop, log_dir)
         self.active: dict[str, ActiveRun] = {}
         self._scheduling = False
+        self._prefer_reconcile = False
         loop.every(settings.poll_s, self.schedule)
         loop.every(settings.renew_s, self.renew_claims)
         loop.every(0.25, self.supervisor.poll)
@@ -140,18 +143,44 @@ class Executor:
         return self.server_claim().server_id
 
     def schedule(self) -> None:
-        """Fill free slots with eligible runs (pending launches count toward capacity)."""
+        """Fill free slots (pending launches count toward capacity).
+
+        Admission alternates between the two kinds of work when both have some: after a
+        workflow run the next slot is offered to a resource reconcile first, and the other way
+        round. Resource reconciles land with resource managers; until then their admission
+        finds no work and every slot goes to workflow runs.
+        """
         if self._scheduling or self.loop.stop_requested:
             return
         self._scheduling = True
         try:
-            while len(self.active) < self.settings.max_workers:
-                launch = self._claim_next()
-                if launch is None:
+            while self.busy_slots() < self.settings.max_workers:
+                kinds = (
+                    (self._admit_reconcile, self._admit_run)
+                    if self._prefer_reconcile
+                    else (self._admit_run, self._admit_reconcile)
+                )
+                admitted = next((admit for admit in kinds if admit()), None)
+                if admitted is None:
                     return
-                self._launch(launch)
+                self._prefer_reconcile = admitted == self._admit_run
         finally:
             self._scheduling = False
+
+    def busy_slots(self) -> int:
+        """Slots in use: launching and running children of every kind."""
+        return len(self.active)
+
+    def _admit_run(self) -> bool:
+        launch = self._claim_next()
+        if launch is None:
+            return False
+        self._launch(launch)
+        return True
+
+    def _admit_reconcile(self) -> bool:
+        """The resource-manager side of the alternation; no such work exists yet."""
+        return False
 
     def renew_claims(self) -> None:
         """Renew every active run claim; a lost claim stops its child without a failure."""
@@ -163,6 +192,7 @@ class Executor:
                     active.claim = renew_claim(tx, active.claim, self.settings.run_lease_ms)
             except ClaimLostError as error:
                 log.warning("run %s lost its claim (%s)", active.run_id, error.reason)
+                active.server_lost_claim = True
                 self._stop(active, RunnerStatus.CLAIM_LOST)
             except PiwfError as error:
                 log.warning("renewing run %s failed: %s", active.run_id, error)
@@ -337,6 +367,7 @@ class Executor:
                     tx, active.claim, active.runner_epoch, lease_ms=self.settings.run_lease_ms
                 )
         except ClaimLostError:
+            active.server_lost_claim = True
             self._stop(active, RunnerStatus.CLAIM_LOST)
             return
         if isinstance(result, Conflict):
@@ -410,6 +441,7 @@ class Executor:
                 )
         except ClaimLostError:
             self._respond(active, message.message_id, "claimLost", error="claim lost")
+            active.server_lost_claim = True
             self._stop(active, RunnerStatus.CLAIM_LOST)
             return
         except PiwfError as error:
@@ -418,6 +450,7 @@ class Executor:
         result = None if reply.result is None else result_to_json(reply.result)
         self._respond(active, message.message_id, reply.outcome.value, result, reply.error)
         if reply.outcome is RunnerMessageOutcome.CLAIM_LOST:
+            active.server_lost_claim = True
             self._stop(active, RunnerStatus.CLAIM_LOST)
         elif operation in ("park", "finish") and reply.outcome.value in ("accepted", "adopted"):
             active.ended = True
@@ -522,7 +555,10 @@ class Executor:
                     signal=None if code is None or code >= 0 else f"signal {-code}",
                     diagnostic="output flood" if handle.flooded else None,
                 )
-                if status is not RunnerStatus.CLAIM_LOST:
+                # Claim loss is a handoff: when another owner took the run, write nothing
+                # more. A child refused for a stale message leaves the claim with this server,
+                # which decides the run like any interrupted work.
+                if not active.server_lost_claim:
                     ex.recover_after_runner_exit(
                         tx,
                         active.run_id,

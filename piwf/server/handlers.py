@@ -9,6 +9,7 @@ resolver child and ``run.wait`` for a run to finish; both answer later through `
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,9 @@ log = logging.getLogger("piwf.server")
 P = TypeVar("P", bound=WireModel)
 
 
+_CLIENT_RUN_ID = re.compile(r"run-[A-Za-z0-9_-]{8,64}")
+
+
 class InvalidPayloadError(PiwfError):
     """A request payload does not match its operation's schema; nothing was done."""
 
@@ -111,6 +115,8 @@ class ServerContext:
     starts_in_flight: dict[tuple[str, str], list[tuple[Request, Reply]]] = field(
         default_factory=dict
     )
+    #: Client-chosen run ids whose start is still resolving → controls that wait for it.
+    pending_run_ids: dict[str, list[tuple[Request, Reply]]] = field(default_factory=dict)
 
 
 class Handlers:
@@ -189,7 +195,15 @@ class Handlers:
     # -- runs -----------------------------------------------------------------------------
 
     def run_start(self, request: Request, reply: Reply) -> None:
+        """Resolve the workflow in a child, then commit a queued run and answer.
+
+        A client may choose the run id (``runId`` in the envelope, ``run-`` + 8..64 letters,
+        digits, ``_`` or ``-``); controls naming that id while the start is still resolving wait
+        for it, so a pipelined start + cancel cancels the run before any runner starts.
+        """
         payload = _payload(request, RunStartPayload)
+        if request.run_id is not None and not _CLIENT_RUN_ID.fullmatch(request.run_id):
+            raise InvalidPayloadError("runId must be 'run-' and 8..64 of [A-Za-z0-9_-]")
         earlier = self.context.commands.lookup(request)
         if earlier is not None:
             reply(earlier)
@@ -210,6 +224,8 @@ class Handlers:
             joined.append((request, reply))
             return
         self.context.starts_in_flight[key] = [(request, reply)]
+        if request.run_id is not None:
+            self.context.pending_run_ids.setdefault(request.run_id, [])
         resolver_request: dict[str, JsonValue] = {
             "workflow": payload.workflow,
             "projectPath": payload.project_path,
@@ -236,18 +252,26 @@ class Handlers:
             change = lambda _tx: CommandResult.failed("rejected", error)  # noqa: E731
         else:
             new_run = _new_run(payload, result)
-            change = lambda tx: self._create_run(tx, new_run)  # noqa: E731
+            chosen = first_request.run_id
+            change = lambda tx: self._create_run(tx, new_run, chosen)  # noqa: E731
         response = self.context.commands.execute(first_request, change)
-        self.context.wake_scheduler()
         for request, reply in waiting:
             if request is first_request:
                 reply(response)
             else:
                 answer = self.context.commands.lookup(request)
                 reply(answer if answer is not None else response)
+        # Controls that waited for this start run now, before the scheduler can admit the run.
+        for request, reply in self.context.pending_run_ids.pop(first_request.run_id or "", []):
+            self.handle(request, reply)
+        self.context.wake_scheduler()
 
-    def _create_run(self, tx: Transaction, new_run: run_store.NewRun) -> CommandResult:
-        run_id = run_store.new_run_id()
+    def _create_run(
+        self, tx: Transaction, new_run: run_store.NewRun, chosen_run_id: str | None
+    ) -> CommandResult:
+        run_id = chosen_run_id or run_store.new_run_id()
+        if run_store.get_run(tx, run_id) is not None:
+            return CommandResult.failed("conflict", RunCommandError(f"run {run_id} already exists"))
         view = run_store.create_run(tx, run_id, new_run, Actor(ActorType.CLIENT))
         receipt = RunReceipt(run=_run_info(view)).to_wire()
         return CommandResult.accepted(receipt, run_id=run_id, revision=view.revision)
@@ -312,6 +336,10 @@ class Handlers:
     ) -> None:
         _payload(request, EmptyPayload)
         run_id = _run_id(request)
+        waiting = self.context.pending_run_ids.get(run_id)
+        if waiting is not None:
+            waiting.append((request, reply))  # its start is still resolving
+            return
         context = self.context
 
         def change(tx: Transaction) -> CommandResult:

@@ -809,3 +809,72 @@ def test_the_server_kills_a_frozen_child_past_its_node_deadline(
         run = wait_run(client, run_id)
     assert run["status"] == "completed"
     wait_for(lambda: runner_statuses(fast_server) == ["exited", "timedOut"], what="both runners")
+
+
+# conformance: X12
+def test_a_cancel_pipelined_with_its_start_starts_no_child(fast_server: ServerProcess) -> None:
+    run_id = "run-pipelined-0001"
+    with raw_client(fast_server) as client:
+        started = client.send(
+            "run.start", {"workflow": HELLO, "input": {"who": "x"}}, key="s", run_id=run_id
+        )
+        cancelled = client.send("run.cancel", key="c", run_id=run_id)
+        answers = {r.request_id: r for r in (client.response(), client.response())}
+        assert answers[started].outcome == "accepted"
+        assert answers[cancelled].outcome == "accepted"
+        assert answers[cancelled].receipt is not None
+        assert answers[cancelled].receipt["run"]["status"] == "cancelled"
+        # Scheduling rounds pass; the cancelled run is never admitted.
+        assert client.request("run.wait", {"timeoutMs": 500}, run_id=run_id).receipt is not None
+    assert query(fast_server, "SELECT count(*) FROM run_runners") == [(0,)]
+    assert query(fast_server, "SELECT status FROM runs") == [("cancelled",)]
+
+
+def test_a_client_chosen_run_id_must_be_well_formed(fast_server: ServerProcess) -> None:
+    with raw_client(fast_server) as client:
+        response = client.request(
+            "run.start", {"workflow": HELLO}, key="bad-id", run_id="not-a-run"
+        )
+    assert response.outcome == "rejected"
+    assert response.error is not None
+    assert response.error.code == "invalidPayload"
+
+
+# conformance: X13
+def test_a_message_of_another_generation_is_refused_and_the_run_is_not_failed(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = servers.start(env={**FAST, "PIWF_RUN_LEASE_MS": "1000", "PIWF_RUN_RENEW_S": "0.1"})
+    marker = tmp_path / "forged"
+    workflow = write_workflow(
+        tmp_path,
+        "forger",
+        f"""
+        import json, os, pathlib, struct, sys, time
+        from piwf.workflow import compute, define_workflow
+
+        def forge(ctx):
+            marker = pathlib.Path({str(marker)!r})
+            if not marker.exists():
+                marker.touch()
+                fd = int(sys.argv[sys.argv.index("--fd") + 1])
+                stale = {{"generation": 99, "kind": "call", "messageId": "forged",
+                          "operation": "finish", "payload": {{}}, "runId": "run-x",
+                          "runnerEpoch": "runner-x", "schema": "piwf.runner.v1"}}
+                body = json.dumps(stale, sort_keys=True, separators=(",", ":")).encode()
+                os.write(fd, struct.pack("!i", len(body)) + body)
+                time.sleep(60)  # the server stops this child
+            return {{"second": True}}
+
+        workflow = define_workflow(
+            name="forger", start_at="forge", nodes={{"forge": compute(forge)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "forger")
+        run = wait_run(client, run_id)
+    assert run["status"] == "completed"
+    wait_for(lambda: runner_statuses(server) == ["claimLost", "exited"], what="both runners")
+    failures = query(server, "SELECT count(*) FROM events WHERE event_type LIKE '%fail%'")
+    assert failures == [(0,)]
