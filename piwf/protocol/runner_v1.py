@@ -15,6 +15,10 @@ One ``multiprocessing.connection`` pipe per child; every message is canonical JS
     child → server   exiting   {schema, kind: "exiting", runId, generation, runnerEpoch,
                                 status}
 
+A payload or result whose frame would pass 1 MiB travels as a digest-bound content reference
+(:mod:`piwf.protocol.content`), moved in 512 KiB parts with the ``content.part`` (child to
+server) and ``content.read`` (server to child) calls.
+
 The server checks ``runId``, ``generation`` and ``runnerEpoch`` of every child message before it
 reads the payload; a message from another generation gets one ``claimLost`` response and the
 child exits. Outcomes: ``accepted`` (a new change), ``adopted`` (a repeat of a stored message
@@ -48,6 +52,8 @@ OPERATIONS = (
     "reject_answer",
     "park",
     "finish",
+    "content.read",
+    "content.part",
 )
 
 Operation = Literal[
@@ -64,6 +70,8 @@ Operation = Literal[
     "reject_answer",
     "park",
     "finish",
+    "content.read",
+    "content.part",
 ]
 
 _ID = Field(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")

@@ -15,6 +15,8 @@ owns the run: the child stops at once and writes nothing more. The child never o
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import itertools
 import os
 import sys
@@ -23,8 +25,9 @@ from typing import Any
 
 from piwf import canonical
 from piwf.canonical import JsonValue
-from piwf.config import MAX_FRAME_BYTES
+from piwf.config import CONTENT_PART_BYTES, MAX_FRAME_BYTES
 from piwf.errors import ClaimLostError, PiwfError, RunCommandError
+from piwf.protocol import content
 from piwf.protocol.runner_v1 import SCHEMA, CallResponse, Command, Launch
 from piwf.workflow import port
 from piwf.workflow.port_codec import from_json, result_from_json, to_json
@@ -45,24 +48,17 @@ class PipePort:
     def call(self, operation: str, payload: dict[str, JsonValue]) -> CallResponse:
         """Send one call and block for its response; raise on loss of authority.
 
-        A ``rejected`` response that carries a result (a conflict, a recovery requirement) is
-        returned for the engine to act on; one without a result raises.
+        A payload too large for one frame is uploaded first and sent by reference; a result
+        sent by reference is read back in parts and verified. A ``rejected`` response that
+        carries a result (a conflict, a recovery requirement) is returned for the engine to act
+        on; one without a result raises.
         """
         message_id = f"m{next(self._ids)}"
-        self.connection.send_bytes(
-            canonical.encode(
-                {
-                    "schema": SCHEMA,
-                    "kind": "call",
-                    "runId": self.launch.run_id,
-                    "generation": self.launch.generation,
-                    "runnerEpoch": self.launch.runner_epoch,
-                    "messageId": message_id,
-                    "operation": operation,
-                    "payload": payload,
-                }
-            )
-        )
+        frame = self._frame(message_id, operation, payload)
+        if len(frame) > content.INLINE_LIMIT:
+            reference = self._upload(canonical.encode(payload))
+            frame = self._frame(message_id, operation, reference)
+        self.connection.send_bytes(frame)
         response = CallResponse.model_validate(
             canonical.decode(self.connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
         )
@@ -74,7 +70,54 @@ class PipePort:
             )
         if response.outcome == "rejected" and response.result is None:
             raise RunCommandError(response.error or f"the server refused {operation}")
+        found = content.parse_reference(response.result)
+        if found is not None:
+            value = self._download(*found)
+            return response.model_copy(update={"result": value})
         return response
+
+    def _frame(self, message_id: str, operation: str, payload: JsonValue) -> bytes:
+        return canonical.encode(
+            {
+                "schema": SCHEMA,
+                "kind": "call",
+                "runId": self.launch.run_id,
+                "generation": self.launch.generation,
+                "runnerEpoch": self.launch.runner_epoch,
+                "messageId": message_id,
+                "operation": operation,
+                "payload": payload,
+            }
+        )
+
+    def _upload(self, data: bytes) -> dict[str, JsonValue]:
+        """Send ``data`` to the server in parts; return its reference."""
+        ref = content.reference(data)
+        digest = hashlib.sha256(data).hexdigest()
+        for offset in range(0, max(len(data), 1), CONTENT_PART_BYTES):
+            chunk = data[offset : offset + CONTENT_PART_BYTES]
+            self.call(
+                "content.part",
+                {
+                    "sha256": digest,
+                    "bytes": len(data),
+                    "offset": offset,
+                    "data": base64.b64encode(chunk).decode("ascii"),
+                },
+            )
+        return ref
+
+    def _download(self, digest: str, length: int) -> JsonValue:
+        """Read a referenced value in parts and verify it."""
+        data = bytearray()
+        while True:
+            part = self.call("content.read", {"sha256": digest, "offset": len(data)}).result
+            if not isinstance(part, dict):
+                raise content.ContentError("a content part must be an object")
+            data += content.decode_part(part.get("data"))
+            if part.get("complete") is True or len(data) >= length:
+                break
+        return content.verified_value(bytes(data), digest, length)
 
     def _send(self, operation: str, message: object) -> port.PortResult:
         payload = to_json(message)

@@ -18,6 +18,7 @@ Capacity counts pending launches. Renewal, cancellation and cleanup never wait f
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import secrets
 import selectors
@@ -32,13 +33,14 @@ from pydantic import ValidationError
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError
+from piwf.protocol import content
 from piwf.protocol.runner_v1 import CallResponse, ChildMessage, Command, Launch
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.pipes import PipeClosedError, PipeOverflowError
 from piwf.server.supervisor import ChildHandle, Supervisor
-from piwf.state import Conflict, StateDatabase, Transaction
+from piwf.state import Conflict, StateDatabase, Transaction, blobs
 from piwf.state import execution as ex
-from piwf.state.enums import ActorType, RunnerMessageOutcome, RunnerStatus
+from piwf.state.enums import ActorType, MediaType, RunnerMessageOutcome, RunnerStatus
 from piwf.state.execution import RunLaunch
 from piwf.state.leases import Claim, renew_claim
 from piwf.state.records import Actor
@@ -103,7 +105,10 @@ class ActiveRun:
     #: True once this server's own claim check failed: another owner has the run now.
     server_lost_claim: bool = False
     ready_timer: Timer | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: Digests of large results offered to this child, and of payloads it uploaded.
+    offered: set[str] = field(default_factory=set)
+    received: set[str] = field(default_factory=set)
+    uploads: dict[str, bytearray] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -278,9 +283,7 @@ class Executor:
             log.warning("run %s: recording its runner failed: %s", launch.run_id, error)
             self._stop(active, RunnerStatus.CLAIM_LOST)
             return
-        self.loop.selector.register(
-            handle.channel.fd, selectors.EVENT_READ, lambda _mask: self._readable(active)
-        )
+        self.loop.selector.register(handle.channel.fd, selectors.EVENT_READ, self._io(active))
         active.ready_timer = self.loop.call_later(
             self.settings.ready_timeout_s, lambda: self._ready_overdue(active)
         )
@@ -409,6 +412,16 @@ class Executor:
         assert message.message_id is not None
         operation = message.operation
         payload = message.payload or {}
+        if operation in ("content.read", "content.part"):
+            self._content(active, message.message_id, operation, payload)
+            return
+        try:
+            referenced = content.parse_reference(payload)
+            if referenced is not None:
+                payload = self._uploaded_payload(active, *referenced)
+        except PiwfError as error:
+            self._respond(active, message.message_id, "rejected", error=str(error))
+            return
         if operation == "read_run":
             # A runner reads its own run, and a restart also reads the run it restarts.
             wanted = payload.get("run_id")
@@ -486,7 +499,76 @@ class Executor:
             result=result,
             error=None if error is None else error[:1000],
         )
-        self._send(active, response.encode())
+        data = response.encode()
+        if len(data) > content.INLINE_LIMIT:
+            # Too large for one frame: keep it as a blob and send a reference the child
+            # reads back in parts.
+            body = canonical.encode(result)
+            with self.db.write() as tx:
+                blobs.put_bytes(tx, body, MediaType.JSON)
+            reference = content.reference(body)
+            active.offered.add(hashlib.sha256(body).hexdigest())
+            data = response.model_copy(update={"result": reference}).encode()
+        self._send(active, data)
+
+    def _content(
+        self, active: ActiveRun, message_id: str, operation: str, payload: dict[str, Any]
+    ) -> None:
+        """Serve ``content.read`` parts of offered values; assemble ``content.part`` uploads."""
+        try:
+            digest = payload.get("sha256")
+            if not isinstance(digest, str):
+                raise content.ContentError("content calls name a sha256")
+            if operation == "content.read":
+                offset = payload.get("offset")
+                if digest not in active.offered or not isinstance(offset, int):
+                    raise content.ContentError("no such content offered to this runner")
+                with self.db.read() as tx:
+                    data = blobs.read_bytes(tx, bytes.fromhex(digest), MediaType.JSON)
+                self._respond(active, message_id, "accepted", content.part(data, offset))
+                return
+            self._receive_part(active, digest, payload)
+            self._respond(active, message_id, "accepted", {"received": True})
+        except PiwfError as error:
+            self._respond(active, message_id, "rejected", error=str(error))
+
+    def _receive_part(self, active: ActiveRun, digest: str, payload: dict[str, Any]) -> None:
+        length, offset = payload.get("bytes"), payload.get("offset")
+        content.parse_reference({"$content": {"sha256": digest, "bytes": length}})
+        buffer = active.uploads.setdefault(digest, bytearray())
+        if offset != len(buffer):
+            raise content.ContentError("content parts must arrive in order")
+        buffer += content.decode_part(payload.get("data"))
+        assert isinstance(length, int)
+        if len(buffer) > length:
+            raise content.ContentError("content is longer than its reference")
+        if len(buffer) == length:
+            data = bytes(active.uploads.pop(digest))
+            content.verified_value(data, digest, length)
+            with self.db.write() as tx:
+                blobs.put_bytes(tx, data, MediaType.JSON)
+            active.received.add(digest)
+
+    def _uploaded_payload(self, active: ActiveRun, digest: str, length: int) -> dict[str, Any]:
+        if digest not in active.received:
+            raise content.ContentError("the referenced payload was not uploaded")
+        with self.db.read() as tx:
+            data = blobs.read_bytes(tx, bytes.fromhex(digest), MediaType.JSON)
+        value = content.verified_value(data, digest, length)
+        if not isinstance(value, dict):
+            raise content.ContentError("a referenced payload must be an object")
+        return value
+
+    def _io(self, active: ActiveRun) -> Callable[[int], None]:
+        """The selector callback of one child's pipe: flush queued output, then read."""
+
+        def on_event(mask: int) -> None:
+            if mask & selectors.EVENT_WRITE:
+                self._flush(active)
+            if mask & selectors.EVENT_READ:
+                self._readable(active)
+
+        return on_event
 
     def _send(self, active: ActiveRun, data: bytes) -> None:
         handle = active.handle
@@ -496,6 +578,29 @@ class Executor:
             handle.channel.send(data)
         except (PipeClosedError, PipeOverflowError):
             self._unregister(active)
+            return
+        self._watch_output(active)
+
+    def _flush(self, active: ActiveRun) -> None:
+        handle = active.handle
+        if handle is None or handle.exited:
+            return
+        try:
+            handle.channel.flush()
+        except PipeClosedError:
+            self._unregister(active)
+            return
+        self._watch_output(active)
+
+    def _watch_output(self, active: ActiveRun) -> None:
+        """Ask the selector for writability only while output waits (a large frame)."""
+        handle = active.handle
+        assert handle is not None
+        events = selectors.EVENT_READ
+        if handle.channel.wants_write:
+            events |= selectors.EVENT_WRITE
+        with contextlib.suppress(KeyError, ValueError):
+            self.loop.selector.modify(handle.channel.fd, events, self._io(active))
 
     # -- stopping and reaping --------------------------------------------------------------
 

@@ -878,3 +878,39 @@ def test_a_message_of_another_generation_is_refused_and_the_run_is_not_failed(
     wait_for(lambda: runner_statuses(server) == ["claimLost", "exited"], what="both runners")
     failures = query(server, "SELECT count(*) FROM events WHERE event_type LIKE '%fail%'")
     assert failures == [(0,)]
+
+
+def test_values_larger_than_a_frame_travel_as_content_references(
+    fast_server: ServerProcess, tmp_path: Path
+) -> None:
+    marker = tmp_path / "crashed-once"
+    workflow = write_workflow(
+        tmp_path,
+        "large",
+        f"""
+        import os, pathlib
+        from piwf.workflow import compute, define_workflow
+
+        def sized(ctx):
+            marker = pathlib.Path({str(marker)!r})
+            if not marker.exists():
+                marker.touch()
+                os._exit(23)  # the next runner must read the 3 MB output back
+            return {{"size": len(ctx.outputs["big"]["blob"])}}
+
+        workflow = define_workflow(
+            name="large",
+            start_at="big",
+            nodes={{
+                "big": compute(lambda ctx: {{"blob": "x" * 3_000_000}}),
+                "sized": compute(sized),
+            }},
+            edges=[{{"from": "big", "to": "sized"}}],
+        )
+        """,
+    )
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "large")
+        assert wait_run(client, run_id)["status"] == "completed"
+        assert run_view(client, run_id)["output"] == {"size": 3_000_000}
+    wait_for(lambda: runner_statuses(fast_server) == ["crashed", "exited"], what="both runners")
