@@ -8,9 +8,10 @@ One ``multiprocessing.connection`` pipe per child; every message is canonical JS
                                 definitionDigest, protocolVersion: 1}
     child → server   ready     {schema, kind: "ready", runId, generation, runnerEpoch}
                   or sourceChanged {..., kind: "sourceChanged", files: [location, ...]}
-    server → child   command   {schema, kind: "command", command: {command, runId, ...}}
+    server → child   command   {schema, kind: "command", command: {command, runId, ...},
+                                revision}
     child → server   call      {schema, kind: "call", runId, generation, runnerEpoch,
-                                messageId, operation, payload}
+                                messageId, expectedRevision?, operation, payload}
     server → child   response  {schema, kind: "response", messageId, outcome, result?, error?}
     child → server   exiting   {schema, kind: "exiting", runId, generation, runnerEpoch,
                                 status}
@@ -111,6 +112,7 @@ class ChildMessage(_Model):
     generation: int = Field(ge=1)
     runner_epoch: str = Field(alias="runnerEpoch", min_length=1, max_length=256)
     message_id: str | None = Field(default=None, alias="messageId", max_length=256)
+    expected_revision: int | None = Field(default=None, alias="expectedRevision", ge=0)
     operation: Operation | None = None
     payload: dict[str, Any] | None = None
     files: list[str] | None = None
@@ -125,6 +127,9 @@ class Command(_Model):
     schema_: Literal["piwf.runner.v1"] = Field(default=SCHEMA, alias="schema")
     kind: Literal["command"] = "command"
     command: dict[str, Any]
+    #: The run revision the child starts from; every state-changing call names the revision it
+    #: expects, and a call made against another revision changes nothing.
+    revision: int = Field(ge=0)
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
 

@@ -30,7 +30,7 @@ from piwf.errors import ClaimLostError, PiwfError, RunCommandError
 from piwf.protocol import content
 from piwf.protocol.runner_v1 import SCHEMA, CallResponse, Command, Launch
 from piwf.workflow import port
-from piwf.workflow.port_codec import from_json, result_from_json, to_json
+from piwf.workflow.port_codec import MESSAGE_TYPES, from_json, result_from_json, to_json
 
 EXIT_OK = 0
 EXIT_CLAIM_LOST = 3
@@ -40,9 +40,11 @@ EXIT_PROTOCOL = 4
 class PipePort:
     """A :class:`~piwf.workflow.port.WorkflowPort` whose every method is a call to the server."""
 
-    def __init__(self, connection: Connection, launch: Launch) -> None:
+    def __init__(self, connection: Connection, launch: Launch, revision: int) -> None:
         self.connection = connection
         self.launch = launch
+        #: The run revision this child last saw committed; sent with every change it proposes.
+        self.revision = revision
         self._ids = itertools.count(1)
 
     def call(self, operation: str, payload: dict[str, JsonValue]) -> CallResponse:
@@ -59,6 +61,9 @@ class PipePort:
             reference = self._upload(canonical.encode(payload))
             frame = self._frame(message_id, operation, reference)
         self.connection.send_bytes(frame)
+        return self._receive(message_id, operation)
+
+    def _receive(self, message_id: str, operation: str) -> CallResponse:
         response = CallResponse.model_validate(
             canonical.decode(self.connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
         )
@@ -77,18 +82,19 @@ class PipePort:
         return response
 
     def _frame(self, message_id: str, operation: str, payload: JsonValue) -> bytes:
-        return canonical.encode(
-            {
-                "schema": SCHEMA,
-                "kind": "call",
-                "runId": self.launch.run_id,
-                "generation": self.launch.generation,
-                "runnerEpoch": self.launch.runner_epoch,
-                "messageId": message_id,
-                "operation": operation,
-                "payload": payload,
-            }
-        )
+        message: dict[str, JsonValue] = {
+            "schema": SCHEMA,
+            "kind": "call",
+            "runId": self.launch.run_id,
+            "generation": self.launch.generation,
+            "runnerEpoch": self.launch.runner_epoch,
+            "messageId": message_id,
+            "operation": operation,
+            "payload": payload,
+        }
+        if operation in MESSAGE_TYPES:
+            message["expectedRevision"] = self.revision
+        return canonical.encode(message)
 
     def _upload(self, data: bytes) -> dict[str, JsonValue]:
         """Send ``data`` to the server in parts; return its reference."""
@@ -122,7 +128,11 @@ class PipePort:
     def _send(self, operation: str, message: object) -> port.PortResult:
         payload = to_json(message)
         assert isinstance(payload, dict)
-        return result_from_json(self.call(operation, payload).result)
+        result = result_from_json(self.call(operation, payload).result)
+        revision = getattr(result, "revision", None)
+        if isinstance(revision, int):
+            self.revision = revision
+        return result
 
     def read_run(self, run_id: str) -> port.SavedRun | None:
         saved = self.call("read_run", {"run_id": run_id}).result
@@ -203,7 +213,9 @@ def run_child(connection: Connection) -> int:
     )
     command = command_from_json(command_message.command)
     try:
-        result = execute(command, loaded.compiled, PipePort(connection, launch))
+        result = execute(
+            command, loaded.compiled, PipePort(connection, launch, command_message.revision)
+        )
     except ClaimLostError:
         return EXIT_CLAIM_LOST
     send("exiting", status=result.status.value)

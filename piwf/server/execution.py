@@ -43,7 +43,7 @@ from piwf.state import execution as ex
 from piwf.state.enums import ActorType, MediaType, RunnerMessageOutcome, RunnerStatus
 from piwf.state.execution import RunLaunch
 from piwf.state.leases import Claim, renew_claim
-from piwf.state.records import Actor
+from piwf.state.records import Actor, read_revision
 from piwf.state.runs import list_run_sources
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 from piwf.workflow import port
@@ -387,7 +387,9 @@ class Executor:
             command = RestartCommand(launch.run_id, launch.parent_run_id)
         else:
             command = ResumeCommand(launch.run_id)
-        self._send(active, Command(command=command_to_json(command)).encode())
+        with self.db.read() as tx:
+            revision = read_revision(tx, active.claim.resource_id) or 0
+        self._send(active, Command(command=command_to_json(command), revision=revision).encode())
 
     def _source_changed(self, active: ActiveRun, files: list[str]) -> None:
         log.warning("run %s: %d source file(s) changed; parked", active.run_id, len(files))
@@ -439,7 +441,9 @@ class Executor:
         except (PiwfError, KeyError) as error:
             self._respond(active, message.message_id, "rejected", error=str(error))
             return
-        apply = self._applier(operation or "", typed)
+        apply = self._guarded(
+            active, message.expected_revision, self._applier(operation or "", typed)
+        )
         fingerprint = canonical.digest({"operation": operation, "payload": payload})
         try:
             with self.db.write() as tx:
@@ -477,6 +481,23 @@ class Executor:
             raise PiwfError(f"unknown runner operation {operation}")
         lease_ms = self.settings.run_lease_ms
         return lambda tx: function(tx, self._claim_of(typed), typed, lease_ms=lease_ms)
+
+    def _guarded(
+        self,
+        active: ActiveRun,
+        expected: int | None,
+        apply: Callable[[Transaction], port.PortResult],
+    ) -> Callable[[Transaction], port.PortResult]:
+        """Refuse a change proposed against another run revision than the stored one."""
+
+        def guarded(tx: Transaction) -> port.PortResult:
+            if expected is not None:
+                current = read_revision(tx, active.claim.resource_id)
+                if current != expected:
+                    return port.Conflict(f"run is at revision {current}, not {expected}")
+            return apply(tx)
+
+        return guarded
 
     def _claim_of(self, typed: object) -> Claim:
         run_id = getattr(typed, "run_id", None)
