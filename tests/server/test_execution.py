@@ -26,6 +26,19 @@ FAST = {
 HELLO = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
 
 
+def hold_until_gate() -> str:
+    """Source of ``wait_for_gate(entered, gate)`` for a generated workflow: mark that the node
+    started, then block (as workflow code may) until the test opens the gate, 60 s at most."""
+    return (
+        "def wait_for_gate(entered, gate):\n"
+        "            import pathlib, time\n"
+        "            pathlib.Path(entered).touch()\n"
+        "            deadline = time.monotonic() + 60\n"
+        "            while not pathlib.Path(gate).exists() and time.monotonic() < deadline:\n"
+        "                time.sleep(0.01)"
+    )
+
+
 def write_workflow(directory: Path, name: str, body: str) -> str:
     path = directory / f"{name}.py"
     path.write_text(textwrap.dedent(body))
@@ -468,11 +481,10 @@ def test_pause_then_resume_continues_from_the_last_boundary(
                 log.write("first\\n")
             return 1
 
+        {hold_until_gate()}
+
         def hold(ctx):
-            pathlib.Path({str(entered)!r}).touch()
-            deadline = time.monotonic() + 60
-            while not pathlib.Path({str(gate)!r}).exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_for_gate({str(entered)!r}, {str(gate)!r})
             return 2
 
         workflow = define_workflow(
@@ -689,11 +701,10 @@ def test_a_stopped_child_is_replaced_and_its_generation_writes_nothing(
         import pathlib, time
         from piwf.workflow import compute, define_workflow
 
+        {hold_until_gate()}
+
         def hold(ctx):
-            pathlib.Path({str(entered)!r}).touch()
-            deadline = time.monotonic() + 60
-            while not pathlib.Path({str(gate)!r}).exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_for_gate({str(entered)!r}, {str(gate)!r})
             return {{"released": True}}
 
         workflow = define_workflow(
@@ -737,11 +748,10 @@ def test_a_killed_server_is_replaced_and_its_runs_continue(
         import pathlib, time
         from piwf.workflow import compute, define_workflow
 
+        {hold_until_gate()}
+
         def hold(ctx):
-            pathlib.Path({str(entered)!r}).touch()
-            deadline = time.monotonic() + 60
-            while not pathlib.Path({str(gate)!r}).exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_for_gate({str(entered)!r}, {str(gate)!r})
             return {{"survived": True}}
 
         workflow = define_workflow(
