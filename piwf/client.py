@@ -55,6 +55,7 @@ from tenacity import (
 
 from piwf import launcher
 from piwf._version import __version__
+from piwf.canonical import JsonValue
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
 from piwf.errors import (
     ClaimLostCommandError,
@@ -82,11 +83,16 @@ from piwf.protocol import (
 )
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
+    AnswerPayload,
+    AnswerReceipt,
     BackupReceipt,
     EffectInfo,
     EffectReceipt,
     EffectResolvePayload,
     EmptyPayload,
+    OpenRequestInfo,
+    RequestList,
+    RequestsListPayload,
     RunCursor,
     RunDetail,
     RunInfo,
@@ -408,6 +414,32 @@ class Client:
             idempotency_key=idempotency_key,
         )
         return receipt.effect
+
+    def list_requests(self, run_id: str | None = None) -> list[OpenRequestInfo]:
+        """Return the pending checkpoints and decisions, oldest first (``requests.list``)."""
+        payload = RequestsListPayload(run_id=run_id)
+        return self._call("requests.list", payload, RequestList).requests
+
+    def answer(
+        self,
+        request_id: str,
+        response: JsonValue,
+        *,
+        idempotency_key: str | None = None,
+        as_human: bool = True,
+    ) -> AnswerReceipt:
+        """Answer the exact request ``request_id`` and return the receipt with the winner.
+
+        ``as_human`` (the default) sends ``decision.answer``, the only path that settles a
+        protected decision; ``as_human=False`` sends ``checkpoint.answer`` for automation,
+        which a protected decision refuses. ``outcome`` is ``won``, ``adopted`` (equal to the
+        winner) or ``already_resolved`` (another winner; ``resolution`` is that winner).
+        Raises :class:`~piwf.errors.RejectedError` (code ``answerRejected``) for an answer that
+        does not fit, :class:`~piwf.errors.NotFoundError` for an unknown request.
+        """
+        operation: Operation = "decision.answer" if as_human else "checkpoint.answer"
+        payload = AnswerPayload(request_id=request_id, response=response)
+        return self._call(operation, payload, AnswerReceipt, idempotency_key=idempotency_key)
 
     def _run_control(self, operation: Operation, run_id: str, key: str | None) -> RunInfo:
         receipt = self._call(

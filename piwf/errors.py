@@ -19,7 +19,8 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     ├── WorkflowError
     │   ├── WorkflowDefinitionError workflowDefinition (a definition broke an authoring rule)
     │   ├── WorkflowLoadError       workflowLoad       (a workflow file could not be loaded)
-    │   └── RunCommandError         runCommand         (command and saved state do not fit)
+    │   ├── RunCommandError         runCommand         (command and saved state do not fit)
+    │   └── AnswerRejectedError     answerRejected     (an answer does not fit its request)
     ├── ProtocolError               protocolError      (piwf.protocol.errors: frames, messages)
     ├── ServerError
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
@@ -176,6 +177,12 @@ class RunCommandError(WorkflowError):
     """A run command does not fit the saved run state; no workflow code ran."""
 
     code = "runCommand"
+
+
+class AnswerRejectedError(WorkflowError):
+    """An answer does not fit its request (choices, protection, status); nothing settled."""
+
+    code = "answerRejected"
 
 
 class ServerError(PiwfError):

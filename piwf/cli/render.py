@@ -14,7 +14,11 @@ import click
 
 from piwf import canonical
 from piwf.protocol.payloads import (
+    AnswerReceipt,
     BackupReceipt,
+    DecisionInfo,
+    OpenRequestInfo,
+    ResolutionInfo,
     RunDetail,
     RunInfo,
     RunPage,
@@ -126,11 +130,99 @@ def run_detail(detail: RunDetail) -> str:
         ]
         header = ["EFFECT", "TYPE", "RECOVERY", "STATUS", "ATTEMPTS"]
         lines.append("\n".join("  " + line for line in table(header, rows).split("\n")))
+    if detail.waiting_on is not None:
+        lines.append("waiting on:")
+        lines.append(request_fields(detail.waiting_on))
+    if detail.decisions:
+        lines.append("decisions:")
+        lines.extend(decision_audit(decision) for decision in detail.decisions)
     if detail.error is not None:
         lines.append(f"error:\n  {detail.error}")
     if detail.output is not None:
         lines.append(f"output:\n  {canonical.encode_text(detail.output)}")
     return "\n".join(lines)
+
+
+def choices_text(choices: dict[str, str] | None) -> str:
+    """Declared choices as ``name (label), ...``; '-' for a checkpoint (any JSON answer)."""
+    if not choices:
+        return "-"
+    return ", ".join(f"{name} ({label})" for name, label in choices.items())
+
+
+def request_fields(request: OpenRequestInfo) -> str:
+    """One pending request: id, kind, node, choices, deadline."""
+    return fields(
+        [
+            ("request", request.request_id),
+            ("kind", request.kind),
+            ("node", f"{request.path} (visit {request.visit})"),
+            ("choices", choices_text(request.choices) if request.choices else None),
+            ("content", canonical.encode_text(request.content)),
+            ("deadline", _deadline(request.deadline_at, request.has_default)),
+        ]
+    )
+
+
+def request_table(requests: Sequence[OpenRequestInfo]) -> str:
+    """The pending requests as a table, oldest first."""
+    if not requests:
+        return "no pending requests"
+    rows = [
+        [
+            item.request_id,
+            item.kind,
+            item.run_id,
+            item.path,
+            choices_text(item.choices),
+            _deadline(item.deadline_at, item.has_default) or "-",
+        ]
+        for item in requests
+    ]
+    return table(["REQUEST ID", "KIND", "RUN ID", "NODE", "CHOICES", "DEADLINE"], rows)
+
+
+def resolution_line(resolution: ResolutionInfo) -> str:
+    """The winner of a decision in one line: outcome, provenance, response or reason, when."""
+    what = (
+        canonical.encode_text(resolution.response)
+        if resolution.outcome == "accepted"
+        else resolution.reason
+    )
+    return (
+        f"{resolution.outcome} by {resolution.provenance} ({resolution.actor_type}) at "
+        f"{timestamp(resolution.resolved_at)}: {what}"
+    )
+
+
+def decision_audit(decision: DecisionInfo) -> str:
+    """One decision's audit: the winner and how many candidates were submitted."""
+    winner = "pending" if decision.resolution is None else resolution_line(decision.resolution)
+    outcomes = ", ".join(s.outcome for s in decision.submissions) or "none"
+    return fields(
+        [
+            ("decision", f"{decision.decision_id} ({decision.kind})"),
+            ("resolution", winner),
+            ("submissions", outcomes),
+        ]
+    )
+
+
+def answer_receipt(receipt: AnswerReceipt) -> str:
+    """What an answer did, with the recorded winner."""
+    head = {
+        "won": "answered",
+        "adopted": "already answered the same way",
+        "already_resolved": "already resolved",
+    }[receipt.outcome]
+    return f"{receipt.request_id}: {head}; {resolution_line(receipt.resolution)}"
+
+
+def _deadline(deadline_at: int | None, has_default: bool) -> str | None:
+    if deadline_at is None:
+        return None
+    then = "default answer" if has_default else "cancel (no default)"
+    return f"{timestamp(deadline_at)}, then {then}"
 
 
 def server_status(status: ServerStatus) -> str:

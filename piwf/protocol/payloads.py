@@ -20,6 +20,9 @@ with the receipt model, so both sides agree on one shape::
     run.resume       {}  (runId in the envelope)               {"run": RunInfo}
     run.restart      {}  (runId in the envelope)               {"run": RunInfo}  (the new run)
     effect.resolve   {effectId, resolution, note?}             {"effect": EffectInfo}
+    checkpoint.answer {requestId, response}                    AnswerReceipt
+    decision.answer  {requestId, response}                     AnswerReceipt
+    requests.list    {runId?}                                  {"requests": [OpenRequestInfo]}
 """
 
 from __future__ import annotations
@@ -131,14 +134,99 @@ class EffectInfo(WireModel):
     attempt_count: int
 
 
+class OpenRequestInfo(WireModel):
+    """A pending checkpoint or decision: what a waiting run waits on."""
+
+    request_id: str
+    run_id: str
+    kind: str
+    path: str
+    visit: int
+    content: Any = None
+    choices: dict[str, str] | None = None
+    deadline_at: int | None = None
+    has_default: bool = False
+    created_at: int
+
+
+class ResolutionInfo(WireModel):
+    """The one winner of a decision: provenance, response (accepted) or reason (cancelled)."""
+
+    decision_id: str
+    outcome: Literal["accepted", "cancelled"]
+    provenance: str
+    response: Any = None
+    reason: str | None = None
+    actor_type: str
+    resolved_at: int
+
+
+class SubmissionInfo(WireModel):
+    """One candidate answer of a decision and what became of it."""
+
+    source: str
+    outcome: str
+    response: Any = None
+    reason: str | None = None
+    submitted_at: int
+
+
+class DecisionInfo(WireModel):
+    """The audit of one checkpoint or decision of a run."""
+
+    decision_id: str
+    kind: str
+    choices: dict[str, str] | None = None
+    deadline_at: int | None = None
+    has_default: bool = False
+    resolution: ResolutionInfo | None = None
+    submissions: list[SubmissionInfo] = Field(default_factory=list)
+
+
 class RunDetail(WireModel):
-    """Receipt of run.get: the run, its sources, effects, and its final output or error."""
+    """Receipt of run.get: the run, its sources, effects, and its final output or error.
+
+    ``waiting_on`` is the pending request of a waiting run; ``decisions`` the audit of every
+    checkpoint and decision of the run.
+    """
 
     run: RunInfo
     sources: list[RunSource]
     effects: list[EffectInfo] = Field(default_factory=list)
     output: Any = None
     error: str | None = None
+    waiting_on: OpenRequestInfo | None = None
+    decisions: list[DecisionInfo] = Field(default_factory=list)
+
+
+class AnswerPayload(WireModel):
+    """An answer to one exact request (``checkpoint.answer`` / ``decision.answer``)."""
+
+    request_id: str = Field(min_length=1, max_length=256)
+    response: Any = None
+    coordinator_epoch: str | None = Field(default=None, max_length=256)
+
+
+class AnswerReceipt(WireModel):
+    """Receipt of an answer: ``won`` (this answer settled the request), ``adopted`` (equal to
+    the winner) or ``already_resolved`` (another winner exists); the winner comes back."""
+
+    request_id: str
+    run_id: str
+    outcome: Literal["won", "adopted", "already_resolved"]
+    resolution: ResolutionInfo
+
+
+class RequestsListPayload(WireModel):
+    """List pending requests, of one run or of all runs."""
+
+    run_id: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+class RequestList(WireModel):
+    """Receipt of requests.list, oldest request first."""
+
+    requests: list[OpenRequestInfo]
 
 
 class EffectResolvePayload(WireModel):

@@ -23,11 +23,13 @@ from piwf.errors import PiwfError, RunCommandError
 from piwf.protocol.client_v1 import ErrorInfo, Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
 from piwf.protocol.payloads import (
+    AnswerPayload,
     BackupReceipt,
     EffectInfo,
     EffectReceipt,
     EffectResolvePayload,
     EmptyPayload,
+    RequestsListPayload,
     RunCursor,
     RunDetail,
     RunInfo,
@@ -46,6 +48,7 @@ from piwf.protocol.payloads import (
     ViolationInfo,
     WireModel,
 )
+from piwf.server import answers
 from piwf.server.commands import CommandResult, DurableCommands
 from piwf.server.loop import EventLoop, Reply, Timer
 from piwf.server.resolver_jobs import ResolverJobs
@@ -55,7 +58,7 @@ from piwf.state import execution as ex
 from piwf.state import runs as run_store
 from piwf.state.backup import backup_database
 from piwf.state.diagnostics import find_violations, status_counts
-from piwf.state.enums import ActorType, SourceType
+from piwf.state.enums import ActorType, SourceType, SubmissionSource
 from piwf.state.leases import Claim
 from piwf.state.records import Actor
 
@@ -139,6 +142,9 @@ class Handlers:
             "state.status": self.state_status,
             "state.verify": self.state_verify,
             "state.backup": self.state_backup,
+            "checkpoint.answer": self.checkpoint_answer,
+            "decision.answer": self.decision_answer,
+            "requests.list": self.requests_list,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:
@@ -179,7 +185,7 @@ class Handlers:
             waiting_runs=runs.get("waiting", 0),
             paused_runs=_int(counts["pausedRuns"]),
             expired_claims=_int(counts["expiredLeases"]),
-            pending_interactions=0,
+            pending_interactions=_int(counts["pendingRequests"]),
             ambiguous_effects=_int(counts["ambiguousEffects"]),
         )
         reply(_ok(request, status))
@@ -298,6 +304,8 @@ class Handlers:
             output = run_store.read_run_final_output(tx, run_id) if view is not None else None
             error = run_store.read_run_error(tx, run_id) if view is not None else None
             run_effects = [] if view is None else fx.list_effects(tx, f"run:{run_id}")
+            waiting = None if view is None else answers.waiting_on(tx, run_id)
+            audit = [] if view is None else answers.decision_infos(tx, run_id)
         if view is None:
             reply(_not_found(request, run_id))
             return
@@ -315,6 +323,8 @@ class Handlers:
             effects=[_effect_info(effect) for effect in run_effects],
             output=output,
             error=error,
+            waiting_on=waiting,
+            decisions=audit,
         )
         reply(_ok(request, detail, revision=view.revision))
 
@@ -445,6 +455,29 @@ class Handlers:
             reply(_not_found(request, run_id))
             return
         reply(_ok(request, RunWaitReceipt(run=_run_info(view), timed_out=timed_out)))
+
+    # -- checkpoints and decisions --------------------------------------------------------
+
+    def checkpoint_answer(self, request: Request, reply: Reply) -> None:
+        """Answer a checkpoint as a client; a protected decision refuses this path."""
+        self._answer(request, reply, SubmissionSource.CLIENT)
+
+    def decision_answer(self, request: Request, reply: Reply) -> None:
+        """Answer a checkpoint or a protected decision as a person."""
+        self._answer(request, reply, SubmissionSource.HUMAN)
+
+    def _answer(self, request: Request, reply: Reply, source: SubmissionSource) -> None:
+        payload = _payload(request, AnswerPayload)
+        response = self.context.commands.execute(
+            request, answers.answer_change(request, payload, source)
+        )
+        reply(response)
+        if response.outcome in ("accepted", "adopted"):
+            self.context.wake_scheduler()
+
+    def requests_list(self, request: Request, reply: Reply) -> None:
+        payload = _payload(request, RequestsListPayload)
+        reply(_ok(request, answers.list_requests(self.context.db, payload)))
 
     # -- effects --------------------------------------------------------------------------
 

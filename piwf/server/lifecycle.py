@@ -28,6 +28,7 @@ from piwf._version import __version__
 from piwf.config import FILE_MODE, ensure_private_dir
 from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
 from piwf.protocol.client_v1 import Hello
+from piwf.server.answers import DecisionDeadlines
 from piwf.server.commands import DurableCommands
 from piwf.server.execution import ExecutionSettings, Executor
 from piwf.server.handlers import Handlers, ServerContext
@@ -133,7 +134,7 @@ class Server:
                 poll_s=settings.claim_poll_s,
                 ready_timeout_s=settings.runner_ready_timeout_s,
             ),
-            run_changed=lambda run_id: self.handlers.notify_run_changed(run_id),
+            run_changed=self._run_changed,
         )
         context = ServerContext(
             db=db,
@@ -153,6 +154,14 @@ class Server:
             wake_scheduler=self._wake_scheduler,
         )
         self.handlers = Handlers(context)
+        self.deadlines = DecisionDeadlines(
+            db=db,
+            loop=self.loop,
+            owner_id=lambda: self.claim.server_id,
+            lease_ms=settings.run_lease_ms,
+            poll_s=settings.claim_poll_s,
+            settled=self._decisions_settled,
+        )
         self.clients = ClientListener(
             self.loop,
             listener,
@@ -186,6 +195,15 @@ class Server:
 
     def _wake_scheduler(self) -> None:
         self.loop.call_later(0, self.executor.schedule)
+
+    def _run_changed(self, run_id: str) -> None:
+        self.handlers.notify_run_changed(run_id)
+        self.deadlines.nudge()  # a run that just parked may already be past its deadline
+
+    def _decisions_settled(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            self.handlers.notify_run_changed(run_id)
+        self._wake_scheduler()
 
     def _hello(self, connection_id: str) -> Hello:
         return Hello(

@@ -61,6 +61,9 @@ def status_counts(tx: Transaction) -> dict[str, JsonValue]:
             "SELECT count(*) FROM effects WHERE status IN ('pending', 'applying', 'ambiguous')"
         ),
         "ambiguousEffects": tx.scalar("SELECT count(*) FROM effects WHERE status = 'ambiguous'"),
+        "pendingRequests": tx.scalar(
+            "SELECT count(*) FROM interactive_requests WHERE status = 'pending'"
+        ),
         "events": tx.scalar("SELECT count(*) FROM events"),
         "blobs": tx.scalar("SELECT count(*) FROM blobs"),
         "databaseBytes": tx.scalar(
@@ -101,6 +104,25 @@ WHERE coalesce(ev.n, 0) != res.revision
 """
 
 
+# A resolution is made by exactly one winning submission, and a winning submission always has
+# its resolution.
+_DECISION_WINNER = """
+SELECT d.decision_id FROM human_decisions d
+WHERE EXISTS (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = d.decision_id)
+   != ((SELECT count(*) FROM human_decision_submissions s
+        WHERE s.decision_id = d.decision_id AND s.outcome = 'won') = 1)
+"""
+
+# An answered or settled request has a winner; a pending one has none.
+_DECISION_REQUEST = """
+SELECT d.decision_id FROM human_decisions d
+JOIN interactive_requests i ON i.request_id = d.decision_id
+WHERE (i.status IN ('answered', 'settled', 'pending'))
+  AND (i.status = 'pending')
+      = EXISTS (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = d.decision_id)
+"""
+
+
 def find_violations(tx: Transaction) -> list[Violation]:
     """Return every broken invariant (empty for a sound database)."""
     found: list[Violation] = []
@@ -117,4 +139,8 @@ def find_violations(tx: Transaction) -> list[Violation]:
         found.append(Violation("effectAttempt", f"effect {row[0]}"))
     for row in tx.all(_EVENT_REVISIONS):
         found.append(Violation("eventRevisions", f"resource {row[0]}"))
+    for row in tx.all(_DECISION_WINNER):
+        found.append(Violation("decisionWinner", f"decision {row[0]}"))
+    for row in tx.all(_DECISION_REQUEST):
+        found.append(Violation("decisionRequest", f"decision {row[0]}"))
     return found

@@ -231,11 +231,66 @@ class InteractionStatus(str, Enum):
 
 
 class AnsweredBy(str, Enum):
-    """Who answered a request; a protected decision accepts only a human or its policy."""
+    """Who answered a request; a protected decision accepts only a human or its policy.
+
+    ``expired`` closes a decision whose deadline passed with no default response: the engine
+    ends the visit ``timed_out`` and routes on ``$result.outcome``.
+    """
 
     HUMAN = "human"
+    CLIENT = "client"
     TIMEOUT_POLICY = "timeout_policy"
+    EXPIRED = "expired"
     SESSION = "session"
+
+
+class DecisionKind(str, Enum):
+    """Which request a ``human_decisions`` row audits; only ``human_decision`` is protected."""
+
+    CHECKPOINT = "checkpoint"
+    HUMAN_DECISION = "human_decision"
+
+
+class ResolutionOutcome(str, Enum):
+    """The single winning fact of a decision: its response was accepted, or it was cancelled."""
+
+    ACCEPTED = "accepted"
+    CANCELLED = "cancelled"
+
+
+class ResolutionProvenance(str, Enum):
+    """Where the winner came from; the first two accept, the last two cancel."""
+
+    HUMAN = "human"
+    CLIENT = "client"
+    TIMEOUT_POLICY = "timeout_policy"
+    EXPLICIT_CANCEL = "explicit_cancel"
+    EXPIRED_NO_DEFAULT = "expired_no_default"
+
+
+#: Provenances whose resolution is ``accepted`` (the others are ``cancelled``).
+ACCEPTING_PROVENANCES = frozenset(
+    {ResolutionProvenance.HUMAN, ResolutionProvenance.CLIENT, ResolutionProvenance.TIMEOUT_POLICY}
+)
+
+
+class SubmissionSource(str, Enum):
+    """Who proposed a candidate; only ``human`` may settle a protected decision."""
+
+    HUMAN = "human"
+    CLIENT = "client"
+    WORKFLOW = "workflow"
+    POLICY = "policy"
+    CONTROL = "control"
+
+
+class SubmissionOutcome(str, Enum):
+    """What became of one candidate answer."""
+
+    WON = "won"
+    ADOPTED = "adopted"
+    ALREADY_RESOLVED = "already_resolved"
+    REJECTED = "rejected"
 
 
 class NotificationKind(str, Enum):

@@ -25,6 +25,7 @@ module                      contents
 ``execution_outcomes``      interactive requests, park, finish
 ``execution_control``       scheduling claim, cancel, pause, resume, restart
 ``execution_recovery``      recovery after a runner exit, no-progress and source-change parks
+``execution_answers``       answers to checkpoints and decisions, decision deadlines, audits
 ==========================  ===============================================================
 
 ``docs/EXECUTION_STATE.md`` describes the tables, the claim rules and every transition.
@@ -32,6 +33,15 @@ module                      contents
 
 from __future__ import annotations
 
+from piwf.state.execution_answers import (
+    AnswerOutcome,
+    DecisionAudit,
+    OpenRequest,
+    answer_request,
+    expire_due_decisions,
+    list_open_requests,
+    run_decision_audit,
+)
 from piwf.state.execution_control import (
     cancel_run,
     claim_next_run,
@@ -82,12 +92,16 @@ from piwf.state.execution_visits import (
 )
 
 __all__ = [
+    "AnswerOutcome",
+    "DecisionAudit",
     "ExpiredRun",
+    "OpenRequest",
     "RecoveryDecision",
     "RunLaunch",
     "RunRecovery",
     "RunnerRecord",
     "RunnerReply",
+    "answer_request",
     "apply_begin_run",
     "apply_finish",
     "apply_node_failed",
@@ -104,8 +118,10 @@ __all__ = [
     "cancel_run",
     "claim_next_run",
     "count_runnable",
+    "expire_due_decisions",
     "expired_running_runs",
     "get_runner",
+    "list_open_requests",
     "list_runners",
     "live_runner",
     "mark_runner_ready",
@@ -121,4 +137,5 @@ __all__ = [
     "recover_after_runner_exit",
     "restart_run",
     "resume_run",
+    "run_decision_audit",
 ]

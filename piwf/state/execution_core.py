@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from piwf import canonical
 from piwf.errors import ClaimLostError
-from piwf.state import blobs
+from piwf.state import blobs, decisions
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
@@ -354,11 +354,14 @@ def close_run_dependents(
 ) -> None:
     """Close what a terminal run leaves open, inside the terminal change.
 
-    The active attempt gets ``attempt_status``, open requests become ``cancelled``, pending
+    The active attempt gets ``attempt_status``, open requests become ``cancelled`` (an
+    unresolved decision records an ``explicit_cancel`` winner first), pending
     effects ``cancelled`` and applying ones ``ambiguous`` (nothing that may have happened outside
     is forgotten). ``claim`` must be the live claim the terminal change is recorded under.
     """
     tx.execute(_CLOSE_ACTIVE_ATTEMPT, (attempt_status.value, tx.now, tx.now, run.run_id))
+    reason = f"the run closed its open requests ({attempt_status.value})"
+    decisions.cancel_unresolved_in(tx, run.run_id, reason=reason, actor=actor)
     tx.execute(_CANCEL_OPEN_REQUESTS, (tx.now, run.run_id))
     for effect in fx.list_effects(tx, run.resource_id):
         if effect.status in (EffectStatus.PENDING, EffectStatus.APPLYING):

@@ -4,7 +4,7 @@ Same transaction contract as :mod:`piwf.state.execution_visits` (claim renewed f
 revision and one event per change, ``port`` results). The request lifecycle here is the minimal
 one later decision and submission features build on::
 
-    request_interaction ─▶ pending ─(answer: a later feature)─▶ answered ─node_finished─▶ settled
+    request_interaction ─▶ pending ─(answer, timeout policy)─▶ answered ─node_finished─▶ settled
                               ▲                                    │
                               └────────────reject_answer───────────┘
     pending | answered ─node_failed, finish, cancel─▶ cancelled
@@ -15,10 +15,11 @@ parked or finished run never keeps a live claim.
 
 from __future__ import annotations
 
-from piwf.state import blobs
+from piwf.state import blobs, decisions
 from piwf.state.database import Transaction
 from piwf.state.enums import (
     AttemptStatus,
+    DecisionKind,
     FailureClass,
     InteractionKind,
     InteractionStatus,
@@ -75,6 +76,12 @@ SELECT request_id, run_id, attempt_id, kind, content_hash, on_timeout_hash, time
 FROM interactive_requests WHERE request_id = ?
 """
 
+#: Requests a person (or a client, for a checkpoint) answers get an audited decision row.
+_DECISION_KINDS = {
+    InteractionKind.CHECKPOINT: DecisionKind.CHECKPOINT,
+    InteractionKind.HUMAN_DECISION: DecisionKind.HUMAN_DECISION,
+}
+
 _TERMINAL = {
     port.RunStatus.COMPLETED: (RunStatus.COMPLETED, QueueStatus.DONE, AttemptStatus.FAILED),
     port.RunStatus.FAILED: (RunStatus.FAILED, QueueStatus.FAILED, AttemptStatus.FAILED),
@@ -94,7 +101,9 @@ def apply_request_interaction(
 
     The run stays ``running`` until the engine parks it. A repeat of the same request is
     ``Adopted``; the same id with other content, a second request of the attempt or a visit
-    that is not active is a ``Conflict``. Event ``interaction.requested``.
+    that is not active is a ``Conflict``. Event ``interaction.requested``. A checkpoint or a
+    human decision also opens its audited decision (:mod:`piwf.state.decisions`) with the
+    absolute deadline of its timeout policy, in the same transaction.
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
@@ -140,6 +149,18 @@ def apply_request_interaction(
         ),
     )
     tx.execute(_SET_ATTEMPT_WAITING, (tx.now, active.attempt_id))
+    decision_kind = _DECISION_KINDS.get(kind)
+    if decision_kind is not None:
+        decisions.open_decision_in(
+            tx,
+            request_id=message.request_id,
+            run_id=run.run_id,
+            kind=decision_kind,
+            content=message.content,
+            on_timeout=message.on_timeout,
+            actor=RUNNER_ACTOR,
+            claim=claim,
+        )
     return port.Applied(revision=revision)
 
 

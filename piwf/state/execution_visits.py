@@ -24,7 +24,7 @@ Requests, parking and the finish live in :mod:`piwf.state.execution_outcomes`.
 from __future__ import annotations
 
 from piwf import canonical
-from piwf.state import blobs
+from piwf.state import blobs, decisions
 from piwf.state.database import Transaction
 from piwf.state.enums import (
     AnsweredBy,
@@ -368,6 +368,8 @@ def apply_node_failed(
     revision = record_run_change(tx, run, "node.failed", RUNNER_ACTOR, claim, payload)
     request = tx.one(SELECT_OPEN_REQUEST, (active.attempt_id,))
     if request is not None:
+        reason = f"visit {message.visit} of {message.path!r} ended {message.outcome.value}"
+        decisions.cancel_unresolved_in(tx, run.run_id, reason=reason, actor=RUNNER_ACTOR)
         tx.execute(_CANCEL_REQUEST, (tx.now, request["request_id"]))
     tx.execute(
         _CLOSE_ATTEMPT,

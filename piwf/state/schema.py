@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 
+from piwf.state.schema_decisions import DECISION_STATEMENTS
+
 SCHEMA_NAME = "piwf-state"
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x50495746  # "PIWF"
@@ -497,7 +499,8 @@ CREATE TABLE interactive_requests (
   timeout_ms INTEGER CHECK (timeout_ms IS NULL OR timeout_ms > 0),
   status TEXT NOT NULL CHECK (status IN ('pending', 'answered', 'settled', 'cancelled')),
   answer_hash BLOB REFERENCES blobs(blob_hash),
-  answered_by TEXT CHECK (answered_by IN ('human', 'timeout_policy', 'session')),
+  answered_by TEXT CHECK (answered_by IN (
+    'human', 'client', 'timeout_policy', 'expired', 'session')),
   rejection_hash BLOB REFERENCES blobs(blob_hash),
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
@@ -588,6 +591,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         _INTERACTIVE_REQUESTS_RUN_INDEX,
         _RUN_NOTIFICATIONS,
         _RUN_NOTIFICATIONS_RUN_INDEX,
+        *DECISION_STATEMENTS,
     )
 )
 

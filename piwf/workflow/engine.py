@@ -220,6 +220,10 @@ def _check_restart_parent(
         raise RunCommandError(f"{label}: the restart input differs from the parent's input")
 
 
+#: Who may close a protected decision: a person, its saved default, or its no-default expiry.
+_DECISION_ANSWERERS = (AnsweredBy.HUMAN, AnsweredBy.TIMEOUT_POLICY, AnsweredBy.EXPIRED)
+
+
 def _check_saved_shape(label: str, saved: SavedRun, workflow: CompiledWorkflow) -> None:
     for step in saved.steps:
         if step.path not in workflow.nodes:
@@ -238,10 +242,12 @@ def _check_saved_shape(label: str, saved: SavedRun, workflow: CompiledWorkflow) 
     ):
         raise RunCommandError(f"{label}: request {pending.request_id} does not fit its node")
     if pending.answered and isinstance(node, HumanDecisionNode):
-        if pending.answered_by not in (AnsweredBy.HUMAN, AnsweredBy.TIMEOUT_POLICY):
+        if pending.answered_by not in _DECISION_ANSWERERS:
             raise RunCommandError(
                 f"{label}: a protected decision accepts only a human answer or its timeout policy"
             )
+        if pending.answered_by is AnsweredBy.EXPIRED:
+            return
         problem = node.check_answer(pending.answer)
         if problem is not None:
             raise RunCommandError(f"{label}: answer to {pending.request_id}: {problem}")

@@ -51,6 +51,7 @@ from piwf.workflow.nodes import (
 )
 from piwf.workflow.port import (
     Adopted,
+    AnsweredBy,
     AnswerRejected,
     Applied,
     Conflict,
@@ -162,6 +163,9 @@ class VisitExecutor:
         """Consume the answer of the visit's pending request (or park again without one)."""
         if not pending.answered:
             return VisitParked(ParkReason.WAITING, pending.request_id)
+        if pending.answered_by is AnsweredBy.EXPIRED:
+            error = f"decision {pending.request_id} expired with no default response"
+            return VisitDone(Outcome.TIMED_OUT, error=error, request_id=pending.request_id)
         spec = node.node
         if not isinstance(spec, AgentNode) or spec.validate is None:
             return VisitDone(Outcome.OK, pending.answer, request_id=pending.request_id)

@@ -220,13 +220,21 @@ class CheckpointNode:
 
 @dataclass(frozen=True)
 class DecisionTimeout:
-    """The default response a protected decision records once ``after_ms`` has passed."""
+    """What happens to a protected decision once ``after_ms`` has passed unanswered.
+
+    With ``has_default`` the server records ``response`` with ``timeout_policy`` provenance;
+    without, the decision is cancelled (``expired_no_default``) and the visit ends
+    ``timed_out``, so the run follows its ``$result.outcome`` routing.
+    """
 
     after_ms: int
-    response: JsonValue
+    response: JsonValue = None
+    has_default: bool = True
 
     def structure(self) -> dict[str, JsonValue]:
-        """Return the snapshot form ``{afterMs, response}``."""
+        """Return the snapshot form ``{afterMs, response}`` (``{afterMs}`` with no default)."""
+        if not self.has_default:
+            return {"afterMs": self.after_ms}
         return {"afterMs": self.after_ms, "response": self.response}
 
 
@@ -438,7 +446,7 @@ def human_decision(
     if on_timeout is None:
         return node
     timeout = _decision_timeout(on_timeout)
-    problem = node.check_answer(timeout.response)
+    problem = node.check_answer(timeout.response) if timeout.has_default else None
     if problem is not None:
         raise WorkflowDefinitionError(f"human_decision(): on_timeout response: {problem}")
     return HumanDecisionNode(
@@ -532,15 +540,17 @@ def _choices(choices: object) -> tuple[tuple[str, str], ...]:
 
 
 def _decision_timeout(value: Mapping[str, object]) -> DecisionTimeout:
-    if not isinstance(value, Mapping) or set(value) != {"after_ms", "response"}:
+    if not isinstance(value, Mapping) or set(value) not in ({"after_ms", "response"}, {"after_ms"}):
         raise WorkflowDefinitionError(
-            "human_decision(): on_timeout must be {'after_ms': int, 'response': {...}}"
+            "human_decision(): on_timeout must be {'after_ms': int, 'response'?: {...}}"
         )
     after_ms = value["after_ms"]
     if isinstance(after_ms, bool) or not isinstance(after_ms, int) or not after_ms > 0:
         raise WorkflowDefinitionError(
             "human_decision(): on_timeout after_ms must be a positive integer"
         )
+    if "response" not in value:
+        return DecisionTimeout(after_ms=after_ms, has_default=False)
     try:
         response = canonical.parse(canonical.encode(value["response"]))
     except CanonicalJsonError as error:

@@ -94,7 +94,9 @@ class AnsweredBy(str, Enum):
     """Who answered a request; a protected decision accepts only a human or its policy."""
 
     HUMAN = "human"
+    CLIENT = "client"  # an authorised client answered a (non-protected) checkpoint
     TIMEOUT_POLICY = "timeout_policy"
+    EXPIRED = "expired"  # the deadline passed with no default: the visit ends ``timed_out``
     SESSION = "session"
 
 

@@ -55,7 +55,9 @@ def one_json_document(text: str) -> Any:
 
 def test_the_surface_of_design_section_11() -> None:
     assert LEAVES == [
+        "piwf answer",
         "piwf effect resolve",
+        "piwf requests",
         "piwf run cancel",
         "piwf run list",
         "piwf run pause",

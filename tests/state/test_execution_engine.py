@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from piwf.clock import FakeClock
-from piwf.state import StateDatabase, blobs
+from piwf.state import StateDatabase
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.enums import (
@@ -20,6 +20,8 @@ from piwf.state.enums import (
     RunnerCommand,
     RunnerMessageOutcome,
     RunnerStatus,
+    SubmissionOutcome,
+    SubmissionSource,
 )
 from piwf.state.results import Applied, RecoveryRequired
 from piwf.workflow import (
@@ -443,15 +445,21 @@ def test_an_answered_request_is_consumed_by_a_resume(db: StateDatabase) -> None:
     # The request committed but the run never parked: recovery makes it wait for its answer.
     assert exit_and_recover(db, launched).decision is ex.RecoveryDecision.WAITING
     assert (run_status(db, run_id), queue_row(db, run_id)) == ("waiting", ("parked", None))
-    # A later feature answers requests; here the answer is written directly, and the run is made
-    # claimable the way that feature will (running, parked, available now).
+    # The answer makes the run claimable again (running, parked, available now).
     with db.write() as tx:
-        tx.execute(
-            "UPDATE interactive_requests SET status = 'answered', answer_hash = ?,"
-            " answered_by = 'human' WHERE run_id = ?",
-            (blobs.put_json(tx, {"ok": True}), run_id),
+        request_id = tx.scalar(
+            "SELECT request_id FROM interactive_requests WHERE run_id = ?", (run_id,)
         )
-        tx.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,))
+        answered = ex.answer_request(
+            tx,
+            request_id,
+            {"ok": True},
+            source=SubmissionSource.CLIENT,
+            actor=OPERATOR,
+            submission_id="client:1",
+        )
+    assert isinstance(answered, Applied) and answered.value.outcome is SubmissionOutcome.WON
+    assert (run_status(db, run_id), queue_row(db, run_id)) == ("running", ("parked", None))
     _, _, result = run_once(db, workflow)
     assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"ok": True})
     with db.read() as tx:

@@ -23,6 +23,11 @@ MIRRORS: list[tuple[str, str, type[Enum]]] = [
     ("interactive_requests", "status", e.InteractionStatus),
     ("interactive_requests", "answered_by", e.AnsweredBy),
     ("run_notifications", "kind", e.NotificationKind),
+    ("human_decisions", "kind", e.DecisionKind),
+    ("human_decision_resolutions", "outcome", e.ResolutionOutcome),
+    ("human_decision_resolutions", "provenance", e.ResolutionProvenance),
+    ("human_decision_submissions", "source", e.SubmissionSource),
+    ("human_decision_submissions", "outcome", e.SubmissionOutcome),
 ]
 
 

@@ -1,0 +1,188 @@
+"""Answers to checkpoints and protected decisions, and the timer that keeps their deadlines.
+
+==================  =======  =================================================================
+operation           kind     what it does
+==================  =======  =================================================================
+checkpoint.answer   durable  an authorised client answers a checkpoint (source ``client``); a
+                             protected decision refuses it
+decision.answer     durable  a person answers (source ``human``): the only answer that settles a
+                             protected decision; checkpoints accept it too
+requests.list       read     pending checkpoints and decisions, oldest first
+==================  =======  =================================================================
+
+An answer names one exact request id. Its store change (winner, request ``answered``, run made
+eligible) commits with the command receipt; the scheduler is then woken and launches ``resume``,
+whose engine consumes the answer. The submission id of an answer is the client id and the
+idempotency key, so a retried command adopts its own submission.
+
+:class:`DecisionDeadlines` settles decisions whose absolute deadline has passed: once right
+after startup (so a restart keeps deadlines exact: due ones expire at once) and then at the next
+deadline or the poll interval, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from piwf.errors import AnswerRejectedError, PiwfError, RunCommandError
+from piwf.protocol.client_v1 import Request
+from piwf.protocol.payloads import (
+    AnswerPayload,
+    AnswerReceipt,
+    DecisionInfo,
+    OpenRequestInfo,
+    RequestList,
+    RequestsListPayload,
+    ResolutionInfo,
+)
+from piwf.server.commands import CommandResult
+from piwf.server.loop import EventLoop, Timer
+from piwf.state import Adopted, Conflict, StateDatabase, Transaction
+from piwf.state import decisions as decision_store
+from piwf.state import execution as ex
+from piwf.state.enums import ActorType, SubmissionOutcome, SubmissionSource
+from piwf.state.records import Actor
+
+log = logging.getLogger("piwf.server")
+
+
+class UnknownRequestError(PiwfError):
+    """The answer names a request that does not exist."""
+
+    code = "requestNotFound"
+
+
+def answer_change(
+    request: Request, payload: AnswerPayload, source: SubmissionSource
+) -> Callable[[Transaction], CommandResult]:
+    """Return the durable change of one answer (run inside the command's transaction)."""
+    actor_type = ActorType.HUMAN if source is SubmissionSource.HUMAN else ActorType.CLIENT
+    actor = Actor(actor_type, request.client_id)
+    submission_id = f"{request.client_id}:{request.idempotency_key}"
+
+    def change(tx: Transaction) -> CommandResult:
+        result = ex.answer_request(
+            tx,
+            payload.request_id,
+            payload.response,
+            source=source,
+            actor=actor,
+            submission_id=submission_id,
+        )
+        if result is None:
+            error = UnknownRequestError(f"no request {payload.request_id}")
+            return CommandResult.failed("notFound", error)
+        if isinstance(result, Conflict):
+            return CommandResult.failed("rejected", RunCommandError(result.evidence))
+        answer = result.value
+        if answer.outcome is SubmissionOutcome.REJECTED or answer.resolution is None:
+            reason = answer.reason or "the answer was rejected"
+            return CommandResult.failed(
+                "rejected", AnswerRejectedError(reason), run_id=answer.run_id
+            )
+        outcome = answer.outcome.value
+        if isinstance(result, Adopted) and answer.outcome is SubmissionOutcome.WON:
+            outcome = SubmissionOutcome.WON.value
+        receipt = AnswerReceipt.model_validate(
+            {
+                "requestId": answer.request_id,
+                "runId": answer.run_id,
+                "outcome": outcome,
+                "resolution": resolution_info(answer.resolution),
+            }
+        )
+        return CommandResult.accepted(receipt.to_wire(), run_id=answer.run_id)
+
+    return change
+
+
+def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestList:
+    """Return the pending checkpoints and decisions for ``requests.list``."""
+    with db.read() as tx:
+        found = ex.list_open_requests(tx, payload.run_id)
+    return RequestList(requests=[open_request_info(item) for item in found])
+
+
+def open_request_info(item: ex.OpenRequest) -> OpenRequestInfo:
+    """Return the wire form of one pending request."""
+    return OpenRequestInfo.model_validate(item.to_json())
+
+
+def resolution_info(resolution: decision_store.Resolution) -> ResolutionInfo:
+    """Return the wire form of a decision's winner (no private actor id)."""
+    return ResolutionInfo.model_validate(resolution.to_json())
+
+
+def decision_infos(tx: Transaction, run_id: str) -> list[DecisionInfo]:
+    """Return the audit of every checkpoint and decision of the run."""
+    return [DecisionInfo.model_validate(a.to_json()) for a in ex.run_decision_audit(tx, run_id)]
+
+
+def waiting_on(tx: Transaction, run_id: str) -> OpenRequestInfo | None:
+    """Return the pending request the run waits on, or None."""
+    found = ex.list_open_requests(tx, run_id)
+    return open_request_info(found[0]) if found else None
+
+
+class DecisionDeadlines:
+    """Settles due decisions under a control claim and wakes the scheduler afterwards."""
+
+    def __init__(
+        self,
+        *,
+        db: StateDatabase,
+        loop: EventLoop,
+        owner_id: Callable[[], str],
+        lease_ms: int,
+        poll_s: float,
+        settled: Callable[[list[str]], None],
+    ) -> None:
+        self.db = db
+        self.loop = loop
+        self.owner_id = owner_id
+        self.lease_ms = lease_ms
+        self.poll_s = poll_s
+        self.settled = settled
+        self._timer: Timer | None = None
+        self.nudge()
+
+    def nudge(self) -> None:
+        """Run a pass on the next loop turn (after startup, or when a run changed)."""
+        self._schedule(0.0)
+
+    def run_pass(self) -> None:
+        """Expire every due decision, then schedule the next pass."""
+        self._timer = None
+        run_ids: list[str] = []
+        next_deadline: int | None = None
+        now = 0
+        try:
+            with self.db.write() as tx:
+                owner = self.owner_id()
+                settled = ex.expire_due_decisions(
+                    tx,
+                    actor=Actor(ActorType.POLICY, owner),
+                    control_owner_id=owner,
+                    lease_ms=self.lease_ms,
+                )
+                run_ids = [item.run_id for item in settled]
+                next_deadline = decision_store.next_deadline(tx)
+                now = tx.now
+        except PiwfError as error:
+            log.warning("decision deadlines: a pass failed: %s", error)
+        if run_ids:
+            self.settled(run_ids)
+        delay = self.poll_s
+        if next_deadline is not None and next_deadline > now:
+            # A deadline already past is a run that has not parked yet: its runner's exit
+            # nudges the next pass, and the poll interval bounds the wait otherwise.
+            delay = min(delay, (next_deadline - now) / 1000)
+        self._schedule(delay)
+
+    def _schedule(self, delay_s: float) -> None:
+        if self.loop.stop_requested:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(delay_s, self.run_pass)

@@ -1,0 +1,189 @@
+"""Checkpoints and protected decisions through real server processes and runner children."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.test_execution import (
+    FAST,
+    fast_server,  # noqa: F401 - a fixture used by name
+    query,
+    run_view,
+    start,
+    wait_run,
+    write_workflow,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "workflows"
+CHECKPOINT = str(FIXTURES / "checkpoint_review.py")
+
+
+def decision_workflow(directory: Path, name: str, after_ms: int) -> str:
+    return write_workflow(
+        directory,
+        name,
+        f"""
+        from piwf.workflow import compute, define_workflow, human_decision
+
+        workflow = define_workflow(
+            name={name!r},
+            start_at="approve",
+            nodes={{
+                "approve": human_decision(
+                    choices={{"ship": "Ship it", "hold": "Hold back"}},
+                    on_timeout={{"after_ms": {after_ms}, "response": {{"choice": "hold"}}}},
+                ),
+                "ship": compute(lambda ctx: "shipped"),
+                "hold": compute(lambda ctx: "held"),
+            }},
+            edges=[{{"from": "approve",
+                     "switch": {{"on": "$output.choice",
+                                 "cases": {{"ship": "ship", "hold": "hold"}}}}}}],
+        )
+        """,
+    )
+
+
+def waiting_request(client: RawClient, run_id: str) -> dict[str, Any]:
+    def waiting() -> dict[str, Any] | None:
+        view = run_view(client, run_id)
+        return view.get("waitingOn") if view["run"]["status"] == "waiting" else None
+
+    request: dict[str, Any] = wait_for(waiting, timeout_s=30, what="the run to wait")
+    return request
+
+
+def answer(
+    client: RawClient, request_id: str, response: Any, key: str, operation: str = "decision.answer"
+) -> Any:
+    return client.request(operation, {"requestId": request_id, "response": response}, key=key)
+
+
+def winners(server: ServerProcess, decision_id: str) -> list[tuple[Any, ...]]:
+    return query(
+        server,
+        "SELECT provenance FROM human_decision_resolutions WHERE decision_id = ?",
+        (decision_id,),
+    )
+
+
+def test_a_checkpoint_is_listed_answered_and_completes_the_same_run(
+    fast_server: ServerProcess,  # noqa: F811
+) -> None:
+    with raw_client(fast_server) as client:
+        run_id = start(client, CHECKPOINT, {"steps": ["a", "b"]}, "cp")
+        request = waiting_request(client, run_id)
+        assert request["kind"] == "checkpoint"
+        listed = client.request("requests.list", {"runId": run_id}).receipt
+        assert listed is not None
+        assert [r["requestId"] for r in listed["requests"]] == [request["requestId"]]
+        won = answer(client, request["requestId"], {"ok": True}, "a1", "checkpoint.answer")
+        assert won.outcome == "accepted" and won.receipt["outcome"] == "won", won
+        late = answer(client, request["requestId"], {"ok": False}, "a2")
+        assert late.receipt["outcome"] == "already_resolved"
+        assert late.receipt["resolution"]["response"] == {"ok": True}
+        run = wait_run(client, run_id)
+        view = run_view(client, run_id)
+    assert run["status"] == "completed"
+    assert view["output"] == {"applied": ["a", "b"], "note": {"ok": True}}
+    assert view["decisions"][0]["resolution"]["provenance"] == "client"
+    assert query(fast_server, "SELECT count(*) FROM runs") == [(1,)]
+
+
+def test_a_protected_decision_refuses_the_checkpoint_path_and_takes_a_human_answer(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    workflow = decision_workflow(tmp_path, "guarded", 600_000)
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "guarded")
+        request = waiting_request(client, run_id)
+        assert request["choices"] == {"ship": "Ship it", "hold": "Hold back"}
+        refused = answer(
+            client, request["requestId"], {"choice": "ship"}, "c1", "checkpoint.answer"
+        )
+        assert refused.outcome == "rejected" and refused.error.code == "answerRejected"
+        invalid = answer(client, request["requestId"], {"choice": "later"}, "h0")
+        assert invalid.outcome == "rejected"
+        won = answer(client, request["requestId"], {"choice": "ship"}, "h1")
+        assert won.receipt["outcome"] == "won"
+        retry = answer(client, request["requestId"], {"choice": "ship"}, "h1")
+        assert retry.outcome == "adopted"
+        run = wait_run(client, run_id)
+        view = run_view(client, run_id)
+    assert (run["status"], view["output"]) == ("completed", "shipped")
+    audit = view["decisions"][0]
+    assert audit["resolution"]["provenance"] == "human"
+    assert [s["outcome"] for s in audit["submissions"]] == ["rejected", "rejected", "won"]
+
+
+def test_the_timeout_policy_settles_a_decision_across_a_server_crash(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    workflow = decision_workflow(tmp_path, "timed", 1_500)
+    first = servers.start(env=FAST)
+    with raw_client(first) as client:
+        run_id = start(client, workflow, {}, "timed")
+        request = waiting_request(client, run_id)
+    first.kill()
+    deadline_s = request["deadlineAt"] / 1000
+    wait_for(lambda: time.time() > deadline_s, timeout_s=10, what="the deadline to pass")
+    second = servers.start(env=FAST)
+    with raw_client(second) as client:
+        run = wait_run(client, run_id)
+        view = run_view(client, run_id)
+        late = answer(client, request["requestId"], {"choice": "ship"}, "late")
+    assert (run["status"], view["output"]) == ("completed", "held")
+    resolution = view["decisions"][0]["resolution"]
+    assert resolution["provenance"] == "timeout_policy"
+    assert resolution["response"] == {"choice": "hold"}
+    assert resolution["resolvedAt"] >= request["deadlineAt"]
+    assert late.receipt["outcome"] == "already_resolved"
+    assert late.receipt["resolution"]["provenance"] == "timeout_policy"
+
+
+def test_answers_race_the_deadline_and_cancel_to_one_winner(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A human answer sent at the deadline (and, every other time, a cancel from a second
+    client at once) leaves exactly one winner, which every answer reports back."""
+    workflow = decision_workflow(tmp_path, "raced", 300)
+    with (
+        raw_client(fast_server, "human") as human,
+        raw_client(fast_server, "operator") as operator,
+    ):
+        for iteration in range(4):
+            run_id = start(human, workflow, {}, f"race-{iteration}")
+            request = waiting_request(human, run_id)
+            deadline_s = request["deadlineAt"] / 1000
+            wait_for(lambda: time.time() >= deadline_s - 0.01, what="the deadline")  # noqa: B023
+            payload = {"requestId": request["requestId"], "response": {"choice": "ship"}}
+            human.send("decision.answer", payload, key=f"answer-{iteration}")
+            cancelled = bool(iteration % 2)
+            if cancelled:
+                operator.send("run.cancel", {}, key=f"cancel-{iteration}", run_id=run_id)
+                assert operator.response().outcome in ("accepted", "rejected")
+            answered = human.response()
+            run = wait_run(human, run_id)
+            (winner,) = winners(fast_server, request["requestId"])
+            assert answered.outcome == "accepted", answered
+            assert answered.receipt["resolution"]["provenance"] == winner[0]
+            if winner[0] == "explicit_cancel":
+                assert run["status"] == "cancelled"
+            elif cancelled:  # the cancel landed after the winner resumed the run
+                assert run["status"] in ("completed", "cancelled")
+            else:
+                assert run["status"] == "completed"
+            won = query(
+                fast_server,
+                "SELECT count(*) FROM human_decision_submissions"
+                " WHERE decision_id = ? AND outcome = 'won'",
+                (request["requestId"],),
+            )
+            assert won == [(1,)]
+        verify = human.request("state.verify").receipt
+    assert verify is not None and verify["valid"] is True, verify
