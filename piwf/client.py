@@ -31,15 +31,12 @@ outcome (see :data:`OUTCOME_ERRORS`), carrying the server's error code and messa
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -54,16 +51,19 @@ from tenacity import (
 )
 
 from piwf import launcher
-from piwf._version import __version__
 from piwf.canonical import JsonValue
+from piwf.client_connection import (
+    NotListeningError,
+    ServerConnection,
+    TransportError,
+    connect_socket,
+)
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
 from piwf.errors import (
     ClaimLostCommandError,
     CommandError,
     ConflictError,
-    IncompatibleServerError,
     NotFoundError,
-    PiwfError,
     RejectedError,
     ServerError,
     ServerNotRunningError,
@@ -71,7 +71,6 @@ from piwf.errors import (
     UnavailableError,
 )
 from piwf.protocol import (
-    FrameDecoder,
     Hello,
     InvalidMessageError,
     Operation,
@@ -79,7 +78,6 @@ from piwf.protocol import (
     Response,
     encode_message,
     is_durable,
-    parse_server_message,
 )
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
@@ -139,10 +137,6 @@ _Receipt = TypeVar("_Receipt", bound=BaseModel)
 _T = TypeVar("_T")
 
 
-class _TransportError(Exception):
-    """The connection failed before the response arrived; the request may be retried."""
-
-
 class Client:
     """A connection to the piwf server of one state home.
 
@@ -177,7 +171,7 @@ class Client:
         self.retry_timeout_s = retry_timeout_s
         self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
-        self._connection: _Connection | None = None
+        self._connection: ServerConnection | None = None
 
     @property
     def socket_path(self) -> Path:
@@ -516,14 +510,14 @@ class Client:
         that the outcome is unknown and names the key under which a later retry adopts it.
         """
         retrying = Retrying(
-            retry=retry_if_exception_type(_TransportError),
+            retry=retry_if_exception_type(TransportError),
             wait=wait_random_exponential(multiplier=RETRY_BASE_S, max=RETRY_MAX_WAIT_S),
             stop=stop_after_delay(self.retry_timeout_s) | stop_after_attempt(RETRY_MAX_ATTEMPTS),
             reraise=True,
         )
         try:
             return retrying(attempt)
-        except _TransportError as error:
+        except TransportError as error:
             unknown = ""
             if idempotency_key is not None:
                 unknown = (
@@ -538,14 +532,14 @@ class Client:
         connection = self._current_connection(autostart)
         try:
             return connection.call(request_id, frame, timeout_s)
-        except _TransportError:
+        except TransportError:
             with self._lock:
                 if self._connection is connection:
                     self._connection = None
             connection.close()
             raise
 
-    def _current_connection(self, autostart: bool) -> _Connection:
+    def _current_connection(self, autostart: bool) -> ServerConnection:
         with self._lock:
             if self._connection is not None and not self._connection.broken:
                 return self._connection
@@ -555,7 +549,7 @@ class Client:
             self._connection = self._open_connection(autostart)
             return self._connection
 
-    def _open_connection(self, autostart: bool) -> _Connection:
+    def _open_connection(self, autostart: bool) -> ServerConnection:
         path = self.socket_path
         if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
             raise ServerUnavailableError(
@@ -563,184 +557,17 @@ class Client:
                 "choose a shorter PIWF_HOME"
             )
         try:
-            sock = _connect(path, self.connect_timeout_s)
-        except _NotListeningError:
+            sock = connect_socket(path, self.connect_timeout_s)
+        except NotListeningError:
             if not autostart:
                 raise ServerNotRunningError(f"no piwf server is running for {self.home}") from None
             launcher.ensure_server(self.home, timeout_s=self.start_timeout_s)
             try:
-                sock = _connect(path, self.connect_timeout_s)
-            except _NotListeningError:
+                sock = connect_socket(path, self.connect_timeout_s)
+            except NotListeningError:
                 # Another process's server holds the home but is still starting or stopping.
-                raise _TransportError("the server is starting or stopping") from None
-        return _Connection.open(sock, self.connect_timeout_s, self.request_timeout_s)
-
-
-class _NotListeningError(Exception):
-    """Nothing accepts connections on the socket path (missing file or refused)."""
-
-
-def _connect(path: Path, timeout_s: float) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
-    try:
-        sock.connect(os.fsencode(path))
-    except OSError as error:
-        sock.close()
-        if error.errno in _NOT_LISTENING:
-            raise _NotListeningError from None
-        if isinstance(error, TimeoutError):
-            raise _TransportError("connecting timed out") from None
-        raise ServerUnavailableError(
-            f"cannot connect to {path}: {error.strerror or error}"
-        ) from None
-    return sock
-
-
-@dataclass
-class _Pending:
-    """One request waiting for its response."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    response: Response | None = None
-
-
-class _Connection:
-    """One socket, its hello, and a reader thread that routes responses by request id."""
-
-    def __init__(self, sock: socket.socket, hello: Hello, decoder: FrameDecoder) -> None:
-        self.hello = hello
-        self._sock = sock
-        self._decoder = decoder
-        self._state = threading.Lock()
-        self._send_lock = threading.Lock()
-        self._pending: dict[str, _Pending] = {}
-        self._failure: str | None = None
-        self._closed = threading.Event()
-        self._reader = threading.Thread(target=self._read_loop, name="piwf-client", daemon=True)
-
-    @classmethod
-    def open(
-        cls, sock: socket.socket, connect_timeout_s: float, io_timeout_s: float
-    ) -> _Connection:
-        """Read and check the hello, then start the reader; closes ``sock`` on any error."""
-        try:
-            decoder = FrameDecoder()
-            hello = _read_hello(sock, decoder, time.monotonic() + connect_timeout_s)
-            if hello.package_version != __version__:
-                raise IncompatibleServerError(
-                    f"the piwf server runs version {hello.package_version} but this client is "
-                    f"{__version__}; stop that server with the piwf that started it"
-                )
-            sock.settimeout(io_timeout_s)
-        except BaseException:
-            sock.close()
-            raise
-        connection = cls(sock, hello, decoder)
-        connection._reader.start()
-        return connection
-
-    @property
-    def broken(self) -> bool:
-        return self._failure is not None
-
-    def call(self, request_id: str, frame: bytes, timeout_s: float) -> Response:
-        """Send ``frame`` and wait for the response to ``request_id``."""
-        pending = _Pending()
-        with self._state:
-            if self._failure is not None:
-                raise _TransportError(self._failure)
-            self._pending[request_id] = pending
-        try:
-            try:
-                with self._send_lock:
-                    self._sock.sendall(frame)
-            except OSError as error:
-                self._fail(f"sending failed: {error.strerror or error}")
-            if not pending.done.wait(timeout_s):
-                self._fail(f"no response within {timeout_s:g} s")
-            if pending.response is None:
-                raise _TransportError(self._failure or "the connection closed")
-            return pending.response
-        finally:
-            with self._state:
-                self._pending.pop(request_id, None)
-
-    def wait_closed(self, timeout_s: float) -> bool:
-        """Wait until the connection failed or was closed by either side."""
-        return self._closed.wait(timeout_s)
-
-    def close(self) -> None:
-        self._fail("the client closed the connection")
-        if threading.current_thread() is not self._reader and self._reader.is_alive():
-            self._reader.join()
-        self._sock.close()
-
-    def _fail(self, reason: str) -> None:
-        """Mark the connection broken (first reason wins) and wake every waiting request."""
-        with self._state:
-            if self._failure is None:
-                self._failure = reason
-            waiting = list(self._pending.values())
-        for pending in waiting:
-            pending.done.set()
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._closed.set()
-
-    def _read_loop(self) -> None:
-        try:
-            while not self.broken:
-                try:
-                    data = self._sock.recv(_RECV_BYTES)
-                except TimeoutError:
-                    continue
-                if not data:
-                    self._decoder.finish()
-                    self._fail("the server closed the connection")
-                    return
-                for frame in self._decoder.feed(data):
-                    self._dispatch(frame)
-        except OSError as error:
-            self._fail(f"connection error: {error.strerror or error}")
-        except PiwfError as error:
-            self._fail(f"the server broke the protocol ({error.code})")
-
-    def _dispatch(self, frame: bytes) -> None:
-        message = parse_server_message(frame)
-        if isinstance(message, Hello):
-            raise InvalidMessageError("type", "unexpectedType", "a second hello")
-        if isinstance(message, Response):
-            with self._state:
-                pending = self._pending.get(message.request_id)
-            if pending is not None:
-                pending.response = message
-                pending.done.set()
-        # Events belong to subscriptions, which this client does not make; a response to a
-        # request that already gave up is dropped.
-
-
-def _read_hello(sock: socket.socket, decoder: FrameDecoder, deadline: float) -> Hello:
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise _TransportError("the server sent no hello in time")
-        sock.settimeout(remaining)
-        try:
-            data = sock.recv(_RECV_BYTES)
-        except TimeoutError:
-            raise _TransportError("the server sent no hello in time") from None
-        except OSError as error:
-            raise _TransportError(f"connection error: {error.strerror or error}") from None
-        if not data:
-            raise _TransportError("the server closed the connection before its hello")
-        frames = decoder.feed(data)
-        if frames:
-            message = parse_server_message(frames[0])
-            if not isinstance(message, Hello):
-                raise InvalidMessageError("type", "unexpectedType", "expected the server's hello")
-            # Nothing was sent yet, so no later frame in this read can answer anything.
-            return message
+                raise TransportError("the server is starting or stopping") from None
+        return ServerConnection.open(sock, self.connect_timeout_s, self.request_timeout_s)
 
 
 def _receipt(receipt_type: type[_Receipt], response: Response) -> _Receipt:

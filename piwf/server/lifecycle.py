@@ -30,8 +30,9 @@ from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
 from piwf.protocol.client_v1 import Hello
 from piwf.server.answers import DecisionDeadlines
 from piwf.server.commands import DurableCommands
+from piwf.server.context import ServerContext
 from piwf.server.execution import ExecutionSettings, Executor
-from piwf.server.handlers import Handlers, ServerContext
+from piwf.server.handlers import Handlers
 from piwf.server.listener import bind_listener, check_socket_path
 from piwf.server.lock import InstanceLock
 from piwf.server.loop import ClientListener, EventLoop

@@ -13,6 +13,10 @@ queueState          run status and queue status disagree (terminal vs not)
 terminalLease       a terminal run still has a live lease owner
 effectAttempt       an effect's open attempt does not match its status
 eventRevisions      an aggregate's events are not exactly revisions 1..revision
+waitingRequest      a ``waiting`` run has no open (pending or answered) request
+openRequest         an open request belongs to a finished attempt or a terminal run
+decisionWinner      a decision's resolution and its winning submission disagree
+decisionRequest     an open request and its decision's resolution disagree
 ==================  ============================================================
 """
 
@@ -123,6 +127,22 @@ WHERE (i.status IN ('answered', 'settled', 'pending'))
 """
 
 
+_WAITING_REQUEST = """
+SELECT r.run_id FROM runs r
+WHERE r.status = 'waiting' AND NOT EXISTS (
+  SELECT 1 FROM interactive_requests i
+  WHERE i.run_id = r.run_id AND i.status IN ('pending', 'answered'))
+"""
+
+_OPEN_REQUEST = """
+SELECT i.request_id FROM interactive_requests i
+JOIN node_attempts a ON a.attempt_id = i.attempt_id
+JOIN runs r ON r.run_id = i.run_id
+WHERE i.status IN ('pending', 'answered')
+  AND (a.finished_at IS NOT NULL OR r.finished_at IS NOT NULL)
+"""
+
+
 def find_violations(tx: Transaction) -> list[Violation]:
     """Return every broken invariant (empty for a sound database)."""
     found: list[Violation] = []
@@ -139,6 +159,10 @@ def find_violations(tx: Transaction) -> list[Violation]:
         found.append(Violation("effectAttempt", f"effect {row[0]}"))
     for row in tx.all(_EVENT_REVISIONS):
         found.append(Violation("eventRevisions", f"resource {row[0]}"))
+    for row in tx.all(_WAITING_REQUEST):
+        found.append(Violation("waitingRequest", f"run {row[0]}"))
+    for row in tx.all(_OPEN_REQUEST):
+        found.append(Violation("openRequest", f"request {row[0]}"))
     for row in tx.all(_DECISION_WINNER):
         found.append(Violation("decisionWinner", f"decision {row[0]}"))
     for row in tx.all(_DECISION_REQUEST):

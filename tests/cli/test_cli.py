@@ -420,3 +420,19 @@ def test_server_run_reports_bad_settings_on_the_ready_fd(monkeypatch: pytest.Mon
     assert line["ok"] is False
     assert line["error"]["code"] == "serverStart"
     assert at_eof
+
+
+# conformance: S3
+def test_offline_verify_reports_planted_violations_with_stable_codes(tmp_path: Path) -> None:
+    from piwf.state import StateDatabase
+
+    home = tmp_path / "home"
+    path = home / "state.sqlite"
+    with StateDatabase(path) as database, database.write() as tx:
+        tx.execute("INSERT INTO resources VALUES ('run:x', 'run', 'x', 3, 1, 1)")
+    result = invoke("state", "verify", str(path), "--json")
+    assert result.exit_code == 1, result.output
+    document = one_json_document(result.stdout)
+    assert document["valid"] is False
+    assert [v["code"] for v in document["violations"]] == ["eventRevisions"]
+    assert sorted(p.name for p in home.iterdir()) == ["state.sqlite"]

@@ -140,6 +140,10 @@ def test_a_run_from_start_to_completion_and_a_cancel(piwf: Piwf, tmp_path: Path)
     assert backup["destination"] == str(destination)
     assert backup["bytes"] > 0
     assert destination.stat().st_size > 0
+    assert piwf.json("state", "verify", str(destination)) == {"valid": True, "violations": []}
+    assert sorted(p.name for p in destination.parent.iterdir() if "backup" in p.name) == [
+        "backup.sqlite"
+    ], "offline verification leaves no -wal or -shm beside the backup"
 
     hold = tmp_path / "hold.py"
     hold.write_text(HOLD)

@@ -10,19 +10,16 @@ import pytest
 
 from piwf import launcher
 from piwf._version import __version__
-from piwf.client import (
-    ClaimLostCommandError,
-    Client,
-    IncompatibleServerError,
-    ServerNotRunningError,
-    workflow_reference,
-)
+from piwf.client import Client, workflow_reference
 from piwf.errors import (
+    ClaimLostCommandError,
     CommandError,
     ConflictError,
+    IncompatibleServerError,
     NotFoundError,
     RejectedError,
     ServerError,
+    ServerNotRunningError,
     ServerUnavailableError,
     UnavailableError,
 )

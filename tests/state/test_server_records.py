@@ -320,3 +320,13 @@ def test_savepoint_undoes_only_its_step(db: StateDatabase) -> None:
     with db.read() as tx:
         names = [row[0] for row in tx.all("SELECT project_id FROM projects ORDER BY 1")]
     assert names == ["a", "c"]
+
+
+def test_verify_reports_a_waiting_run_without_a_request(db: StateDatabase) -> None:
+    with db.write() as tx:
+        run_store.create_run(tx, "run-1", new_run(), CLIENT)
+        tx.execute("UPDATE runs SET status = 'waiting' WHERE run_id = 'run-1'")
+        tx.execute("UPDATE run_queue SET status = 'parked' WHERE run_id = 'run-1'")
+    with db.read() as tx:
+        codes = {v.code for v in find_violations(tx)}
+    assert codes == {"waitingRequest"}

@@ -61,6 +61,7 @@ FORBIDDEN: list[tuple[str, tuple[str, ...]]] = [
     ("workflow", ("piwf.state", "piwf.server", "piwf.client", "piwf.cli", "sqlite3")),
     ("protocol", ("piwf.state", "piwf.server", "piwf.client", "piwf.cli", "sqlite3")),
     ("client.py", ("piwf.server", "piwf.state", "sqlite3")),
+    ("client_connection.py", ("piwf.server", "piwf.state", "sqlite3")),
     ("client", ("piwf.server", "piwf.state", "sqlite3")),
     ("server", ("piwf.client", "piwf.cli")),
     ("cli", ("piwf.server", "piwf.state", "piwf.workflow", "sqlite3")),

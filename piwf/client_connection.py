@@ -1,0 +1,198 @@
+"""One connection of the Python client: socket, hello check, and a reader thread.
+
+:class:`ServerConnection` reads the server's ``hello`` (refusing another package version), then
+a reader thread matches every response to its request by ``requestId``, so requests from
+several threads may be in flight at once. Any transport failure marks the connection broken
+and wakes every waiting request with :class:`TransportError`; the :class:`~piwf.client.Client`
+decides whether to reconnect and retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from piwf._version import __version__
+from piwf.errors import IncompatibleServerError, PiwfError, ServerUnavailableError
+from piwf.protocol import FrameDecoder, Hello, InvalidMessageError, Response, parse_server_message
+
+_RECV_BYTES: Final = 64 * 1024
+_NOT_LISTENING: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED})
+
+
+class TransportError(Exception):
+    """The connection failed before the response arrived; the request may be retried."""
+
+
+class NotListeningError(Exception):
+    """Nothing accepts connections on the socket path (missing file or refused)."""
+
+
+def connect_socket(path: Path, timeout_s: float) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        sock.connect(os.fsencode(path))
+    except OSError as error:
+        sock.close()
+        if error.errno in _NOT_LISTENING:
+            raise NotListeningError from None
+        if isinstance(error, TimeoutError):
+            raise TransportError("connecting timed out") from None
+        raise ServerUnavailableError(
+            f"cannot connect to {path}: {error.strerror or error}"
+        ) from None
+    return sock
+
+
+@dataclass
+class PendingRequest:
+    """One request waiting for its response."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    response: Response | None = None
+
+
+class ServerConnection:
+    """One socket, its hello, and a reader thread that routes responses by request id."""
+
+    def __init__(self, sock: socket.socket, hello: Hello, decoder: FrameDecoder) -> None:
+        self.hello = hello
+        self._sock = sock
+        self._decoder = decoder
+        self._state = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._pending: dict[str, PendingRequest] = {}
+        self._failure: str | None = None
+        self._closed = threading.Event()
+        self._reader = threading.Thread(target=self._read_loop, name="piwf-client", daemon=True)
+
+    @classmethod
+    def open(
+        cls, sock: socket.socket, connect_timeout_s: float, io_timeout_s: float
+    ) -> ServerConnection:
+        """Read and check the hello, then start the reader; closes ``sock`` on any error."""
+        try:
+            decoder = FrameDecoder()
+            hello = read_hello(sock, decoder, time.monotonic() + connect_timeout_s)
+            if hello.package_version != __version__:
+                raise IncompatibleServerError(
+                    f"the piwf server runs version {hello.package_version} but this client is "
+                    f"{__version__}; stop that server with the piwf that started it"
+                )
+            sock.settimeout(io_timeout_s)
+        except BaseException:
+            sock.close()
+            raise
+        connection = cls(sock, hello, decoder)
+        connection._reader.start()
+        return connection
+
+    @property
+    def broken(self) -> bool:
+        return self._failure is not None
+
+    def call(self, request_id: str, frame: bytes, timeout_s: float) -> Response:
+        """Send ``frame`` and wait for the response to ``request_id``."""
+        pending = PendingRequest()
+        with self._state:
+            if self._failure is not None:
+                raise TransportError(self._failure)
+            self._pending[request_id] = pending
+        try:
+            try:
+                with self._send_lock:
+                    self._sock.sendall(frame)
+            except OSError as error:
+                self._fail(f"sending failed: {error.strerror or error}")
+            if not pending.done.wait(timeout_s):
+                self._fail(f"no response within {timeout_s:g} s")
+            if pending.response is None:
+                raise TransportError(self._failure or "the connection closed")
+            return pending.response
+        finally:
+            with self._state:
+                self._pending.pop(request_id, None)
+
+    def wait_closed(self, timeout_s: float) -> bool:
+        """Wait until the connection failed or was closed by either side."""
+        return self._closed.wait(timeout_s)
+
+    def close(self) -> None:
+        self._fail("the client closed the connection")
+        if threading.current_thread() is not self._reader and self._reader.is_alive():
+            self._reader.join()
+        self._sock.close()
+
+    def _fail(self, reason: str) -> None:
+        """Mark the connection broken (first reason wins) and wake every waiting request."""
+        with self._state:
+            if self._failure is None:
+                self._failure = reason
+            waiting = list(self._pending.values())
+        for pending in waiting:
+            pending.done.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._closed.set()
+
+    def _read_loop(self) -> None:
+        try:
+            while not self.broken:
+                try:
+                    data = self._sock.recv(_RECV_BYTES)
+                except TimeoutError:
+                    continue
+                if not data:
+                    self._decoder.finish()
+                    self._fail("the server closed the connection")
+                    return
+                for frame in self._decoder.feed(data):
+                    self._dispatch(frame)
+        except OSError as error:
+            self._fail(f"connection error: {error.strerror or error}")
+        except PiwfError as error:
+            self._fail(f"the server broke the protocol ({error.code})")
+
+    def _dispatch(self, frame: bytes) -> None:
+        message = parse_server_message(frame)
+        if isinstance(message, Hello):
+            raise InvalidMessageError("type", "unexpectedType", "a second hello")
+        if isinstance(message, Response):
+            with self._state:
+                pending = self._pending.get(message.request_id)
+            if pending is not None:
+                pending.response = message
+                pending.done.set()
+        # Events belong to subscriptions, which this client does not make; a response to a
+        # request that already gave up is dropped.
+
+
+def read_hello(sock: socket.socket, decoder: FrameDecoder, deadline: float) -> Hello:
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TransportError("the server sent no hello in time")
+        sock.settimeout(remaining)
+        try:
+            data = sock.recv(_RECV_BYTES)
+        except TimeoutError:
+            raise TransportError("the server sent no hello in time") from None
+        except OSError as error:
+            raise TransportError(f"connection error: {error.strerror or error}") from None
+        if not data:
+            raise TransportError("the server closed the connection before its hello")
+        frames = decoder.feed(data)
+        if frames:
+            message = parse_server_message(frames[0])
+            if not isinstance(message, Hello):
+                raise InvalidMessageError("type", "unexpectedType", "expected the server's hello")
+            # Nothing was sent yet, so no later frame in this read can answer anything.
+            return message

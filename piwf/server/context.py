@@ -1,0 +1,50 @@
+"""What the operation handlers share: the database, the command runner and the server hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from piwf.protocol.client_v1 import Request
+from piwf.server.commands import DurableCommands
+from piwf.server.loop import EventLoop, Reply, Timer
+from piwf.server.resolver_jobs import ResolverJobs
+from piwf.state import StateDatabase
+from piwf.state.leases import Claim
+
+
+@dataclass
+class Waiter:
+    """One ``run.wait`` request parked until its run is terminal or its timer fires."""
+
+    reply: Reply
+    request_id: str
+    timer: Timer
+
+
+@dataclass
+class ServerContext:
+    """What handlers may use; the lifecycle builds it once per server process."""
+
+    db: StateDatabase
+    commands: DurableCommands
+    loop: EventLoop
+    resolvers: ResolverJobs
+    home: Path
+    epoch: int
+    max_workers: int
+    connection_count: Callable[[], int]
+    request_stop: Callable[[], None]
+    server_id: str = "server"
+    run_lease_ms: int = 30_000
+    active_runners: Callable[[], int] = lambda: 0
+    active_claim: Callable[[str], Claim | None] = lambda _run_id: None
+    stop_runner: Callable[[str, str], None] = lambda _run_id, _reason: None
+    wake_scheduler: Callable[[], None] = lambda: None
+    waiters: dict[str, list[Waiter]] = field(default_factory=dict)
+    starts_in_flight: dict[tuple[str, str], list[tuple[Request, Reply]]] = field(
+        default_factory=dict
+    )
+    #: Client-chosen run ids whose start is still resolving → controls that wait for it.
+    pending_run_ids: dict[str, list[tuple[Request, Reply]]] = field(default_factory=dict)

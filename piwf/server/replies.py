@@ -1,0 +1,118 @@
+"""Shared pieces of the operation handlers: payload validation, answers and typed errors."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import ValidationError
+
+from piwf.canonical import JsonValue
+from piwf.errors import PiwfError, RunCommandError
+from piwf.protocol.client_v1 import ErrorInfo, Request, Response
+from piwf.protocol.payloads import EffectInfo, RunInfo, RunReceipt, WireModel
+from piwf.server.commands import CommandResult
+from piwf.state import Adopted, Applied, Conflict, RecoveryRequired
+from piwf.state import effects as fx
+from piwf.state import runs as run_store
+
+P = TypeVar("P", bound=WireModel)
+
+
+class InvalidPayloadError(PiwfError):
+    """A request payload does not match its operation's schema; nothing was done."""
+
+    code = "invalidPayload"
+
+
+class UnknownRunError(PiwfError):
+    """The request names a run that does not exist."""
+
+    code = "runNotFound"
+
+
+class UnknownEffectError(PiwfError):
+    """The request names an effect that does not exist."""
+
+    code = "effectNotFound"
+
+
+def effect_info(effect: fx.Effect) -> EffectInfo:
+    """The wire form of an effect (no request or result payloads)."""
+    return EffectInfo(
+        effect_id=effect.effect_id,
+        effect_type=effect.effect_type,
+        recovery=effect.recovery.value,
+        status=effect.status.value,
+        attempt_count=effect.attempt_count,
+    )
+
+
+def run_result(result: object, run_id: str) -> CommandResult:
+    """Turn a typed run transition result into a stored command result."""
+    if isinstance(result, Conflict):
+        return CommandResult.failed("rejected", RunCommandError(result.evidence), run_id=run_id)
+    if isinstance(result, RecoveryRequired):
+        return CommandResult.failed("rejected", RunCommandError(result.reason), run_id=run_id)
+    assert isinstance(result, (Applied, Adopted))
+    view = result.value
+    assert isinstance(view, run_store.RunView)
+    receipt = RunReceipt(run=run_info(view)).to_wire()
+    return CommandResult.accepted(receipt, run_id=view.run_id, revision=view.revision)
+
+
+def payload_of(request: Request, model: type[P]) -> P:
+    """Validate the request payload; raise :class:`InvalidPayloadError` naming the field."""
+    try:
+        return model.model_validate(request.payload)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "payload"
+        raise InvalidPayloadError(f"{request.operation} payload: {where}: {first['msg']}") from None
+
+
+def run_id_of(request: Request) -> str:
+    """The run id of a request that needs one; raise :class:`InvalidPayloadError` if absent."""
+    if request.run_id is None:
+        raise InvalidPayloadError(f"{request.operation} needs a runId")
+    return request.run_id
+
+
+def run_info(view: run_store.RunView) -> RunInfo:
+    """The wire form of a run view."""
+    return RunInfo.model_validate(view.to_json())
+
+
+def ok(request: Request, receipt: WireModel, *, revision: int | None = None) -> Response:
+    """An ``accepted`` answer carrying ``receipt``."""
+    return Response(
+        request_id=request.request_id,
+        outcome="accepted",
+        receipt=receipt.to_wire(),
+        revision=revision,
+    )
+
+
+def error_response(request: Request, outcome: str, code: str, message: str) -> Response:
+    """A non-success answer with an error code and a bounded message."""
+    return Response(
+        request_id=request.request_id,
+        outcome=outcome,  # type: ignore[arg-type]
+        error=ErrorInfo(code=code, message=message[:1000]),
+    )
+
+
+def not_found(request: Request, run_id: str) -> Response:
+    """The ``notFound`` answer for an unknown run."""
+    return error_response(request, "notFound", "runNotFound", f"no run {run_id}")
+
+
+def as_int(value: JsonValue) -> int:
+    """A count from a status mapping (0 for anything that is not a number)."""
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def as_int_map(value: JsonValue) -> dict[str, int]:
+    """A mapping of counts from a status mapping."""
+    if not isinstance(value, dict):
+        return {}
+    return {key: as_int(item) for key, item in value.items()}
