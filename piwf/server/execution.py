@@ -18,13 +18,12 @@ Capacity counts pending launches. Renewal, cancellation and cleanup never wait f
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import secrets
 import selectors
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +34,13 @@ from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError
 from piwf.protocol import content
 from piwf.protocol.runner_v1 import CallResponse, ChildMessage, Command, Launch
+from piwf.server.content_transfer import ContentTransfer
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.pipes import PipeClosedError, PipeOverflowError
 from piwf.server.supervisor import ChildHandle, Supervisor
-from piwf.state import Conflict, StateDatabase, Transaction, blobs
+from piwf.state import Conflict, StateDatabase, Transaction
 from piwf.state import execution as ex
-from piwf.state.enums import ActorType, MediaType, RunnerMessageOutcome, RunnerStatus
+from piwf.state.enums import ActorType, RunnerMessageOutcome, RunnerStatus
 from piwf.state.execution import RunLaunch
 from piwf.state.leases import Claim, renew_claim
 from piwf.state.records import Actor, read_revision
@@ -98,6 +98,8 @@ class ActiveRun:
     launch: RunLaunch
     claim: Claim
     runner_epoch: str
+    #: Values too large for one frame moving to and from this child.
+    transfer: ContentTransfer
     handle: ChildHandle | None = None
     ready: bool = False
     ended: bool = False
@@ -105,10 +107,6 @@ class ActiveRun:
     #: True once this server's own claim check failed: another owner has the run now.
     server_lost_claim: bool = False
     ready_timer: Timer | None = None
-    #: Digests of large results offered to this child, and of payloads it uploaded.
-    offered: set[str] = field(default_factory=set)
-    received: set[str] = field(default_factory=set)
-    uploads: dict[str, bytearray] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -240,7 +238,7 @@ class Executor:
 
     def _launch(self, launch: RunLaunch) -> None:
         runner_epoch = f"runner-{secrets.token_hex(8)}"
-        active = ActiveRun(launch, launch.claim, runner_epoch)
+        active = ActiveRun(launch, launch.claim, runner_epoch, ContentTransfer(self.db))
         self.active[launch.run_id] = active
         try:
             with self.db.write() as tx:
@@ -418,9 +416,7 @@ class Executor:
             self._content(active, message.message_id, operation, payload)
             return
         try:
-            referenced = content.parse_reference(payload)
-            if referenced is not None:
-                payload = self._uploaded_payload(active, *referenced)
+            payload = active.transfer.resolve(payload)
         except PiwfError as error:
             self._respond(active, message.message_id, "rejected", error=str(error))
             return
@@ -522,63 +518,25 @@ class Executor:
         )
         data = response.encode()
         if len(data) > content.INLINE_LIMIT:
-            # Too large for one frame: keep it as a blob and send a reference the child
-            # reads back in parts.
-            body = canonical.encode(result)
-            with self.db.write() as tx:
-                blobs.put_bytes(tx, body, MediaType.JSON)
-            reference = content.reference(body)
-            active.offered.add(hashlib.sha256(body).hexdigest())
+            # Too large for one frame: the child reads it back in parts.
+            reference = active.transfer.offer(result)
             data = response.model_copy(update={"result": reference}).encode()
         self._send(active, data)
 
     def _content(
         self, active: ActiveRun, message_id: str, operation: str, payload: dict[str, Any]
     ) -> None:
-        """Serve ``content.read`` parts of offered values; assemble ``content.part`` uploads."""
+        """Serve ``content.read`` parts of offered values; take ``content.part`` uploads."""
         try:
-            digest = payload.get("sha256")
-            if not isinstance(digest, str):
-                raise content.ContentError("content calls name a sha256")
             if operation == "content.read":
-                offset = payload.get("offset")
-                if digest not in active.offered or not isinstance(offset, int):
-                    raise content.ContentError("no such content offered to this runner")
-                with self.db.read() as tx:
-                    data = blobs.read_bytes(tx, bytes.fromhex(digest), MediaType.JSON)
-                self._respond(active, message_id, "accepted", content.part(data, offset))
-                return
-            self._receive_part(active, digest, payload)
-            self._respond(active, message_id, "accepted", {"received": True})
+                result = active.transfer.read_part(payload)
+            else:
+                active.transfer.receive_part(payload)
+                result = {"received": True}
         except PiwfError as error:
             self._respond(active, message_id, "rejected", error=str(error))
-
-    def _receive_part(self, active: ActiveRun, digest: str, payload: dict[str, Any]) -> None:
-        length, offset = payload.get("bytes"), payload.get("offset")
-        content.parse_reference({"$content": {"sha256": digest, "bytes": length}})
-        buffer = active.uploads.setdefault(digest, bytearray())
-        if offset != len(buffer):
-            raise content.ContentError("content parts must arrive in order")
-        buffer += content.decode_part(payload.get("data"))
-        assert isinstance(length, int)
-        if len(buffer) > length:
-            raise content.ContentError("content is longer than its reference")
-        if len(buffer) == length:
-            data = bytes(active.uploads.pop(digest))
-            content.verified_value(data, digest, length)
-            with self.db.write() as tx:
-                blobs.put_bytes(tx, data, MediaType.JSON)
-            active.received.add(digest)
-
-    def _uploaded_payload(self, active: ActiveRun, digest: str, length: int) -> dict[str, Any]:
-        if digest not in active.received:
-            raise content.ContentError("the referenced payload was not uploaded")
-        with self.db.read() as tx:
-            data = blobs.read_bytes(tx, bytes.fromhex(digest), MediaType.JSON)
-        value = content.verified_value(data, digest, length)
-        if not isinstance(value, dict):
-            raise content.ContentError("a referenced payload must be an object")
-        return value
+            return
+        self._respond(active, message_id, "accepted", result)
 
     def _io(self, active: ActiveRun) -> Callable[[int], None]:
         """The selector callback of one child's pipe: flush queued output, then read."""
