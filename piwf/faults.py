@@ -33,6 +33,11 @@ POINTS: frozenset[str] = frozenset(
         "server.before_listen",
         "resolver.before_reply",
         "backup.before_link",
+        "run.after_claim_commit",
+        "runner.after_launch_record",
+        "runner.after_message_commit",
+        "runner.after_exit_commit",
+        "recovery.after_each_fix",
     }
 )
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from piwf import canonical
+from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError
 from piwf.protocol import content
@@ -178,6 +178,7 @@ class Executor:
         launch = self._claim_next()
         if launch is None:
             return False
+        faults.point("run.after_claim_commit")
         self._launch(launch)
         return True
 
@@ -257,6 +258,7 @@ class Executor:
             log.warning("launching run %s failed: %s", launch.run_id, error)
             self.active.pop(launch.run_id, None)
             return
+        faults.point("runner.after_launch_record")
         project = envelope.project_path
         handle = self.supervisor.start(
             runner_epoch,
@@ -460,6 +462,7 @@ class Executor:
         except PiwfError as error:
             self._respond(active, message.message_id, "rejected", error=str(error))
             return
+        faults.point("runner.after_message_commit")
         result = None if reply.result is None else result_to_json(reply.result)
         self._respond(active, message.message_id, reply.outcome.value, result, reply.error)
         if reply.outcome is RunnerMessageOutcome.CLAIM_LOST:
@@ -654,6 +657,7 @@ class Executor:
                     )
         except PiwfError as error:
             log.warning("run %s: recording its runner exit failed: %s", active.run_id, error)
+        faults.point("runner.after_exit_commit")
         self.active.pop(active.run_id, None)
         self.run_changed(active.run_id)
         self.loop.call_later(0, self.schedule)

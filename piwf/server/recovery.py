@@ -7,7 +7,8 @@ Runs once, after this server took its epoch and before it listens:
 2. for every runner row still marked live from an older epoch, kill its process group if that
    exact process (start identity, never a bare pid) still runs, close the row ``orphaned`` and
    decide its run like any interrupted work: claimable again from the last committed boundary,
-   with uncertain effects decided by their recovery policy.
+   with uncertain effects decided by their recovery policy;
+3. make claimable the runs the previous server claimed but never launched.
 
 Recovery is idempotent: a crash half-way leaves rows the next start recovers the same way.
 """
@@ -21,6 +22,7 @@ import signal
 
 import psutil
 
+from piwf import faults
 from piwf.errors import PiwfError
 from piwf.server.processes import is_alive
 from piwf.state import StateDatabase
@@ -58,6 +60,7 @@ def recover_previous_server(
     for runner_epoch, run_id, pid, identity in orphans:
         if pid is not None and identity is not None and is_alive(identity):
             _kill_group(pid)
+        faults.point("recovery.after_each_fix")
         try:
             with db.write() as tx:
                 ex.record_runner_exit(tx, runner_epoch, RunnerStatus.ORPHANED)
@@ -73,7 +76,25 @@ def recover_previous_server(
             log.warning("recovery: run %s was not recovered: %s", run_id, error)
     if orphans:
         log.info("recovery: closed %d runner(s) of an earlier server", len(orphans))
-    return len(orphans)
+    # Runs claimed by the previous server that never got a runner row (it died between the
+    # claim and the launch record): their claims ended above, so they are expired now.
+    with db.read() as tx:
+        stranded = [run.run_id for run in ex.expired_running_runs(tx)]
+    for run_id in stranded:
+        faults.point("recovery.after_each_fix")
+        try:
+            with db.write() as tx:
+                ex.recover_after_runner_exit(
+                    tx,
+                    run_id,
+                    runner_epoch=None,
+                    actor=actor,
+                    owner_id=owner_id,
+                    lease_ms=lease_ms,
+                )
+        except PiwfError as error:
+            log.warning("recovery: run %s was not recovered: %s", run_id, error)
+    return len(orphans) + len(stranded)
 
 
 def _kill_group(pid: int) -> None:

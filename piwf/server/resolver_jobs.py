@@ -30,7 +30,9 @@ Done = Callable[[dict[str, JsonValue] | PiwfError], None]
 
 
 class ResolverFailedError(WorkflowLoadError):
-    """The resolver child died, timed out or answered nonsense."""
+    """The resolver child died, timed out or answered nonsense (a retry may succeed)."""
+
+    code = "resolverFailed"
 
 
 @dataclass

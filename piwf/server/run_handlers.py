@@ -110,8 +110,13 @@ class RunHandlers:
             return
         first_request, _ = waiting[0]
         if isinstance(result, PiwfError):
-            change = lambda _tx: CommandResult.failed("rejected", result)  # noqa: E731
-        elif result.get("ok") is not True:
+            # The resolver died or overran: nothing was decided about this command, so it is
+            # answered `unavailable` with no receipt and a retry under the same key runs again.
+            for request, reply in waiting:
+                reply(error_response(request, "unavailable", result.code, str(result)))
+            self._run_deferred(first_request)
+            return
+        if result.get("ok") is not True:
             error = resolver_error(result)
             change = lambda _tx: CommandResult.failed("rejected", error)  # noqa: E731
         else:
@@ -125,8 +130,11 @@ class RunHandlers:
             else:
                 answer = self.context.commands.lookup(request)
                 reply(answer if answer is not None else response)
-        # Controls that waited for this start run now, before the scheduler can admit the run.
-        for request, reply in self.context.pending_run_ids.pop(first_request.run_id or "", []):
+        self._run_deferred(first_request)
+
+    def _run_deferred(self, start: Request) -> None:
+        """Run the controls that waited for this start, before the scheduler can admit it."""
+        for request, reply in self.context.pending_run_ids.pop(start.run_id or "", []):
             self.dispatch(request, reply)
         self.context.wake_scheduler()
 

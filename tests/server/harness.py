@@ -139,13 +139,17 @@ class RawClient:
 
     def __init__(self, socket_path: Path, client_id: str = "test-client") -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(10)
-        self.sock.connect(str(socket_path))
+        self.sock.settimeout(60)  # above every run.wait a test asks for
         self.client_id = client_id
         self.decoder = FrameDecoder()
         self.pending: list[ServerMessage] = []
         self._ids = 0
-        hello = self.receive()
+        try:
+            self.sock.connect(str(socket_path))
+            hello = self.receive()
+        except BaseException:
+            self.sock.close()
+            raise
         assert isinstance(hello, Hello), hello
         self.hello = hello
 

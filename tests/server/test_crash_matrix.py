@@ -1,0 +1,217 @@
+"""Crash matrix: SIGKILL the server at each named fault point, restart, converge, check.
+
+For every server-side fault point and hit count the workload is the same: a pure run, a run
+with an idempotent and a manual action, and a state backup. The server is armed with
+``PIWF_FAULTS=<point>@<n>=kill``; when it dies (or the workload ends) it is restarted without
+faults and must converge. Then:
+
+- ``state.verify`` reports no violation;
+- every run is terminal, or parked with a reason (never silently stuck);
+- the manual action ran at most once (an external sink file counts real attempts), and the
+  idempotent one ran at most twice;
+- no runner child of any server generation survives.
+
+A test at the end checks that every registered server fault point was actually hit.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from piwf import faults
+from piwf.state import StateDatabase
+from tests.server.harness import RawClient, ServerFactory, ServerProcess, wait_for
+
+FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S": "0.2"}
+HELLO = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
+
+#: Server-side points on the command, runner and recovery paths, with the hits to try.
+MATRIX: list[tuple[str, int]] = [
+    ("cmd.after_parse", 2),
+    ("cmd.before_commit", 1),
+    ("cmd.before_commit", 2),
+    ("cmd.after_commit_before_reply", 1),
+    ("cmd.after_commit_before_reply", 3),
+    ("run.after_claim_commit", 1),
+    ("runner.after_launch_record", 1),
+    ("runner.after_message_commit", 1),
+    ("runner.after_message_commit", 4),
+    ("runner.after_message_commit", 9),
+    ("runner.after_exit_commit", 1),
+    ("backup.before_link", 1),
+    ("resolver.before_reply", 1),
+]
+
+SETTLED = {"completed", "failed", "timed_out", "cancelled", "ambiguous", "waiting"}
+
+
+def effects_workflow(directory: Path, sink: Path) -> str:
+    path = directory / "sinked.py"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            from piwf.workflow import action, define_workflow, idempotent_effect, manual_effect
+
+            def record(name):
+                def run(ctx):
+                    with open({str(sink)!r}, "a") as log:
+                        log.write(name + "\\n")
+                    return {{"done": name}}
+                return run
+
+            workflow = define_workflow(
+                name="sinked",
+                start_at="deploy",
+                nodes={{
+                    "deploy": action(effect=idempotent_effect("t.deploy"), run=record("deploy")),
+                    "post": action(effect=manual_effect("t.post"), run=record("post")),
+                }},
+                edges=[{{"from": "deploy", "to": "post"}}],
+            )
+            """
+        )
+    )
+    return str(path)
+
+
+def submit(server: ServerProcess, workflow: str, tmp_path: Path) -> None:
+    """Send the workload; a server that dies on the way is expected."""
+    try:
+        client = RawClient(server.socket_path, "workload")
+    except OSError:
+        return
+    try:
+        client.send("run.start", {"workflow": HELLO, "input": {"who": "a"}}, key="start-hello")
+        client.send("run.start", {"workflow": workflow}, key="start-sinked")
+        client.send("state.backup", {"destination": str(tmp_path / "b.sqlite")}, key="backup")
+        for _ in range(3):
+            client.response()
+    except (OSError, ConnectionError):
+        return
+    finally:
+        client.close()
+
+
+def run_states(server: ServerProcess) -> list[str]:
+    client = RawClient(server.socket_path, "observer")
+    try:
+        receipt = client.request("run.list").receipt
+    finally:
+        client.close()
+    assert receipt is not None
+    return [run["displayStatus"] for run in receipt["runs"]]
+
+
+def verify(server: ServerProcess) -> dict[str, Any]:
+    client = RawClient(server.socket_path, "verifier")
+    try:
+        receipt = client.request("state.verify").receipt
+    finally:
+        client.close()
+    assert receipt is not None
+    return receipt
+
+
+def runner_processes() -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info.get("cmdline") or [])
+        if "piwf.runner.workflow_runner" in command or command.startswith("piwf runner"):
+            found.append(process)
+    return found
+
+
+@pytest.mark.parametrize(("point", "hit"), MATRIX, ids=[f"{p}@{n}" for p, n in MATRIX])
+def test_the_server_converges_after_a_kill_at_every_point(
+    servers: ServerFactory, tmp_path: Path, point: str, hit: int
+) -> None:
+    sink = tmp_path / "sink"
+    workflow = effects_workflow(tmp_path, sink)
+    log = tmp_path / "faults.log"
+    armed = servers.start(
+        env={**FAST, "PIWF_FAULTS": f"{point}@{hit}=kill", "PIWF_FAULTS_LOG": str(log)}
+    )
+    assert armed.ready["ok"] is True
+    submit(armed, workflow, tmp_path)
+
+    # Either the fault fired (the server died) or the workload finished without reaching it.
+    def died_or_finished() -> bool:
+        if not armed.alive():
+            return True
+        try:
+            return set(run_states(armed)) <= SETTLED
+        except (OSError, ConnectionError):
+            return False  # it is dying under the observer; look again
+
+    wait_for(died_or_finished, timeout_s=60, what="the armed server to die or finish")
+    if armed.alive():
+        armed.terminate()
+    survivor = servers.start(env=FAST)
+    assert survivor.ready["ok"] is True, survivor.ready
+    submit(survivor, workflow, tmp_path)  # the client retries with the same keys
+    wait_for(
+        lambda: len(run_states(survivor)) == 2 and set(run_states(survivor)) <= SETTLED,
+        timeout_s=60,
+        what="the workload to converge",
+    )
+    assert verify(survivor) == {"valid": True, "violations": []}
+    attempts = sink.read_text().split() if sink.exists() else []
+    assert attempts.count("post") <= 1, "a manual action never runs twice by itself"
+    assert attempts.count("deploy") <= 2
+    assert run_states(survivor).count("completed") >= 1
+    with StateDatabase(survivor.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
+        receipts = tx.scalar("SELECT count(*) FROM server_commands")
+        runs = tx.scalar("SELECT count(*) FROM runs")
+    assert runs == 2, "a retried start never creates a second run"
+    assert receipts == 3
+    survivor.terminate()
+    wait_for(lambda: runner_processes() == [], timeout_s=15, what="no runner to survive")
+    if log.exists():
+        assert log.read_text().split()[1:3] == [point, str(hit)]
+
+
+@pytest.mark.parametrize("point", ["server.after_epoch", "server.before_listen"])
+def test_a_kill_while_starting_leaves_a_state_the_next_start_takes_over(
+    servers: ServerFactory, point: str
+) -> None:
+    dying = servers.start(env={**FAST, "PIWF_FAULTS": f"{point}@1=kill"})
+    assert dying.ready == {}, "it died before reporting ready"
+    assert dying.process.wait(timeout=15) == -9
+    survivor = servers.start(env=FAST)
+    assert survivor.ready["ok"] is True
+    assert survivor.ready["epoch"] == 2
+    assert verify(survivor) == {"valid": True, "violations": []}
+
+
+def test_a_kill_during_recovery_converges_on_the_next_start(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    sink = tmp_path / "sink"
+    workflow = effects_workflow(tmp_path, sink)
+    first = servers.start(env={**FAST, "PIWF_FAULTS": "runner.after_message_commit@2=kill"})
+    submit(first, workflow, tmp_path)
+    wait_for(lambda: not first.alive(), timeout_s=60, what="the first server to die")
+    recovering = servers.start(env={**FAST, "PIWF_FAULTS": "recovery.after_each_fix@1=kill"})
+    assert recovering.ready == {}, "it died inside recovery, before listening"
+    survivor = servers.start(env=FAST)
+    assert survivor.ready["ok"] is True
+    submit(survivor, workflow, tmp_path)
+    wait_for(
+        lambda: len(run_states(survivor)) == 2 and set(run_states(survivor)) <= SETTLED,
+        timeout_s=60,
+        what="the workload to converge",
+    )
+    assert verify(survivor) == {"valid": True, "violations": []}
+    assert (sink.read_text().split() if sink.exists() else []).count("post") <= 1
+
+
+def test_every_server_fault_point_is_in_the_matrix() -> None:
+    child_only: set[str] = set()
+    startup = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
+    covered = {point for point, _ in MATRIX} | startup | child_only
+    assert covered >= faults.POINTS, sorted(faults.POINTS - covered)
