@@ -132,11 +132,6 @@ def store_command(
     )
 
 
-def count_commands(tx: Transaction) -> int:
-    """Return how many receipts are stored."""
-    return int(tx.scalar("SELECT count(*) FROM server_commands"))
-
-
 def _read(tx: Transaction, row: sqlite3.Row) -> StoredCommand:
     receipt_hash = row["receipt_hash"]
     error_hash = row["error_hash"]

@@ -48,6 +48,7 @@ from piwf.state.leases import Claim, claim_actor
 from piwf.state.records import Actor, read_revision
 from piwf.state.results import Adopted, Applied, Conflict
 from piwf.workflow import port
+from piwf.workflow.port_codec import result_from_json, result_to_json
 
 _SELECT_RUNNER = """
 SELECT runner_epoch, run_id, generation, server_epoch, command, launch_envelope_hash,
@@ -366,7 +367,7 @@ def apply_runner_message(
         return _store_claim_lost(tx, runner_epoch, message_id, fingerprint, error)
     outcome = _outcome_of(result)
     revision = read_revision(tx, claim.resource_id)
-    result_hash = blobs.put_json(tx, port_result_to_json(result))
+    result_hash = blobs.put_json(tx, result_to_json(result))
     tx.execute(
         _INSERT_RECEIPT,
         (runner_epoch, message_id, fingerprint, outcome.value, revision, result_hash, None, tx.now),
@@ -374,58 +375,6 @@ def apply_runner_message(
     if outcome is RunnerMessageOutcome.ACCEPTED:
         tx.execute(_SET_RUNNING, (runner_epoch,))
     return RunnerReply(message_id, outcome, result, revision, None)
-
-
-def port_result_to_json(result: port.PortResult) -> JsonValue:
-    """Return the stored (and wire) form of a port result."""
-    match result:
-        case port.Applied(revision=revision):
-            return {"type": "applied", "revision": revision}
-        case port.Adopted(revision=revision, settled=settled):
-            return {
-                "type": "adopted",
-                "revision": revision,
-                "settled": None
-                if settled is None
-                else {
-                    "outcome": settled.outcome.value,
-                    "result": settled.result,
-                    "error": settled.error,
-                },
-            }
-        case port.Conflict(evidence=evidence):
-            return {"type": "conflict", "evidence": evidence}
-        case port.RecoveryRequired(reason=reason):
-            return {"type": "recoveryRequired", "reason": reason}
-
-
-def port_result_from_json(value: JsonValue) -> port.PortResult:
-    """Parse :func:`port_result_to_json`'s form; raises ``ValueError`` for anything else."""
-    if not isinstance(value, dict):
-        raise ValueError("a port result is a JSON object")
-    kind = value.get("type")
-    if kind == "applied":
-        return port.Applied(revision=_optional_int(value.get("revision")))
-    if kind == "adopted":
-        settled = value.get("settled")
-        if settled is None:
-            return port.Adopted(revision=_optional_int(value.get("revision")))
-        if not isinstance(settled, dict):
-            raise ValueError("settled must be an object")
-        error = settled.get("error")
-        return port.Adopted(
-            revision=_optional_int(value.get("revision")),
-            settled=port.SettledEffect(
-                port.EffectOutcome(str(settled.get("outcome"))),
-                settled.get("result"),
-                None if error is None else str(error),
-            ),
-        )
-    if kind == "conflict":
-        return port.Conflict(str(value.get("evidence")))
-    if kind == "recoveryRequired":
-        return port.RecoveryRequired(str(value.get("reason")))
-    raise ValueError(f"unknown port result type {kind!r}")
 
 
 def _outcome_of(result: port.PortResult) -> RunnerMessageOutcome:
@@ -464,7 +413,7 @@ def _reply_from_receipt(tx: Transaction, message_id: str, stored: sqlite3.Row) -
         outcome=RunnerMessageOutcome(stored["outcome"]),
         result=None
         if result_hash is None
-        else port_result_from_json(blobs.read_json(tx, bytes(result_hash))),
+        else result_from_json(blobs.read_json(tx, bytes(result_hash))),
         revision=stored["accepted_revision"],
         error=None if error_hash is None else blobs.read_text(tx, bytes(error_hash)),
         replayed=True,
@@ -508,14 +457,6 @@ def _runner_from_row(row: sqlite3.Row) -> RunnerRecord:
         exit_code=row["exit_code"],
         signal=row["signal"],
     )
-
-
-def _optional_int(value: JsonValue) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("a revision is an integer")
-    return value
 
 
 def _value(status: QueueStatus | None) -> str:

@@ -21,19 +21,15 @@ from dataclasses import dataclass
 from piwf.canonical import JsonValue
 from piwf.errors import BlobConflictError
 from piwf.state import blobs
-from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
-    EffectStatus,
     ExecutionMode,
     QueueStatus,
     ResourceType,
     RunStatus,
     SourceType,
 )
-from piwf.state.leases import read_lease
 from piwf.state.records import Actor, ensure_resource, record_change
-from piwf.state.results import Adopted, Applied, Conflict
 
 DISPLAY_STATUSES = (
     "queued",
@@ -284,62 +280,6 @@ def read_run_error(tx: Transaction, run_id: str) -> str | None:
     """Return the error text of a failed run, or None."""
     digest = tx.scalar("SELECT error_hash FROM runs WHERE run_id = ?", (run_id,))
     return None if digest is None else blobs.read_text(tx, bytes(digest))
-
-
-def read_definition_snapshot(tx: Transaction, run_id: str) -> JsonValue:
-    """Return the definition snapshot the run was started with."""
-    digest = tx.scalar("SELECT definition_digest FROM runs WHERE run_id = ?", (run_id,))
-    if digest is None:
-        raise LookupError(f"no run {run_id}")
-    return blobs.read_json(tx, bytes(digest))
-
-
-def cancel_queued_run(
-    tx: Transaction, run_id: str, actor: Actor, *, expected_revision: int | None = None
-) -> Applied[RunView] | Adopted[RunView] | Conflict:
-    """Cancel a run that is queued and not held by a live claim, in one transition.
-
-    The run and its queue row become ``cancelled``, pending effects ``cancelled`` and applying
-    ones ``ambiguous``. An already cancelled run is :class:`Adopted`; any other terminal run, a
-    run that has started, a live claim or a stale ``expected_revision`` is a :class:`Conflict`.
-    """
-    view = get_run(tx, run_id)
-    if view is None:
-        raise LookupError(f"no run {run_id}")
-    if view.status is RunStatus.CANCELLED:
-        return Adopted(view)
-    if view.status is not RunStatus.QUEUED or view.queue_status is not QueueStatus.QUEUED:
-        return Conflict(f"run is {view.status.value}; only a queued run can be cancelled yet")
-    if expected_revision is not None and expected_revision != view.revision:
-        return Conflict(f"run is at revision {view.revision}, not {expected_revision}")
-    resource_id = _resource_of(tx, run_id)
-    lease = read_lease(tx, resource_id)
-    if lease is not None and lease.is_live(tx.now):
-        return Conflict("run has a live owner; it cannot be cancelled through this path")
-    record_change(tx, resource_id, view.revision, "run.cancelled", actor)
-    tx.execute(
-        "UPDATE runs SET status = 'cancelled', finished_at = ?, updated_at = ?"
-        " WHERE run_id = ? AND status = 'queued'",
-        (tx.now, tx.now, run_id),
-    )
-    tx.execute(
-        "UPDATE run_queue SET status = 'cancelled', finished_at = ?, updated_at = ?"
-        " WHERE run_id = ? AND status = 'queued'",
-        (tx.now, tx.now, run_id),
-    )
-    for effect in fx.list_effects(tx, resource_id):
-        if effect.status in (EffectStatus.PENDING, EffectStatus.APPLYING):
-            fx.cancel_effect(tx, effect.effect_id, actor=actor)
-    cancelled = get_run(tx, run_id)
-    assert cancelled is not None
-    return Applied(cancelled)
-
-
-def _resource_of(tx: Transaction, run_id: str) -> str:
-    resource_id = tx.scalar("SELECT resource_id FROM runs WHERE run_id = ?", (run_id,))
-    if resource_id is None:
-        raise LookupError(f"no run {run_id}")
-    return str(resource_id)
 
 
 def _ensure_project(tx: Transaction, canonical_path: str) -> str:

@@ -169,27 +169,6 @@ def test_a_snapshot_must_match_its_digest(db: StateDatabase) -> None:
         assert run_store.get_run(tx, "run-1") is None
 
 
-def test_cancel_a_queued_run_once(db: StateDatabase) -> None:
-    with db.write() as tx:
-        run_store.create_run(tx, "run-1", new_run(), CLIENT)
-        cancelled = run_store.cancel_queued_run(tx, "run-1", CLIENT)
-        again = run_store.cancel_queued_run(tx, "run-1", CLIENT)
-    assert isinstance(cancelled, Applied)
-    assert cancelled.value.status is RunStatus.CANCELLED
-    assert cancelled.value.finished_at is not None
-    assert cancelled.value.queue_status is QueueStatus.CANCELLED
-    assert isinstance(again, Adopted)
-    with db.read() as tx:
-        assert find_violations(tx) == []
-
-
-def test_cancel_refuses_a_stale_revision(db: StateDatabase) -> None:
-    with db.write() as tx:
-        run_store.create_run(tx, "run-1", new_run(), CLIENT)
-        result = run_store.cancel_queued_run(tx, "run-1", CLIENT, expected_revision=7)
-    assert isinstance(result, Conflict)
-
-
 def test_runs_list_newest_first_with_a_cursor(db: StateDatabase, clock: FakeClock) -> None:
     for index in range(5):
         clock.advance(10)
