@@ -47,7 +47,10 @@ MATRIX: list[tuple[str, int]] = [
     ("resolver.before_reply", 1),
 ]
 
-SETTLED = {"completed", "failed", "timed_out", "cancelled", "ambiguous", "waiting"}
+#: Where a run may rest after the kills: terminal, waiting, or parked with a reason that only an
+#: operator lifts (a runner killed before its run made progress parks `runnerNoProgress`).
+SETTLED = {"completed", "failed", "timed_out", "cancelled", "ambiguous", "waiting", "parked"}
+BLOCKING = {"runnerNoProgress", "sourceChanged", "effectAmbiguous"}
 
 
 def effects_workflow(directory: Path, sink: Path) -> str:
@@ -104,7 +107,10 @@ def run_states(server: ServerProcess) -> list[str]:
     finally:
         client.close()
     assert receipt is not None
-    return [run["displayStatus"] for run in receipt["runs"]]
+    return [
+        "parked" if run.get("errorCode") in BLOCKING else run["displayStatus"]
+        for run in receipt["runs"]
+    ]
 
 
 def verify(server: ServerProcess) -> dict[str, Any]:

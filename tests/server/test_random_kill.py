@@ -1,10 +1,11 @@
-"""Seeded random-kill runs: a seed fixes a schedule of server kills during one workload.
+"""Seeded random-kill runs: a seed fixes a schedule of kills during one workload.
 
-Each seed draws, from :class:`random.Random(seed)`, three kills: a fault point of the server and
-the hit at which it kills. Round after round the server starts armed with the next kill, the
-workload is submitted again with the same idempotency keys, and the round ends when the server
-dies or everything settled. A final round without faults must converge (liveness), then the
-safety checks of the crash matrix hold. The seed reproduces its schedule exactly:
+Each seed draws, from :class:`random.Random(seed)`, three rounds: a fault point of the server,
+the hit at which it kills, and whether a runner child is SIGKILLed too (the first one seen).
+Round after round the server starts armed with the next kill, the workload is submitted again
+with the same idempotency keys, and the round ends when the server dies or everything settled.
+A final round without faults must converge (liveness), then the safety checks of the crash
+matrix hold. The seed reproduces its schedule:
 
     pytest tests/server/test_random_kill.py -k "seed_7"
 
@@ -14,9 +15,13 @@ long tier of 200 seeds.
 
 from __future__ import annotations
 
+import contextlib
 import random
+import select
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from piwf import faults
@@ -36,10 +41,21 @@ STARTUP_ONLY = {"server.after_epoch", "server.before_listen", "recovery.after_ea
 POINTS = sorted(faults.POINTS - STARTUP_ONLY - {"resolver.before_reply"})
 
 
-def schedule(seed: int) -> list[tuple[str, int]]:
-    """The kills of one seed: three (point, hit) pairs."""
+def schedule(seed: int) -> list[tuple[str, int, bool]]:
+    """The kills of one seed: per round a server (point, hit) and whether a runner dies too."""
     rng = random.Random(seed)
-    return [(rng.choice(POINTS), rng.randint(1, 6)) for _ in range(3)]
+    return [(rng.choice(POINTS), rng.randint(1, 6), rng.random() < 0.5) for _ in range(3)]
+
+
+def kill_a_runner() -> None:
+    """SIGKILL one live runner child, if one shows up soon (the workload may be past it)."""
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        for process in runner_processes():
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+                return
+        select.select([], [], [], 0.01)
 
 
 def died_or_settled(server: ServerProcess) -> bool:
@@ -56,11 +72,13 @@ def died_or_settled(server: ServerProcess) -> bool:
 def run_seed(servers: ServerFactory, tmp_path: Path, seed: int) -> None:
     sink = tmp_path / "sink"
     workflow = effects_workflow(tmp_path, sink)
-    for point, hit in schedule(seed):
+    for point, hit, kill_runner in schedule(seed):
         armed = servers.start(env={**FAST, "PIWF_FAULTS": f"{point}@{hit}=kill"})
         if armed.ready.get("ok") is not True:
             continue
         submit(armed, workflow, tmp_path)
+        if kill_runner:
+            kill_a_runner()
         wait_for(
             lambda server=armed: died_or_settled(server),
             timeout_s=60,
@@ -100,3 +118,4 @@ def test_random_kills_long_tier(servers: ServerFactory, tmp_path: Path, seed: in
 def test_a_seed_reproduces_its_schedule() -> None:
     assert schedule(7) == schedule(7)
     assert len({tuple(schedule(seed)) for seed in range(20)}) > 15
+    assert any(kill for seed in range(10) for _, _, kill in schedule(seed))
