@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from piwf.protocol.client_v1 import (
     Hello,
     Request,
@@ -47,6 +49,19 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what or condition}")
         select.select([], [], [], 0.02)  # a bounded poll interval, not a synchronisation sleep
+
+
+def runner_processes(home: Path) -> list[psutil.Process]:
+    """Live workflow-runner children of servers using ``home`` (never another test's)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info.get("cmdline") or [])
+        if "piwf.runner" not in command:
+            continue
+        with suppress(psutil.Error):
+            if process.environ().get("PIWF_HOME") == str(home):
+                found.append(process)
+    return found
 
 
 @dataclass

@@ -20,12 +20,17 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from piwf import faults
 from piwf.state import StateDatabase
-from tests.server.harness import RawClient, ServerFactory, ServerProcess, wait_for
+from tests.server.harness import (
+    RawClient,
+    ServerFactory,
+    ServerProcess,
+    runner_processes,
+    wait_for,
+)
 
 FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S": "0.2"}
 HELLO = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
@@ -123,15 +128,6 @@ def verify(server: ServerProcess) -> dict[str, Any]:
     return receipt
 
 
-def runner_processes() -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        command = " ".join(process.info.get("cmdline") or [])
-        if "piwf.runner.workflow_runner" in command or command.startswith("piwf runner"):
-            found.append(process)
-    return found
-
-
 @pytest.mark.parametrize(("point", "hit"), MATRIX, ids=[f"{p}@{n}" for p, n in MATRIX])
 def test_the_server_converges_after_a_kill_at_every_point(
     servers: ServerFactory, tmp_path: Path, point: str, hit: int
@@ -176,7 +172,7 @@ def test_the_server_converges_after_a_kill_at_every_point(
     assert runs == 2, "a retried start never creates a second run"
     assert receipts == 3
     survivor.terminate()
-    wait_for(lambda: runner_processes() == [], timeout_s=15, what="no runner to survive")
+    wait_for(lambda: not runner_processes(survivor.home), timeout_s=15, what="no runner left")
     if log.exists():
         assert log.read_text().split()[1:3] == [point, str(hit)]
 

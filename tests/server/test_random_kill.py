@@ -26,13 +26,12 @@ import pytest
 
 from piwf import faults
 from piwf.state import StateDatabase
-from tests.server.harness import ServerFactory, ServerProcess, wait_for
+from tests.server.harness import ServerFactory, ServerProcess, runner_processes, wait_for
 from tests.server.test_crash_matrix import (
     FAST,
     SETTLED,
     effects_workflow,
     run_states,
-    runner_processes,
     submit,
     verify,
 )
@@ -47,11 +46,11 @@ def schedule(seed: int) -> list[tuple[str, int, bool]]:
     return [(rng.choice(POINTS), rng.randint(1, 6), rng.random() < 0.5) for _ in range(3)]
 
 
-def kill_a_runner() -> None:
+def kill_a_runner(home: Path) -> None:
     """SIGKILL one live runner child, if one shows up soon (the workload may be past it)."""
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline:
-        for process in runner_processes():
+        for process in runner_processes(home):
             with contextlib.suppress(psutil.Error):
                 process.kill()
                 return
@@ -78,7 +77,7 @@ def run_seed(servers: ServerFactory, tmp_path: Path, seed: int) -> None:
             continue
         submit(armed, workflow, tmp_path)
         if kill_runner:
-            kill_a_runner()
+            kill_a_runner(armed.home)
         wait_for(
             lambda server=armed: died_or_settled(server),
             timeout_s=60,
@@ -101,7 +100,7 @@ def run_seed(servers: ServerFactory, tmp_path: Path, seed: int) -> None:
         assert tx.scalar("SELECT count(*) FROM runs") == 2, f"seed {seed}"
         assert tx.scalar("SELECT count(*) FROM server_commands") == 3, f"seed {seed}"
     survivor.terminate()
-    wait_for(lambda: runner_processes() == [], timeout_s=15, what="no runner to survive")
+    wait_for(lambda: not runner_processes(survivor.home), timeout_s=15, what="no runner left")
 
 
 @pytest.mark.parametrize("seed", range(10), ids=[f"seed_{n}" for n in range(10)])
