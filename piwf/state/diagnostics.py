@@ -9,7 +9,8 @@ code                meaning
 ==================  ============================================================
 integrity           ``PRAGMA integrity_check`` reported a problem
 foreignKey          ``PRAGMA foreign_key_check`` found a dangling reference
-queueState          run status and queue status disagree (terminal vs not)
+queueRow            a run has no queue row
+queueState          run status and queue status disagree (seed 001 "Run lifecycle" table)
 terminalLease       a terminal run still has a live lease owner
 effectAttempt       an effect's open attempt does not match its status
 eventRevisions      an aggregate's events are not exactly revisions 1..revision
@@ -17,6 +18,9 @@ waitingRequest      a ``waiting`` run has no open (pending or answered) request
 openRequest         an open request belongs to a finished attempt or a terminal run
 decisionWinner      a decision's resolution and its winning submission disagree
 decisionRequest     an open request and its decision's resolution disagree
+activeAttempt       a terminal run still has an active (pending/running/waiting) attempt
+settledRunEffect    a terminal run still has a ``pending`` or ``applying`` effect
+attemptGeneration   an attempt was written by a generation newer than its run's claim
 ==================  ============================================================
 """
 
@@ -76,13 +80,40 @@ def status_counts(tx: Transaction) -> dict[str, JsonValue]:
     }
 
 
+_QUEUE_ROW = """
+SELECT r.run_id FROM runs r WHERE NOT EXISTS (SELECT 1 FROM run_queue q WHERE q.run_id = r.run_id)
+"""
+
+# The run and queue projections of seed 001's lifecycle table: every pair not listed there.
 _QUEUE_STATE = """
 SELECT r.run_id FROM runs r JOIN run_queue q ON q.run_id = r.run_id
-WHERE (r.status IN ('completed', 'failed', 'timed_out', 'cancelled'))
-   != (q.status IN ('done', 'failed', 'cancelled'))
-   OR (r.status = 'completed' AND q.status != 'done')
-   OR (r.status = 'cancelled' AND q.status != 'cancelled')
-   OR (r.status IN ('failed', 'timed_out') AND q.status != 'failed')
+WHERE NOT (
+      (r.status = 'queued' AND q.status = 'queued')
+   OR (r.status = 'running' AND q.status IN ('starting', 'running', 'parked'))
+   OR (r.status = 'waiting' AND q.status = 'parked')
+   OR (r.status = 'completed' AND q.status = 'done')
+   OR (r.status IN ('failed', 'timed_out') AND q.status = 'failed')
+   OR (r.status = 'cancelled' AND q.status = 'cancelled'))
+"""
+
+_ACTIVE_ATTEMPT = """
+SELECT a.attempt_id FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
+WHERE a.status IN ('pending', 'running', 'waiting')
+  AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')
+"""
+
+_SETTLED_RUN_EFFECT = """
+SELECT e.effect_id FROM effects e JOIN runs r ON r.resource_id = e.source_resource_id
+WHERE e.status IN ('pending', 'applying')
+  AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')
+"""
+
+# Fencing: no attempt may carry a generation its run's claim never reached.
+_ATTEMPT_GENERATION = """
+SELECT a.attempt_id FROM node_attempts a
+JOIN runs r ON r.run_id = a.run_id
+JOIN leases l ON l.resource_id = r.resource_id
+WHERE a.lease_generation > l.generation
 """
 
 _TERMINAL_LEASE = """
@@ -151,6 +182,8 @@ def find_violations(tx: Transaction) -> list[Violation]:
             found.append(Violation("integrity", str(row[0])))
     for row in tx.all("PRAGMA foreign_key_check"):
         found.append(Violation("foreignKey", f"{row[0]} row {row[1]} references {row[2]}"))
+    for row in tx.all(_QUEUE_ROW):
+        found.append(Violation("queueRow", f"run {row[0]}"))
     for row in tx.all(_QUEUE_STATE):
         found.append(Violation("queueState", f"run {row[0]}"))
     for row in tx.all(_TERMINAL_LEASE, (tx.now,)):
@@ -167,4 +200,10 @@ def find_violations(tx: Transaction) -> list[Violation]:
         found.append(Violation("decisionWinner", f"decision {row[0]}"))
     for row in tx.all(_DECISION_REQUEST):
         found.append(Violation("decisionRequest", f"decision {row[0]}"))
+    for row in tx.all(_ACTIVE_ATTEMPT):
+        found.append(Violation("activeAttempt", f"attempt {row[0]}"))
+    for row in tx.all(_SETTLED_RUN_EFFECT):
+        found.append(Violation("settledRunEffect", f"effect {row[0]}"))
+    for row in tx.all(_ATTEMPT_GENERATION):
+        found.append(Violation("attemptGeneration", f"attempt {row[0]}"))
     return found

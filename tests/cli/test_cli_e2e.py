@@ -23,6 +23,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.server.harness import state_violations
+
 PIWF = Path(sys.executable).parent / "piwf"
 REPO = Path(__file__).resolve().parents[2]
 HELLO = "fixtures/workflows/hello.py"
@@ -94,7 +96,9 @@ def piwf() -> Iterator[Piwf]:
                 with contextlib.suppress(psutil.Error):
                     process.kill()
                 wait_gone(process.pid, 10)
+        violations = state_violations(cli.home)
         shutil.rmtree(root, ignore_errors=True)
+    assert violations == [], f"the test left a database that fails verify: {violations}"
 
 
 HOLD = """

@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from piwf.errors import IncompatibleStateError
 from piwf.protocol.client_v1 import (
     Hello,
     Request,
@@ -33,6 +34,8 @@ from piwf.protocol.client_v1 import (
     parse_server_message,
 )
 from piwf.protocol.framing import FrameDecoder
+from piwf.state import StateDatabase
+from piwf.state.diagnostics import find_violations
 
 READY_TIMEOUT_S = 30.0
 #: How users start an attached server; the ready descriptor is appended per start.
@@ -123,6 +126,11 @@ class ServerFactory:
         return server
 
     def cleanup(self) -> None:
+        """Reap every server, then check the state file they left (however they ended).
+
+        Every committed state must satisfy ``state verify``'s invariants, crash or not, so a
+        test that leaves a violating database fails here.
+        """
         for server in self.started:
             if server.alive():
                 with suppress(ProcessLookupError):
@@ -130,6 +138,23 @@ class ServerFactory:
             server.process.wait(timeout=10)
             if server.process.stderr is not None:
                 server.process.stderr.close()
+        violations = state_violations(self.home) if self.started else []
+        assert violations == [], f"the test left a database that fails verify: {violations}"
+
+
+def state_violations(home: Path) -> list[str]:
+    """The invariant violations of the state file in ``home`` (none if there is no file).
+
+    A file that is not a piwf database of this schema (planted on purpose) is not checked.
+    """
+    path = home / "state.sqlite"
+    if not path.exists():
+        return []
+    try:
+        with StateDatabase(path, mode="read-only") as database, database.read() as tx:
+            return [f"{v.code}: {v.detail}" for v in find_violations(tx)]
+    except IncompatibleStateError:
+        return []
 
 
 def _read_line(descriptor: int, timeout_s: float) -> bytes:
