@@ -59,9 +59,11 @@ from piwf.state.execution_outcomes import (
     apply_request_interaction,
 )
 from piwf.state.execution_recovery import (
+    CRASH_LOOP_LIMIT,
     ExpiredRun,
     RecoveryDecision,
     RunRecovery,
+    crash_backoff_ms,
     expired_running_runs,
     park_for_no_progress,
     park_for_source_change,
@@ -90,6 +92,7 @@ from piwf.state.execution_visits import (
 )
 
 __all__ = [
+    "CRASH_LOOP_LIMIT",
     "AnswerOutcome",
     "DecisionAudit",
     "ExpiredRun",
@@ -115,6 +118,7 @@ __all__ = [
     "apply_settle_effect",
     "cancel_run",
     "claim_next_run",
+    "crash_backoff_ms",
     "count_runnable",
     "expire_due_decisions",
     "expired_running_runs",

@@ -90,6 +90,8 @@ WHERE run_id = ? AND status IN ('queued', 'parked')
 
 _SET_PAUSED = "UPDATE runs SET paused = ?, updated_at = ? WHERE run_id = ?"
 
+_RESET_CRASHES = "UPDATE run_queue SET consecutive_errors = 0 WHERE run_id = ?"
+
 # Pause parks the queue row but keeps its error code and text: resume decides about those.
 _PARK_QUEUE_KEEPING_ERROR = """
 UPDATE run_queue SET status = 'parked', updated_at = ?
@@ -283,7 +285,8 @@ def resume_run(
 ) -> Applied[runs.RunView] | Adopted[runs.RunView] | Conflict | RecoveryRequired:
     """Clear the pause and any error code and make the run eligible now (one change).
 
-    This is the only way out of ``runnerNoProgress``, ``sourceChanged`` and ``effectAmbiguous``;
+    This is the only way out of ``runnerNoProgress``, ``runnerCrashLoop``, ``sourceChanged``
+    and ``effectAmbiguous`` (it also ends a crash streak);
     the last also needs no ambiguous effect left (``RecoveryRequired("effectAmbiguous")``). A
     ``queued`` run's queue row becomes ``queued``; a ``running`` run's becomes ``parked`` and
     available now (the seed's "stopped at a durable boundary and can resume"); a ``waiting``
@@ -308,6 +311,7 @@ def resume_run(
         return Conflict(f"run {run_id} is held by a live claim (generation {lease.generation})")
     record_run_change(tx, run, "run.resumed", actor, None, {"errorCode": run.error_code})
     tx.execute(_SET_PAUSED, (0, tx.now, run_id))
+    tx.execute(_RESET_CRASHES, (run_id,))
     queued = run.status is RunStatus.QUEUED
     status = QueueStatus.QUEUED if queued else QueueStatus.PARKED
     set_queue(tx, run_id, status, available_now=run.status is not RunStatus.WAITING)

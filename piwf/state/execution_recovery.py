@@ -69,6 +69,23 @@ SELECT EXISTS (SELECT 1 FROM interactive_requests WHERE attempt_id = ? AND statu
 
 _SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?"
 
+_COUNT_CRASH = "UPDATE run_queue SET consecutive_errors = consecutive_errors + 1 WHERE run_id = ?"
+
+_CRASHES = "SELECT consecutive_errors FROM run_queue WHERE run_id = ?"
+
+_DELAY_QUEUE = "UPDATE run_queue SET available_at = ? WHERE run_id = ?"
+
+#: Consecutive runner crashes (no node finished in between) after which a run parks
+#: ``runnerCrashLoop`` instead of being relaunched: a deterministic crash never loops forever.
+CRASH_LOOP_LIMIT = 5
+
+
+def crash_backoff_ms(consecutive_crashes: int) -> int:
+    """The delay before relaunching after the Nth consecutive crash: 0, then 1 s, 2 s, 4 s..."""
+    if consecutive_crashes <= 1:
+        return 0
+    return int(min(30_000, 1_000 * 2 ** (consecutive_crashes - 2)))
+
 
 class RecoveryDecision(str, Enum):
     """What a server-side recovery transition decided for a run."""
@@ -134,8 +151,11 @@ def recover_after_runner_exit(
     - otherwise every ``applying`` effect goes through ``effects.recover_uncertain``
       (idempotent → pending for a retry; manual → ambiguous): any ambiguous effect parks the run
       ``effectAmbiguous``; a committed pending request makes it ``waiting``; else the queue row
-      becomes ``parked`` and available now (claimable; error code ``runnerCrashed`` or
-      ``runnerTimedOut`` as evidence) — event ``run.runner_recovered``.
+      becomes ``parked`` and claimable (error code ``runnerCrashed`` or ``runnerTimedOut`` as
+      evidence) — event ``run.runner_recovered``. A runner that failed by itself (not
+      ``orphaned``) counts one consecutive crash: the relaunch backs off
+      (:func:`crash_backoff_ms`), and at :data:`CRASH_LOOP_LIMIT` crashes with no node finished
+      in between the run parks ``runnerCrashLoop`` until an explicit resume.
 
     Authority: ``claim`` when it is still the live claim, else a new ``server`` claim for
     ``owner_id`` (generation + 1); it is released in the same transaction. A live claim of
@@ -185,6 +205,8 @@ def recover_after_runner_exit(
     else:
         failure = _exit_failure(runner)
         set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=failure, available_now=True)
+        if failure is not None:
+            _count_crash(tx, run.run_id)
     release_claim(tx, authority)
     return Applied(RunRecovery(run_id, decision, revision))
 
@@ -289,6 +311,19 @@ def _park_blocked(
     set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=failure, error_text=detail)
     release_claim(tx, authority)
     return Applied(RunRecovery(run.run_id, _DECISION_OF[failure], revision))
+
+
+def _count_crash(tx: Transaction, run_id: str) -> None:
+    """Count one more consecutive crash: back off the relaunch, or park a crash loop."""
+    tx.execute(_COUNT_CRASH, (run_id,))
+    crashes = int(tx.scalar(_CRASHES, (run_id,)))
+    if crashes >= CRASH_LOOP_LIMIT:
+        tx.execute(
+            "UPDATE run_queue SET error_code = ? WHERE run_id = ?",
+            (FailureClass.RUNNER_CRASH_LOOP.value, run_id),
+        )
+    else:
+        tx.execute(_DELAY_QUEUE, (tx.now + crash_backoff_ms(crashes), run_id))
 
 
 def _runner_for(tx: Transaction, run: RunRow, runner_epoch: str | None) -> RunnerRecord | None:

@@ -156,6 +156,11 @@ _FAILURE_STATUS = {
 }
 
 
+_RESET_CRASHES = """
+UPDATE run_queue SET consecutive_errors = 0 WHERE run_id = ? AND consecutive_errors > 0
+"""
+
+
 def read_saved_run(tx: Transaction, run_id: str) -> port.SavedRun | None:
     """Return everything the engine may know about ``run_id`` (``None`` when it does not exist).
 
@@ -337,6 +342,7 @@ def apply_node_finished(
     if request is not None:
         tx.execute(_SETTLE_REQUEST, (tx.now, request["request_id"]))
     tx.execute(_APPEND_STEP, (run.run_id, run.run_id, active.attempt_id))
+    tx.execute(_RESET_CRASHES, (run.run_id,))  # a finished node ends a crash streak
     return port.Applied(revision=revision)
 
 

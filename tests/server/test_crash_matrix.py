@@ -55,7 +55,7 @@ MATRIX: list[tuple[str, int]] = [
 #: Where a run may rest after the kills: terminal, waiting, or parked with a reason that only an
 #: operator lifts (a runner killed before its run made progress parks `runnerNoProgress`).
 SETTLED = {"completed", "failed", "timed_out", "cancelled", "ambiguous", "waiting", "parked"}
-BLOCKING = {"runnerNoProgress", "sourceChanged", "effectAmbiguous"}
+BLOCKING = {"runnerNoProgress", "runnerCrashLoop", "sourceChanged", "effectAmbiguous"}
 
 
 def effects_workflow(directory: Path, sink: Path) -> str:

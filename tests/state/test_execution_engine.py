@@ -466,3 +466,54 @@ def test_an_answered_request_is_consumed_by_a_resume(db: StateDatabase) -> None:
         status = tx.scalar("SELECT status FROM interactive_requests WHERE run_id = ?", (run_id,))
     assert status == "settled"
     assert violations(db) == []
+
+
+def test_a_crash_loop_backs_off_then_parks_until_an_explicit_resume(
+    db: StateDatabase, clock: FakeClock
+) -> None:
+    crashing = {"on": True}
+
+    def body(ctx: Any) -> Any:
+        if crashing["on"]:
+            raise Crash("the action kills its runner every time, after its effect began")
+        return {"done": True}
+
+    workflow = compiled(
+        define_workflow(
+            name="loop",
+            start_at="work",
+            nodes={"work": action(effect=idempotent_effect("t.loop"), run=body)},
+            edges=[],
+        )
+    )
+    run_id = create(db, workflow)
+    delays = []
+    for crash in range(1, ex.CRASH_LOOP_LIMIT + 1):
+        launched = launch(db)
+        with pytest.raises(Crash):
+            execute(command_for(launched), workflow, StorePort(db, launched))
+        assert exit_and_recover(db, launched).decision is ex.RecoveryDecision.REQUEUED
+        with db.read() as tx:
+            available_at = tx.scalar(
+                "SELECT available_at FROM run_queue WHERE run_id = ?", (run_id,)
+            )
+        delays.append(available_at - clock.now_ms())
+        if crash < ex.CRASH_LOOP_LIMIT:
+            assert queue_row(db, run_id) == ("parked", "runnerCrashed")
+            with db.read() as tx:  # not claimable before its back-off ends
+                assert ex.count_runnable(tx) == (1 if delays[-1] == 0 else 0)
+            clock.advance(delays[-1] + LEASE_MS + 1)
+    assert delays[:-1] == [ex.crash_backoff_ms(n) for n in range(1, ex.CRASH_LOOP_LIMIT)]
+    assert delays[:3] == [0, 1_000, 2_000]
+    assert queue_row(db, run_id) == ("parked", "runnerCrashLoop")
+    clock.advance(3_600_000)
+    with db.write() as tx:
+        assert ex.count_runnable(tx) == 0, "a crash loop waits for an operator"
+        assert isinstance(ex.resume_run(tx, run_id, actor=OPERATOR), Applied)
+        assert (
+            tx.scalar("SELECT consecutive_errors FROM run_queue WHERE run_id = ?", (run_id,)) == 0
+        )
+    crashing["on"] = False
+    _, _, result = run_once(db, workflow)
+    assert result.status is p.RunStatus.COMPLETED
+    assert violations(db) == []
