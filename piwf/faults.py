@@ -12,6 +12,10 @@ SQLite's own), ``delay:MS``, ``stop`` (SIGSTOP self) and ``drop`` (:class:`Fault
 the caller closes its connection).
 When ``PIWF_FAULTS_LOG`` names a file, every hit of an armed point is appended to it (and
 fsynced) before the action runs, so a test can tell which points were reached.
+
+Supervised children do not inherit the server's ``PIWF_FAULTS``: the server hands them
+``PIWF_CHILD_FAULTS`` (when set) as their ``PIWF_FAULTS``, so a test arms a runner child's points
+(``child.*``, ``effect.before_settle``) without arming the server's.
 """
 
 from __future__ import annotations
@@ -38,6 +42,12 @@ POINTS: frozenset[str] = frozenset(
         "runner.after_message_commit",
         "runner.after_exit_commit",
         "recovery.after_each_fix",
+        "retention.after_tree_delete",
+        "retention.before_vacuum",
+        # In runner children, armed by PIWF_CHILD_FAULTS (each child counts its own hits).
+        "child.after_ready",
+        "child.after_commit",
+        "effect.before_settle",
     }
 )
 

@@ -23,7 +23,7 @@ import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-from piwf import canonical
+from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.config import CONTENT_PART_BYTES, MAX_FRAME_BYTES
 from piwf.errors import ClaimLostError, PiwfError, RunCommandError
@@ -132,6 +132,7 @@ class PipePort:
         revision = getattr(result, "revision", None)
         if isinstance(revision, int):
             self.revision = revision
+        faults.point("child.after_commit")  # the server committed; the child has not acted
         return result
 
     def read_run(self, run_id: str) -> port.SavedRun | None:
@@ -154,6 +155,7 @@ class PipePort:
         return self._send("reserve_effect", message)
 
     def settle_effect(self, message: port.EffectSettlement) -> port.PortResult:
+        faults.point("effect.before_settle")  # the action ran; its outcome is not recorded yet
         return self._send("settle_effect", message)
 
     def publish_update(self, message: port.UpdatePublished) -> port.PortResult:
@@ -208,6 +210,7 @@ def run_child(connection: Connection) -> int:
         send("sourceChanged", files=sorted(differing) or [identity.root.location])
         return EXIT_OK
     send("ready")
+    faults.point("child.after_ready")
     command_message = Command.model_validate(
         canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES))
     )

@@ -21,6 +21,8 @@ decisionRequest     an open request and its decision's resolution disagree
 activeAttempt       a terminal run still has an active (pending/running/waiting) attempt
 settledRunEffect    a terminal run still has a ``pending`` or ``applying`` effect
 attemptGeneration   an attempt was written by a generation newer than its run's claim
+effectGeneration    one generation started an effect more than once (a blind retry)
+resource*           managed-resource invariants (``resource_diagnostics.py``)
 ==================  ============================================================
 """
 
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from piwf.canonical import JsonValue
 from piwf.state.database import Transaction
 from piwf.state.enums import QueueStatus, RunStatus
+from piwf.state.resource_diagnostics import resource_violations
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,11 @@ WHERE i.status IN ('pending', 'answered')
 """
 
 
+_EFFECT_GENERATION = """
+SELECT effect_id FROM effect_attempts GROUP BY effect_id, lease_generation HAVING count(*) > 1
+"""
+
+
 def find_violations(tx: Transaction) -> list[Violation]:
     """Return every broken invariant (empty for a sound database)."""
     found: list[Violation] = []
@@ -206,4 +214,7 @@ def find_violations(tx: Transaction) -> list[Violation]:
         found.append(Violation("settledRunEffect", f"effect {row[0]}"))
     for row in tx.all(_ATTEMPT_GENERATION):
         found.append(Violation("attemptGeneration", f"attempt {row[0]}"))
+    for row in tx.all(_EFFECT_GENERATION):
+        found.append(Violation("effectGeneration", f"effect {row[0]}"))
+    found.extend(Violation(code, detail) for code, detail in resource_violations(tx))
     return found

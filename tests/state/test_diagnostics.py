@@ -48,6 +48,12 @@ PLANTS: dict[str, list[str]] = {
     "attemptGeneration": [
         f"UPDATE node_attempts SET lease_generation = 99 WHERE attempt_id = ({FINISHED_ATTEMPT})"
     ],
+    "effectGeneration": [
+        "INSERT INTO effect_attempts (effect_id, attempt_number, owner_id, lease_generation,"
+        " started_at, finished_at, outcome) SELECT effect_id, attempt_number + 1, owner_id,"
+        " lease_generation, started_at, started_at, 'interrupted' FROM effect_attempts",
+        "UPDATE effects SET attempt_count = attempt_count + 1",
+    ],
     "waitingRequest": [
         "UPDATE runs SET status = 'waiting' WHERE run_id = 'run-2'",
         "UPDATE run_queue SET status = 'parked' WHERE run_id = 'run-2'",
