@@ -35,9 +35,12 @@ from tests.server.harness import (
     runner_processes,
     wait_for,
 )
+from tests.server.history import Command, History
 
 FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S": "0.2"}
-HELLO = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "workflows"
+HELLO = str(FIXTURES / "hello.py")
+CHECKPOINT = str(FIXTURES / "checkpoint_review.py")
 
 #: Server-side points on the command, runner and recovery paths, with the hits to try.
 MATRIX: list[tuple[str, int]] = [
@@ -98,22 +101,24 @@ def effects_workflow(directory: Path, sink: Path) -> str:
     return str(path)
 
 
-def submit(server: ServerProcess, workflow: str, tmp_path: Path) -> None:
-    """Send the workload; a server that dies on the way is expected."""
-    try:
-        client = RawClient(server.socket_path, "workload")
-    except OSError:
-        return
-    try:
-        client.send("run.start", {"workflow": HELLO, "input": {"who": "a"}}, key="start-hello")
-        client.send("run.start", {"workflow": workflow}, key="start-sinked")
-        client.send("state.backup", {"destination": str(tmp_path / "b.sqlite")}, key="backup")
-        for _ in range(3):
-            client.response()
-    except (OSError, ConnectionError):
-        return
-    finally:
-        client.close()
+def workload(tmp_path: Path, sink: Path) -> list[Command]:
+    """The commands of every round, in order: three runs, a backup, pause/resume/cancel."""
+    gate = {"workflow": CHECKPOINT, "input": {"steps": ["a"]}}
+    return [
+        Command("start-hello", "run.start", {"workflow": HELLO, "input": {"who": "a"}}),
+        Command("start-sinked", "run.start", {"workflow": effects_workflow(tmp_path, sink)}),
+        Command("backup", "state.backup", {"destination": str(tmp_path / "b.sqlite")}),
+        Command("start-gate", "run.start", gate),
+        Command("pause-gate", "run.pause", {}, run_key="start-gate"),
+        Command("resume-gate", "run.resume", {}, run_key="start-gate"),
+        Command("cancel-gate", "run.cancel", {}, run_key="start-gate"),
+    ]
+
+
+def converged(server: ServerProcess) -> bool:
+    """All three runs exist and rest (the gate run cancelled)."""
+    states = run_states(server)
+    return len(states) == 3 and set(states) <= SETTLED and "cancelled" in states
 
 
 def run_states(server: ServerProcess) -> list[str]:
@@ -144,14 +149,14 @@ def test_the_server_converges_after_a_kill_at_every_point(
     servers: ServerFactory, tmp_path: Path, point: str, hit: int
 ) -> None:
     sink = tmp_path / "sink"
-    workflow = effects_workflow(tmp_path, sink)
+    commands, history = workload(tmp_path, sink), History()
     log = tmp_path / "faults.log"
     variable = "PIWF_CHILD_FAULTS" if point in CHILD_POINTS else "PIWF_FAULTS"
     armed = servers.start(
         env={**FAST, variable: f"{point}@{hit}=kill", "PIWF_FAULTS_LOG": str(log)}
     )
     assert armed.ready["ok"] is True
-    submit(armed, workflow, tmp_path)
+    history.run(armed, commands)
 
     # The fault fired: the server died, or (a child point) a child died there and then the
     # server is killed too, so recovery meets a crashed child and a crashed server at once.
@@ -163,21 +168,16 @@ def test_the_server_converges_after_a_kill_at_every_point(
     assert log.read_text().split()[1:3] == [point, str(hit)], "the armed point was hit"
     survivor = servers.start(env=FAST)
     assert survivor.ready["ok"] is True, survivor.ready
-    submit(survivor, workflow, tmp_path)  # the client retries with the same keys
-    wait_for(
-        lambda: len(run_states(survivor)) == 2 and set(run_states(survivor)) <= SETTLED,
-        timeout_s=60,
-        what="the workload to converge",
-    )
+    history.run(survivor, commands)  # the client retries with the same keys
+    wait_for(lambda: converged(survivor), timeout_s=60, what="the workload to converge")
     assert verify(survivor) == {"valid": True, "violations": []}
     if point != "child.after_ready":  # there every child dies before progress: both park
         assert run_states(survivor).count("completed") >= 1
     check_effect_attempts(survivor, sink)
+    history.check(survivor, commands)
     with StateDatabase(survivor.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
-        receipts = tx.scalar("SELECT count(*) FROM server_commands")
         runs = tx.scalar("SELECT count(*) FROM runs")
-    assert runs == 2, "a retried start never creates a second run"
-    assert receipts == 3
+    assert runs == 3, "a retried start never creates a second run"
     survivor.terminate()
     wait_for(lambda: not runner_processes(survivor.home), timeout_s=15, what="no runner left")
 
@@ -220,22 +220,19 @@ def test_a_kill_during_recovery_converges_on_the_next_start(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
     sink = tmp_path / "sink"
-    workflow = effects_workflow(tmp_path, sink)
+    commands, history = workload(tmp_path, sink), History()
     first = servers.start(env={**FAST, "PIWF_FAULTS": "runner.after_message_commit@2=kill"})
-    submit(first, workflow, tmp_path)
+    history.run(first, commands)
     wait_for(lambda: not first.alive(), timeout_s=60, what="the first server to die")
     recovering = servers.start(env={**FAST, "PIWF_FAULTS": "recovery.after_each_fix@1=kill"})
     assert recovering.ready == {}, "it died inside recovery, before listening"
     survivor = servers.start(env=FAST)
     assert survivor.ready["ok"] is True
-    submit(survivor, workflow, tmp_path)
-    wait_for(
-        lambda: len(run_states(survivor)) == 2 and set(run_states(survivor)) <= SETTLED,
-        timeout_s=60,
-        what="the workload to converge",
-    )
+    history.run(survivor, commands)
+    wait_for(lambda: converged(survivor), timeout_s=60, what="the workload to converge")
     assert verify(survivor) == {"valid": True, "violations": []}
     check_effect_attempts(survivor, sink)
+    history.check(survivor, commands)
 
 
 def test_every_fault_point_is_in_the_matrix() -> None:

@@ -1,11 +1,12 @@
 """Seeded random-kill runs: a seed fixes a schedule of kills during one workload.
 
-Each seed draws, from :class:`random.Random(seed)`, three rounds: a fault point of the server,
-the hit at which it kills, and whether a runner child is SIGKILLed too (the first one seen).
-Round after round the server starts armed with the next kill, the workload is submitted again
-with the same idempotency keys, and the round ends when the server dies or everything settled.
-A final round without faults must converge (liveness), then the safety checks of the crash
-matrix hold. The seed reproduces its schedule:
+Each seed draws, from :class:`random.Random(seed)`, three rounds. A round arms the server to
+die at a fault point and hit, and may also arm runner children to die at a child point (through
+``PIWF_CHILD_FAULTS``) and SIGKILL the first runner child seen. Round after round the server
+starts armed, the client resends the workload with the same idempotency keys (recording its
+history), and the round ends when the server dies or everything settled. A final round without
+faults must converge (liveness); then the safety checks of the crash matrix hold, the client
+history included. The seed reproduces its schedule:
 
     pytest tests/server/test_random_kill.py -k "seed_7"
 
@@ -19,6 +20,7 @@ import contextlib
 import random
 import select
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -27,23 +29,46 @@ import pytest
 from piwf import faults
 from piwf.state import StateDatabase
 from tests.server.harness import ServerFactory, ServerProcess, runner_processes, wait_for
+from tests.server.history import History
 from tests.server.test_crash_matrix import (
+    CHILD_POINTS,
     FAST,
-    SETTLED,
-    effects_workflow,
-    run_states,
-    submit,
+    check_effect_attempts,
+    converged,
     verify,
+    workload,
 )
 
 STARTUP_ONLY = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
-POINTS = sorted(faults.POINTS - STARTUP_ONLY - {"resolver.before_reply"})
+POINTS = sorted(faults.POINTS - STARTUP_ONLY - CHILD_POINTS - {"resolver.before_reply"})
 
 
-def schedule(seed: int) -> list[tuple[str, int, bool]]:
-    """The kills of one seed: per round a server (point, hit) and whether a runner dies too."""
+@dataclass(frozen=True)
+class Round:
+    """One round's kills: the server's point and hit, an optional child point, a runner kill."""
+
+    point: str
+    hit: int
+    child_fault: str | None
+    kill_runner: bool
+
+    def environment(self) -> dict[str, str]:
+        armed = {**FAST, "PIWF_FAULTS": f"{self.point}@{self.hit}=kill"}
+        if self.child_fault is not None:
+            armed["PIWF_CHILD_FAULTS"] = self.child_fault
+        return armed
+
+
+def schedule(seed: int) -> list[Round]:
+    """The kills of one seed, drawn from ``random.Random(seed)`` alone."""
     rng = random.Random(seed)
-    return [(rng.choice(POINTS), rng.randint(1, 6), rng.random() < 0.5) for _ in range(3)]
+    rounds = []
+    for _ in range(3):
+        point, hit = rng.choice(POINTS), rng.randint(1, 6)
+        child = rng.choice(sorted(CHILD_POINTS)) if rng.random() < 0.3 else None
+        child_fault = None if child is None else f"{child}@{rng.randint(1, 3)}=kill"
+        rounds.append(Round(point, hit, child_fault, rng.random() < 0.5))
+    return rounds
 
 
 def kill_a_runner(home: Path) -> None:
@@ -62,43 +87,37 @@ def died_or_settled(server: ServerProcess) -> bool:
     if not server.alive():
         return True
     try:
-        states = run_states(server)
+        return converged(server)
     except (OSError, ConnectionError):
         return False  # it is dying under the observer; look again
-    return len(states) == 2 and set(states) <= SETTLED
 
 
 def run_seed(servers: ServerFactory, tmp_path: Path, seed: int) -> None:
     sink = tmp_path / "sink"
-    workflow = effects_workflow(tmp_path, sink)
-    for point, hit, kill_runner in schedule(seed):
-        armed = servers.start(env={**FAST, "PIWF_FAULTS": f"{point}@{hit}=kill"})
+    commands, history = workload(tmp_path, sink), History()
+    for kills in schedule(seed):
+        armed = servers.start(env=kills.environment())
         if armed.ready.get("ok") is not True:
             continue
-        submit(armed, workflow, tmp_path)
-        if kill_runner:
+        history.run(armed, commands)
+        if kills.kill_runner:
             kill_a_runner(armed.home)
         wait_for(
             lambda server=armed: died_or_settled(server),
             timeout_s=60,
-            what=f"seed {seed}: {point}@{hit}",
+            what=f"seed {seed}: {kills}",
         )
         if armed.alive():
             armed.terminate()
     survivor = servers.start(env=FAST)
     assert survivor.ready["ok"] is True, survivor.ready
-    submit(survivor, workflow, tmp_path)
-    wait_for(
-        lambda: len(run_states(survivor)) == 2 and set(run_states(survivor)) <= SETTLED,
-        timeout_s=60,
-        what=f"seed {seed}: convergence",
-    )
+    history.run(survivor, commands)
+    wait_for(lambda: converged(survivor), timeout_s=60, what=f"seed {seed}: convergence")
     assert verify(survivor) == {"valid": True, "violations": []}, f"seed {seed}"
-    attempts = sink.read_text().split() if sink.exists() else []
-    assert attempts.count("post") <= 1, f"seed {seed}: a manual action ran twice"
+    check_effect_attempts(survivor, sink)
+    history.check(survivor, commands)
     with StateDatabase(survivor.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
-        assert tx.scalar("SELECT count(*) FROM runs") == 2, f"seed {seed}"
-        assert tx.scalar("SELECT count(*) FROM server_commands") == 3, f"seed {seed}"
+        assert tx.scalar("SELECT count(*) FROM runs") == 3, f"seed {seed}"
     survivor.terminate()
     wait_for(lambda: not runner_processes(survivor.home), timeout_s=15, what="no runner left")
 
@@ -117,4 +136,6 @@ def test_random_kills_long_tier(servers: ServerFactory, tmp_path: Path, seed: in
 def test_a_seed_reproduces_its_schedule() -> None:
     assert schedule(7) == schedule(7)
     assert len({tuple(schedule(seed)) for seed in range(20)}) > 15
-    assert any(kill for seed in range(10) for _, _, kill in schedule(seed))
+    rounds = [kills for seed in range(10) for kills in schedule(seed)]
+    assert any(kills.kill_runner for kills in rounds), "the short tier SIGKILLs runners"
+    assert any(kills.child_fault for kills in rounds), "the short tier arms child points"
