@@ -187,3 +187,32 @@ def test_answers_race_the_deadline_and_cancel_to_one_winner(
             assert won == [(1,)]
         verify = human.request("state.verify").receipt
     assert verify is not None and verify["valid"] is True, verify
+
+
+# conformance: recovery step 9 (a provisional answer resumes in a new supervised child)
+def test_an_answer_committed_just_before_a_server_kill_is_consumed_after_restart(
+    servers: ServerFactory,
+) -> None:
+    """The answer commits, the server dies before replying (the client learns nothing), and
+    the restarted server resumes the run with that answer; the client's retry adopts it."""
+    armed = servers.start(env={**FAST, "PIWF_FAULTS": "cmd.after_commit_before_reply@2=kill"})
+    with raw_client(armed) as client:
+        run_id = start(client, CHECKPOINT, {"steps": ["a"]}, "cp")  # durable command 1
+        request = waiting_request(client, run_id)
+        try:  # durable command 2: committed, then the server dies before its reply
+            answer(client, request["requestId"], {"ok": True}, "a1", "checkpoint.answer")
+        except (OSError, ConnectionError):
+            pass
+        else:
+            raise AssertionError("the server answered although it was armed to die")
+    armed.process.wait(timeout=15)
+    survivor = servers.start(env=FAST)
+    assert survivor.ready["ok"] is True
+    with raw_client(survivor) as client:
+        run = wait_run(client, run_id)
+        retried = answer(client, request["requestId"], {"ok": True}, "a1", "checkpoint.answer")
+        view = run_view(client, run_id)
+    assert run["status"] == "completed"
+    assert view["output"] == {"applied": ["a"], "note": {"ok": True}}
+    assert retried.outcome == "adopted"
+    assert query(survivor, "SELECT count(*) FROM human_decision_submissions") == [(1,)]
