@@ -58,6 +58,7 @@ from piwf.client_connection import (
     TransportError,
     connect_socket,
 )
+from piwf.client_resources import ResourceMethods
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
 from piwf.errors import (
     ClaimLostCommandError,
@@ -89,6 +90,7 @@ from piwf.protocol.payloads import (
     EffectResolvePayload,
     EmptyPayload,
     OpenRequestInfo,
+    PruneReport,
     RequestList,
     RequestsListPayload,
     RunCursor,
@@ -102,6 +104,8 @@ from piwf.protocol.payloads import (
     RunWaitReceipt,
     ServerStatus,
     StateBackupPayload,
+    StatePrunePayload,
+    StatePrunePreviewPayload,
     StateStatus,
     StopReceipt,
     VerifyReceipt,
@@ -137,7 +141,7 @@ _Receipt = TypeVar("_Receipt", bound=BaseModel)
 _T = TypeVar("_T")
 
 
-class Client:
+class Client(ResourceMethods):
     """A connection to the piwf server of one state home.
 
     ``home`` defaults to :func:`piwf.config.state_home` (``PIWF_HOME``). With ``autostart``
@@ -479,6 +483,22 @@ class Client:
         directory; it must not exist yet) through the server (``state.backup``)."""
         payload = StateBackupPayload(destination=str(_absolute(destination)))
         return self._call("state.backup", payload, BackupReceipt, idempotency_key=idempotency_key)
+
+    def prune_preview(self, before_ms: int) -> PruneReport:
+        """List the run trees a prune with cutoff ``before_ms`` (epoch ms) would delete and
+        those protected state keeps (``state.prunePreview``); nothing changes."""
+        payload = StatePrunePreviewPayload(before=before_ms)
+        return self._call("state.prunePreview", payload, PruneReport)
+
+    def prune(
+        self, before_ms: int, backup: Path, *, idempotency_key: str | None = None
+    ) -> PruneReport:
+        """Back up to ``backup`` (an absolute path that must not exist; the copy is verified
+        read-only first), then delete every expired run tree finished before ``before_ms``
+        (``state.prune``). A failed backup raises :class:`~piwf.errors.RejectedError` and
+        deletes nothing."""
+        payload = StatePrunePayload(before=before_ms, backup=str(backup))
+        return self._call("state.prune", payload, PruneReport, idempotency_key=idempotency_key)
 
     # -- internals --------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ Exit codes are a protocol: 0 success, 1 runtime error, 2 usage error. Every comm
     piwf run show nope --json      -> {"error":{"code":"notFound","message":"..."}}   exit 1
     piwf run show --json           -> {"error":{"code":"usage","message":"..."}}      exit 2
 
-Commands live in :mod:`.server`, :mod:`.runs`, :mod:`.state`, :mod:`.effects` and
-:mod:`.requests`; output in :mod:`.render`;
+Commands live in :mod:`.server`, :mod:`.runs`, :mod:`.state`, :mod:`.effects`,
+:mod:`.requests` and :mod:`.resources`; output in :mod:`.render`;
 the shared flag, error handling and client in :mod:`.common`. docs/CLI.md documents each one.
 """
 
@@ -78,11 +78,12 @@ def _register() -> None:
     # Imported here: the command modules import this package's siblings while it initialises.
     from piwf.cli.effects import effect_group
     from piwf.cli.requests import answer_command, requests_command
+    from piwf.cli.resources import resource_group
     from piwf.cli.runs import run_group
     from piwf.cli.server import server_group
     from piwf.cli.state import state_group
 
-    for group in (server_group, run_group, state_group, effect_group):
+    for group in (server_group, run_group, state_group, effect_group, resource_group):
         cli.add_command(group)
     cli.add_command(requests_command)
     cli.add_command(answer_command)

@@ -18,6 +18,7 @@ from piwf.protocol.payloads import (
     BackupReceipt,
     DecisionInfo,
     OpenRequestInfo,
+    PruneReport,
     ResolutionInfo,
     RunDetail,
     RunInfo,
@@ -273,10 +274,22 @@ def state_status(status: StateStatus) -> str:
                     ("events", status.events),
                     ("blobs", status.blobs),
                     ("size", f"{status.database_bytes} bytes"),
+                    ("retention", None if status.retention is None else _retention(status)),
                 ]
             ),
         ]
     )
+
+
+def _retention(status: StateStatus) -> str:
+    info = status.retention
+    assert info is not None
+    text = f"last sweep {timestamp(info.last_completed_at)}"
+    if info.last_completed_at is not None:
+        text += f" ({info.last_trees_deleted} tree(s) deleted, {info.last_trees_protected} kept)"
+    if info.last_failure is not None:
+        text += f"; last failure {timestamp(info.last_failure_at)}: {info.last_failure}"
+    return text
 
 
 def verify(receipt: VerifyReceipt) -> str:
@@ -291,3 +304,22 @@ def verify(receipt: VerifyReceipt) -> str:
 def backup(receipt: BackupReceipt) -> str:
     """Where the backup went."""
     return f"backup written to {receipt.destination} ({receipt.bytes} bytes, verified)"
+
+
+def prune(report: PruneReport) -> str:
+    """What a prune deleted (or would), then the trees protected state keeps."""
+    verb = "deleted" if report.applied else "would delete"
+    lines = []
+    if report.backup is not None:
+        lines.append(backup(report.backup))
+    lines.append(
+        f"{verb} {report.tree_count} run tree(s), {report.run_count} run(s),"
+        f" finished before {timestamp(report.before)}"
+    )
+    lines += [f"  {tree.root_run_id}  ({tree.runs} run(s))" for tree in report.trees]
+    if report.protected_count:
+        lines.append(f"kept {report.protected_count} expired tree(s) that protected state holds:")
+        lines += [f"  {tree.root_run_id}  {', '.join(tree.reasons)}" for tree in report.protected]
+    if report.truncated:
+        lines.append("(lists cut at 100 entries; the counts are complete)")
+    return "\n".join(lines)

@@ -1,15 +1,21 @@
-"""``piwf state status | verify | backup``: the state database, always through the server."""
+"""``piwf state status | verify | backup | prune``: the state database, always through the
+server (except the offline verification of a backup file)."""
 
 from __future__ import annotations
 
 import importlib
+import re
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import click
 
 from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client
-from piwf.protocol.payloads import VerifyReceipt, ViolationInfo
+from piwf.protocol.payloads import MAX_TIMESTAMP_MS, VerifyReceipt, ViolationInfo
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_DIGITS = re.compile(r"[0-9]{1,16}")
 
 
 @click.group("state")
@@ -101,3 +107,89 @@ def state_backup(destination: Path, as_json: bool) -> None:
         render.emit_json(receipt.to_wire())
     else:
         click.echo(render.backup(receipt))
+
+
+def parse_timestamp(text: str) -> int:
+    """Return epoch milliseconds for ``text``: digits only are epoch milliseconds, anything else
+    must be ISO-8601 (``2024-05-01``, ``2024-05-01T12:00:00+02:00``, a trailing ``Z``); an ISO
+    time without an offset is UTC. Raises :class:`click.BadParameter`."""
+    text = text.strip()
+    if _DIGITS.fullmatch(text):
+        value = int(text)
+    else:
+        iso = text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text
+        try:
+            moment = datetime.fromisoformat(iso)
+        except ValueError:
+            raise click.BadParameter(
+                f"{text[:64]!r} is neither ISO-8601 nor epoch milliseconds"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        value = (moment - _EPOCH) // timedelta(milliseconds=1)
+    if not 0 <= value <= MAX_TIMESTAMP_MS:
+        raise click.BadParameter("the timestamp must lie between 1970 and the year 9999")
+    return value
+
+
+def _timestamp_option(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
+    return parse_timestamp(value)
+
+
+@state_group.command("prune")
+@click.option(
+    "--before",
+    "before",
+    required=True,
+    metavar="TS",
+    callback=_timestamp_option,
+    help="Cutoff: ISO-8601 (2024-05-01, 2024-05-01T12:00:00Z; no offset means UTC) or epoch "
+    "milliseconds (digits only). Trees whose every run finished before it may go.",
+)
+@click.option("--dry-run", "dry_run", is_flag=True, help="Only list what would be deleted.")
+@click.option("--apply", "apply", is_flag=True, help="Delete (needs --backup).")
+@click.option(
+    "--backup",
+    "backup",
+    metavar="DEST",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --apply: a verified backup is written here first (absolute, new file).",
+)
+@json_option
+@command
+def state_prune(
+    before: int, dry_run: bool, apply: bool, backup: Path | None, as_json: bool
+) -> None:
+    """Delete terminal run trees that finished before TS and hold no protected state.
+
+    The server's automatic sweep does the same for trees older than 30 days. --dry-run lists
+    the trees (ids and counts) it would delete and the expired ones protected state keeps;
+    --apply first writes a backup to DEST and verifies it read-only, then deletes those trees.
+    With --json the document is the prune report either way.
+
+    \b
+    Example:
+      piwf state prune --before 2024-05-01 --dry-run
+      piwf state prune --before 2024-05-01 --backup /var/backups/piwf-1.sqlite --apply
+    """
+    if dry_run == apply:
+        raise click.UsageError("choose exactly one of --dry-run and --apply")
+    if dry_run and backup is not None:
+        raise click.UsageError("--backup only applies with --apply")
+    if apply:
+        if backup is None:
+            raise click.UsageError("--apply needs --backup DEST, a new file for the backup")
+        if not backup.is_absolute():
+            raise click.UsageError("--backup must be an absolute path")
+        if backup.exists() or backup.is_symlink():
+            raise click.UsageError(f"--backup {backup} already exists; choose a new file")
+    with open_client() as client:
+        if apply:
+            assert backup is not None
+            report = client.prune(before, backup)
+        else:
+            report = client.prune_preview(before)
+    if as_json:
+        render.emit_json(report.to_wire())
+    else:
+        click.echo(render.prune(report))

@@ -1,26 +1,33 @@
 """The operations of ``piwf.client.v1`` and which of them are durable.
 
-=====================  =======  ==========================================================
-operation              kind     meaning
-=====================  =======  ==========================================================
-``server.status``      read     safe counts about the running server
-``server.stop``        durable  stop the server after in-flight commands finish
-``run.start``          durable  commit a new run as queued
-``run.list``           read     the run list
-``run.get``            read     one run's view
-``run.cancel``         durable  cancel a run
-``run.pause``          durable  set the run's pause flag
-``run.resume``         durable  clear the pause flag / requeue a parked run
-``run.restart``        durable  start a fresh child run from the first node
-``run.wait``           read     answer once a run is terminal (or the wait times out)
-``state.status``       read     safe counts about the database
-``state.verify``       read     check the invariants, report violations
-``state.backup``       durable  write a verified backup through the SQLite backup API
-``effect.resolve``     durable  settle an ambiguous effect by explicit operator action
-``checkpoint.answer``  durable  answer a checkpoint
-``decision.answer``    durable  answer a protected human decision
-``requests.list``      read     the pending requests (checkpoints, decisions)
-=====================  =======  ==========================================================
+======================  =======  ==========================================================
+operation               kind     meaning
+======================  =======  ==========================================================
+``server.status``       read     safe counts about the running server
+``server.stop``         durable  stop the server after in-flight commands finish
+``run.start``           durable  commit a new run as queued
+``run.list``            read     the run list
+``run.get``             read     one run's view
+``run.cancel``          durable  cancel a run
+``run.pause``           durable  set the run's pause flag
+``run.resume``          durable  clear the pause flag / requeue a parked run
+``run.restart``         durable  start a fresh child run from the first node
+``run.wait``            read     answer once a run is terminal (or the wait times out)
+``state.status``        read     safe counts about the database
+``state.verify``        read     check the invariants, report violations
+``state.backup``        durable  write a verified backup through the SQLite backup API
+``state.prune``         durable  back up, then delete the expired run trees (retention)
+``state.prunePreview``  read     list the run trees a prune would delete
+``effect.resolve``      durable  settle an ambiguous effect by explicit operator action
+``checkpoint.answer``   durable  answer a checkpoint
+``decision.answer``     durable  answer a protected human decision
+``requests.list``       read     the pending requests (checkpoints, decisions)
+``resource.apply``      durable  create a managed resource or change its spec
+``resource.get``        read     one managed resource in full
+``resource.list``       read     the managed resources
+``resource.delete``     durable  delete a managed resource (its finalizers run first)
+``resource.reconcile``  durable  enqueue a managed resource for a reconcile now
+======================  =======  ==========================================================
 
 A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
 commits a receipt keyed by ``(clientId, idempotencyKey)`` together with the change and before it
@@ -39,6 +46,11 @@ Operation = Literal[
     "decision.answer",
     "effect.resolve",
     "requests.list",
+    "resource.apply",
+    "resource.delete",
+    "resource.get",
+    "resource.list",
+    "resource.reconcile",
     "run.cancel",
     "run.get",
     "run.list",
@@ -50,6 +62,8 @@ Operation = Literal[
     "server.status",
     "server.stop",
     "state.backup",
+    "state.prune",
+    "state.prunePreview",
     "state.status",
     "state.verify",
 ]
@@ -63,6 +77,9 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
         "checkpoint.answer",
         "decision.answer",
         "effect.resolve",
+        "resource.apply",
+        "resource.delete",
+        "resource.reconcile",
         "run.cancel",
         "run.pause",
         "run.restart",
@@ -70,6 +87,7 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
         "run.start",
         "server.stop",
         "state.backup",
+        "state.prune",
     }
 )
 

@@ -16,6 +16,8 @@ with the receipt model, so both sides agree on one shape::
     state.status     {}                                        StateStatus
     state.verify     {}                                        {"valid": bool, "violations": [...]}
     state.backup     {destination}                             {"destination", "bytes"}
+    state.prunePreview {before}                                PruneReport (applied: false)
+    state.prune      {before, backup}                          PruneReport (applied: true)
     run.pause        {}  (runId in the envelope)               {"run": RunInfo}
     run.resume       {}  (runId in the envelope)               {"run": RunInfo}
     run.restart      {}  (runId in the envelope)               {"run": RunInfo}  (the new run)
@@ -282,6 +284,20 @@ class StopReceipt(WireModel):
     stopping: bool
 
 
+class RetentionInfo(WireModel):
+    """The automatic retention sweep's bookkeeping: times (epoch ms), counts and the last
+    failure's bounded diagnostic (error class and ids, never payloads)."""
+
+    last_started_at: int | None = None
+    last_completed_at: int | None = None
+    last_trees_deleted: int = 0
+    last_runs_deleted: int = 0
+    last_trees_protected: int = 0
+    total_trees_deleted: int = 0
+    last_failure_at: int | None = None
+    last_failure: str | None = None
+
+
 class StateStatus(WireModel):
     """Privacy-safe database counts."""
 
@@ -295,6 +311,7 @@ class StateStatus(WireModel):
     events: int
     blobs: int
     database_bytes: int
+    retention: RetentionInfo | None = None
 
 
 class ViolationInfo(WireModel):
@@ -316,3 +333,56 @@ class BackupReceipt(WireModel):
 
     destination: str
     bytes: int
+
+
+#: Latest timestamp a prune cutoff may name (the last millisecond of year 9999, UTC).
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+
+class StatePrunePreviewPayload(WireModel):
+    """List what a prune with cutoff ``before`` (epoch ms) would delete; deletes nothing."""
+
+    before: int = Field(ge=0, le=MAX_TIMESTAMP_MS)
+
+
+class StatePrunePayload(WireModel):
+    """Back up to ``backup`` (absolute, must not exist), then delete the expired trees."""
+
+    before: int = Field(ge=0, le=MAX_TIMESTAMP_MS)
+    backup: str = Field(min_length=1, max_length=4096)
+
+
+class PruneTree(WireModel):
+    """One tree a prune deletes (or would): its root, its run count and up to 50 run ids."""
+
+    root_run_id: str
+    runs: int
+    run_ids: list[str]
+
+
+class ProtectedTree(WireModel):
+    """A tree old enough to expire that protected state keeps (reason codes of
+    docs/RETENTION.md)."""
+
+    root_run_id: str
+    reasons: list[str]
+
+
+class PruneReport(WireModel):
+    """Receipt of state.prunePreview and state.prune: ids and counts only, never payloads.
+
+    ``trees`` and ``protected`` list at most 100 entries each (``truncated`` says when more
+    exist); the counts are complete. ``backup`` is the verified backup an applied prune made
+    first.
+    """
+
+    before: int
+    applied: bool
+    tree_count: int
+    run_count: int
+    trees: list[PruneTree]
+    protected_count: int
+    protected: list[ProtectedTree]
+    truncated: bool
+    blobs_deleted: int | None = None
+    backup: BackupReceipt | None = None

@@ -4,6 +4,7 @@ The server never imports workflow code; it starts this child, sends one request 
 reply, both canonical JSON::
 
     request  {"workflow": str, "projectPath": str | null, "stateHome": str}
+             (or a resource-manager request: :mod:`piwf.runner.resource_resolve`)
     reply    {"ok": true, "workflowName": str, "workflowRef": str, "definitionDigest": hex,
               "snapshot": {...}, "title": str | null,
               "sources": {"root": {"location", "sha256"}, "mounted": [...]}}
@@ -43,6 +44,10 @@ def resolve(request: JsonValue) -> dict[str, JsonValue]:
     """Resolve and compile the workflow named in ``request``; raise ``PiwfError`` on failure."""
     from piwf.workflow.sources import find_workflow, load_workflow
 
+    if isinstance(request, dict) and request.get("kind") == "resourceManager":
+        from piwf.runner.resource_resolve import resolve_resource_manager
+
+        return resolve_resource_manager(request)
     if not isinstance(request, dict) or not isinstance(request.get("workflow"), str):
         raise ValueError("resolver request needs a workflow reference")
     reference = request["workflow"]

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -77,6 +77,18 @@ _APPLY: dict[str, Callable[..., port.PortResult]] = {
     "park": ex.apply_park,
     "finish": ex.apply_finish,
 }
+
+
+class ReconcileAdmission(Protocol):
+    """The other kind of work that shares the pool's slots (resource reconciles)."""
+
+    def admit(self) -> bool:
+        """Claim and launch one due reconcile; False when none is due."""
+        ...
+
+    def busy_slots(self) -> int:
+        """Slots held by reconciles now (launching or running)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -132,8 +144,12 @@ class Executor:
         self.server_claim = server_claim
         self.settings = settings
         self.run_changed = run_changed
+        #: Called after every runner exit (the server asks for a retention sweep there).
+        self.on_runner_exit: Callable[[], None] = lambda: None
         self.supervisor = Supervisor(loop, log_dir)
         self.active: dict[str, ActiveRun] = {}
+        #: The resource reconciles sharing this pool's capacity (set by the lifecycle).
+        self.reconciler: ReconcileAdmission | None = None
         self._scheduling = False
         self._prefer_reconcile = False
         loop.every(settings.poll_s, self.schedule)
@@ -150,8 +166,7 @@ class Executor:
 
         Admission alternates between the two kinds of work when both have some: after a
         workflow run the next slot is offered to a resource reconcile first, and the other way
-        round. Resource reconciles land with resource managers; until then their admission
-        finds no work and every slot goes to workflow runs.
+        round (:class:`ReconcileAdmission`; the reconciles count toward the same capacity).
         """
         if self._scheduling or self.loop.stop_requested:
             return
@@ -172,7 +187,8 @@ class Executor:
 
     def busy_slots(self) -> int:
         """Slots in use: launching and running children of every kind."""
-        return len(self.active)
+        reconciles = 0 if self.reconciler is None else self.reconciler.busy_slots()
+        return len(self.active) + reconciles
 
     def _admit_run(self) -> bool:
         launch = self._claim_next()
@@ -183,8 +199,8 @@ class Executor:
         return True
 
     def _admit_reconcile(self) -> bool:
-        """The resource-manager side of the alternation; no such work exists yet."""
-        return False
+        """The resource-manager side of the alternation (:mod:`piwf.server.reconciles`)."""
+        return self.reconciler is not None and self.reconciler.admit()
 
     def renew_claims(self) -> None:
         """Renew every active run claim; a lost claim stops its child without a failure."""
@@ -661,6 +677,7 @@ class Executor:
         self.active.pop(active.run_id, None)
         self.run_changed(active.run_id)
         self.loop.call_later(0, self.schedule)
+        self.on_runner_exit()
 
     def _classify(self, active: ActiveRun, handle: ChildHandle) -> RunnerStatus:
         if active.stop_reason is not None:

@@ -25,14 +25,17 @@ from piwf.protocol.payloads import (
     EffectResolvePayload,
     EmptyPayload,
     RequestsListPayload,
+    RetentionInfo,
     ServerStatus,
     StateBackupPayload,
+    StatePrunePayload,
+    StatePrunePreviewPayload,
     StateStatus,
     StopReceipt,
     VerifyReceipt,
     ViolationInfo,
 )
-from piwf.server import answers
+from piwf.server import answers, maintenance
 from piwf.server.commands import CommandResult
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
@@ -46,9 +49,11 @@ from piwf.server.replies import (
     ok,
     payload_of,
 )
+from piwf.server.resource_handlers import ResourceHandlers
 from piwf.server.run_handlers import RunHandlers
-from piwf.state import Conflict, Transaction
+from piwf.state import Conflict, Transaction, retention
 from piwf.state import effects as fx
+from piwf.state import execution as ex
 from piwf.state.backup import backup_database
 from piwf.state.diagnostics import find_violations, status_counts
 from piwf.state.enums import ActorType, SubmissionSource
@@ -63,6 +68,7 @@ class Handlers:
     def __init__(self, context: ServerContext) -> None:
         self.context = context
         self.runs = RunHandlers(context, self.handle)
+        self.resources = ResourceHandlers(context)
         self.table: dict[str, Callable[[Request, Reply], None]] = {
             "server.status": self.server_status,
             "server.stop": self.server_stop,
@@ -78,9 +84,16 @@ class Handlers:
             "state.status": self.state_status,
             "state.verify": self.state_verify,
             "state.backup": self.state_backup,
+            "state.prunePreview": self.state_prune_preview,
+            "state.prune": self.state_prune,
             "checkpoint.answer": self.checkpoint_answer,
             "decision.answer": self.decision_answer,
             "requests.list": self.requests_list,
+            "resource.apply": self.resources.apply,
+            "resource.get": self.resources.get,
+            "resource.list": self.resources.list,
+            "resource.delete": self.resources.delete,
+            "resource.reconcile": self.resources.reconcile,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:
@@ -193,6 +206,7 @@ class Handlers:
         payload_of(request, EmptyPayload)
         with self.context.db.read() as tx:
             counts = status_counts(tx)
+            swept = retention.read_status(tx)
         status = StateStatus(
             runs=as_int_map(counts["runs"]),
             queue=as_int_map(counts["queue"]),
@@ -204,6 +218,7 @@ class Handlers:
             events=as_int(counts["events"]),
             blobs=as_int(counts["blobs"]),
             database_bytes=as_int(counts["databaseBytes"]),
+            retention=RetentionInfo(**vars(swept)),
         )
         reply(ok(request, status))
 
@@ -230,3 +245,39 @@ class Handlers:
             return
         receipt = BackupReceipt(destination=str(report.destination), bytes=report.byte_length)
         reply(self.context.commands.store(request, CommandResult.accepted(receipt.to_wire())))
+
+    def state_prune_preview(self, request: Request, reply: Reply) -> None:
+        """List the trees a prune with this cutoff would delete (ids and counts only)."""
+        payload = payload_of(request, StatePrunePreviewPayload)
+        reply(ok(request, maintenance.preview_prune(self.context.db, payload.before)))
+
+    def state_prune(self, request: Request, reply: Reply) -> None:
+        """Back up (verified) to a new absolute path, then delete every expired tree in the
+        transaction of the receipt; a failed backup is a stored rejection, nothing deleted."""
+        payload = payload_of(request, StatePrunePayload)
+        earlier = self.context.commands.lookup(request)
+        if earlier is not None:
+            reply(earlier)
+            return
+        try:
+            copy = backup_database(self.context.db, Path(payload.backup))
+        except PiwfError as error:
+            reply(self.context.commands.store(request, CommandResult.failed("rejected", error)))
+            return
+        made = BackupReceipt(destination=str(copy.destination), bytes=copy.byte_length)
+        response = self.context.commands.execute(
+            request,
+            lambda tx: CommandResult.accepted(
+                maintenance.apply_prune(tx, payload.before, made).to_wire()
+            ),
+        )
+        reply(response)
+        if response.outcome == "accepted":
+            log.info("prune: deleted %s tree(s)", (response.receipt or {}).get("treeCount"))
+            maintenance.compact_after_prune(self.context.db, self._idle)
+
+    def _idle(self) -> bool:
+        if self.context.active_runners() or self.context.resolvers.active:
+            return False
+        with self.context.db.read() as tx:
+            return ex.count_runnable(tx) == 0

@@ -4,7 +4,8 @@ Start order, each step refusing cleanly before the next::
 
     state home 0700 -> server dir 0700 -> socket path fits -> single-instance lock
     -> open the database (identity verified) -> take the server epoch (epoch + 1)
-    -> bind the socket (0600, stale one replaced) -> report ready -> serve
+    -> bind the socket (0600, stale one replaced) -> request a retention sweep (it runs once
+    the server is idle, docs/RETENTION.md) -> report ready -> serve
 
 Stop order: stop accepting, close clients, stop children, release the epoch claim, remove the
 socket, close the database, drop the lock. A failed epoch renewal stops the server at once:
@@ -36,7 +37,9 @@ from piwf.server.handlers import Handlers
 from piwf.server.listener import bind_listener, check_socket_path
 from piwf.server.lock import InstanceLock
 from piwf.server.loop import ClientListener, EventLoop
+from piwf.server.maintenance import RetentionSettings, RetentionSweeper
 from piwf.server.processes import is_alive, own_identity
+from piwf.server.reconciles import Reconciler, ReconcileSettings
 from piwf.server.recovery import recover_previous_server
 from piwf.server.resolver_jobs import ResolverJobs
 from piwf.server.settings import ServerSettings
@@ -94,6 +97,7 @@ def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
         return EXIT_FAILED
     log.info("server started: epoch %d, pid %d", claim.epoch, os.getpid())
     server = Server(settings, db, claim, listener)
+    server.retention.request()  # recovery is done: the sweep runs once the server is idle
     _report(ready_fd, {"ok": True, "epoch": claim.epoch, "pid": os.getpid()})
     try:
         server.serve()
@@ -137,6 +141,22 @@ class Server:
             ),
             run_changed=self._run_changed,
         )
+        self.reconciler = Reconciler(
+            db=db,
+            loop=self.loop,
+            supervisor=self.executor.supervisor,
+            server_claim=lambda: self.claim,
+            home=settings.paths.home,
+            settings=ReconcileSettings(
+                lease_ms=settings.run_lease_ms,
+                renew_s=settings.run_renew_s,
+                poll_s=settings.claim_poll_s,
+                ready_timeout_s=settings.runner_ready_timeout_s,
+                deadline_grace_s=settings.reconcile_grace_s,
+            ),
+            wake_scheduler=self._wake_scheduler,
+        )
+        self.executor.reconciler = self.reconciler
         context = ServerContext(
             db=db,
             commands=self.commands,
@@ -149,12 +169,21 @@ class Server:
             request_stop=self.request_stop,
             server_id=claim.server_id,
             run_lease_ms=settings.run_lease_ms,
-            active_runners=lambda: len(self.executor.active),
+            active_runners=self.executor.busy_slots,
             active_claim=self.executor.claim_of_run,
             stop_runner=self.executor.stop_run,
             wake_scheduler=self._wake_scheduler,
         )
         self.handlers = Handlers(context)
+        self.retention = RetentionSweeper(
+            db=db,
+            loop=self.loop,
+            executor=self.executor,
+            resolvers=self.resolvers,
+            server_claim=lambda: self.claim,
+            settings=RetentionSettings.from_server(settings),
+        )
+        self.executor.on_runner_exit = self.retention.request
         self.deadlines = DecisionDeadlines(
             db=db,
             loop=self.loop,
@@ -189,6 +218,7 @@ class Server:
 
     def shutdown(self) -> None:
         """Close clients and children; the caller releases the epoch and the lock."""
+        self.reconciler.stop_all()
         self.executor.stop_all()
         self.resolvers.stop_all()
         self.clients.close_all()
@@ -199,6 +229,7 @@ class Server:
 
     def _run_changed(self, run_id: str) -> None:
         self.handlers.notify_run_changed(run_id)
+        self.reconciler.wake_parents()  # a child run of a managed resource may have ended
         self.deadlines.nudge()  # a run that just parked may already be past its deadline
 
     def _decisions_settled(self, run_ids: list[str]) -> None:
@@ -225,6 +256,8 @@ class Server:
 
     def _exit_if_idle(self) -> None:
         if self.clients.connections or self.resolvers.active or self.executor.active:
+            return
+        if self.reconciler.has_work():
             return
         if time.monotonic() - self.clients.last_activity < self.settings.idle_exit_s:
             return

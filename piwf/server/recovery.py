@@ -8,7 +8,8 @@ Runs once, after this server took its epoch and before it listens:
    exact process (start identity, never a bare pid) still runs, close the row ``orphaned`` and
    decide its run like any interrupted work: claimable again from the last committed boundary,
    with uncertain effects decided by their recovery policy;
-3. make claimable the runs the previous server claimed but never launched.
+3. make claimable the runs the previous server claimed but never launched;
+4. recover its resource reconciles (:mod:`piwf.server.reconcile_recovery`).
 
 Recovery is idempotent: a crash half-way leaves rows the next start recovers the same way.
 """
@@ -25,6 +26,7 @@ import psutil
 from piwf import faults
 from piwf.errors import PiwfError
 from piwf.server.processes import is_alive
+from piwf.server.reconcile_recovery import recover_reconciles
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, OwnerType, RunnerStatus
@@ -94,7 +96,14 @@ def recover_previous_server(
                 )
         except PiwfError as error:
             log.warning("recovery: run %s was not recovered: %s", run_id, error)
-    return len(orphans) + len(stranded)
+    reconciles = recover_reconciles(
+        db,
+        epoch=epoch,
+        previous_server_id=previous_server_id,
+        owner_id=owner_id,
+        lease_ms=lease_ms,
+    )
+    return len(orphans) + len(stranded) + reconciles
 
 
 def _kill_group(pid: int) -> None:

@@ -49,12 +49,24 @@ class ServerSettings:
     run_renew_s: float = 10.0
     claim_poll_s: float = 2.0
     runner_ready_timeout_s: float = 30.0
+    #: How long a resource reconcile may overrun its manager's ``timeout_ms`` before it is
+    #: killed (its signal is set at the deadline itself).
+    reconcile_grace_s: float = 1.0
+    #: Retention (docs/RETENTION.md): days kept after ``finished_at``, the wait after a failed
+    #: or postponed sweep, the interval between completed sweeps, and the reclaimable bytes an
+    #: automatic VACUUM needs.
+    retention_days: int = 30
+    retention_retry_s: float = 300.0
+    retention_interval_s: float = 86_400.0
+    retention_vacuum_min_bytes: int = 64 * 1024 * 1024
 
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
         """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``IDLE_EXIT_S``, ``SERVER_LEASE_MS``,
         ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``, ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
-        ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``); ``overrides`` win."""
+        ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RETENTION_DAYS``, ``RETENTION_RETRY_S``,
+        ``RETENTION_INTERVAL_S``, ``RETENTION_VACUUM_MIN_BYTES``, ``RECONCILE_GRACE_S``);
+        ``overrides`` win."""
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
@@ -66,6 +78,13 @@ class ServerSettings:
             "run_renew_s": _env_float("PIWF_RUN_RENEW_S", 10.0),
             "claim_poll_s": _env_float("PIWF_CLAIM_POLL_S", 2.0),
             "runner_ready_timeout_s": _env_float("PIWF_RUNNER_READY_TIMEOUT_S", 30.0),
+            "reconcile_grace_s": _env_float("PIWF_RECONCILE_GRACE_S", 1.0),
+            "retention_days": _env_int("PIWF_RETENTION_DAYS", 30),
+            "retention_retry_s": _env_float("PIWF_RETENTION_RETRY_S", 300.0),
+            "retention_interval_s": _env_float("PIWF_RETENTION_INTERVAL_S", 86_400.0),
+            "retention_vacuum_min_bytes": _env_int(
+                "PIWF_RETENTION_VACUUM_MIN_BYTES", 64 * 1024 * 1024
+            ),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -70,6 +70,7 @@ class EffectRecovery(str, Enum):
 
     IDEMPOTENT = "idempotent"  # return to pending and retry under the same key
     MANUAL = "manual"  # become ambiguous; only an operator moves it
+    OBSERVE = "observe"  # become ambiguous; its owner observes the outside world before acting
 
 
 class EffectOwnerScope(str, Enum):
@@ -305,3 +306,45 @@ class NotificationKind(str, Enum):
 
     PROGRESS = "progress"
     FINAL = "final"
+
+
+class ResourceQueueReason(str, Enum):
+    """Why a managed resource sits in ``managed_resource_queue``."""
+
+    APPLIED = "applied"
+    REQUESTED = "requested"
+    REQUEUE = "requeue"
+    REQUEUE_AFTER = "requeueAfter"
+    CONFLICT = "conflict"
+    ERROR = "error"
+    CHILD_FINISHED = "childFinished"
+    DELETING = "deleting"
+    INTERRUPTED = "interrupted"
+
+
+class ResourceRunnerStatus(str, Enum):
+    """Status of one resource-runner process: two live states, then one outcome."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    EXITED = "exited"
+    TIMED_OUT = "timedOut"
+    CRASHED = "crashed"
+    CLAIM_LOST = "claimLost"
+    ORPHANED = "orphaned"
+
+
+LIVE_RESOURCE_RUNNER_STATUSES = frozenset(
+    {ResourceRunnerStatus.STARTING, ResourceRunnerStatus.RUNNING}
+)
+
+
+class ReconcileOutcome(str, Enum):
+    """What one reconcile's result did (``managed_resource_runners.result``)."""
+
+    SETTLED = "settled"
+    REQUEUE = "requeue"
+    REQUEUE_AFTER = "requeueAfter"
+    DELETED = "deleted"
+    CONFLICT = "conflict"
+    FAILED = "failed"

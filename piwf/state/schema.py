@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 
 from piwf.state.schema_decisions import DECISION_STATEMENTS
+from piwf.state.schema_resources import RESOURCE_STATEMENTS
+from piwf.state.schema_retention import RETENTION_STATEMENTS
 
 SCHEMA_NAME = "piwf-state"
 SCHEMA_VERSION = 1
@@ -133,7 +135,7 @@ CREATE TABLE effects (
   effect_type TEXT NOT NULL CHECK (length(effect_type) BETWEEN 1 AND 256),
   idempotency_key TEXT NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 256),
   payload_hash BLOB NOT NULL REFERENCES blobs(blob_hash),
-  recovery TEXT NOT NULL CHECK (recovery IN ('idempotent', 'manual')),
+  recovery TEXT NOT NULL CHECK (recovery IN ('idempotent', 'manual', 'observe')),
   owner_scope TEXT NOT NULL CHECK (owner_scope IN (
     'run', 'resource_manager', 'channel', 'system')),
   status TEXT NOT NULL CHECK (status IN (
@@ -592,6 +594,8 @@ STATEMENTS: tuple[str, ...] = tuple(
         _RUN_NOTIFICATIONS,
         _RUN_NOTIFICATIONS_RUN_INDEX,
         *DECISION_STATEMENTS,
+        *RETENTION_STATEMENTS,
+        *RESOURCE_STATEMENTS,
     )
 )
 

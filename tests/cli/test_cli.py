@@ -22,7 +22,8 @@ from click.testing import CliRunner, Result
 
 from piwf import launcher
 from piwf._version import __version__
-from piwf.cli import cli
+from piwf.cli import cli, render
+from piwf.cli.state import parse_timestamp
 from piwf.protocol import Request
 from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
 
@@ -58,6 +59,11 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf answer",
         "piwf effect resolve",
         "piwf requests",
+        "piwf resource apply",
+        "piwf resource delete",
+        "piwf resource get",
+        "piwf resource list",
+        "piwf resource reconcile",
         "piwf run cancel",
         "piwf run list",
         "piwf run pause",
@@ -71,6 +77,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf server status",
         "piwf server stop",
         "piwf state backup",
+        "piwf state prune",
         "piwf state status",
         "piwf state verify",
     ]
@@ -118,6 +125,19 @@ def test_version() -> None:
         (["run", "list", "--limit", "0"], "--limit"),
         (["run", "wait", "run-1", "--timeout", "-1"], "--timeout"),
         (["state", "backup"], "Missing argument 'DEST'"),
+        (["resource", "apply", "greeting", "ada"], "exactly one of --spec or --spec-file"),
+        (["resource", "apply", "greeting", "ada", "--spec", "{bad"], "not valid JSON"),
+        (["resource", "apply", "greeting", "ada", "--spec", "[1]"], "must be a JSON object"),
+        (["resource", "get", "greeting"], "Missing argument 'KEY'"),
+        (["state", "prune", "--dry-run"], "Missing option '--before'"),
+        (["state", "prune", "--before", "2024-05-01"], "exactly one of --dry-run and --apply"),
+        (["state", "prune", "--before", "1", "--dry-run", "--apply"], "exactly one of"),
+        (["state", "prune", "--before", "1", "--apply"], "--apply needs --backup DEST"),
+        (["state", "prune", "--before", "1", "--apply", "--backup", "b.sqlite"], "absolute"),
+        (["state", "prune", "--before", "1", "--dry-run", "--backup", "/b"], "only applies"),
+        (["state", "prune", "--before", "yesterday", "--dry-run"], "neither ISO-8601 nor epoch"),
+        (["state", "prune", "--before", "1969-12-31", "--dry-run"], "between 1970"),
+        (["state", "prune", "--before", "2024-13-01", "--dry-run"], "neither ISO-8601"),
         (["server", "start", "--max-workers", "0"], "--max-workers"),
         (["nope"], "No such command"),
     ],
@@ -229,8 +249,28 @@ def answer(conn: FakeConnection, request: Request) -> None:
         conn.reply(request, {"valid": False, "violations": violations})
     elif operation == "state.backup":
         conn.reply(request, {"destination": payload["destination"], "bytes": 8192})
+    elif operation in ("state.prunePreview", "state.prune"):
+        conn.reply(request, prune_report(payload))
     else:
         conn.fail(request, "rejected", "unsupported", operation)
+
+
+def prune_report(payload: dict[str, Any]) -> dict[str, Any]:
+    applied = "backup" in payload
+    report: dict[str, Any] = {
+        "before": payload["before"],
+        "applied": applied,
+        "treeCount": 1,
+        "runCount": 2,
+        "trees": [{"rootRunId": "run-old", "runs": 2, "runIds": ["run-old", "run-old2"]}],
+        "protectedCount": 1,
+        "protected": [{"rootRunId": "run-held", "reasons": ["effect"]}],
+        "truncated": False,
+    }
+    if applied:
+        report["blobsDeleted"] = 7
+        report["backup"] = {"destination": payload["backup"], "bytes": 8192}
+    return report
 
 
 @pytest.fixture
@@ -436,3 +476,66 @@ def test_offline_verify_reports_planted_violations_with_stable_codes(tmp_path: P
     assert document["valid"] is False
     assert [v["code"] for v in document["violations"]] == ["eventRevisions"]
     assert sorted(p.name for p in home.iterdir()) == ["state.sqlite"]
+
+
+# -- state prune ----------------------------------------------------------------------------
+
+MAY_1 = 1_714_521_600_000  # 2024-05-01T00:00:00Z
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-05-01",
+        "2024-05-01T00:00:00Z",
+        "2024-05-01T02:00:00+02:00",
+        "2024-05-01 00:00:00",
+        str(MAY_1),
+    ],
+)
+def test_prune_timestamps_are_iso_8601_or_epoch_milliseconds(text: str) -> None:
+    assert parse_timestamp(text) == MAY_1
+
+
+def test_prune_dry_run_sends_the_cutoff_and_prints_one_document(fake: FakeServer) -> None:
+    result = invoke("state", "prune", "--before", "2024-05-01T00:00:00Z", "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    report = one_json_document(result.stdout)
+    assert report["applied"] is False and report["treeCount"] == 1
+    ((_, request),) = fake.requests
+    assert (request.operation, request.payload) == ("state.prunePreview", {"before": MAY_1})
+    assert request.idempotency_key is None, "a preview is a read"
+    human = invoke("state", "prune", "--before", str(MAY_1), "--dry-run")
+    assert human.exit_code == 0, human.output
+    assert "would delete 1 run tree(s), 2 run(s)" in human.stdout
+    assert "run-held  effect" in human.stdout
+
+
+def test_prune_apply_sends_the_backup_path_under_one_key(fake: FakeServer, tmp_path: Path) -> None:
+    backup = tmp_path / "before-prune.sqlite"
+    result = invoke(
+        "state", "prune", "--before", "2024-05-01", "--backup", str(backup), "--apply", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    report = one_json_document(result.stdout)
+    assert report["applied"] is True
+    assert report["backup"] == {"destination": str(backup), "bytes": 8192}
+    ((_, request),) = fake.requests
+    assert request.operation == "state.prune"
+    assert request.payload == {"before": MAY_1, "backup": str(backup)}
+    assert request.idempotency_key
+    human = invoke("state", "prune", "--before", "2024-05-01", "--backup", str(backup), "--apply")
+    assert human.stdout.splitlines()[:2] == [
+        f"backup written to {backup} (8192 bytes, verified)",
+        f"deleted 1 run tree(s), 2 run(s), finished before {render.timestamp(MAY_1)}",
+    ]
+
+
+def test_prune_refuses_an_existing_backup_file_before_asking_the_server(tmp_path: Path) -> None:
+    existing = tmp_path / "taken.sqlite"
+    existing.write_bytes(b"")
+    result = invoke(
+        "state", "prune", "--before", "1", "--backup", str(existing), "--apply", "--json"
+    )
+    assert result.exit_code == 2
+    assert "already exists" in one_json_document(result.stdout)["error"]["message"]

@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
+from piwf.state import StateDatabase
 from tests.server.harness import state_violations
 
 PIWF = Path(sys.executable).parent / "piwf"
@@ -192,3 +193,32 @@ def test_runtime_error_without_json_goes_to_stderr(piwf: Piwf) -> None:
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.startswith("Error: ")
+
+
+def test_state_prune_lists_then_deletes_an_old_tree_after_a_verified_backup(
+    piwf: Piwf, tmp_path: Path
+) -> None:
+    # The servers this test starts keep 60 days, so their own sweep leaves a 40-day-old tree
+    # for the prune below to find.
+    piwf.env["PIWF_RETENTION_DAYS"] = "60"
+    old = piwf.json("run", "start", HELLO, "--input", '{"who": "old"}', "--wait")["run"]
+    assert piwf.json("server", "stop")["wasRunning"] is True
+    day_ms = 86_400_000
+    with StateDatabase(piwf.home / "state.sqlite") as db, db.write() as tx:
+        tx.execute("UPDATE runs SET finished_at = finished_at - ?", (40 * day_ms,))
+    fresh = piwf.json("run", "start", HELLO, "--input", '{"who": "new"}', "--wait")["run"]
+    before = str(old["finishedAt"] - 40 * day_ms + 1)
+
+    preview = piwf.json("state", "prune", "--before", before, "--dry-run")
+    assert (preview["applied"], preview["treeCount"], preview["runCount"]) == (False, 1, 1)
+    assert preview["trees"] == [{"rootRunId": old["runId"], "runs": 1, "runIds": [old["runId"]]}]
+
+    backup = tmp_path / "before-prune.sqlite"
+    applied = piwf.json("state", "prune", "--before", before, "--backup", str(backup), "--apply")
+    assert (applied["applied"], applied["treeCount"]) == (True, 1)
+    assert applied["backup"]["destination"] == str(backup)
+    assert applied["blobsDeleted"] > 0
+
+    assert [run["runId"] for run in piwf.json("run", "list")["runs"]] == [fresh["runId"]]
+    backed_up = piwf.json("state", "verify", str(backup))
+    assert backed_up == {"valid": True, "violations": []}, "the backup holds the old tree"

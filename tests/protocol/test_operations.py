@@ -22,9 +22,13 @@ EXPECTED_DURABLE = {
     "run.resume",
     "run.restart",
     "state.backup",
+    "state.prune",
     "effect.resolve",
     "checkpoint.answer",
     "decision.answer",
+    "resource.apply",
+    "resource.delete",
+    "resource.reconcile",
 }
 EXPECTED_READ = {
     "server.status",
@@ -33,7 +37,10 @@ EXPECTED_READ = {
     "run.wait",
     "state.status",
     "state.verify",
+    "state.prunePreview",
     "requests.list",
+    "resource.get",
+    "resource.list",
 }
 
 

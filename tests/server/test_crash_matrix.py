@@ -36,6 +36,7 @@ from tests.server.harness import (
     wait_for,
 )
 from tests.server.history import Command, History
+from tests.server.test_retention_crash import POINTS as RETENTION_POINTS
 
 FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S": "0.2"}
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "workflows"
@@ -236,7 +237,8 @@ def test_a_kill_during_recovery_converges_on_the_next_start(
 
 
 def test_every_fault_point_is_in_the_matrix() -> None:
-    """Each matrix case asserts its point was hit; the startup tests assert their deaths."""
+    """Each matrix case asserts its point was hit; the startup tests assert their deaths, and
+    ``test_retention_crash.py`` kills the maintenance sweep at its points."""
     startup = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
-    covered = {point for point, _ in MATRIX} | startup
+    covered = {point for point, _ in MATRIX} | startup | set(RETENTION_POINTS)
     assert covered >= faults.POINTS, sorted(faults.POINTS - covered)

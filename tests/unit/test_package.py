@@ -59,6 +59,11 @@ def test_package_is_typed() -> None:
 FORBIDDEN: list[tuple[str, tuple[str, ...]]] = [
     ("state", ("piwf.server", "piwf.client", "piwf.cli", "piwf.runner")),
     ("workflow", ("piwf.state", "piwf.server", "piwf.client", "piwf.cli", "sqlite3")),
+    (
+        "resource",
+        ("piwf.state", "piwf.server", "piwf.client", "piwf.cli", "piwf.runner", "sqlite3"),
+    ),
+    ("client_resources.py", ("piwf.server", "piwf.state", "sqlite3")),
     ("protocol", ("piwf.state", "piwf.server", "piwf.client", "piwf.cli", "sqlite3")),
     ("client.py", ("piwf.server", "piwf.state", "sqlite3")),
     ("client_connection.py", ("piwf.server", "piwf.state", "sqlite3")),

@@ -1,0 +1,60 @@
+"""``piwf resource ...`` from the installed script against a real server, as a user drives it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.cli.test_cli_e2e import REPO, Piwf, piwf  # noqa: F401 - piwf is the fixture
+from tests.server.harness import wait_for
+
+GREETING = REPO / "fixtures" / "resource_managers" / "greeting.py"
+
+
+def test_resource_apply_get_list_reconcile_and_delete(piwf: Piwf, tmp_path: Path) -> None:  # noqa: F811
+    project = tmp_path / "project"
+    (project / ".piwf" / "resource_managers").mkdir(parents=True)
+    (project / ".piwf" / "resource_managers" / "greeting.py").symlink_to(GREETING)
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = f'{{"dir": "{out}", "name": "Ada"}}'
+    where = ("--project", str(project))
+
+    created = piwf.json("resource", "apply", "greeting", "ada", "--spec", spec, *where)
+    assert created["outcome"] == "created"
+    assert created["resource"]["generation"] == 1
+
+    def settled() -> object:
+        detail = piwf.json("resource", "get", "greeting", "ada")
+        ready = detail["resource"]["state"] == "settled" and detail["status"].get("phase")
+        return detail if ready == "ready" else None
+
+    detail = wait_for(settled, timeout_s=30, what="the resource to converge")
+    assert detail["resource"]["ready"] == "True"
+    assert (out / "ada.txt").read_text() == "HELLO ADA\n"
+
+    listing = piwf.json("resource", "list")
+    assert [(r["manager"], r["key"], r["state"]) for r in listing["resources"]] == [
+        ("greeting", "ada", "settled")
+    ]
+    human = piwf.run("resource", "list")
+    assert human.returncode == 0
+    assert "greeting  ada" in human.stdout
+
+    enqueued = piwf.json("resource", "reconcile", "greeting", "ada")
+    assert enqueued["outcome"] == "enqueued"
+    assert enqueued["resource"]["resourceVersion"] == detail["resource"]["resourceVersion"]
+
+    deleting = piwf.json("resource", "delete", "greeting", "ada")
+    assert deleting["deleted"] is False
+
+    def gone() -> bool:
+        return piwf.run("resource", "get", "greeting", "ada").returncode == 1
+
+    wait_for(gone, timeout_s=30, what="the deletion")
+    assert not (out / "ada.txt").exists()
+    missing = piwf.json("resource", "get", "greeting", "ada", exit_code=1)
+    assert missing["error"]["code"] == "resourceNotFound"
+    unknown = piwf.json("resource", "apply", "nobody", "x", "--spec", "{}", *where, exit_code=1)
+    assert unknown["error"]["code"] == "resourceManagerLoad"
+    usage = piwf.json("resource", "apply", "greeting", "x", "--spec", "[1]", exit_code=2)
+    assert usage["error"]["code"] == "usage"
