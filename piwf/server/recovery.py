@@ -1,17 +1,40 @@
-"""Startup recovery of what the previous server left behind.
+"""Startup recovery of what the previous server left behind (seed 001 "Recovery").
 
-Runs once, after this server took its epoch and before it listens:
+The seed's twelve steps, in order, and where piwf does each:
 
-1. end the run claims the previous server held (it is proven dead: this server holds the
-   single-instance lock and the previous process identity is gone);
-2. for every runner row still marked live from an older epoch, kill its process group if that
-   exact process (start identity, never a bare pid) still runs, close the row ``orphaned`` and
-   decide its run like any interrupted work: claimable again from the last committed boundary,
-   with uncertain effects decided by their recovery policy;
-3. make claimable the runs the previous server claimed but never launched;
-4. recover its resource reconciles (:mod:`piwf.server.reconcile_recovery`).
+1. *take the global server epoch*: :func:`piwf.server.lifecycle.run_server` takes the
+   single-instance lock, then ``epoch + 1`` in ``server_state`` (fault ``server.after_epoch``);
+   every later command and runner transaction checks that epoch.
+2. *reap runner records that match an exact stale process identity*: below, every runner row
+   still live from an older epoch; its process group is killed only if that exact process
+   (start identity, never a bare pid) still runs, and the row is closed ``orphaned``.
+3. *find expired running runs and active attempts*: below, the previous server's claims end
+   (it is proven dead: this server holds the lock), and runs it claimed but never launched are
+   found by ``expired_running_runs``.
+4. *read managed effect state before deciding whether work may repeat*, 5. *park uncertain
+   effects for review*, 6. *make pure and settled work claimable*: each run goes through
+   ``recover_after_runner_exit``, one transaction per run: an ``applying`` idempotent effect
+   returns to ``pending``, an ``applying`` manual one becomes ``ambiguous`` and parks the run
+   ``effectAmbiguous``; otherwise the run is claimable from its last committed boundary (a
+   pure compute visit may run again). An ``orphaned`` runner counts no crash.
+7. *restore pending requests, decisions and scheduled resource work*: requests and decisions
+   are rows that survive as they are (a run with a pending request is ``waiting``); the
+   :class:`~piwf.server.answers.DecisionDeadlines` pass runs right after startup, so a deadline
+   that passed while no server ran is settled at once; resource reconciles of the dead server
+   are recovered by :mod:`piwf.server.reconcile_recovery` and due queue rows are admitted by
+   the scheduler.
+8. *supervised timeout recovery of interactive requests during a reported model turn*: piwf
+   has no sessions or model turns yet; waiting and server downtime consume no node timeout.
+9. *resume provisional validating submissions in a new supervised child*: an answer commits
+   with its request ``answered`` and the run eligible, so the next runner child consumes and
+   (for an agent node) validates it; the server never runs ``validate``.
+10., 11. *branch reports and model turns*: no sessions yet; nothing to wait for.
+12. *request a retention sweep once idle*: ``run_server`` calls
+    :meth:`~piwf.server.maintenance.RetentionSweeper.request` after recovery.
 
-Recovery is idempotent: a crash half-way leaves rows the next start recovers the same way.
+Claim loss is a handoff, never a failure: the old owner writes nothing after it. Recovery is
+idempotent: a crash half-way (fault ``recovery.after_each_fix``) leaves rows the next start
+recovers the same way.
 """
 
 from __future__ import annotations
