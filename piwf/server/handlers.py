@@ -55,7 +55,7 @@ from piwf.state import Conflict, Transaction, retention
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.backup import backup_database
-from piwf.state.diagnostics import find_violations, status_counts
+from piwf.state.diagnostics import find_violations, server_counts, status_counts
 from piwf.state.enums import ActorType, SubmissionSource
 from piwf.state.records import Actor
 
@@ -123,8 +123,7 @@ class Handlers:
     def server_status(self, request: Request, reply: Reply) -> None:
         payload_of(request, EmptyPayload)
         with self.context.db.read() as tx:
-            counts = status_counts(tx)
-        runs = as_int_map(counts["runs"])
+            counts = server_counts(tx)
         status = ServerStatus(
             state="running",
             epoch=self.context.epoch,
@@ -133,13 +132,13 @@ class Handlers:
             max_workers=self.context.max_workers,
             active_runners=self.context.active_runners(),
             connections=self.context.connection_count(),
-            queued_runs=runs.get("queued", 0),
-            running_runs=runs.get("running", 0),
-            waiting_runs=runs.get("waiting", 0),
-            paused_runs=as_int(counts["pausedRuns"]),
-            expired_claims=as_int(counts["expiredLeases"]),
-            pending_interactions=as_int(counts["pendingRequests"]),
-            ambiguous_effects=as_int(counts["ambiguousEffects"]),
+            queued_runs=counts["queued"],
+            running_runs=counts["running"],
+            waiting_runs=counts["waiting"],
+            paused_runs=counts["paused"],
+            expired_claims=counts["expiredLeases"],
+            pending_interactions=counts["pendingRequests"],
+            ambiguous_effects=counts["ambiguousEffects"],
         )
         reply(ok(request, status))
 

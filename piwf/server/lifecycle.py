@@ -208,6 +208,7 @@ class Server:
 
     def serve(self) -> None:
         """Run loop turns until a stop is requested and pending output is flushed."""
+        self._wake_scheduler()  # work recovery made claimable starts now, not at the next poll
         while not self.loop.stop_requested:
             self.loop.run_once()
         self._drain_output(deadline_s=1.0)

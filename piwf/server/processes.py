@@ -6,7 +6,10 @@ never signals an unrelated process that inherited a dead child's pid.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -54,3 +57,26 @@ def is_alive(identity: str) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
+
+
+def kill_orphan_groups(pids: list[int], timeout_s: float = 2.0) -> None:
+    """SIGKILL each process group, then wait (bounded, for all at once) until each is gone.
+
+    An orphan of a dead server is no child of this one: only its new parent reaps it, so a
+    zombie counts as gone (it can no longer act). Waiting one by one would cost a restart the
+    reaping delay of every orphan in turn.
+    """
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    pending = set(pids)
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    pending.discard(pid)
+            except psutil.NoSuchProcess:
+                pending.discard(pid)
+        if pending:
+            time.sleep(0.01)  # a bounded poll of processes we cannot wait on

@@ -16,15 +16,10 @@ Idempotent: a crash half-way leaves rows the next start recovers the same way.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
-
-import psutil
 
 from piwf.errors import PiwfError
-from piwf.server.processes import is_alive
+from piwf.server.processes import is_alive, kill_orphan_groups
 from piwf.state import StateDatabase
 from piwf.state import resource_calls as calls
 from piwf.state import resource_reconciles as rc
@@ -49,10 +44,16 @@ def recover_reconciles(
             expire_claims_of(tx, OwnerType.RESOURCE_MANAGER, previous_server_id)
     with db.read() as tx:
         orphans = runners.orphaned_runners(tx, epoch)
+    kill_orphan_groups(
+        [
+            runner.pid
+            for runner in orphans
+            if runner.pid is not None
+            and runner.process_start_identity is not None
+            and is_alive(runner.process_start_identity)
+        ]
+    )
     for runner in orphans:
-        identity = runner.process_start_identity
-        if runner.pid is not None and identity is not None and is_alive(identity):
-            _kill_group(runner.pid)
         try:
             with db.write() as tx:
                 rc.recover_orphaned_reconcile(tx, runner, owner_id=owner_id, lease_ms=lease_ms)
@@ -63,10 +64,3 @@ def recover_reconciles(
     if orphans:
         log.info("recovery: closed %d reconcile(s) of an earlier server", len(orphans))
     return len(orphans)
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(psutil.Error):
-        psutil.Process(pid).wait(timeout=5)

@@ -39,16 +39,11 @@ recovers the same way.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
-
-import psutil
 
 from piwf import faults
 from piwf.errors import PiwfError
-from piwf.server.processes import is_alive
+from piwf.server.processes import is_alive, kill_orphan_groups
 from piwf.server.reconcile_recovery import recover_reconciles
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
@@ -82,9 +77,10 @@ def recover_previous_server(
     with db.read() as tx:
         orphans = [tuple(row) for row in tx.all(_ORPHANED_RUNNERS, (epoch,))]
     actor = Actor(ActorType.SERVER, owner_id)
-    for runner_epoch, run_id, pid, identity in orphans:
-        if pid is not None and identity is not None and is_alive(identity):
-            _kill_group(pid)
+    kill_orphan_groups(
+        [pid for _, _, pid, identity in orphans if identity is not None and is_alive(identity)]
+    )
+    for runner_epoch, run_id, _, _ in orphans:
         faults.point("recovery.after_each_fix")
         try:
             with db.write() as tx:
@@ -127,10 +123,3 @@ def recover_previous_server(
         lease_ms=lease_ms,
     )
     return len(orphans) + len(stranded) + reconciles
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(psutil.Error):
-        psutil.Process(pid).wait(timeout=5)

@@ -48,6 +48,34 @@ class Violation:
         return {"code": self.code, "detail": self.detail}
 
 
+_LIVE_RUN_COUNTS = """
+SELECT status, count(*), sum(paused) FROM runs
+WHERE status IN ('queued', 'running', 'waiting') GROUP BY status
+"""
+
+
+def server_counts(tx: Transaction) -> dict[str, int]:
+    """Return the live counts ``server.status`` shows, through indexes only.
+
+    Unlike :func:`status_counts` it never scans terminal history (events, blobs, finished runs),
+    so its cost stays flat as the database grows.
+    """
+    counts = {"queued": 0, "running": 0, "waiting": 0, "paused": 0}
+    for status, number, paused in tx.all(_LIVE_RUN_COUNTS):
+        counts[status] = number
+        counts["paused"] += paused or 0
+    counts["expiredLeases"] = tx.scalar(
+        "SELECT count(*) FROM leases WHERE expires_at <= ? AND owner_id IS NOT NULL", (tx.now,)
+    )
+    counts["pendingRequests"] = tx.scalar(
+        "SELECT count(*) FROM interactive_requests WHERE status = 'pending'"
+    )
+    counts["ambiguousEffects"] = tx.scalar(
+        "SELECT count(*) FROM effects WHERE status = 'ambiguous'"
+    )
+    return counts
+
+
 def status_counts(tx: Transaction) -> dict[str, JsonValue]:
     """Return safe counts of runs, queue rows, leases and effects."""
     runs: dict[str, JsonValue] = {status.value: 0 for status in RunStatus}

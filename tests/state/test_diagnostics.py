@@ -14,7 +14,7 @@ import pytest
 from piwf.clock import FakeClock
 from piwf.state import StateDatabase
 from piwf.state.backup import backup_database
-from piwf.state.diagnostics import find_violations
+from piwf.state.diagnostics import _LIVE_RUN_COUNTS, find_violations, server_counts
 from piwf.workflow import action, compute, define_workflow, idempotent_effect
 from piwf.workflow.port import RunStatus
 from tests.state.test_execution_support import compiled, create, run_once
@@ -92,3 +92,22 @@ def test_a_planted_violation_is_reported_with_its_code(
             violations = find_violations(tx)
     assert {violation.code for violation in violations} == {code}
     assert all("{" not in violation.detail for violation in violations)  # ids, never payloads
+
+
+def test_server_counts_are_the_live_counts(produced: Path, clock: FakeClock) -> None:
+    with StateDatabase(produced, clock=clock) as copy:
+        with copy.write() as tx:
+            tx.execute("UPDATE runs SET paused = 1 WHERE run_id = 'run-2'")
+        with copy.read() as tx:
+            counts = server_counts(tx)
+            plan = tx.all("EXPLAIN QUERY PLAN " + _LIVE_RUN_COUNTS)
+    assert counts == {
+        "queued": 1,
+        "running": 0,
+        "waiting": 0,
+        "paused": 1,
+        "expiredLeases": 0,
+        "pendingRequests": 0,
+        "ambiguousEffects": 0,
+    }
+    assert "runs_status_idx" in " ".join(str(row[3]) for row in plan), "no scan of history"
