@@ -21,6 +21,7 @@ from pathlib import Path
 from tests.bench import peers
 from tests.bench.common import REPOSITORY, Figure, has_numbers, machine
 from tests.bench.fig_control import figure_control_plane, figure_growth, figure_memory
+from tests.bench.fig_mixed import figure_mixed_pool
 from tests.bench.fig_recovery import figure_recovery
 from tests.bench.fig_runs import Context, figure_latency, figure_per_node, figure_throughput
 from tests.bench.sizes import FULL, SMOKE
@@ -33,6 +34,7 @@ FIGURES: dict[int, Callable[[Context], Figure]] = {
     5: figure_recovery,
     6: figure_growth,
     7: figure_memory,
+    8: figure_mixed_pool,
 }
 SYSTEMS = ("piwf", "dbos", "huey")
 

@@ -25,6 +25,9 @@ class Sizes:
     growth_large: int
     growth_requests: int
     memory_runs: int
+    mixed_runs: int
+    mixed_resources: int
+    mixed_rounds: int
 
     @property
     def smoke(self) -> bool:
@@ -48,6 +51,9 @@ FULL = Sizes(
     growth_large=100_000,
     growth_requests=200,
     memory_runs=100,
+    mixed_runs=40,
+    mixed_resources=8,
+    mixed_rounds=5,
 )
 
 SMOKE = Sizes(
@@ -67,4 +73,7 @@ SMOKE = Sizes(
     growth_large=50,
     growth_requests=5,
     memory_runs=4,
+    mixed_runs=4,
+    mixed_resources=2,
+    mixed_rounds=2,
 )
