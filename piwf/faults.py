@@ -35,7 +35,6 @@ POINTS: frozenset[str] = frozenset(
         "cmd.after_commit_before_reply",
         "server.after_epoch",
         "server.before_listen",
-        "resolver.before_reply",
         "backup.before_link",
         "run.after_claim_commit",
         "runner.after_launch_record",
@@ -44,7 +43,8 @@ POINTS: frozenset[str] = frozenset(
         "recovery.after_each_fix",
         "retention.after_tree_delete",
         "retention.before_vacuum",
-        # In runner children, armed by PIWF_CHILD_FAULTS (each child counts its own hits).
+        # In supervised children, armed by PIWF_CHILD_FAULTS (each child counts its own hits).
+        "resolver.before_reply",
         "child.after_ready",
         "child.after_commit",
         "effect.before_settle",

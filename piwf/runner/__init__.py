@@ -1,5 +1,7 @@
-"""Child-process entry points: the source resolver (and, later, workflow and resource runners).
+"""Child-process entry points: the source resolver, the workflow and resource runners, the zygote.
 
-Children are started with the ``spawn`` context, never open SQLite and speak canonical JSON over
-``multiprocessing.connection`` pipes with ``send_bytes``/``recv_bytes(maxlength)`` only.
+Each child is ``python -m piwf.runner.<module> --fd N`` in its own session, or a fork of the
+zygote (:mod:`piwf.runner.zygote`) that then looks the same; children never open SQLite and
+speak canonical JSON over ``multiprocessing.connection`` framing with
+``send_bytes``/``recv_bytes(maxlength)`` only.
 """

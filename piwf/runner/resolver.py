@@ -1,7 +1,8 @@
 """The source resolver child: load one workflow file, return its snapshot, digest and sources.
 
-The server never imports workflow code; it starts this child, sends one request and reads one
-reply, both canonical JSON::
+The server never imports workflow code; it starts this child like the runners (``python -m
+piwf.runner.resolver --fd N`` in its own process group, forked by the zygote when one is ready),
+sends one request over descriptor N and reads one reply, both canonical JSON frames::
 
     request  {"workflow": str, "projectPath": str | null, "stateHome": str}
              (or a resource-manager request: :mod:`piwf.runner.resource_resolve`)
@@ -15,6 +16,9 @@ Whatever the workflow module does at import time happens here, in a throwaway pr
 
 from __future__ import annotations
 
+import argparse
+import os
+import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -23,9 +27,28 @@ from piwf.canonical import JsonValue
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
 
+EXIT_OK = 0
+EXIT_PROTOCOL = 4
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m piwf.runner.resolver --fd N``."""
+    parser = argparse.ArgumentParser(prog="piwf-resolver")
+    parser.add_argument("--fd", type=int, required=True)
+    arguments = parser.parse_args(argv)
+    connection = Connection(arguments.fd)
+    try:
+        resolver_main(connection)
+    except (EOFError, OSError):
+        return EXIT_PROTOCOL  # the server went away; nothing to report to
+    finally:
+        connection.close()
+    return EXIT_OK
+
 
 def resolver_main(connection: Connection) -> None:
-    """Entry point of the resolver child: one request, one reply, exit."""
+    """Serve one request over ``connection`` with one reply (any failure becomes a typed
+    reply; only a lost connection raises)."""
     _name_process("piwf resolver")
     try:
         request = canonical.decode(connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
@@ -37,7 +60,6 @@ def resolver_main(connection: Connection) -> None:
         reply = {"ok": False, "error": {"code": "workflowLoad", "message": message}}
     faults.point("resolver.before_reply")
     connection.send_bytes(canonical.encode(reply))
-    connection.close()
 
 
 def resolve(request: JsonValue) -> dict[str, JsonValue]:
@@ -83,3 +105,8 @@ def _name_process(title: str) -> None:
         setproctitle.setproctitle(title)
     except ImportError:  # pragma: no cover - setproctitle is a dependency
         pass
+
+
+if __name__ == "__main__":
+    os.umask(0o077)
+    sys.exit(main())

@@ -43,6 +43,7 @@ from piwf.server.reconciles import Reconciler, ReconcileSettings
 from piwf.server.recovery import recover_previous_server
 from piwf.server.resolver_jobs import ResolverJobs
 from piwf.server.settings import ServerSettings
+from piwf.server.zygote import ZygoteForker
 from piwf.state import Applied, StateDatabase
 from piwf.state.server_epoch import (
     ServerClaim,
@@ -124,7 +125,6 @@ class Server:
         self.socket_inode = settings.paths.socket.stat().st_ino
         self.loop = EventLoop()
         self.loop.install_signal_handlers()
-        self.resolvers = ResolverJobs(self.loop, settings.resolver_timeout_s)
         self.commands = DurableCommands(db, claim)
         self.clients: ClientListener
         self.executor = Executor(
@@ -141,6 +141,12 @@ class Server:
             ),
             run_changed=self._run_changed,
         )
+        # Every child (runners, reconciles, resolvers) starts through the one supervisor; with
+        # the zygote on, by a fork of an interpreter that has imported everything already.
+        supervisor = self.executor.supervisor
+        if settings.zygote:
+            supervisor.forker = ZygoteForker(self.loop, supervisor)
+        self.resolvers = ResolverJobs(self.loop, supervisor, settings.resolver_timeout_s)
         self.reconciler = Reconciler(
             db=db,
             loop=self.loop,
@@ -220,8 +226,8 @@ class Server:
     def shutdown(self) -> None:
         """Close clients and children; the caller releases the epoch and the lock."""
         self.reconciler.stop_all()
-        self.executor.stop_all()
         self.resolvers.stop_all()
+        self.executor.stop_all()  # every child of the supervisor, the zygote last
         self.clients.close_all()
         self.loop.close()
 

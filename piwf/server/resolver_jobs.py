@@ -1,30 +1,35 @@
 """Supervised source-resolver children, driven by the server loop without blocking it.
 
-One child per resolution: the server starts it with the ``spawn`` context, sends one request
-over a pipe, and waits (in the selector) for one reply, the child's exit or a deadline. A child
-that overruns its deadline or sends an oversized or malformed reply is killed and the
-resolution fails with a typed error; the server itself never imports the workflow.
+One child per resolution, started by the supervisor like a runner (``python -m
+piwf.runner.resolver --fd N`` in its own process group, forked by the zygote when one is
+ready): the server sends one request frame on the child's channel and waits (in the selector)
+for one reply frame, the child's exit or a deadline. A child that overruns its deadline, exits
+without an answer, or sends an oversized or malformed reply is killed and the resolution fails
+with :class:`ResolverFailedError` (the caller answers ``unavailable`` and stores no receipt);
+the server itself never imports the workflow. A resolver's captured output is kept in
+``$PIWF_HOME/server/runners/resolver-*.log`` only when it wrote something.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
-import selectors
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.process import BaseProcess
+from pathlib import Path
 
 from piwf import canonical
 from piwf.canonical import JsonValue
-from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError, WorkflowLoadError
-from piwf.runner.resolver import resolver_main
+from piwf.server.child_link import ChildLink
 from piwf.server.loop import EventLoop, Timer
-from piwf.server.pipes import PipeChannel, PipeClosedError, PipeOverflowError
+from piwf.server.pipes import PipeClosedError, PipeOverflowError
+from piwf.server.supervisor import ChildHandle, Supervisor
 
 log = logging.getLogger("piwf.server")
+
+RESOLVER_MODULE = "piwf.runner.resolver"
 
 Done = Callable[[dict[str, JsonValue] | PiwfError], None]
 
@@ -37,9 +42,9 @@ class ResolverFailedError(WorkflowLoadError):
 
 @dataclass
 class _Job:
-    process: BaseProcess
-    channel: PipeChannel
     done: Done
+    handle: ChildHandle | None = None
+    link: ChildLink | None = None
     deadline: Timer | None = None
     finished: bool = False
 
@@ -47,51 +52,52 @@ class _Job:
 class ResolverJobs:
     """Starts resolver children and reports each one's reply exactly once."""
 
-    def __init__(self, loop: EventLoop, timeout_s: float) -> None:
+    def __init__(self, loop: EventLoop, supervisor: Supervisor, timeout_s: float) -> None:
         self.loop = loop
+        self.supervisor = supervisor
         self.timeout_s = timeout_s
-        self.context = multiprocessing.get_context("spawn")
         self.jobs: list[_Job] = []
 
     @property
     def active(self) -> int:
-        """How many resolver children are running."""
+        """How many resolutions are waiting for their child."""
         return len(self.jobs)
 
     def resolve(self, request: dict[str, JsonValue], done: Done) -> None:
-        """Start a child for ``request``; ``done`` gets its reply dict or an error."""
-        parent_end, child_end = self.context.Pipe(duplex=True)
-        process = self.context.Process(
-            target=resolver_main, args=(child_end,), name="piwf-resolver", daemon=True
-        )
-        process.start()
-        child_end.close()
-        channel = PipeChannel(parent_end, MAX_FRAME_BYTES)
-        job = _Job(process, channel, done)
-        job.deadline = self.loop.call_later(self.timeout_s, lambda: self._timed_out(job))
+        """Start a child for ``request``; ``done`` gets its reply dict or an error (later, from
+        the loop, never before this returns)."""
+        job = _Job(done)
         self.jobs.append(job)
-        self.loop.selector.register(channel.fd, selectors.EVENT_READ, lambda _m: self._read(job))
+        project = request.get("projectPath")
         try:
-            channel.send(canonical.encode(request))
-        except (PipeClosedError, PipeOverflowError) as error:
-            self._finish(job, ResolverFailedError(f"the resolver could not be reached: {error}"))
+            handle = self.supervisor.start(
+                f"resolver-{secrets.token_hex(6)}",
+                RESOLVER_MODULE,
+                cwd=Path(project) if isinstance(project, str) else None,
+                on_exit=lambda exited: self._exited(job, exited),
+            )
+        except OSError as error:
+            log.warning("a resolver child could not be started: %s", error)
+            failure = ResolverFailedError(f"the resolver could not be started: {error}")
+            self.loop.call_later(0, lambda: self._finish(job, failure))
+            return
+        job.handle = handle
+        job.link = ChildLink(
+            self.loop,
+            handle,
+            lambda messages: self._received(job, messages),
+            lambda why: self._broken(job, why),
+        )
+        job.link.watch()
+        job.deadline = self.loop.call_later(self.timeout_s, lambda: self._timed_out(job))
+        job.link.send(canonical.encode(request))
 
     def stop_all(self) -> None:
-        """Kill every running child (server shutdown)."""
+        """Fail every waiting resolution and kill its child (server shutdown)."""
         for job in list(self.jobs):
             self._finish(job, ResolverFailedError("the server is stopping"))
 
-    def _read(self, job: _Job) -> None:
-        try:
-            messages = job.channel.read_messages()
-        except PipeClosedError:
-            self._finish(job, ResolverFailedError("the resolver exited without an answer"))
-            return
-        except PipeOverflowError:
-            self._finish(job, ResolverFailedError("the resolver sent an oversized answer"))
-            return
-        if not messages:
-            return
+    def _received(self, job: _Job, messages: list[bytes]) -> None:
         try:
             reply = canonical.decode(messages[0])
         except PiwfError:
@@ -102,44 +108,46 @@ class ResolverJobs:
             return
         self._finish(job, reply)
 
+    def _broken(self, job: _Job, why: str) -> None:
+        if why == "overflow":
+            self._finish(job, ResolverFailedError("the resolver sent an oversized answer"))
+        else:
+            self._finish(job, ResolverFailedError("the resolver exited without an answer"))
+
+    def _exited(self, job: _Job, handle: ChildHandle) -> None:
+        if job.deadline is not None:
+            job.deadline.cancel()
+        if not job.finished:
+            # The answer may have been written just before the exit and not read yet.
+            try:
+                messages = handle.channel.read_messages()
+            except PipeOverflowError:
+                self._broken(job, "overflow")
+            except PipeClosedError:
+                self._broken(job, "closed")
+            else:
+                if messages:
+                    self._received(job, messages)
+                else:
+                    self._broken(job, "closed")
+        if handle.captured == 0:
+            with contextlib.suppress(OSError):
+                handle.log_path.unlink()
+
     def _timed_out(self, job: _Job) -> None:
         self._finish(
             job, ResolverFailedError(f"loading the workflow took longer than {self.timeout_s:g} s")
         )
+        # Also a child that answered but never exited: it is not left behind.
+        if job.handle is not None and not job.handle.exited:
+            self.supervisor.kill(job.handle)
 
     def _finish(self, job: _Job, result: dict[str, JsonValue] | PiwfError) -> None:
         if job.finished:
             return
         job.finished = True
-        if job.deadline is not None:
-            job.deadline.cancel()
-        with contextlib.suppress(KeyError, ValueError):
-            self.loop.selector.unregister(job.channel.fd)
-        job.channel.close()
-        self.jobs.remove(job)
-        self._reap(job.process, kill=isinstance(result, PiwfError))
+        if job in self.jobs:
+            self.jobs.remove(job)
+        if isinstance(result, PiwfError) and job.handle is not None:
+            self.supervisor.kill(job.handle)
         job.done(result)
-
-    def _reap(self, process: BaseProcess, *, kill: bool) -> None:
-        """Collect the child without blocking the loop: now if it exited, else at its exit."""
-        if kill and process.exitcode is None:
-            process.kill()
-        if process.exitcode is not None or not process.is_alive():
-            process.join(timeout=0)
-            process.close()
-            return
-        sentinel = process.sentinel
-
-        def collect() -> None:
-            # The sentinel closes a moment before the exit status can be collected.
-            process.join(timeout=0)
-            if process.exitcode is None:
-                self.loop.call_later(0.01, collect)
-                return
-            process.close()
-
-        def exited(_mask: int) -> None:
-            self.loop.selector.unregister(sentinel)
-            collect()
-
-        self.loop.selector.register(sentinel, selectors.EVENT_READ, exited)

@@ -21,6 +21,15 @@ def _env_int(name: str, default: int) -> int:
     return number
 
 
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, not {value!r}")
+    return value == "1"
+
+
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     if value is None or value == "":
@@ -59,14 +68,16 @@ class ServerSettings:
     retention_retry_s: float = 300.0
     retention_interval_s: float = 86_400.0
     retention_vacuum_min_bytes: int = 64 * 1024 * 1024
+    #: Start children by forking a pre-imported zygote (docs/EXECUTION.md); off: spawn each.
+    zygote: bool = True
 
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
         """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``IDLE_EXIT_S``, ``SERVER_LEASE_MS``,
         ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``, ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
         ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RETENTION_DAYS``, ``RETENTION_RETRY_S``,
-        ``RETENTION_INTERVAL_S``, ``RETENTION_VACUUM_MIN_BYTES``, ``RECONCILE_GRACE_S``);
-        ``overrides`` win."""
+        ``RETENTION_INTERVAL_S``, ``RETENTION_VACUUM_MIN_BYTES``, ``RECONCILE_GRACE_S``,
+        ``ZYGOTE`` (``0`` or ``1``)); ``overrides`` win."""
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
@@ -85,6 +96,7 @@ class ServerSettings:
             "retention_vacuum_min_bytes": _env_int(
                 "PIWF_RETENTION_VACUUM_MIN_BYTES", 64 * 1024 * 1024
             ),
+            "zygote": _env_flag("PIWF_ZYGOTE", True),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)  # type: ignore[arg-type]

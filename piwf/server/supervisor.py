@@ -1,14 +1,22 @@
 """Starting, watching and stopping child processes, each in its own process group.
 
-``start`` spawns ``python -m <module> --fd N`` with a fresh session (so the child and every
-grandchild share one process group that ``stop`` can signal at once), one end of a socket pair
-as descriptor N, and its stdout/stderr on pipes the server reads without blocking. Captured
-output goes to a ``0600`` file under ``$PIWF_HOME/server/runners/`` and is bounded: a child
-that writes more than the cap is killed (a flood must not fill the disk or stall the loop).
+``start`` gives a child one end of a socket pair (its channel, ``--fd N``) and stdout/stderr
+pipes the server reads without blocking, and starts it in a fresh session, so the child and
+every grandchild share one process group that ``stop`` can signal at once. There are two ways
+in, behind one :class:`ChildProcess` shape:
 
-``stop`` sends SIGTERM to the group, then SIGKILL after a grace period. A child's exit is
-noticed through its pipe and stream end-of-file plus ``waitpid``; the handle then reports the
-exit code or signal. Handles are keyed by the child's start identity, never by a bare pid.
+- a **fork** of the zygote (:mod:`piwf.server.zygote`), when a :class:`Forker` is installed and
+  ready: the descriptors travel to the zygote with SCM_RIGHTS, the child is forked from an
+  interpreter that has imported everything already, and the zygote reports its exit;
+- a **spawn** of ``python -m <module> --fd N`` with ``subprocess``, whenever no zygote is ready
+  or a fork request fails. Nothing else differs: the same handle, output capture, stop and kill.
+
+Captured output goes to a ``0600`` file under ``$PIWF_HOME/server/runners/`` and is bounded: a
+child that writes more than the cap is killed (a flood must not fill the disk or stall the
+loop). ``stop`` sends SIGTERM to the group, then SIGKILL after a grace period. A child's exit is
+noticed through ``waitpid`` (spawned) or the zygote's report (forked), with stream end-of-file
+and a timer as triggers; the handle then reports the exit code or signal. Each handle carries
+the child's start identity, never only a bare pid.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Protocol
 
 from piwf.config import FILE_MODE, MAX_FRAME_BYTES, ensure_private_dir
 from piwf.server.loop import EventLoop, Timer
@@ -33,16 +42,104 @@ from piwf.server.processes import start_identity
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 
 
+class ChildProcess(Protocol):
+    """The process behind a handle, however it was started."""
+
+    @property
+    def pid(self) -> int:
+        """Its pid, which is also its process group and session id."""
+        ...
+
+    @property
+    def start_identity(self) -> str | None:
+        """``pid:create_time:boot_id`` taken while it could not have been reaped; None only if
+        it was already gone."""
+        ...
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit code, ``-signal`` when a signal ended it; None while it runs or when its end was
+        seen but its status is unknown (a zygote child whose zygote died)."""
+        ...
+
+    def poll(self) -> bool:
+        """Whether it has ended (without blocking)."""
+        ...
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for its end; True if it ended."""
+        ...
+
+    def release(self) -> None:
+        """Collect what is left of an ended process (its zombie, for a spawned one)."""
+        ...
+
+
+class Forker(Protocol):
+    """A faster way to start some children (the zygote); None from :meth:`fork` means spawn."""
+
+    def fork(
+        self, module: str, directory: str, descriptors: tuple[int, int, int]
+    ) -> ChildProcess | None:
+        """Start ``module`` with (channel, stdout, stderr) as the child's descriptors, or return
+        None, having sent nothing or failed: the caller then spawns with fresh descriptors."""
+        ...
+
+    def owns(self, handle: ChildHandle) -> bool:
+        """Whether ``handle`` is the forker's own process (stopped after every other child)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop forking and let the forker's own process end (server shutdown)."""
+        ...
+
+
+class SpawnedProcess:
+    """A child started with ``subprocess`` (the server is its parent)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.start_identity = start_identity(popen.pid)
+
+    @property
+    def pid(self) -> int:
+        """Its pid (and process group)."""
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit code or ``-signal``; None while it runs."""
+        return self.popen.returncode
+
+    def poll(self) -> bool:
+        """Whether it has exited (reaps it if so)."""
+        return self.popen.poll() is not None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s``; True if it exited."""
+        try:
+            self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def release(self) -> None:
+        """Reap it."""
+        self.popen.wait()
+
+
 @dataclass
 class ChildHandle:
     """One supervised child."""
 
     name: str
-    process: subprocess.Popen[bytes]
+    process: ChildProcess
     channel: PipeChannel
     identity: str | None
     log_path: Path
     output_cap: int
+    #: The read ends of its stdout and stderr pipes (closed when it is finished).
+    streams: list[int] = field(default_factory=list)
     captured: int = 0
     flooded: bool = False
     streams_open: int = 2
@@ -57,8 +154,41 @@ class ChildHandle:
 
     @property
     def returncode(self) -> int | None:
-        """Exit code, or ``-signal`` when a signal ended it; None while it runs."""
+        """Exit code, or ``-signal`` when a signal ended it; None while it runs (or unknown)."""
         return self.process.returncode
+
+
+@dataclass
+class _Descriptors:
+    """One child's descriptors: its channel pair and its stdout/stderr pipes."""
+
+    server_end: socket.socket
+    child_end: socket.socket
+    stdout: tuple[int, int]
+    stderr: tuple[int, int]
+
+    @classmethod
+    def create(cls) -> _Descriptors:
+        server_end, child_end = socket.socketpair()
+        return cls(server_end, child_end, os.pipe(), os.pipe())
+
+    @property
+    def for_child(self) -> tuple[int, int, int]:
+        return (self.child_end.fileno(), self.stdout[1], self.stderr[1])
+
+    def close_child_ends(self) -> None:
+        """The child (or the zygote) holds its own copies now."""
+        self.child_end.close()
+        for _, write_end in (self.stdout, self.stderr):
+            with contextlib.suppress(OSError):
+                os.close(write_end)
+
+    def close_all(self) -> None:
+        self.close_child_ends()
+        self.server_end.close()
+        for read_end, _ in (self.stdout, self.stderr):
+            with contextlib.suppress(OSError):
+                os.close(read_end)
 
 
 class Supervisor:
@@ -69,6 +199,8 @@ class Supervisor:
         self.log_dir = log_dir
         self.output_cap = output_cap
         self.children: dict[int, ChildHandle] = {}
+        #: Set by the server when the zygote is enabled (``PIWF_ZYGOTE``).
+        self.forker: Forker | None = None
 
     def start(
         self,
@@ -78,45 +210,49 @@ class Supervisor:
         cwd: Path | None = None,
         on_exit: Callable[[ChildHandle], None] | None = None,
     ) -> ChildHandle:
-        """Spawn ``python -m module --fd N``; the caller talks to it through ``handle.channel``."""
+        """Start ``module --fd N`` (forked by the zygote when it is ready, else spawned); the
+        caller talks to it through ``handle.channel``."""
         ensure_private_dir(self.log_dir)
-        server_end, child_end = socket.socketpair()
         log_path = self.log_dir / f"{name}.log"
         descriptor = os.open(
             log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE
         )
         os.close(descriptor)
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-m", module, "--fd", str(child_end.fileno())],
-                pass_fds=(child_end.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                cwd=str(cwd) if cwd is not None and cwd.is_dir() else "/",
-                env=_child_environment(),
-            )
-        finally:
-            child_end.close()
-        connection = Connection(os.dup(server_end.fileno()))
-        server_end.close()
+        directory = str(cwd) if cwd is not None and cwd.is_dir() else "/"
+        process: ChildProcess | None = None
+        if self.forker is not None:
+            descriptors = _Descriptors.create()
+            try:
+                process = self.forker.fork(module, directory, descriptors.for_child)
+            finally:
+                if process is None:
+                    # Whatever a failed request left behind holds none of the fresh set below.
+                    descriptors.close_all()
+        if process is None:
+            descriptors = _Descriptors.create()
+            try:
+                process = self._spawn(module, directory, descriptors)
+            except BaseException:
+                descriptors.close_all()
+                raise
+        descriptors.close_child_ends()
+        connection = Connection(descriptors.server_end.detach())
         handle = ChildHandle(
             name=name,
             process=process,
             channel=PipeChannel(connection, MAX_FRAME_BYTES),
-            identity=start_identity(process.pid),
+            identity=process.start_identity,
             log_path=log_path,
             output_cap=self.output_cap,
+            streams=[descriptors.stdout[0], descriptors.stderr[0]],
         )
         if on_exit is not None:
             handle.on_exit.append(on_exit)
         self.children[process.pid] = handle
-        for stream in (process.stdout, process.stderr):
-            assert stream is not None
-            os.set_blocking(stream.fileno(), False)
+        for stream in handle.streams:
+            os.set_blocking(stream, False)
             self.loop.selector.register(
-                stream, selectors.EVENT_READ, self._stream_reader(handle, stream.fileno())
+                stream, selectors.EVENT_READ, self._stream_reader(handle, stream)
             )
         return handle
 
@@ -133,25 +269,48 @@ class Supervisor:
         self._signal_group(handle, signal.SIGKILL)
 
     def poll(self) -> None:
-        """Reap children that exited (called from a loop timer and on stream end-of-file)."""
+        """Reap children that exited (called from a loop timer, on stream end-of-file and on
+        the zygote's exit reports)."""
         for handle in list(self.children.values()):
             if handle.exited:
                 continue
-            if handle.process.poll() is None:
+            if not handle.process.poll():
                 continue
             self._finish(handle)
 
     def stop_all(self, grace_s: float = 2.0) -> None:
-        """Stop every child and wait for each (server shutdown)."""
-        for handle in list(self.children.values()):
+        """Stop every child and wait for each (server shutdown); the zygote goes last, since
+        it reports the others' exits."""
+        forker = self.forker
+        self._stop_and_wait(
+            [h for h in self.children.values() if forker is None or not forker.owns(h)], grace_s
+        )
+        if forker is not None:
+            forker.stop()
+        self._stop_and_wait(list(self.children.values()), grace_s)
+
+    def _stop_and_wait(self, handles: list[ChildHandle], grace_s: float) -> None:
+        for handle in handles:
             self._signal_group(handle, signal.SIGTERM)
-        for handle in list(self.children.values()):
-            try:
-                handle.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
+        for handle in handles:
+            if not handle.process.wait(grace_s):
                 self._signal_group(handle, signal.SIGKILL)
-                handle.process.wait(timeout=5)
+                handle.process.wait(5)
             self._finish(handle)
+
+    def _spawn(self, module: str, directory: str, descriptors: _Descriptors) -> SpawnedProcess:
+        channel = descriptors.child_end.fileno()
+        popen = subprocess.Popen(
+            [sys.executable, "-m", module, "--fd", str(channel)],
+            pass_fds=(channel,),
+            stdin=subprocess.DEVNULL,
+            stdout=descriptors.stdout[1],
+            stderr=descriptors.stderr[1],
+            start_new_session=True,
+            cwd=directory,
+            env=_child_environment(),
+        )
+        return SpawnedProcess(popen)
 
     def _stream_reader(self, handle: ChildHandle, descriptor: int) -> Callable[[int], None]:
         def read(_mask: int) -> None:
@@ -183,7 +342,7 @@ class Supervisor:
             self.kill(handle)
 
     def _signal_group(self, handle: ChildHandle, number: signal.Signals) -> None:
-        if handle.process.returncode is not None and handle.exited:
+        if handle.exited:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(handle.pid, number)
@@ -191,24 +350,29 @@ class Supervisor:
     def _finish(self, handle: ChildHandle) -> None:
         if handle.exited:
             return
-        handle.process.wait()
+        handle.process.release()
         handle.exited = True
         if handle.kill_timer is not None:
             handle.kill_timer.cancel()
         # The group may still hold grandchildren: no member of a finished run survives it.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(handle.pid, signal.SIGKILL)
-        for stream in (handle.process.stdout, handle.process.stderr):
-            if stream is not None:
-                with contextlib.suppress(KeyError, ValueError):
-                    self.loop.selector.unregister(stream)
-                stream.close()
-        with contextlib.suppress(KeyError, ValueError):
-            self.loop.selector.unregister(handle.channel.fd)
-        handle.channel.close()
+        for stream in handle.streams:
+            with contextlib.suppress(KeyError, ValueError):
+                self.loop.selector.unregister(stream)
+            with contextlib.suppress(OSError):
+                os.close(stream)
+        handle.streams = []
         self.children.pop(handle.pid, None)
-        for callback in handle.on_exit:
-            callback(handle)
+        # The callbacks run while the channel is still open: a reply written just before the
+        # exit can still be read there (the resolver's answer).
+        try:
+            for callback in handle.on_exit:
+                callback(handle)
+        finally:
+            with contextlib.suppress(KeyError, ValueError):
+                self.loop.selector.unregister(handle.channel.fd)
+            handle.channel.close()
 
 
 def _child_environment() -> dict[str, str]:
