@@ -26,9 +26,7 @@ from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
-
-EXIT_OK = 0
-EXIT_PROTOCOL = 4
+from piwf.runner.entry import EXIT_OK, EXIT_PROTOCOL, name_process
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 def resolver_main(connection: Connection) -> None:
     """Serve one request over ``connection`` with one reply (any failure becomes a typed
     reply; only a lost connection raises)."""
-    _name_process("piwf resolver")
+    name_process("piwf resolver")
     try:
         request = canonical.decode(connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
         reply = resolve(request)
@@ -96,15 +94,6 @@ def resolve(request: JsonValue) -> dict[str, JsonValue]:
 
 def _bounded(text: str, limit: int = 1000) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _name_process(title: str) -> None:
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(title)
-    except ImportError:  # pragma: no cover - setproctitle is a dependency
-        pass
 
 
 if __name__ == "__main__":

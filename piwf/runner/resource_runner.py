@@ -16,7 +16,6 @@ reconcile, so it backs off like any other error. The child never opens SQLite.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
@@ -41,11 +40,13 @@ from piwf.resource.context import (
     WorkflowState,
 )
 from piwf.resource.definition import ReconcileResult
+from piwf.runner.entry import (
+    EXIT_CLAIM_LOST,
+    EXIT_OK,
+    name_process,
+    serve_channel,
+)
 from piwf.workflow.context import CancellationSignal
-
-EXIT_OK = 0
-EXIT_CLAIM_LOST = 3
-EXIT_PROTOCOL = 4
 
 #: Error codes the server may answer with, mapped back to their classes.
 _ERRORS: dict[str, type[resource_errors.ResourceError]] = {
@@ -177,7 +178,7 @@ def run_child(connection: Connection) -> int:
         canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES))
     )
     resource = ManagedResource.from_json(launch.resource)
-    _name_process(f"piwf reconcile {launch.manager} {resource.uid} g{launch.generation}")
+    name_process(f"piwf reconcile {launch.manager} {resource.uid} g{launch.generation}")
 
     def send(kind: str, **fields: JsonValue) -> None:
         connection.send_bytes(
@@ -257,28 +258,9 @@ def _reconcile(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m piwf.runner.resource_runner --fd N``."""
-    parser = argparse.ArgumentParser(prog="piwf-resource-runner")
-    parser.add_argument("--fd", type=int, required=True)
-    arguments = parser.parse_args(argv)
-    connection = Connection(arguments.fd)
-    try:
-        return run_child(connection)
-    except (EOFError, OSError):
-        return EXIT_PROTOCOL  # the server went away; nothing to report to
-    except PiwfError as error:
-        print(f"piwf resource runner: {error.code}: {error}", file=sys.stderr)
-        return EXIT_PROTOCOL
-    finally:
-        connection.close()
-
-
-def _name_process(title: str) -> None:
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(title)
-    except ImportError:  # pragma: no cover - setproctitle is a dependency
-        pass
+    return serve_channel(
+        argv, prog="piwf-resource-runner", label="piwf resource runner", run_child=run_child
+    )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ owns the run: the child stops at once and writes nothing more. The child never o
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import itertools
@@ -26,15 +25,17 @@ from typing import Any
 from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.config import CONTENT_PART_BYTES, MAX_FRAME_BYTES
-from piwf.errors import ClaimLostError, PiwfError, RunCommandError
+from piwf.errors import ClaimLostError, RunCommandError
 from piwf.protocol import content
 from piwf.protocol.runner_v1 import SCHEMA, CallResponse, Command, Launch
+from piwf.runner.entry import (
+    EXIT_CLAIM_LOST,
+    EXIT_OK,
+    name_process,
+    serve_channel,
+)
 from piwf.workflow import port
 from piwf.workflow.port_codec import MESSAGE_TYPES, from_json, result_from_json, to_json
-
-EXIT_OK = 0
-EXIT_CLAIM_LOST = 3
-EXIT_PROTOCOL = 4
 
 
 class PipePort:
@@ -180,7 +181,7 @@ class PipePort:
 def run_child(connection: Connection) -> int:
     """Run one generation over ``connection``; return the process exit code."""
     launch = Launch.model_validate(canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES)))
-    _name_process(f"piwf runner {launch.run_id} g{launch.generation}")
+    name_process(f"piwf runner {launch.run_id} g{launch.generation}")
     identity_fields = {
         "runId": launch.run_id,
         "generation": launch.generation,
@@ -227,28 +228,7 @@ def run_child(connection: Connection) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m piwf.runner.workflow_runner --fd N``."""
-    parser = argparse.ArgumentParser(prog="piwf-runner")
-    parser.add_argument("--fd", type=int, required=True)
-    arguments = parser.parse_args(argv)
-    connection = Connection(arguments.fd)
-    try:
-        return run_child(connection)
-    except (EOFError, OSError):
-        return EXIT_PROTOCOL  # the server went away; nothing to report to
-    except PiwfError as error:
-        print(f"piwf runner: {error.code}: {error}", file=sys.stderr)
-        return EXIT_PROTOCOL
-    finally:
-        connection.close()
-
-
-def _name_process(title: str) -> None:
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(title)
-    except ImportError:  # pragma: no cover - setproctitle is a dependency
-        pass
+    return serve_channel(argv, prog="piwf-runner", label="piwf runner", run_child=run_child)
 
 
 if __name__ == "__main__":

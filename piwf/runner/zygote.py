@@ -51,6 +51,7 @@ from typing import Any
 from piwf import canonical
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
+from piwf.runner.entry import name_process
 from piwf.server.processes import start_identity
 
 #: The only modules a fork request may name; each has ``main(argv) -> int`` reading ``--fd N``.
@@ -217,7 +218,7 @@ class Zygote:
         entry = importlib.import_module(module)
         argv = ["--fd", str(CHILD_CHANNEL_FD)]
         sys.argv = [str(entry.__file__), *argv]
-        _name_process(f"{Path(sys.executable).name} -m {module} {' '.join(argv)}")
+        name_process(f"{Path(sys.executable).name} -m {module} {' '.join(argv)}")
         try:
             code = int(entry.main(argv))
         except SystemExit as exit_:
@@ -267,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     # that, so a child's title is at most as long as the zygote's command line.
     previous = os.environ.get("SPT_NOENV")
     os.environ["SPT_NOENV"] = "1"
-    _name_process("piwf zygote")
+    name_process("piwf zygote")
     if previous is None:
         del os.environ["SPT_NOENV"]
     else:
@@ -331,15 +332,6 @@ def _max_descriptor() -> int:
 
 def _ignore_signal(_number: int, _frame: object) -> None:
     return
-
-
-def _name_process(title: str) -> None:
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(title)
-    except ImportError:  # pragma: no cover - setproctitle is a dependency
-        pass
 
 
 if __name__ == "__main__":

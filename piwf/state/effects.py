@@ -453,3 +453,36 @@ def _effect_from_row(row: sqlite3.Row) -> Effect:
         settled_at=row["settled_at"],
         revision=row["revision"],
     )
+
+
+_OPEN_ATTEMPT_GENERATION = """
+SELECT lease_generation FROM effect_attempts WHERE effect_id = ? AND finished_at IS NULL
+"""
+
+_FINISH_ATTEMPT_AMBIGUOUS = """
+UPDATE effect_attempts SET finished_at = ?, outcome = 'ambiguous', error_hash = ?
+WHERE effect_id = ? AND attempt_number = ? AND finished_at IS NULL
+"""
+
+_SET_EFFECT_AMBIGUOUS = """
+UPDATE effects SET status = 'ambiguous', error_hash = ?, updated_at = ?
+WHERE effect_id = ? AND status = 'applying'
+"""
+
+
+def open_attempt_generation(tx: Transaction, effect_id: str) -> int | None:
+    """The claim generation of the effect's open attempt, or None when none is open."""
+    found = tx.scalar(_OPEN_ATTEMPT_GENERATION, (effect_id,))
+    return None if found is None else int(found)
+
+
+def close_ambiguous(
+    tx: Transaction, effect_id: str, attempt_number: int, error_hash: bytes | None
+) -> None:
+    """Close an ``applying`` effect and its open attempt ``ambiguous`` (an indeterminate outcome).
+
+    Unlike :func:`settle_effect` this records no change of its own: the caller has already
+    recorded the ``effect.ambiguous`` change under its claim in the same transaction.
+    """
+    tx.execute(_FINISH_ATTEMPT_AMBIGUOUS, (tx.now, error_hash, effect_id, attempt_number))
+    tx.execute(_SET_EFFECT_AMBIGUOUS, (error_hash, tx.now, effect_id))

@@ -42,22 +42,6 @@ SELECT effect_id FROM effects WHERE source_resource_id = ? AND idempotency_key =
 ORDER BY created_at, effect_id LIMIT 1
 """
 
-_SELECT_OPEN_EFFECT_ATTEMPT = """
-SELECT lease_generation FROM effect_attempts WHERE effect_id = ? AND finished_at IS NULL
-"""
-
-# An ambiguous settlement closes the open attempt with outcome ``ambiguous``; ``effects.py`` has
-# no such settlement (its ``settle_effect`` knows only applied/rejected), so it lives here.
-_FINISH_ATTEMPT_AMBIGUOUS = """
-UPDATE effect_attempts SET finished_at = ?, outcome = 'ambiguous', error_hash = ?
-WHERE effect_id = ? AND attempt_number = ? AND finished_at IS NULL
-"""
-
-_SET_EFFECT_AMBIGUOUS = """
-UPDATE effects SET status = 'ambiguous', error_hash = ?, updated_at = ?
-WHERE effect_id = ? AND status = 'applying'
-"""
-
 
 def apply_reserve_effect(
     tx: Transaction, claim: Claim, message: port.EffectReservation, *, lease_ms: int
@@ -108,7 +92,7 @@ def apply_reserve_effect(
     if effect.status is EffectStatus.CANCELLED:
         return port.Conflict(f"effect {effect_id} was cancelled")
     if effect.status is EffectStatus.APPLYING:
-        if tx.scalar(_SELECT_OPEN_EFFECT_ATTEMPT, (effect_id,)) == claim.generation:
+        if fx.open_attempt_generation(tx, effect_id) == claim.generation:
             return port.Conflict(f"effect {effect_id} is applying under this generation")
         recovered = fx.recover_uncertain(tx, effect_id, actor=RUNNER_ACTOR, claim=claim).value
         if recovered.status is EffectStatus.AMBIGUOUS:
@@ -182,10 +166,7 @@ def _settle_ambiguous(tx: Transaction, effect: fx.Effect, error: str | None, cla
     record_change(
         tx, effect.resource_id, effect.revision, "effect.ambiguous", RUNNER_ACTOR, claim=claim
     )
-    tx.execute(
-        _FINISH_ATTEMPT_AMBIGUOUS, (tx.now, error_hash, effect.effect_id, effect.attempt_count)
-    )
-    tx.execute(_SET_EFFECT_AMBIGUOUS, (error_hash, tx.now, effect.effect_id))
+    fx.close_ambiguous(tx, effect.effect_id, effect.attempt_count, error_hash)
 
 
 def _settled(tx: Transaction, effect: fx.Effect) -> port.SettledEffect:

@@ -44,23 +44,6 @@ from piwf.state.records import Actor, read_revision, record_change
 from piwf.state.resources import enqueue, get_resource_by_uid
 from piwf.state.results import Applied, Conflict
 
-_OPEN_ATTEMPT_GENERATION = """
-SELECT lease_generation FROM effect_attempts WHERE effect_id = ? AND finished_at IS NULL
-"""
-
-# An indeterminate settlement closes the open attempt ``ambiguous``; effects.py knows only
-# applied/rejected settlements (the run side keeps the same two statements in
-# execution_effects.py).
-_FINISH_ATTEMPT_AMBIGUOUS = """
-UPDATE effect_attempts SET finished_at = ?, outcome = 'ambiguous', error_hash = ?
-WHERE effect_id = ? AND attempt_number = ? AND finished_at IS NULL
-"""
-
-_SET_EFFECT_AMBIGUOUS = """
-UPDATE effects SET status = 'ambiguous', error_hash = ?, updated_at = ?
-WHERE effect_id = ? AND status = 'applying'
-"""
-
 _OTHER_KIND = """
 SELECT effect_id FROM effects
 WHERE source_resource_id = ? AND idempotency_key = ? AND effect_type != ?
@@ -158,7 +141,7 @@ def reserve_effect(
         return reserved
     effect = reserved.value
     if effect.status is EffectStatus.APPLYING:
-        if tx.scalar(_OPEN_ATTEMPT_GENERATION, (effect.effect_id,)) == claim.generation:
+        if fx.open_attempt_generation(tx, effect.effect_id) == claim.generation:
             return Conflict(f"effect {key!r} is being applied by this reconcile")
         effect = fx.recover_uncertain(tx, effect.effect_id, actor=actor, claim=claim).value
     if effect.status is EffectStatus.CANCELLED:
@@ -225,8 +208,7 @@ def settle_effect(
         record_change(
             tx, effect.resource_id, effect.revision, "effect.ambiguous", actor, claim=claim
         )
-        tx.execute(_FINISH_ATTEMPT_AMBIGUOUS, (tx.now, error_hash, effect_id, attempt))
-        tx.execute(_SET_EFFECT_AMBIGUOUS, (error_hash, tx.now, effect_id))
+        fx.close_ambiguous(tx, effect_id, attempt, error_hash)
         return _state(tx, fx.get_effect(tx, effect_id) or effect)
     settled = fx.settle_effect(
         tx,
