@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -31,18 +31,20 @@ _R = TypeVar("_R", bound=BaseModel)
 class ResourceMethods:
     """``Client`` methods for managed resources (see docs/RESOURCE_MANAGERS.md)."""
 
-    def request(
-        self,
-        operation: Operation,
-        payload: Mapping[str, Any] | None = None,
-        *,
-        run_id: str | None = None,
-        expected_revision: int | None = None,
-        idempotency_key: str | None = None,
-        timeout_s: float | None = None,
-    ) -> Response:
-        """Send one operation; implemented by :class:`piwf.client.Client`."""
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
+
+        def request(
+            self,
+            operation: Operation,
+            payload: Mapping[str, Any] | None = None,
+            *,
+            run_id: str | None = None,
+            expected_revision: int | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> Response:
+            """Send one operation."""
+            ...
 
     def apply_resource(
         self,
