@@ -34,6 +34,7 @@ from piwf.protocol.client_v1 import (
     parse_server_message,
 )
 from piwf.protocol.framing import FrameDecoder
+from piwf.server.processes import is_alive
 from piwf.state import StateDatabase
 from piwf.state.diagnostics import find_violations
 
@@ -55,15 +56,28 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str
 
 
 def runner_processes(home: Path) -> list[psutil.Process]:
-    """Live workflow-runner children of servers using ``home`` (never another test's)."""
+    """Live workflow-runner children recorded in ``home``'s database (never another test's).
+
+    Found through ``run_runners`` (pid and exact start identity), as recovery finds them, not
+    by title or environment: a runner renames itself, and its title may hide its environment.
+    """
+    path = home / "state.sqlite"
+    if not path.exists():
+        return []
+    try:
+        with StateDatabase(path, mode="read-only") as database, database.read() as tx:
+            rows = tx.all(
+                "SELECT pid, process_start_identity FROM run_runners WHERE pid IS NOT NULL"
+            )
+    except IncompatibleStateError:
+        return []
     found = []
-    for process in psutil.process_iter(["cmdline"]):
-        command = " ".join(process.info.get("cmdline") or [])
-        if "piwf.runner" not in command:
-            continue
-        with suppress(psutil.Error):
-            if process.environ().get("PIWF_HOME") == str(home):
-                found.append(process)
+    for pid, identity in rows:
+        if is_alive(identity):
+            with suppress(psutil.Error):
+                process = psutil.Process(pid)
+                if process.status() != psutil.STATUS_ZOMBIE:
+                    found.append(process)
     return found
 
 

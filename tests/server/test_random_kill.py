@@ -28,7 +28,13 @@ import pytest
 
 from piwf import faults
 from piwf.state import StateDatabase
-from tests.server.harness import ServerFactory, ServerProcess, runner_processes, wait_for
+from tests.server.harness import (
+    ServerFactory,
+    ServerProcess,
+    raw_client,
+    runner_processes,
+    wait_for,
+)
 from tests.server.history import History
 from tests.server.test_crash_matrix import (
     CHILD_POINTS,
@@ -38,6 +44,7 @@ from tests.server.test_crash_matrix import (
     verify,
     workload,
 )
+from tests.server.test_execution import hold_until_gate, query, start, wait_run, write_workflow
 
 STARTUP_ONLY = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
 POINTS = sorted(faults.POINTS - STARTUP_ONLY - CHILD_POINTS - {"resolver.before_reply"})
@@ -139,3 +146,38 @@ def test_a_seed_reproduces_its_schedule() -> None:
     rounds = [kills for seed in range(10) for kills in schedule(seed)]
     assert any(kills.kill_runner for kills in rounds), "the short tier SIGKILLs runners"
     assert any(kills.child_fault for kills in rounds), "the short tier arms child points"
+
+
+def test_the_runner_of_this_home_is_found_and_killed(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    """``kill_a_runner`` finds the live runner through the database and SIGKILLs it."""
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = write_workflow(
+        tmp_path,
+        "held",
+        f"""
+        from piwf.workflow import compute, define_workflow
+
+        {hold_until_gate()}
+
+        def hold(ctx):
+            wait_for_gate({str(entered)!r}, {str(gate)!r})
+            return 1
+
+        workflow = define_workflow(
+            name="held", start_at="hold", nodes={{"hold": compute(hold)}}, edges=[]
+        )
+        """,
+    )
+    server = servers.start(env=FAST)
+    with raw_client(server) as client:
+        run_id = start(client, workflow, None, "held")
+        wait_for(entered.exists, timeout_s=30, what="the node to start")
+        (victim,) = runner_processes(server.home)
+        kill_a_runner(server.home)
+        victim.wait(timeout=10)  # gone (its parent reaps it)
+        gate.touch()
+        assert wait_run(client, run_id)["status"] == "completed"
+    runners = query(server, "SELECT status FROM run_runners ORDER BY started_at")
+    assert runners[0] == ("crashed",)

@@ -195,7 +195,12 @@ def test_a_signalled_child_is_reported_with_its_signal(zygote: ZygoteUnderTest) 
         zygote.send({"cwd": "/", "id": 1, "kind": "fork", "module": module}, ends.for_child)
         ends.handed_over()
         pid = zygote.frame()["pid"]
-        assert "piwf.runner.workflow_runner --fd 3" in " ".join(psutil.Process(pid).cmdline())
+        # The child names itself right after the fork; until then it shows the zygote's title.
+        wait_for(
+            lambda: "piwf.runner.workflow_runner --fd 3" in " ".join(psutil.Process(pid).cmdline()),
+            timeout_s=10,
+            what="the forked child to take its module's title",
+        )
         os.killpg(pid, signal.SIGKILL)
         assert zygote.frame() == {"kind": "exited", "pid": pid, "signal": 9}
     finally:
@@ -353,7 +358,7 @@ def zygote_pids(home: Path) -> list[int]:
 
 def live_zygotes(home: Path) -> list[int]:
     """Live zygote processes of ``home`` (found by title and environment)."""
-    found = []
+    found: dict[int, int] = {}  # pid -> parent pid
     for process in psutil.process_iter():
         with suppress(psutil.Error):
             if (
@@ -361,8 +366,9 @@ def live_zygotes(home: Path) -> list[int]:
                 and process.environ().get("PIWF_HOME") == str(home)
                 and process.status() != psutil.STATUS_ZOMBIE
             ):
-                found.append(process.pid)
-    return found
+                found[process.pid] = process.ppid()
+    # A child forked a moment ago still carries its zygote's title until it names itself.
+    return [pid for pid, parent in found.items() if parent not in found]
 
 
 def gone(pid: int) -> bool:
