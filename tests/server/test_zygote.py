@@ -149,8 +149,15 @@ def test_the_zygote_forks_an_entry_module_into_its_own_session_and_reports_its_e
         assert forked["identity"].startswith(f"{pid}:")
         child = psutil.Process(pid)
         assert child.ppid() == zygote.process.pid
-        assert child.cwd() == str(tmp_path)
-        assert sorted(int(fd.name) for fd in Path(f"/proc/{pid}/fd").iterdir()) == [0, 1, 2, 3]
+        # The child moves to its directory and closes what it inherited right after the fork.
+        wait_for(
+            lambda: (
+                child.cwd() == str(tmp_path)
+                and sorted(int(fd.name) for fd in Path(f"/proc/{pid}/fd").iterdir()) == [0, 1, 2, 3]
+            ),
+            timeout_s=10,
+            what="the forked child to set itself up",
+        )
         # The resolver answers one request on its channel (descriptor 3), then exits.
         request = canonical.encode({"workflow": HELLO, "projectPath": None, "stateHome": "/"})
         ends.channel.sendall(_HEADER.pack(len(request)) + request)
