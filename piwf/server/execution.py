@@ -53,7 +53,7 @@ from piwf.workflow.commands import (
     StartCommand,
     command_to_json,
 )
-from piwf.workflow.port_codec import MESSAGE_TYPES, from_json, result_to_json, to_json
+from piwf.workflow.port_codec import result_to_json, to_json
 
 log = logging.getLogger("piwf.server")
 
@@ -61,23 +61,6 @@ RUNNER_MODULE = "piwf.runner.workflow_runner"
 #: How long past a node's deadline the server waits for the engine's own timeout before it
 #: kills the child.
 DEADLINE_GRACE_S = 2.0
-
-#: Port method → the store function that applies it in the caller's transaction.
-_APPLY: dict[str, Callable[..., port.PortResult]] = {
-    "begin_run": ex.apply_begin_run,
-    "node_started": ex.apply_node_started,
-    "node_finished": ex.apply_node_finished,
-    "node_failed": ex.apply_node_failed,
-    "publish_update": ex.apply_publish_update,
-    "notify": ex.apply_notify,
-    "reserve_effect": ex.apply_reserve_effect,
-    "settle_effect": ex.apply_settle_effect,
-    "request_interaction": ex.apply_request_interaction,
-    "reject_answer": ex.apply_reject_answer,
-    "park": ex.apply_park,
-    "finish": ex.apply_finish,
-}
-
 
 class ReconcileAdmission(Protocol):
     """The other kind of work that shares the pool's slots (resource reconciles)."""
@@ -116,8 +99,11 @@ class ActiveRun:
     ready: bool = False
     ended: bool = False
     stop_reason: RunnerStatus | None = None
-    #: True once this server's own claim check failed: another owner has the run now.
+    #: True once this server's own claim check failed for this runner (expired, or another
+    #: owner has the run now); the exit then decides the run only if no newer generation does.
     server_lost_claim: bool = False
+    #: Set when the runner broke the runner protocol: the broken rule, never a payload value.
+    protocol_rejection: str | None = None
     ready_timer: Timer | None = None
 
     @property
@@ -343,12 +329,13 @@ class Executor:
             self._unregister(active)
             return
         except PipeOverflowError:
-            log.warning("run %s: its runner sent an oversized frame", active.run_id)
             self._unregister(active)
-            self._stop(active, RunnerStatus.CRASHED, kill=True)
+            self._reject_protocol(active, "the runner sent a frame over the 1 MiB frame limit")
             return
         for raw in messages:
-            if active.ended and active.stop_reason is not None:
+            if active.stop_reason is not None:
+                # Being stopped (claim loss, protocol violation, deadline, cancel, shutdown):
+                # nothing it sends from now on is applied, even what was already in the pipe.
                 return
             self._serve(active, raw)
 
@@ -356,12 +343,17 @@ class Executor:
         try:
             message = ChildMessage.model_validate(canonical.decode(raw))
         except (PiwfError, ValidationError):
-            log.warning("run %s: its runner sent a malformed message", active.run_id)
-            self._stop(active, RunnerStatus.CRASHED, kill=True)
+            self._reject_protocol(active, "the runner sent a message that is not runner.v1")
+            return
+        if message.run_id != active.run_id:
+            if message.kind == "call" and message.message_id:
+                self._respond(
+                    active, message.message_id, "rejected", error="protocolRejected: not this run"
+                )
+            self._reject_protocol(active, "a runner message named another run than its own")
             return
         if (
-            message.run_id != active.run_id
-            or message.generation != active.launch.generation
+            message.generation != active.launch.generation
             or message.runner_epoch != active.runner_epoch
         ):
             if message.kind == "call" and message.message_id:
@@ -439,36 +431,27 @@ class Executor:
             self._respond(active, message.message_id, "rejected", error=str(error))
             return
         if operation == "read_run":
-            # A runner reads its own run, and a restart also reads the run it restarts.
-            wanted = payload.get("run_id")
-            if wanted not in (active.run_id, active.launch.parent_run_id) or wanted is None:
-                self._respond(active, message.message_id, "rejected", error="not this run")
-                return
-            with self.db.read() as tx:
-                saved = ex.read_saved_run(tx, str(wanted))
-            self._respond(
-                active, message.message_id, "accepted", None if saved is None else to_json(saved)
-            )
+            self._read_run(active, message.message_id, payload)
             return
+        # The authority is always the claim this runner was launched with: a payload naming
+        # another run is a protocol violation, never a way into that run.
         try:
-            typed = from_json(MESSAGE_TYPES[operation or ""], payload)
-        except (PiwfError, KeyError) as error:
-            self._respond(active, message.message_id, "rejected", error=str(error))
+            call = ex.decode_runner_call(active.claim, operation, payload)
+        except ex.RunnerCallRejectedError as error:
+            self._respond(active, message.message_id, "rejected", error=f"{error.code}: {error}")
+            self._reject_protocol(active, str(error))
             return
-        apply = self._guarded(
-            active, message.expected_revision, self._applier(operation or "", typed)
-        )
-        fingerprint = canonical.digest({"operation": operation, "payload": payload})
         try:
             with self.db.write() as tx:
                 verify_server_claim(tx, self.server_claim())
-                reply = ex.apply_runner_message(
+                reply = ex.apply_runner_call(
                     tx,
                     active.claim,
                     active.runner_epoch,
                     message.message_id,
-                    fingerprint,
-                    lambda: apply(tx),
+                    call,
+                    expected_revision=message.expected_revision,
+                    lease_ms=self.settings.run_lease_ms,
                 )
         except ClaimLostError:
             self._respond(active, message.message_id, "claimLost", error="claim lost")
@@ -487,39 +470,30 @@ class Executor:
         elif operation in ("park", "finish") and reply.outcome.value in ("accepted", "adopted"):
             active.ended = True
             self.run_changed(active.run_id)
-        elif operation == "node_started" and isinstance(typed, port.NodeStarted):
-            self._watch_deadline(active, typed)
+        elif isinstance(call.message, port.NodeStarted):
+            self._watch_deadline(active, call.message)
 
-    def _applier(self, operation: str, typed: object) -> Callable[[Transaction], port.PortResult]:
-        function = _APPLY.get(operation)
-        if function is None:
-            raise PiwfError(f"unknown runner operation {operation}")
-        lease_ms = self.settings.run_lease_ms
-        return lambda tx: function(tx, self._claim_of(typed), typed, lease_ms=lease_ms)
+    def _read_run(self, active: ActiveRun, message_id: str, payload: dict[str, Any]) -> None:
+        """A runner reads its own run, and a restart also reads the run it restarts."""
+        wanted = payload.get("run_id")
+        if wanted not in (active.run_id, active.launch.parent_run_id) or wanted is None:
+            self._respond(active, message_id, "rejected", error="protocolRejected: not this run")
+            self._reject_protocol(active, "read_run names another run than the runner's own")
+            return
+        with self.db.read() as tx:
+            saved = ex.read_saved_run(tx, str(wanted))
+        self._respond(active, message_id, "accepted", None if saved is None else to_json(saved))
 
-    def _guarded(
-        self,
-        active: ActiveRun,
-        expected: int | None,
-        apply: Callable[[Transaction], port.PortResult],
-    ) -> Callable[[Transaction], port.PortResult]:
-        """Refuse a change proposed against another run revision than the stored one."""
+    def _reject_protocol(self, active: ActiveRun, detail: str) -> None:
+        """Stop a runner that broke the runner protocol; its run parks ``protocolRejected``.
 
-        def guarded(tx: Transaction) -> port.PortResult:
-            if expected is not None:
-                current = read_revision(tx, active.claim.resource_id)
-                if current != expected:
-                    return port.Conflict(f"run is at revision {current}, not {expected}")
-            return apply(tx)
-
-        return guarded
-
-    def _claim_of(self, typed: object) -> Claim:
-        run_id = getattr(typed, "run_id", None)
-        active = self.active.get(str(run_id))
-        if active is None:
-            raise ClaimLostError("missingAuthority", f"run:{run_id}", 0)
-        return active.claim
+        ``detail`` names the broken rule, never a payload value; it becomes the queue's error
+        text, so ``piwf run show`` can say why the run stopped.
+        """
+        log.warning("run %s: its runner broke the runner protocol; stopped", active.run_id)
+        if active.protocol_rejection is None:
+            active.protocol_rejection = detail[:500]
+        self._stop(active, RunnerStatus.CRASHED, kill=True)
 
     def _respond(
         self,
@@ -656,21 +630,23 @@ class Executor:
                     status,
                     exit_code=code if code is not None and code >= 0 else None,
                     signal=None if code is None or code >= 0 else f"signal {-code}",
-                    diagnostic="output flood" if handle.flooded else None,
+                    diagnostic="output flood" if handle.flooded else active.protocol_rejection,
                 )
-                # Claim loss is a handoff: when another owner took the run, write nothing
-                # more. A child refused for a stale message leaves the claim with this server,
-                # which decides the run like any interrupted work.
-                if not active.server_lost_claim:
-                    ex.recover_after_runner_exit(
-                        tx,
-                        active.run_id,
-                        runner_epoch=active.runner_epoch,
-                        actor=Actor(ActorType.SERVER, self.owner_id),
-                        owner_id=self.owner_id,
-                        lease_ms=self.settings.run_lease_ms,
-                        claim=active.claim,
-                    )
+                # Claim loss is a handoff: when a newer generation owns the run, the recovery
+                # below is a no-op (it checks the generation). When this server's own claim
+                # merely expired (the server was stopped or starved past the run lease), no one
+                # else holds the run: recovery takes a new claim (generation + 1) and decides
+                # the run from its effects, as startup recovery would.
+                ex.recover_after_runner_exit(
+                    tx,
+                    active.run_id,
+                    runner_epoch=active.runner_epoch,
+                    actor=Actor(ActorType.SERVER, self.owner_id),
+                    owner_id=self.owner_id,
+                    lease_ms=self.settings.run_lease_ms,
+                    claim=None if active.server_lost_claim else active.claim,
+                    protocol_rejection=active.protocol_rejection,
+                )
         except PiwfError as error:
             log.warning("run %s: recording its runner exit failed: %s", active.run_id, error)
         faults.point("runner.after_exit_commit")

@@ -206,17 +206,16 @@ class FailureClass(str, Enum):
     EFFECT_AMBIGUOUS = "effectAmbiguous"
     NODE_FAILED = "nodeFailed"
     PROTOCOL_REJECTED = "protocolRejected"
-    #: the run's runners crashed ``CRASH_LOOP_LIMIT`` times in a row without finishing a node
-    RUNNER_CRASH_LOOP = "runnerCrashLoop"
 
 
-#: Queue error codes that keep a run away from the scheduler until an explicit resume.
+#: Queue error codes that keep a run away from the scheduler until an explicit resume (a
+#: ``runnerCrashed`` run is kept away too once its crash streak reaches ``CRASH_LOOP_LIMIT``).
 BLOCKING_FAILURE_CLASSES = frozenset(
     {
         FailureClass.SOURCE_CHANGED,
         FailureClass.RUNNER_NO_PROGRESS,
         FailureClass.EFFECT_AMBIGUOUS,
-        FailureClass.RUNNER_CRASH_LOOP,
+        FailureClass.PROTOCOL_REJECTED,
     }
 )
 

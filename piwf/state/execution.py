@@ -7,7 +7,8 @@ live run claim, bumps the run revision once, writes one event and returns a type
 
     scheduler ─claim_next_run──▶ RunLaunch(claim, command) ─record_runner_launch─▶ spawn
       ─record_runner_process─▶ ─mark_runner_ready─▶ send the one command
-    runner message ─apply_runner_message(receipt)─▶ apply_begin_run | apply_node_started | ...
+    runner message ─decode_runner_call─▶ apply_runner_call(receipt, the runner's own claim)
+      ─▶ apply_begin_run | apply_node_started | ...
       | apply_reserve_effect | apply_settle_effect | ... | apply_park | apply_finish
     runner exit ─record_runner_exit─▶ recover_after_runner_exit (no-progress rule, effects)
     client control ─cancel_run | pause_run | resume_run | restart_run
@@ -19,6 +20,7 @@ module                      contents
 ==========================  ===============================================================
 ``execution_core``          run/attempt rows, claim checks, :class:`RunLaunch`
 ``execution_runners``       ``run_runners`` rows and ``runner_messages`` receipts
+``execution_calls``         one runner call decoded and applied under the runner's own claim
 ``execution_visits``        :func:`read_saved_run`, begin, node started/finished/failed,
                             updates, notifications
 ``execution_effects``       effect reservation and settlement
@@ -42,6 +44,12 @@ from piwf.state.execution_answers import (
     list_open_requests,
     run_decision_audit,
 )
+from piwf.state.execution_calls import (
+    RunnerCall,
+    RunnerCallRejectedError,
+    apply_runner_call,
+    decode_runner_call,
+)
 from piwf.state.execution_control import (
     cancel_run,
     claim_next_run,
@@ -50,7 +58,7 @@ from piwf.state.execution_control import (
     restart_run,
     resume_run,
 )
-from piwf.state.execution_core import RunLaunch
+from piwf.state.execution_core import CRASH_LOOP_LIMIT, RunLaunch
 from piwf.state.execution_effects import apply_reserve_effect, apply_settle_effect
 from piwf.state.execution_outcomes import (
     apply_finish,
@@ -59,7 +67,6 @@ from piwf.state.execution_outcomes import (
     apply_request_interaction,
 )
 from piwf.state.execution_recovery import (
-    CRASH_LOOP_LIMIT,
     ExpiredRun,
     RecoveryDecision,
     RunRecovery,
@@ -100,6 +107,8 @@ __all__ = [
     "RecoveryDecision",
     "RunLaunch",
     "RunRecovery",
+    "RunnerCall",
+    "RunnerCallRejectedError",
     "RunnerRecord",
     "RunnerReply",
     "answer_request",
@@ -114,12 +123,14 @@ __all__ = [
     "apply_reject_answer",
     "apply_request_interaction",
     "apply_reserve_effect",
+    "apply_runner_call",
     "apply_runner_message",
     "apply_settle_effect",
     "cancel_run",
     "claim_next_run",
     "count_runnable",
     "crash_backoff_ms",
+    "decode_runner_call",
     "expire_due_decisions",
     "expired_running_runs",
     "get_runner",

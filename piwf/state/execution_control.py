@@ -39,6 +39,7 @@ from piwf.state.enums import (
     RunStatus,
 )
 from piwf.state.execution_core import (
+    CRASH_LOOP_LIMIT,
     RunLaunch,
     RunRow,
     attempt_count,
@@ -63,6 +64,7 @@ WHERE q.status IN ('queued', 'parked')
   AND r.paused = 0
   AND r.status IN ('queued', 'running')
   AND (q.error_code IS NULL OR q.error_code NOT IN (SELECT value FROM json_each(:blocking)))
+  AND NOT (q.error_code = 'runnerCrashed' AND q.consecutive_errors >= :crash_limit)
   AND (l.owner_id IS NULL OR l.expires_at <= :now)
   AND NOT EXISTS (SELECT 1 FROM interactive_requests i
                   WHERE i.run_id = r.run_id AND i.status = 'pending')
@@ -148,8 +150,9 @@ def claim_next_run(
     """Claim the next eligible run for a new runner and decide its one command.
 
     Eligible (ordered by ``available_at, created_at``): queue ``queued`` or ``parked`` and
-    available now, not paused, run ``queued`` or ``running``, no blocking error code, lease free
-    or expired, no pending request, no ambiguous effect, not in ``exclude``. The claim
+    available now, not paused, run ``queued`` or ``running``, no blocking error code (nor a
+    ``runnerCrashed`` streak of :data:`CRASH_LOOP_LIMIT`), lease free or expired, no pending
+    request, no ambiguous effect, not in ``exclude``. The claim
     (``server``, generation + 1) is one ``lease.claimed`` change; the queue becomes ``starting``
     (its previous error cleared) and the run ``running``. Command: ``start`` for a root run and
     ``restart`` for a restart run that has no node attempt yet, else ``resume``. Returns None
@@ -158,6 +161,7 @@ def claim_next_run(
     params = {
         "now": tx.now,
         "blocking": _BLOCKING,
+        "crash_limit": CRASH_LOOP_LIMIT,
         "exclude": json.dumps(list(exclude)),
     }
     run_id = tx.scalar(_SELECT_NEXT_RUNNABLE, params)
@@ -188,7 +192,12 @@ def claim_next_run(
 
 def count_runnable(tx: Transaction) -> int:
     """Return how many runs :func:`claim_next_run` could claim now (any transaction)."""
-    params = {"now": tx.now, "blocking": _BLOCKING, "exclude": "[]"}
+    params = {
+        "now": tx.now,
+        "blocking": _BLOCKING,
+        "crash_limit": CRASH_LOOP_LIMIT,
+        "exclude": "[]",
+    }
     return int(tx.scalar(_COUNT_RUNNABLE, params))
 
 
@@ -285,8 +294,8 @@ def resume_run(
 ) -> Applied[runs.RunView] | Adopted[runs.RunView] | Conflict | RecoveryRequired:
     """Clear the pause and any error code and make the run eligible now (one change).
 
-    This is the only way out of ``runnerNoProgress``, ``runnerCrashLoop``, ``sourceChanged``
-    and ``effectAmbiguous`` (it also ends a crash streak);
+    This is the only way out of ``runnerNoProgress``, ``sourceChanged``, ``protocolRejected``,
+    ``effectAmbiguous`` and a blocked ``runnerCrashed`` streak (it ends every crash streak);
     the last also needs no ambiguous effect left (``RecoveryRequired("effectAmbiguous")``). A
     ``queued`` run's queue row becomes ``queued``; a ``running`` run's becomes ``parked`` and
     available now (the seed's "stopped at a durable boundary and can resume"); a ``waiting``

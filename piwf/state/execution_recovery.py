@@ -9,12 +9,19 @@ absent or expired), records one run change and releases the claim.
 
 The no-progress rule (seed 003 "Retry only after progress")::
 
+    the runner broke the protocol ─▶ applying effects decided as below; parked protocolRejected
     baseline = runner.ready_revision if the runner became ready else runner.launch_revision
-    run revision <= baseline, runner not orphaned ─▶ parked runnerNoProgress (explicit resume only)
+    run revision <= baseline, the runner failed by itself ─▶ parked runnerNoProgress
     otherwise ─▶ applying effects: idempotent → pending, manual → ambiguous
                ├─ any ambiguous effect ─▶ parked effectAmbiguous
                ├─ the visit committed a pending request ─▶ waiting
-               └─ else ─▶ parked, available now (claimable; runnerCrashed/runnerTimedOut evidence)
+               └─ else ─▶ parked, claimable (runnerCrashed/runnerTimedOut evidence; the Nth
+                          consecutive crash backs off, the CRASH_LOOP_LIMITth blocks)
+
+A runner "failed by itself" unless the server stopped it: ``orphaned`` (server shutdown or
+death) and ``claimLost`` (the server's own claim expired under it, e.g. the server was stopped
+past the run lease) count no crash and no lack of progress. Every park except the claimable one
+needs an explicit resume.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from piwf.state import blobs
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
@@ -34,6 +42,7 @@ from piwf.state.enums import (
     RunStatus,
 )
 from piwf.state.execution_core import (
+    CRASH_LOOP_LIMIT,
     RunRow,
     active_attempt,
     record_run_change,
@@ -75,9 +84,7 @@ _CRASHES = "SELECT consecutive_errors FROM run_queue WHERE run_id = ?"
 
 _DELAY_QUEUE = "UPDATE run_queue SET available_at = ? WHERE run_id = ?"
 
-#: Consecutive runner crashes (no node finished in between) after which a run parks
-#: ``runnerCrashLoop`` instead of being relaunched: a deterministic crash never loops forever.
-CRASH_LOOP_LIMIT = 5
+_BLOCK_CRASH_LOOP = "UPDATE run_queue SET error_hash = ? WHERE run_id = ?"
 
 
 def crash_backoff_ms(consecutive_crashes: int) -> int:
@@ -95,6 +102,7 @@ class RecoveryDecision(str, Enum):
     SOURCE_CHANGED = "sourceChanged"  # parked sourceChanged until an explicit resume
     EFFECT_AMBIGUOUS = "effectAmbiguous"  # parked until the effect is resolved and resumed
     WAITING = "waiting"  # the visit had committed its request: the run waits for the answer
+    PROTOCOL_REJECTED = "protocolRejected"  # parked: its runner broke the runner protocol
     UNCHANGED = "unchanged"  # the run was no longer executing under that runner
 
 
@@ -135,6 +143,7 @@ def recover_after_runner_exit(
     owner_id: str,
     lease_ms: int,
     claim: Claim | None = None,
+    protocol_rejection: str | None = None,
 ) -> Applied[RunRecovery] | Adopted[RunRecovery] | Conflict:
     """Decide a run after its runner exited without parking or finishing it (seed 003 rule).
 
@@ -144,18 +153,23 @@ def recover_after_runner_exit(
 
     - the run is no longer executing under that runner's generation (it parked, finished, was
       paused or cancelled, or another generation took over): ``Adopted(UNCHANGED)``;
+    - ``protocol_rejection`` (the server stopped the runner for a message that broke the
+      runner protocol; the text is a bounded, payload-free detail): applying effects are decided
+      as below and the run parks ``protocolRejected`` until an explicit resume (event
+      ``run.protocol_rejected``), whatever its progress;
     - the run revision did not advance past the runner's baseline (``ready_revision``, or
-      ``launch_revision`` if it never became ready) and the runner was not ``orphaned`` (stopped
-      by its server): park ``runnerNoProgress``, never relaunched automatically (event
-      ``run.runner_no_progress``);
+      ``launch_revision`` if it never became ready) and the runner failed by itself (not
+      ``orphaned`` or ``claimLost``: stopped by its server): park ``runnerNoProgress``, never
+      relaunched automatically (event ``run.runner_no_progress``);
     - otherwise every ``applying`` effect goes through ``effects.recover_uncertain``
       (idempotent → pending for a retry; manual → ambiguous): any ambiguous effect parks the run
       ``effectAmbiguous``; a committed pending request makes it ``waiting``; else the queue row
       becomes ``parked`` and claimable (error code ``runnerCrashed`` or ``runnerTimedOut`` as
       evidence) — event ``run.runner_recovered``. A runner that failed by itself (not
-      ``orphaned``) counts one consecutive crash: the relaunch backs off
+      ``orphaned`` or ``claimLost``) counts one consecutive crash: the relaunch backs off
       (:func:`crash_backoff_ms`), and at :data:`CRASH_LOOP_LIMIT` crashes with no node finished
-      in between the run parks ``runnerCrashLoop`` until an explicit resume.
+      in between the run stays parked ``runnerCrashed`` (the count in its error text) until an
+      explicit resume.
 
     Authority: ``claim`` when it is still the live claim, else a new ``server`` claim for
     ``owner_id`` (generation + 1); it is released in the same transaction. A live claim of
@@ -172,7 +186,7 @@ def recover_after_runner_exit(
     )
     if isinstance(authority, Conflict):
         return authority
-    if _made_no_progress(run, runner):
+    if protocol_rejection is None and _made_no_progress(run, runner):
         return _park_blocked(
             tx, run, authority, actor, FailureClass.RUNNER_NO_PROGRESS, runner, None
         )
@@ -186,7 +200,10 @@ def recover_after_runner_exit(
     active = active_attempt(tx, run.run_id)
     waiting = active is not None and bool(tx.scalar(_HAS_PENDING_REQUEST, (active.attempt_id,)))
     payload = {"runnerEpoch": None if runner is None else runner.runner_epoch}
-    if ambiguous:
+    if protocol_rejection is not None:
+        decision = RecoveryDecision.PROTOCOL_REJECTED
+        revision = record_run_change(tx, run, "run.protocol_rejected", actor, authority, payload)
+    elif ambiguous:
         decision = RecoveryDecision.EFFECT_AMBIGUOUS
         revision = record_run_change(tx, run, "run.effect_ambiguous", actor, authority, payload)
     elif waiting:
@@ -197,7 +214,15 @@ def recover_after_runner_exit(
         revision = record_run_change(tx, run, "run.runner_recovered", actor, authority, payload)
     for effect in applying:
         fx.recover_uncertain(tx, effect.effect_id, actor=actor, claim=authority)
-    if decision is RecoveryDecision.EFFECT_AMBIGUOUS:
+    if decision is RecoveryDecision.PROTOCOL_REJECTED:
+        set_queue(
+            tx,
+            run.run_id,
+            QueueStatus.PARKED,
+            error_code=FailureClass.PROTOCOL_REJECTED,
+            error_text=protocol_rejection,
+        )
+    elif decision is RecoveryDecision.EFFECT_AMBIGUOUS:
         set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=FailureClass.EFFECT_AMBIGUOUS)
     elif decision is RecoveryDecision.WAITING:
         tx.execute(_SET_RUN_STATUS, (RunStatus.WAITING.value, tx.now, run.run_id))
@@ -286,6 +311,9 @@ def _park_for(
     return _park_blocked(tx, run, authority, actor, failure, runner, detail)
 
 
+#: Runner outcomes that are the server's doing, not a failure of the runner.
+_STOPPED_BY_SERVER = frozenset({RunnerStatus.ORPHANED, RunnerStatus.CLAIM_LOST})
+
 _DECISION_OF = {
     FailureClass.RUNNER_NO_PROGRESS: RecoveryDecision.NO_PROGRESS,
     FailureClass.SOURCE_CHANGED: RecoveryDecision.SOURCE_CHANGED,
@@ -314,14 +342,20 @@ def _park_blocked(
 
 
 def _count_crash(tx: Transaction, run_id: str) -> None:
-    """Count one more consecutive crash: back off the relaunch, or park a crash loop."""
+    """Count one more consecutive crash: back off the relaunch, or block a crash loop.
+
+    The failure class stays ``runnerCrashed`` (the closed set has no crash-loop class); at
+    :data:`CRASH_LOOP_LIMIT` the scheduler stops claiming the run (``claim_next_run`` checks the
+    count) and the error text says how many crashes happened and what to do.
+    """
     tx.execute(_COUNT_CRASH, (run_id,))
     crashes = int(tx.scalar(_CRASHES, (run_id,)))
     if crashes >= CRASH_LOOP_LIMIT:
-        tx.execute(
-            "UPDATE run_queue SET error_code = ? WHERE run_id = ?",
-            (FailureClass.RUNNER_CRASH_LOOP.value, run_id),
+        detail = (
+            f"the runner crashed {crashes} times in a row without finishing a node; "
+            f"fix the cause, then resume the run (piwf run resume {run_id})"
         )
+        tx.execute(_BLOCK_CRASH_LOOP, (blobs.put_text(tx, detail), run_id))
     else:
         tx.execute(_DELAY_QUEUE, (tx.now + crash_backoff_ms(crashes), run_id))
 
@@ -352,16 +386,17 @@ def _executing_under(tx: Transaction, run: RunRow, runner: RunnerRecord | None) 
 def _made_no_progress(run: RunRow, runner: RunnerRecord | None) -> bool:
     """The seed 003 rule: the run revision did not advance past the runner's baseline.
 
-    An ``orphaned`` runner was stopped by its server (shutdown or death), not by its own
-    failure; it is requeued like any interrupted work instead of being parked.
+    A runner its server stopped (``orphaned``: shutdown or death; ``claimLost``: the server's
+    claim expired under it) did not fail by itself; it is requeued like any interrupted work
+    instead of being parked.
     """
-    if runner is None or runner.status is RunnerStatus.ORPHANED:
+    if runner is None or runner.status in _STOPPED_BY_SERVER:
         return False
     return run.revision <= runner.progress_baseline
 
 
 def _exit_failure(runner: RunnerRecord | None) -> FailureClass | None:
-    if runner is None or runner.status is RunnerStatus.ORPHANED:
+    if runner is None or runner.status in _STOPPED_BY_SERVER:
         return None
     if runner.status is RunnerStatus.TIMED_OUT:
         return FailureClass.RUNNER_TIMED_OUT

@@ -658,7 +658,7 @@ def test_no_grandchild_outlives_its_run(fast_server: ServerProcess, tmp_path: Pa
     wait_for(gone, timeout_s=15, what="the grandchild to be killed with its group")
 
 
-def test_a_child_that_sends_an_oversized_frame_is_killed(
+def test_a_child_that_sends_an_oversized_frame_is_killed_and_parked_protocol_rejected(
     fast_server: ServerProcess, tmp_path: Path
 ) -> None:
     marker = tmp_path / "sent"
@@ -684,9 +684,22 @@ def test_a_child_that_sends_an_oversized_frame_is_killed(
     )
     with raw_client(fast_server) as client:
         run_id = start(client, workflow, {}, "oversized")
-        assert wait_run(client, run_id)["status"] == "completed"
+        # A frame over the limit breaks the runner protocol: the runner is killed and the run
+        # waits for an operator (protocolRejected), it is not relaunched by itself.
+        wait_for(
+            lambda: queue_of(fast_server, run_id) == ("parked", "protocolRejected"),
+            what="the protocolRejected park",
+        )
+        assert runner_statuses(fast_server) == ["crashed"]
         assert client.request("server.status").outcome == "accepted"
+        assert client.request("run.resume", run_id=run_id, key="resume").outcome == "accepted"
+        assert wait_run(client, run_id)["status"] == "completed"
     wait_for(lambda: runner_statuses(fast_server) == ["crashed", "exited"], what="both runners")
+
+
+def queue_of(server: ServerProcess, run_id: str) -> tuple[str, str | None]:
+    rows = query(server, "SELECT status, error_code FROM run_queue WHERE run_id = ?", (run_id,))
+    return rows[0][0], rows[0][1]
 
 
 # conformance: X13
@@ -869,7 +882,7 @@ def test_a_message_of_another_generation_is_refused_and_the_run_is_not_failed(
                 marker.touch()
                 fd = int(sys.argv[sys.argv.index("--fd") + 1])
                 stale = {{"generation": 99, "kind": "call", "messageId": "forged",
-                          "operation": "finish", "payload": {{}}, "runId": "run-x",
+                          "operation": "finish", "payload": {{}}, "runId": ctx.run_id,
                           "runnerEpoch": "runner-x", "schema": "piwf.runner.v1"}}
                 body = json.dumps(stale, sort_keys=True, separators=(",", ":")).encode()
                 os.write(fd, struct.pack("!i", len(body)) + body)

@@ -505,7 +505,17 @@ def test_a_crash_loop_backs_off_then_parks_until_an_explicit_resume(
             clock.advance(delays[-1] + LEASE_MS + 1)
     assert delays[:-1] == [ex.crash_backoff_ms(n) for n in range(1, ex.CRASH_LOOP_LIMIT)]
     assert delays[:3] == [0, 1_000, 2_000]
-    assert queue_row(db, run_id) == ("parked", "runnerCrashLoop")
+    # The class stays runnerCrashed (a closed set); the count and the way out are its detail.
+    assert queue_row(db, run_id) == ("parked", "runnerCrashed")
+    with db.read() as tx:
+        detail = tx.one(
+            "SELECT b.content FROM run_queue q JOIN blobs b ON b.blob_hash = q.error_hash"
+            " WHERE q.run_id = ?",
+            (run_id,),
+        )
+    assert detail is not None
+    assert f"crashed {ex.CRASH_LOOP_LIMIT} times in a row" in bytes(detail[0]).decode()
+    assert f"piwf run resume {run_id}" in bytes(detail[0]).decode()
     clock.advance(3_600_000)
     with db.write() as tx:
         assert ex.count_runnable(tx) == 0, "a crash loop waits for an operator"

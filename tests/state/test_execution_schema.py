@@ -51,8 +51,8 @@ def test_live_and_blocking_sets_are_subsets_of_their_enums() -> None:
     assert {code.value for code in e.BLOCKING_FAILURE_CLASSES} == {
         "sourceChanged",
         "runnerNoProgress",
-        "runnerCrashLoop",
         "effectAmbiguous",
+        "protocolRejected",
     }
 
 

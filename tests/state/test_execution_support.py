@@ -2,9 +2,10 @@
 
 - :func:`create` queues a run for a compiled workflow through ``runs.create_run``;
 - :func:`launch` plays the server's launch sequence (claim, runner row, process, ready);
-- :class:`StorePort` is the server side of the runner pipe in miniature: every engine call is
-  one ``db.write()`` through :func:`execution.apply_runner_message` and the matching
-  ``apply_*`` function, so the real engine drives the real store;
+- :class:`StorePort` is the server side of the runner pipe in miniature: every engine call
+  crosses its JSON form and is one ``db.write()`` through :func:`execution.decode_runner_call`
+  and :func:`execution.apply_runner_call`, the functions the server uses, so the real engine
+  drives the real store under the launched claim;
 - :func:`exit_and_recover` plays a runner death: exit recorded, then the recovery decision;
 - :func:`dump` snapshots every table, to prove that a refused call wrote nothing.
 """
@@ -12,10 +13,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
-from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError
 from piwf.state import StateDatabase, runs
@@ -38,6 +37,7 @@ from piwf.workflow.commands import RestartCommand, ResumeCommand, RunCommand, St
 from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.definition import WorkflowDefinition
 from piwf.workflow.engine import ExecutionResult, execute
+from piwf.workflow.port_codec import to_json
 
 LEASE_MS = 30_000
 SERVER_ID = "server-a"
@@ -151,18 +151,15 @@ class StorePort:
         with self.db.read() as tx:
             return ex.read_saved_run(tx, run_id)
 
-    def _send(self, apply: Callable[..., p.PortResult], message: Any) -> p.PortResult:
-        fingerprint = canonical.digest([type(message).__name__, p.message_to_json(message)])
-        message_id = f"m{next(self._ids)}"
+    def _send(self, operation: str, message: Any) -> p.PortResult:
+        # The same two functions the server applies a runner call with: the message crosses
+        # its JSON form, and the claim is always the launched one, never one the payload names.
         claim = self.launched.claim
+        call = ex.decode_runner_call(claim, operation, to_json(message))
+        message_id = f"m{next(self._ids)}"
         with self.db.write() as tx:
-            reply = ex.apply_runner_message(
-                tx,
-                claim,
-                self.epoch,
-                message_id,
-                fingerprint,
-                lambda: apply(tx, claim, message, lease_ms=LEASE_MS),
+            reply = ex.apply_runner_call(
+                tx, claim, self.epoch, message_id, call, expected_revision=None, lease_ms=LEASE_MS
             )
         self.replies.append(reply)
         if reply.outcome is RunnerMessageOutcome.CLAIM_LOST:
@@ -174,40 +171,40 @@ class StorePort:
         return reply.result
 
     def begin_run(self, message: p.RunBegun) -> p.PortResult:
-        return self._send(ex.apply_begin_run, message)
+        return self._send("begin_run", message)
 
     def node_started(self, message: p.NodeStarted) -> p.PortResult:
-        return self._send(ex.apply_node_started, message)
+        return self._send("node_started", message)
 
     def node_finished(self, message: p.NodeFinished) -> p.PortResult:
-        return self._send(ex.apply_node_finished, message)
+        return self._send("node_finished", message)
 
     def node_failed(self, message: p.NodeFailed) -> p.PortResult:
-        return self._send(ex.apply_node_failed, message)
+        return self._send("node_failed", message)
 
     def reserve_effect(self, message: p.EffectReservation) -> p.PortResult:
-        return self._send(ex.apply_reserve_effect, message)
+        return self._send("reserve_effect", message)
 
     def settle_effect(self, message: p.EffectSettlement) -> p.PortResult:
-        return self._send(ex.apply_settle_effect, message)
+        return self._send("settle_effect", message)
 
     def publish_update(self, message: p.UpdatePublished) -> p.PortResult:
-        return self._send(ex.apply_publish_update, message)
+        return self._send("publish_update", message)
 
     def notify(self, message: p.NotificationRequested) -> p.PortResult:
-        return self._send(ex.apply_notify, message)
+        return self._send("notify", message)
 
     def request_interaction(self, message: p.InteractionRequested) -> p.PortResult:
-        return self._send(ex.apply_request_interaction, message)
+        return self._send("request_interaction", message)
 
     def reject_answer(self, message: p.AnswerRejected) -> p.PortResult:
-        return self._send(ex.apply_reject_answer, message)
+        return self._send("reject_answer", message)
 
     def park(self, message: p.RunParked) -> p.PortResult:
-        return self._send(ex.apply_park, message)
+        return self._send("park", message)
 
     def finish(self, message: p.RunFinished) -> p.PortResult:
-        return self._send(ex.apply_finish, message)
+        return self._send("finish", message)
 
 
 def run_once(
