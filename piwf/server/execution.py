@@ -62,6 +62,7 @@ RUNNER_MODULE = "piwf.runner.workflow_runner"
 #: kills the child.
 DEADLINE_GRACE_S = 2.0
 
+
 class ReconcileAdmission(Protocol):
     """The other kind of work that shares the pool's slots (resource reconciles)."""
 
