@@ -20,6 +20,7 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── WorkflowDefinitionError workflowDefinition (a definition broke an authoring rule)
     │   ├── WorkflowLoadError       workflowLoad       (a workflow file could not be loaded)
     │   ├── RunCommandError         runCommand         (command and saved state do not fit)
+    │   │   └── RunPausedError      runPaused          (answers wait until the run resumes)
     │   └── AnswerRejectedError     answerRejected     (an answer does not fit its request)
     ├── ProtocolError               protocolError      (piwf.protocol.errors: frames, messages)
     ├── ServerError
@@ -177,6 +178,12 @@ class RunCommandError(WorkflowError):
     """A run command does not fit the saved run state; no workflow code ran."""
 
     code = "runCommand"
+
+
+class RunPausedError(RunCommandError):
+    """The run is paused: answers, submissions and updates wait until it is resumed."""
+
+    code = "runPaused"
 
 
 class AnswerRejectedError(WorkflowError):

@@ -238,8 +238,10 @@ def server_status(status: ServerStatus) -> str:
                     (
                         "runs",
                         f"{status.queued_runs} queued, {status.running_runs} running, "
-                        f"{status.waiting_runs} waiting, {status.paused_runs} paused",
+                        f"{status.waiting_runs} waiting, {status.parked_runs} parked",
                     ),
+                    ("parked", _counts(status.parked_by_reason)),
+                    ("paused", status.paused_runs),
                     ("interactions", f"{status.pending_interactions} pending"),
                     ("effects", f"{status.ambiguous_effects} ambiguous"),
                     ("claims", f"{status.expired_claims} expired"),

@@ -101,6 +101,8 @@ class RunInfo(WireModel):
     status_detail: str | None = None
     queue_status: str | None = None
     error_code: str | None = None
+    #: True while the run will not go on until someone acts (resume, resolve an effect).
+    needs_action: bool = False
     parent_run_id: str | None = None
     root_run_id: str
     restart_number: int
@@ -269,9 +271,17 @@ class ServerStatus(WireModel):
     max_workers: int
     active_runners: int
     connections: int
+    #: Runs that will start by themselves (admitted, or parked resumable, maybe backing off).
     queued_runs: int
+    #: Runs a runner is starting or executing.
     running_runs: int
+    #: Runs waiting for an answer to a pending request.
     waiting_runs: int
+    #: Runs stopped until an operator acts, in total and by reason (``paused`` or a blocking
+    #: failure class such as ``runnerNoProgress``, ``sourceChanged``, ``effectAmbiguous``).
+    parked_runs: int
+    parked_by_reason: dict[str, int]
+    #: Paused runs, whatever their state.
     paused_runs: int
     expired_claims: int
     pending_interactions: int

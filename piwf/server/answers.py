@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from piwf.errors import AnswerRejectedError, PiwfError, RunCommandError
+from piwf.errors import AnswerRejectedError, PiwfError, RunCommandError, RunPausedError
 from piwf.protocol.client_v1 import Request
 from piwf.protocol.payloads import (
     AnswerPayload,
@@ -62,6 +62,13 @@ def answer_change(
     submission_id = f"{request.client_id}:{request.idempotency_key}"
 
     def change(tx: Transaction) -> CommandResult:
+        paused = ex.paused_run_of_request(tx, payload.request_id)
+        if paused is not None:
+            refusal = RunPausedError(
+                f"run {paused} is paused; answers are refused until it is resumed "
+                f"(piwf run resume {paused})"
+            )
+            return CommandResult.failed("rejected", refusal, run_id=paused)
         result = ex.answer_request(
             tx,
             payload.request_id,

@@ -11,6 +11,10 @@ Duties, each driven by the server loop::
     reap       on a child's exit record its one outcome; a run it left unfinished is decided by
                the no-progress rule (unchanged revision: park ``runnerNoProgress``; progress:
                claimable again, uncertain effects decided by their recovery policy)
+    rescue     a run left executing with an absent or expired claim and no child of this server
+               (its claim expired while the server was stopped or starved, a launch failed after
+               its claim, an exit could not be recorded) is decided as startup recovery decides
+               it: a new claim (generation + 1), then its effects; every ``poll_s``
 
 Capacity counts pending launches. Renewal, cancellation and cleanup never wait for a slot.
 """
@@ -19,9 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 import selectors
-import time
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +42,7 @@ from piwf.protocol.runner_v1 import CallResponse, ChildMessage, Command, Launch
 from piwf.server.content_transfer import ContentTransfer
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.pipes import PipeClosedError, PipeOverflowError
+from piwf.server.processes import is_alive
 from piwf.server.supervisor import ChildHandle, Supervisor
 from piwf.state import Conflict, StateDatabase, Transaction
 from piwf.state import execution as ex
@@ -140,6 +146,7 @@ class Executor:
         self._scheduling = False
         self._prefer_reconcile = False
         loop.every(settings.poll_s, self.schedule)
+        loop.every(settings.poll_s, self.rescue_stranded_runs)
         loop.every(settings.renew_s, self.renew_claims)
         loop.every(0.25, self.supervisor.poll)
 
@@ -203,6 +210,65 @@ class Executor:
                 self._stop(active, RunnerStatus.CLAIM_LOST)
             except PiwfError as error:
                 log.warning("renewing run %s failed: %s", active.run_id, error)
+
+    def rescue_stranded_runs(self) -> None:
+        """Recover runs whose claim expired or vanished while this server lives.
+
+        A child of this server whose claim has expired is stopped (``claimLost``); its exit
+        then recovers the run. A run marked executing that no child of this server executes is
+        recovered here at once: a live runner row left behind is closed ``orphaned`` (its exact
+        process killed if it still runs) and the run is decided from its effects under a new
+        claim, exactly as :func:`~piwf.server.recovery.recover_previous_server` does at
+        startup. Claim loss to a newer generation stays a handoff: recovery changes nothing
+        for a run another owner holds.
+        """
+        if self.loop.stop_requested:
+            return
+        try:
+            with self.db.read() as tx:
+                now = tx.now
+                stranded = [r for r in ex.expired_running_runs(tx) if r.run_id not in self.active]
+        except PiwfError as error:
+            log.warning("finding stranded runs failed: %s", error)
+            return
+        for active in list(self.active.values()):
+            if not active.ended and active.stop_reason is None and active.claim.expires_at <= now:
+                log.warning("run %s: its claim expired under its runner", active.run_id)
+                active.server_lost_claim = True
+                self._stop(active, RunnerStatus.CLAIM_LOST)
+        for run in stranded:
+            self._rescue(run)
+        if stranded:
+            self.loop.call_later(0, self.schedule)
+
+    def _rescue(self, run: ex.ExpiredRun) -> None:
+        actor = Actor(ActorType.SERVER, self.owner_id)
+        try:
+            with self.db.write() as tx:
+                verify_server_claim(tx, self.server_claim())
+                runner = ex.live_runner(tx, run.run_id)
+                if runner is not None:
+                    # Not a child this server supervises any more: kill it only if it is still
+                    # that exact process (start identity, never a bare pid).
+                    identity = runner.process_start_identity
+                    if runner.pid is not None and identity is not None and is_alive(identity):
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(runner.pid, signal.SIGKILL)
+                    ex.record_runner_exit(tx, runner.runner_epoch, RunnerStatus.ORPHANED)
+                recovered = ex.recover_after_runner_exit(
+                    tx,
+                    run.run_id,
+                    runner_epoch=None if runner is None else runner.runner_epoch,
+                    actor=actor,
+                    owner_id=self.owner_id,
+                    lease_ms=self.settings.run_lease_ms,
+                )
+        except PiwfError as error:
+            log.warning("run %s: recovering its expired claim failed: %s", run.run_id, error)
+            return
+        if not isinstance(recovered, Conflict):
+            log.info("run %s: recovered after its claim expired", run.run_id)
+            self.run_changed(run.run_id)
 
     def claim_of_run(self, run_id: str) -> Claim | None:
         """The live claim this server holds on ``run_id``, if it executes it now."""
@@ -582,7 +648,7 @@ class Executor:
         after its deadline (frozen, or stuck where the engine cannot interrupt it) is killed."""
         if started.deadline_ms is None:
             return
-        delay_s = max(0.0, (started.deadline_ms - time.time() * 1000) / 1000) + DEADLINE_GRACE_S
+        delay_s = max(0.0, (started.deadline_ms - self.db.clock.now_ms()) / 1000) + DEADLINE_GRACE_S
         attempt = (started.path, started.visit, started.attempt)
 
         def overdue() -> None:

@@ -135,6 +135,12 @@ class Handlers:
             queued_runs=counts["queued"],
             running_runs=counts["running"],
             waiting_runs=counts["waiting"],
+            parked_runs=counts["parked"],
+            parked_by_reason={
+                key.removeprefix("parked:"): number
+                for key, number in counts.items()
+                if key.startswith("parked:")
+            },
             paused_runs=counts["paused"],
             expired_claims=counts["expiredLeases"],
             pending_interactions=counts["pendingRequests"],

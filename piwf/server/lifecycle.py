@@ -45,6 +45,7 @@ from piwf.server.resolver_jobs import ResolverJobs
 from piwf.server.settings import ServerSettings
 from piwf.server.zygote import ZygoteForker
 from piwf.state import Applied, StateDatabase
+from piwf.state import execution as ex
 from piwf.state.server_epoch import (
     ServerClaim,
     acquire_server_claim,
@@ -130,7 +131,7 @@ class Server:
         self.executor = Executor(
             db=db,
             loop=self.loop,
-            server_claim=lambda: self.claim,
+            server_claim=self.current_claim,
             log_dir=settings.paths.server_dir / "runners",
             settings=ExecutionSettings(
                 max_workers=settings.max_workers,
@@ -151,7 +152,7 @@ class Server:
             db=db,
             loop=self.loop,
             supervisor=self.executor.supervisor,
-            server_claim=lambda: self.claim,
+            server_claim=self.current_claim,
             home=settings.paths.home,
             settings=ReconcileSettings(
                 lease_ms=settings.run_lease_ms,
@@ -186,7 +187,7 @@ class Server:
             loop=self.loop,
             executor=self.executor,
             resolvers=self.resolvers,
-            server_claim=lambda: self.claim,
+            server_claim=self.current_claim,
             settings=RetentionSettings.from_server(settings),
         )
         self.executor.on_runner_exit = self.retention.request
@@ -249,17 +250,58 @@ class Server:
             connection_id=connection_id, package_version=__version__, server_epoch=self.claim.epoch
         )
 
+    def current_claim(self) -> ServerClaim:
+        """This server's epoch claim, taken anew first if its lease lapsed (see below)."""
+        if self.claim_held and self.claim.expires_at <= self.db.clock.now_ms():
+            self._renew_epoch()
+        return self.claim
+
     def _renew_epoch(self) -> None:
+        """Renew the epoch lease; take epoch + 1 if it lapsed; stop if another server owns it.
+
+        A lease can lapse while this process still holds the single-instance lock (it was
+        stopped with SIGSTOP, or starved, past the server lease): no other server can have
+        started, so this server takes the next epoch exactly as a new server would, which
+        fences everything stamped with the old one. Any other loss means another server owns
+        the state: stop at once, writing nothing more.
+        """
         try:
             with self.db.write() as tx:
                 self.claim = renew_server_claim(tx, self.claim, self.settings.server_lease_ms)
         except ClaimLostError as error:
-            log.error("server epoch lost (%s); stopping without further writes", error.reason)
-            self.claim_held = False
-            self.request_stop()
+            if error.reason != "expired" or not self._retake_epoch():
+                log.error("server epoch lost (%s); stopping without further writes", error.reason)
+                self.claim_held = False
+                self.request_stop()
         except PiwfError as error:
             log.warning("server epoch renewal failed: %s", error)
         self.commands.claim = self.claim
+
+    def _retake_epoch(self) -> bool:
+        """Take epoch + 1 after this server's own lease lapsed; False if that is not possible."""
+        try:
+            with self.db.write() as tx:
+                taken = acquire_server_claim(
+                    tx,
+                    server_id=self.claim.server_id,
+                    pid=os.getpid(),
+                    process_start_identity=own_identity(),
+                    lease_ms=self.settings.server_lease_ms,
+                )
+        except PiwfError as error:
+            log.warning("taking a new epoch failed: %s", error)
+            return False
+        if not isinstance(taken, Applied):
+            return False
+        log.warning(
+            "server epoch %d lapsed while this server held the lock (stopped or starved); "
+            "took epoch %d",
+            self.claim.epoch,
+            taken.value.epoch,
+        )
+        self.claim = taken.value
+        self.commands.claim = self.claim
+        return True
 
     def _exit_if_idle(self) -> None:
         if self.clients.connections or self.resolvers.active or self.executor.active:
@@ -268,12 +310,11 @@ class Server:
             return
         if time.monotonic() - self.clients.last_activity < self.settings.idle_exit_s:
             return
+        # A scheduled wake (a back-off, a decision deadline) keeps the server up: leaving would
+        # postpone it until some later command happened to start a server again.
         with self.db.read() as tx:
-            queued = tx.scalar(
-                "SELECT count(*) FROM run_queue WHERE status IN ('queued', 'starting', 'running')"
-            )
-        if queued:
-            return
+            if ex.has_scheduled_work(tx):
+                return
         log.info("idle for %.0f s; exiting", self.settings.idle_exit_s)
         self.request_stop()
 

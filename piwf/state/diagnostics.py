@@ -28,11 +28,17 @@ resource*           managed-resource invariants (``resource_diagnostics.py``)
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
 from piwf.canonical import JsonValue
 from piwf.state.database import Transaction
-from piwf.state.enums import QueueStatus, RunStatus
+from piwf.state.enums import (
+    BLOCKING_FAILURE_CLASSES,
+    CRASH_LOOP_LIMIT,
+    QueueStatus,
+    RunStatus,
+)
 from piwf.state.resource_diagnostics import resource_violations
 
 
@@ -48,22 +54,54 @@ class Violation:
         return {"code": self.code, "detail": self.detail}
 
 
-_LIVE_RUN_COUNTS = """
-SELECT status, count(*), sum(paused) FROM runs
-WHERE status IN ('queued', 'running', 'waiting') GROUP BY status
+# Every live (non-terminal) queue row with its run's facts, through the queue status index.
+_LIVE_QUEUE_ROWS = """
+SELECT q.status AS queue_status, r.status AS run_status, r.paused AS paused,
+       q.error_code AS error_code,
+       (q.error_code = 'runnerCrashed' AND q.consecutive_errors >= :crash_limit) AS crash_loop,
+       count(*) AS number
+FROM run_queue q JOIN runs r ON r.run_id = q.run_id
+WHERE q.status IN ('queued', 'starting', 'running', 'parked')
+GROUP BY 1, 2, 3, 4, 5
 """
+
+#: The reasons a parked run needs an operator, as ``server.status`` names them.
+_BLOCKING_CODES = frozenset(code.value for code in BLOCKING_FAILURE_CLASSES)
 
 
 def server_counts(tx: Transaction) -> dict[str, int]:
     """Return the live counts ``server.status`` shows, through indexes only.
 
-    Unlike :func:`status_counts` it never scans terminal history (events, blobs, finished runs),
-    so its cost stays flat as the database grows.
+    Every non-terminal run is counted once, in the first that applies:
+
+    - ``waiting``: it waits for an answer (a pending request), paused or not;
+    - ``running``: a runner is starting or executing it;
+    - ``parked:<reason>``: it is stopped and needs an operator: ``paused``, or a blocking
+      failure class (``runnerNoProgress``, ``sourceChanged``, ``effectAmbiguous``,
+      ``protocolRejected``, or ``runnerCrashed`` once its crash streak blocks relaunching);
+    - ``queued``: it will start by itself (admitted, or parked resumable, maybe after a
+      back-off).
+
+    ``paused`` counts paused runs whatever their state. Unlike :func:`status_counts` it never
+    scans terminal history (events, blobs, finished runs), so its cost stays flat as the
+    database grows.
     """
     counts = {"queued": 0, "running": 0, "waiting": 0, "paused": 0}
-    for status, number, paused in tx.all(_LIVE_RUN_COUNTS):
-        counts[status] = number
-        counts["paused"] += paused or 0
+    parked: dict[str, int] = {}
+    for row in tx.all(_LIVE_QUEUE_ROWS, {"crash_limit": CRASH_LOOP_LIMIT}):
+        number = int(row["number"])
+        counts["paused"] += number if row["paused"] else 0
+        reason = _parked_reason(row)
+        if row["run_status"] == RunStatus.WAITING.value:
+            counts["waiting"] += number
+        elif row["queue_status"] in (QueueStatus.STARTING.value, QueueStatus.RUNNING.value):
+            counts["running"] += number
+        elif reason is not None:
+            parked[reason] = parked.get(reason, 0) + number
+        else:
+            counts["queued"] += number
+    counts.update({f"parked:{reason}": number for reason, number in parked.items()})
+    counts["parked"] = sum(parked.values())
     counts["expiredLeases"] = tx.scalar(
         "SELECT count(*) FROM leases WHERE expires_at <= ? AND owner_id IS NOT NULL", (tx.now,)
     )
@@ -74,6 +112,17 @@ def server_counts(tx: Transaction) -> dict[str, int]:
         "SELECT count(*) FROM effects WHERE status = 'ambiguous'"
     )
     return counts
+
+
+def _parked_reason(row: sqlite3.Row) -> str | None:
+    """Why a parked row needs an operator, or None when it will start by itself."""
+    if row["queue_status"] != QueueStatus.PARKED.value:
+        return None
+    if row["error_code"] in _BLOCKING_CODES or row["crash_loop"]:
+        return str(row["error_code"])
+    if row["paused"]:
+        return "paused"
+    return None
 
 
 def status_counts(tx: Transaction) -> dict[str, JsonValue]:

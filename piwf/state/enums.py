@@ -208,6 +208,11 @@ class FailureClass(str, Enum):
     PROTOCOL_REJECTED = "protocolRejected"
 
 
+#: Consecutive runner crashes (no node finished in between) after which a ``runnerCrashed`` run
+#: is no longer relaunched (the scheduler skips it until an explicit resume): a deterministic
+#: crash never loops forever.
+CRASH_LOOP_LIMIT = 5
+
 #: Queue error codes that keep a run away from the scheduler until an explicit resume (a
 #: ``runnerCrashed`` run is kept away too once its crash streak reaches ``CRASH_LOOP_LIMIT``).
 BLOCKING_FAILURE_CLASSES = frozenset(

@@ -35,6 +35,7 @@ module                      contents
 
 from __future__ import annotations
 
+from piwf.state.enums import CRASH_LOOP_LIMIT
 from piwf.state.execution_answers import (
     AnswerOutcome,
     DecisionAudit,
@@ -42,6 +43,7 @@ from piwf.state.execution_answers import (
     answer_request,
     expire_due_decisions,
     list_open_requests,
+    paused_run_of_request,
     run_decision_audit,
 )
 from piwf.state.execution_calls import (
@@ -54,11 +56,12 @@ from piwf.state.execution_control import (
     cancel_run,
     claim_next_run,
     count_runnable,
+    has_scheduled_work,
     pause_run,
     restart_run,
     resume_run,
 )
-from piwf.state.execution_core import CRASH_LOOP_LIMIT, RunLaunch
+from piwf.state.execution_core import RunLaunch
 from piwf.state.execution_effects import apply_reserve_effect, apply_settle_effect
 from piwf.state.execution_outcomes import (
     apply_finish,
@@ -134,6 +137,7 @@ __all__ = [
     "expire_due_decisions",
     "expired_running_runs",
     "get_runner",
+    "has_scheduled_work",
     "list_open_requests",
     "list_runners",
     "live_runner",
@@ -141,6 +145,7 @@ __all__ = [
     "park_for_no_progress",
     "park_for_source_change",
     "pause_run",
+    "paused_run_of_request",
     "read_saved_run",
     "record_runner_exit",
     "record_runner_launch",

@@ -54,6 +54,11 @@ FROM interactive_requests i JOIN node_attempts a ON a.attempt_id = i.attempt_id
 
 _SELECT_REQUEST_STATUS = "SELECT status FROM interactive_requests WHERE request_id = ?"
 
+_SELECT_PAUSED_RUN_OF_REQUEST = """
+SELECT r.run_id FROM interactive_requests i JOIN runs r ON r.run_id = i.run_id
+WHERE i.request_id = ? AND r.paused = 1
+"""
+
 _ANSWER_REQUEST = """
 UPDATE interactive_requests
 SET status = 'answered', answer_hash = ?, answered_by = ?, rejection_hash = NULL, updated_at = ?
@@ -170,8 +175,9 @@ def answer_request(
     """Submit one candidate answer for the exact request ``request_id``.
 
     - None: there is no such request (nothing written).
-    - ``Conflict``: the request has no decision (an agent request), or ``submission_id`` was
-      already used for another candidate (nothing written).
+    - ``Conflict``: the request has no decision (an agent request), ``submission_id`` was
+      already used for another candidate, or the run is paused while the request is still open
+      (seed 001 "Pause and cancellation": answers are refused while paused; nothing written).
     - ``Adopted``: ``submission_id`` was already used for this same candidate; the stored
       outcome and the current winner come back (nothing written).
     - ``Applied``: a new submission was recorded. Its ``outcome`` is ``won`` (this answer is
@@ -206,6 +212,9 @@ def answer_request(
             outcome=outcome,
         )
         return Applied(_outcome(decision, outcome, resolution))
+    if paused_run_of_request(tx, request_id) is not None:
+        run_id = decision.run_id
+        return Conflict(f"run {run_id} is paused; resume it first (piwf run resume {run_id})")
     problem = _refusal(tx, decision, source, response)
     if problem is not None:
         decisions.record_submission_in(
@@ -230,6 +239,16 @@ def answer_request(
     )
     _apply_winner(tx, decision, winner, actor, claim=None)
     return Applied(_outcome(decision, SubmissionOutcome.WON, winner))
+
+
+def paused_run_of_request(tx: Transaction, request_id: str) -> str | None:
+    """The id of the request's run when that run is paused, else None (also for no request).
+
+    Every way of settling an open request from outside (answers today; submissions and updates
+    of agent requests) is refused while this returns a run id.
+    """
+    found = tx.scalar(_SELECT_PAUSED_RUN_OF_REQUEST, (request_id,))
+    return None if found is None else str(found)
 
 
 def expire_due_decisions(

@@ -26,10 +26,11 @@ from __future__ import annotations
 import json
 
 from piwf import canonical
-from piwf.state import runs
+from piwf.state import decisions, runs
 from piwf.state.database import Transaction
 from piwf.state.enums import (
     BLOCKING_FAILURE_CLASSES,
+    CRASH_LOOP_LIMIT,
     AttemptStatus,
     FailureClass,
     OwnerType,
@@ -39,7 +40,6 @@ from piwf.state.enums import (
     RunStatus,
 )
 from piwf.state.execution_core import (
-    CRASH_LOOP_LIMIT,
     RunLaunch,
     RunRow,
     attempt_count,
@@ -53,14 +53,13 @@ from piwf.state.leases import Claim, read_lease, release_claim
 from piwf.state.records import Actor, claim_resource, ensure_resource, record_change
 from piwf.state.results import Adopted, Applied, Conflict, RecoveryRequired
 
-# Eligibility of a run for the scheduler; :blocking is a JSON array of blocking error codes and
-# :exclude a JSON array of run ids the caller is already handling.
-_RUNNABLE_FROM = """
+# Eligibility of a run for the scheduler, but for its due time; :blocking is a JSON array of
+# blocking error codes and :exclude a JSON array of run ids the caller is already handling.
+_ELIGIBLE_FROM = """
 FROM run_queue q
 JOIN runs r ON r.run_id = q.run_id
 LEFT JOIN leases l ON l.resource_id = r.resource_id
 WHERE q.status IN ('queued', 'parked')
-  AND q.available_at <= :now
   AND r.paused = 0
   AND r.status IN ('queued', 'running')
   AND (q.error_code IS NULL OR q.error_code NOT IN (SELECT value FROM json_each(:blocking)))
@@ -73,11 +72,21 @@ WHERE q.status IN ('queued', 'parked')
   AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))
 """
 
+_RUNNABLE_FROM = _ELIGIBLE_FROM + "  AND q.available_at <= :now\n"
+
 _SELECT_NEXT_RUNNABLE = (
     "SELECT q.run_id " + _RUNNABLE_FROM + " ORDER BY q.available_at, q.created_at, q.run_id LIMIT 1"
 )
 
 _COUNT_RUNNABLE = "SELECT count(*) " + _RUNNABLE_FROM
+
+# Runs that will start by themselves, now or at a scheduled time: admitted or executing runs,
+# and runs waiting out a back-off (eligible but for their due time).
+_HAS_ADMITTED_RUN = """
+SELECT EXISTS (SELECT 1 FROM run_queue WHERE status IN ('queued', 'starting', 'running'))
+"""
+
+_HAS_ELIGIBLE_RUN = "SELECT EXISTS (SELECT 1 " + _ELIGIBLE_FROM + ")"
 
 _START_RUN = """
 UPDATE runs SET status = 'running', updated_at = ?
@@ -199,6 +208,27 @@ def count_runnable(tx: Transaction) -> int:
         "exclude": "[]",
     }
     return int(tx.scalar(_COUNT_RUNNABLE, params))
+
+
+def has_scheduled_work(tx: Transaction) -> bool:
+    """Whether any run work will start without outside action, now or at a scheduled time.
+
+    True while a run is queued, starting or running; while a run waits out a relaunch back-off
+    (it is eligible but for its ``available_at``); or while an unresolved decision has a
+    deadline (its timeout policy must fire on time). An idle server must not exit while this
+    holds (seed 001 "Server lifecycle": a scheduled wake keeps it alive). Any transaction.
+    """
+    params = {
+        "now": tx.now,
+        "blocking": _BLOCKING,
+        "crash_limit": CRASH_LOOP_LIMIT,
+        "exclude": "[]",
+    }
+    return (
+        bool(tx.scalar(_HAS_ADMITTED_RUN))
+        or bool(tx.scalar(_HAS_ELIGIBLE_RUN, params))
+        or decisions.next_deadline(tx) is not None
+    )
 
 
 def cancel_run(

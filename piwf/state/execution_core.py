@@ -95,11 +95,6 @@ UPDATE interactive_requests SET status = 'cancelled', updated_at = ?
 WHERE run_id = ? AND status IN ('pending', 'answered')
 """
 
-#: Consecutive runner crashes (no node finished in between) after which a ``runnerCrashed`` run
-#: is no longer relaunched (the scheduler skips it until an explicit resume): a deterministic
-#: crash never loops forever.
-CRASH_LOOP_LIMIT = 5
-
 TERMINAL_QUEUE_STATUSES = frozenset({QueueStatus.DONE, QueueStatus.FAILED, QueueStatus.CANCELLED})
 
 

@@ -33,6 +33,7 @@ from piwf.state import blobs
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
+    CRASH_LOOP_LIMIT,
     EffectRecovery,
     EffectStatus,
     FailureClass,
@@ -42,7 +43,6 @@ from piwf.state.enums import (
     RunStatus,
 )
 from piwf.state.execution_core import (
-    CRASH_LOOP_LIMIT,
     RunRow,
     active_attempt,
     record_run_change,

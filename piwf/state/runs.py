@@ -23,7 +23,10 @@ from piwf.errors import BlobConflictError
 from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.enums import (
+    BLOCKING_FAILURE_CLASSES,
+    CRASH_LOOP_LIMIT,
     ExecutionMode,
+    FailureClass,
     QueueStatus,
     ResourceType,
     RunStatus,
@@ -47,7 +50,7 @@ _SELECT_RUN = """
 SELECT r.run_id, r.resource_id, r.workflow_ref, d.workflow_name, r.title, r.status, r.paused,
        r.status_detail, r.parent_run_id, r.root_run_id, r.restart_number, r.definition_digest,
        r.created_at, r.updated_at, r.finished_at, q.status AS queue_status, q.error_code,
-       q.available_at, res.revision,
+       q.available_at, q.consecutive_errors, res.revision,
        EXISTS (SELECT 1 FROM effects e WHERE e.source_resource_id = r.resource_id
                AND e.status = 'ambiguous') AS has_ambiguous_effect
 FROM runs r
@@ -107,6 +110,9 @@ class RunView:
     status_detail: str | None
     queue_status: QueueStatus | None
     error_code: str | None
+    #: Stopped until an operator acts: paused, or parked for a blocking failure class (or a
+    #: crash streak that stopped relaunching). ``error_code`` says which.
+    needs_action: bool
     parent_run_id: str | None
     root_run_id: str
     restart_number: int
@@ -129,6 +135,7 @@ class RunView:
             "statusDetail": self.status_detail,
             "queueStatus": None if self.queue_status is None else self.queue_status.value,
             "errorCode": self.error_code,
+            "needsAction": self.needs_action,
             "parentRunId": self.parent_run_id,
             "rootRunId": self.root_run_id,
             "restartNumber": self.restart_number,
@@ -313,6 +320,7 @@ def _view(row: sqlite3.Row) -> RunView:
         status_detail=row["status_detail"],
         queue_status=queue_status,
         error_code=row["error_code"],
+        needs_action=_needs_action(status, paused, queue_status, row),
         parent_run_id=row["parent_run_id"],
         root_run_id=row["root_run_id"],
         restart_number=row["restart_number"],
@@ -321,4 +329,22 @@ def _view(row: sqlite3.Row) -> RunView:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         finished_at=row["finished_at"],
+    )
+
+
+def _needs_action(
+    status: RunStatus, paused: bool, queue_status: QueueStatus | None, row: sqlite3.Row
+) -> bool:
+    """Whether an unfinished run will not go on until someone acts (the scheduler's rule)."""
+    if status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED):
+        return False
+    if paused:
+        return True
+    if queue_status is not QueueStatus.PARKED or row["error_code"] is None:
+        return False
+    if row["error_code"] in {code.value for code in BLOCKING_FAILURE_CLASSES}:
+        return True
+    return bool(
+        row["error_code"] == FailureClass.RUNNER_CRASHED.value
+        and row["consecutive_errors"] >= CRASH_LOOP_LIMIT
     )

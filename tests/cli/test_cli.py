@@ -380,7 +380,10 @@ def test_run_cancel(fake: FakeServer) -> None:
 def test_server_status_and_stop_with_a_server(fake: FakeServer) -> None:
     status = invoke("server", "status", "--json")
     assert one_json_document(status.stdout) == SERVER_STATUS
-    assert "piwf server running (epoch 1" in invoke("server", "status").stdout
+    human = invoke("server", "status").stdout
+    assert "piwf server running (epoch 1" in human
+    assert "2 queued, 0 running, 0 waiting, 1 parked" in human
+    assert "1 runnerNoProgress" in human
     stop = invoke("server", "stop", "--json")
     assert stop.exit_code == 0, stop.output
     assert one_json_document(stop.stdout) == {"state": "stopped", "wasRunning": True}

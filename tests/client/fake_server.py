@@ -195,6 +195,8 @@ SERVER_STATUS: dict[str, Any] = {
     "queuedRuns": 2,
     "runningRuns": 0,
     "waitingRuns": 0,
+    "parkedRuns": 1,
+    "parkedByReason": {"runnerNoProgress": 1},
     "pausedRuns": 0,
     "expiredClaims": 0,
     "pendingInteractions": 0,

@@ -72,7 +72,6 @@ CHILD_ARMED = CHILD_POINTS | {"resolver.before_reply"}
 #: Where a run may rest after the kills: terminal, waiting, or parked with a reason that only an
 #: operator lifts (a runner killed before its run made progress parks `runnerNoProgress`).
 SETTLED = {"completed", "failed", "timed_out", "cancelled", "ambiguous", "waiting", "parked"}
-BLOCKING = {"runnerNoProgress", "runnerCrashLoop", "sourceChanged", "effectAmbiguous"}
 
 
 def effects_workflow(directory: Path, sink: Path) -> str:
@@ -132,7 +131,7 @@ def run_states(server: ServerProcess) -> list[str]:
         client.close()
     assert receipt is not None
     return [
-        "parked" if run.get("errorCode") in BLOCKING else run["displayStatus"]
+        "parked" if run["needsAction"] and not run["paused"] else run["displayStatus"]
         for run in receipt["runs"]
     ]
 

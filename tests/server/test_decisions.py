@@ -216,3 +216,59 @@ def test_an_answer_committed_just_before_a_server_kill_is_consumed_after_restart
     assert view["output"] == {"applied": ["a"], "note": {"ok": True}}
     assert retried.outcome == "adopted"
     assert query(survivor, "SELECT count(*) FROM human_decision_submissions") == [(1,)]
+
+
+def test_answers_are_refused_while_the_run_is_paused_and_taken_after_resume(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Seed 001 "Pause and cancellation": while its run is paused, answers are rejected."""
+    workflow = decision_workflow(tmp_path, "paused", 600_000)
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "paused")
+        request = waiting_request(client, run_id)
+        assert client.request("run.pause", run_id=run_id, key="pause").outcome == "accepted"
+        submissions_before = query(fast_server, "SELECT count(*) FROM human_decision_submissions")
+        for key, operation in (("h1", "decision.answer"), ("c1", "checkpoint.answer")):
+            refused = answer(client, request["requestId"], {"choice": "ship"}, key, operation)
+            assert refused.outcome == "rejected", refused
+            assert refused.error.code == "runPaused"
+            assert "piwf run resume" in refused.error.message
+        # Nothing was settled or audited as a submission; the request is still open.
+        assert query(fast_server, "SELECT count(*) FROM human_decision_submissions") == (
+            submissions_before
+        )
+        assert query(fast_server, "SELECT count(*) FROM human_decision_resolutions") == [(0,)]
+        assert client.request("run.resume", run_id=run_id, key="resume").outcome == "accepted"
+        won = answer(client, request["requestId"], {"choice": "ship"}, "h2")
+        assert won.outcome == "accepted" and won.receipt["outcome"] == "won", won
+        assert wait_run(client, run_id)["status"] == "completed"
+        assert run_view(client, run_id)["output"] == "shipped"
+
+
+def test_an_idle_server_stays_up_for_a_pending_decision_deadline(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    """Seed 001 "Server lifecycle": a scheduled wake keeps the server alive, so a timeout
+    default fires on time and not when some later command happens to start a server."""
+    server = servers.start(env={**FAST, "PIWF_IDLE_EXIT_S": "0.4"})
+    workflow = decision_workflow(tmp_path, "deadline", 2_500)
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "deadline")
+        request = waiting_request(client, run_id)
+    # No client, no runner, nothing queued: only the deadline is left, many idle periods away.
+    wait_for(
+        lambda: winners(server, request["requestId"]) == [("timeout_policy",)],
+        timeout_s=20,
+        what="the timeout default, fired by the same server",
+    )
+    wait_for(
+        lambda: (
+            query(server, "SELECT status FROM runs WHERE run_id = ?", (run_id,)) == [("completed",)]
+        ),
+        what="the run to complete on the default",
+    )
+    assert server.ready["pid"] == server.process.pid
+    # With nothing scheduled any more, the idle server exits by itself.
+    wait_for(lambda: not server.alive(), timeout_s=20, what="idle exit once nothing is due")
+    assert server.process.returncode == 0

@@ -180,5 +180,10 @@ def test_a_runner_cannot_write_into_another_live_run(
         # The hostile run needs an explicit resume; then it completes (the marker stops the
         # attack the second time).
         assert queue_of(server, hostile) == ("parked", "protocolRejected")
+        # server status counts it parked by its reason, never as running.
+        status = client.request("server.status").receipt
+        assert status is not None
+        assert (status["parkedRuns"], status["parkedByReason"]) == (1, {"protocolRejected": 1})
+        assert (status["runningRuns"], status["queuedRuns"]) == (0, 0)
         assert client.request("run.resume", run_id=hostile, key="resume").outcome == "accepted"
         assert wait_run(client, hostile)["status"] == "completed"

@@ -31,6 +31,7 @@ from .test_execution_support import (
     claim_is_free,
     compiled,
     create,
+    dump,
     exit_and_recover,
     queue_row,
     run_once,
@@ -289,6 +290,47 @@ def test_pause_and_resume_keep_the_pending_decision(db: StateDatabase) -> None:
     assert (result.status, result.output) == (p.RunStatus.COMPLETED, "held")
     assert audit(db).resolution is not None
     assert violations(db) == []
+
+
+def test_an_answer_while_the_run_is_paused_is_refused_and_nothing_is_written(
+    db: StateDatabase,
+) -> None:
+    request_id = park(db, decision_flow())
+    with db.write() as tx:
+        ex.pause_run(tx, "run-1", actor=OPERATOR, control_owner_id="control", lease_ms=LEASE_MS)
+    before = dump(db)
+    refused = answer(db, request_id, {"choice": "ship"})
+    assert isinstance(refused, Conflict)
+    assert "paused" in refused.evidence
+    assert dump(db) == before
+    with db.read() as tx:
+        assert ex.paused_run_of_request(tx, request_id) == "run-1"
+    with db.write() as tx:
+        ex.resume_run(tx, "run-1", actor=OPERATOR)
+    with db.read() as tx:
+        assert ex.paused_run_of_request(tx, request_id) is None
+    assert outcome_of(answer(db, request_id, {"choice": "ship"})).outcome is SubmissionOutcome.WON
+
+
+def test_a_decision_deadline_is_scheduled_work_until_it_is_settled(
+    db: StateDatabase, clock: FakeClock
+) -> None:
+    with db.read() as tx:
+        assert not ex.has_scheduled_work(tx)
+    park(db, decision_flow())
+    with db.read() as tx:
+        assert ex.has_scheduled_work(tx), "the deadline must keep an idle server up"
+    clock.advance(1_000)
+    expire(db)
+    cancel(db)
+    with db.read() as tx:
+        assert not ex.has_scheduled_work(tx)
+
+
+def test_a_checkpoint_without_deadline_is_not_scheduled_work(db: StateDatabase) -> None:
+    park(db, checkpoint_flow())
+    with db.read() as tx:
+        assert not ex.has_scheduled_work(tx)
 
 
 ORDERS = list(itertools.permutations(("answer", "expire", "cancel")))

@@ -14,7 +14,7 @@ import pytest
 from piwf.clock import FakeClock
 from piwf.state import StateDatabase
 from piwf.state.backup import backup_database
-from piwf.state.diagnostics import _LIVE_RUN_COUNTS, find_violations, server_counts
+from piwf.state.diagnostics import _LIVE_QUEUE_ROWS, find_violations, server_counts
 from piwf.workflow import action, compute, define_workflow, idempotent_effect
 from piwf.workflow.port import RunStatus
 from tests.state.test_execution_support import compiled, create, run_once
@@ -100,14 +100,50 @@ def test_server_counts_are_the_live_counts(produced: Path, clock: FakeClock) -> 
             tx.execute("UPDATE runs SET paused = 1 WHERE run_id = 'run-2'")
         with copy.read() as tx:
             counts = server_counts(tx)
-            plan = tx.all("EXPLAIN QUERY PLAN " + _LIVE_RUN_COUNTS)
+            plan = tx.all("EXPLAIN QUERY PLAN " + _LIVE_QUEUE_ROWS, {"crash_limit": 5})
     assert counts == {
         "queued": 1,
         "running": 0,
         "waiting": 0,
+        "parked": 0,
         "paused": 1,
         "expiredLeases": 0,
         "pendingRequests": 0,
         "ambiguousEffects": 0,
     }
-    assert "runs_status_idx" in " ".join(str(row[3]) for row in plan), "no scan of history"
+    assert "run_queue_claim_idx" in " ".join(str(row[3]) for row in plan), "no scan of history"
+
+
+#: A parked queue row (run-2, run status ``running``) → where server.status counts it.
+PARKED_CASES = {
+    "resumable": ("NULL", 0, 0, "queued"),
+    "backing off after a crash": ("'runnerCrashed'", 2, 0, "queued"),
+    "crash loop": ("'runnerCrashed'", 5, 0, "parked:runnerCrashed"),
+    "no progress": ("'runnerNoProgress'", 0, 0, "parked:runnerNoProgress"),
+    "source changed": ("'sourceChanged'", 0, 0, "parked:sourceChanged"),
+    "effect ambiguous": ("'effectAmbiguous'", 0, 0, "parked:effectAmbiguous"),
+    "protocol rejected": ("'protocolRejected'", 0, 0, "parked:protocolRejected"),
+    "paused": ("NULL", 0, 1, "parked:paused"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARKED_CASES))
+def test_server_counts_put_a_parked_run_where_it_belongs(
+    produced: Path, clock: FakeClock, case: str
+) -> None:
+    error_code, crashes, paused, expected = PARKED_CASES[case]
+    with StateDatabase(produced, clock=clock) as copy:
+        with copy.write() as tx:
+            tx.execute(
+                f"UPDATE runs SET status = 'running', paused = {paused} WHERE run_id = 'run-2'"
+            )
+            tx.execute(
+                f"UPDATE run_queue SET status = 'parked', error_code = {error_code},"
+                f" consecutive_errors = {crashes} WHERE run_id = 'run-2'"
+            )
+        with copy.read() as tx:
+            counts = server_counts(tx)
+    assert counts[expected] == 1
+    assert counts["running"] == 0, "a parked run is not running"
+    assert counts["parked"] == (1 if expected.startswith("parked:") else 0)
+    assert counts["paused"] == paused

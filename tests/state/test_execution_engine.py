@@ -502,6 +502,8 @@ def test_a_crash_loop_backs_off_then_parks_until_an_explicit_resume(
             assert queue_row(db, run_id) == ("parked", "runnerCrashed")
             with db.read() as tx:  # not claimable before its back-off ends
                 assert ex.count_runnable(tx) == (1 if delays[-1] == 0 else 0)
+                # ... but the back-off is a scheduled wake: an idle server stays up for it.
+                assert ex.has_scheduled_work(tx)
             clock.advance(delays[-1] + LEASE_MS + 1)
     assert delays[:-1] == [ex.crash_backoff_ms(n) for n in range(1, ex.CRASH_LOOP_LIMIT)]
     assert delays[:3] == [0, 1_000, 2_000]
@@ -519,6 +521,7 @@ def test_a_crash_loop_backs_off_then_parks_until_an_explicit_resume(
     clock.advance(3_600_000)
     with db.write() as tx:
         assert ex.count_runnable(tx) == 0, "a crash loop waits for an operator"
+        assert not ex.has_scheduled_work(tx), "nothing will start by itself"
         assert isinstance(ex.resume_run(tx, run_id, actor=OPERATOR), Applied)
         assert (
             tx.scalar("SELECT consecutive_errors FROM run_queue WHERE run_id = ?", (run_id,)) == 0
