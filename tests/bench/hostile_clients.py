@@ -5,7 +5,8 @@
 - ``emfile``: a server whose ``RLIMIT_NOFILE`` is lowered (``prlimit`` through psutil) just
   above what it holds; connections that each send half a frame (so none is idle and none can
   be shed) are opened until one is no longer accepted. With that connection waiting in the
-  backlog for ``--hold`` seconds, the server's CPU share and the growth of its log are printed.
+  backlog for ``--hold`` seconds, the server's CPU share and the growth of its log are printed
+  (per second of the hold, and in all since the first connection was opened).
   Then the half-frame connections are closed and the time until a new client is answered.
 - ``slow-reader``: one client pipelines ``server.status`` and ``run.list`` requests and never
   reads (a 4 KiB receive buffer, reconnecting whenever it is cut off) for ``--flood`` seconds;
@@ -70,6 +71,7 @@ def measure_emfile(hold_s: float) -> dict[str, float]:
             log = server.home / "server" / "server.log"
             _soft, hard = process.rlimit(resource.RLIMIT_NOFILE)
             process.rlimit(resource.RLIMIT_NOFILE, (process.num_fds() + 6, hard))
+            log_at_start = log.stat().st_size
             held: list[socket.socket] = []
             try:
                 for _ in range(64):
@@ -91,6 +93,7 @@ def measure_emfile(hold_s: float) -> dict[str, float]:
                 elapsed = time.monotonic() - started
                 cpu = _cpu_s(process) - cpu_before
                 log_bytes = log.stat().st_size - log_before
+                episode_bytes = log.stat().st_size - log_at_start
                 rotated = log.with_name(log.name + ".1")
                 rotated_bytes = rotated.stat().st_size if rotated.exists() else 0
             finally:
@@ -103,6 +106,7 @@ def measure_emfile(hold_s: float) -> dict[str, float]:
                 "hold_s": elapsed,
                 "cpu_percent": 100.0 * cpu / elapsed,
                 "log_bytes_per_s": log_bytes / elapsed,
+                "log_bytes_in_all": float(episode_bytes),
                 "rotated_log_bytes": float(rotated_bytes),
                 "recovered": 1.0 if served else 0.0,
                 "recovery_s": recovery,

@@ -110,8 +110,9 @@ def test_a_client_is_refused_with_a_typed_error_only_when_every_connection_is_bu
         with Client(server.home, autostart=False, retry_timeout_s=0.5) as client:
             with pytest.raises(ServerUnavailableError, match="tooManyConnections"):
                 client.server_status()
-            busy[0].close()
-            assert client.server_status().state == "running"
+        busy[0].close()
+        with Client(server.home, autostart=False) as client:
+            assert client.server_status().state == "running", "served once a slot is free"
         assert is_open(busy[1]), "a busy connection is never shed"
     assert "refused a client: all 2 connections are busy" in server_log(server)
 
