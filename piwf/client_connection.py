@@ -192,6 +192,12 @@ def read_hello(sock: socket.socket, decoder: FrameDecoder, deadline: float) -> H
         frames = decoder.feed(data)
         if frames:
             message = parse_server_message(frames[0])
+            if isinstance(message, Response) and message.error is not None:
+                # The server refused the connection (all its connections busy): worth a retry.
+                raise TransportError(
+                    f"the server refused the connection: {message.error.message} "
+                    f"({message.error.code})"
+                )
             if not isinstance(message, Hello):
                 raise InvalidMessageError("type", "unexpectedType", "expected the server's hello")
             # Nothing was sent yet, so no later frame in this read can answer anything.

@@ -26,6 +26,7 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     ├── ServerError
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
     │   ├── ServerStartError        serverStart        (the server could not start; says why)
+    │   ├── TooManyConnectionsError tooManyConnections (every connection slot is busy)
     │   └── ServerUnavailableError  serverUnavailable  (no server could be reached or started)
     │       ├── IncompatibleServerError  incompatibleServer  (another package version answers)
     │       └── ServerNotRunningError    serverUnavailable   (none runs; autostart was off)
@@ -208,6 +209,12 @@ class ServerStartError(ServerError):
     """The server could not start; the message gives the reason."""
 
     code = "serverStart"
+
+
+class TooManyConnectionsError(ServerError):
+    """The server refused a connection: all of its connections are busy, none could be shed."""
+
+    code = "tooManyConnections"
 
 
 class ServerUnavailableError(ServerError):

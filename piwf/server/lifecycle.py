@@ -26,7 +26,7 @@ from pathlib import Path
 
 from piwf import canonical, faults
 from piwf._version import __version__
-from piwf.config import FILE_MODE, ensure_private_dir
+from piwf.config import ensure_private_dir
 from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
 from piwf.protocol.client_v1 import Hello
 from piwf.server.answers import DecisionDeadlines
@@ -42,6 +42,7 @@ from piwf.server.processes import is_alive, own_identity
 from piwf.server.reconciles import Reconciler, ReconcileSettings
 from piwf.server.recovery import recover_previous_server
 from piwf.server.resolver_jobs import ResolverJobs
+from piwf.server.server_log import server_log_handler
 from piwf.server.settings import ServerSettings
 from piwf.server.zygote import ZygoteForker
 from piwf.state import Applied, StateDatabase
@@ -208,6 +209,8 @@ class Server:
             max_inflight=settings.max_inflight_per_connection,
             output_cap=settings.output_cap_bytes,
             frame_deadline_s=settings.frame_deadline_s,
+            first_frame_deadline_s=settings.first_frame_deadline_s,
+            output_stall_deadline_s=settings.output_stall_deadline_s,
         )
         self.loop.every(settings.server_renew_s, self._renew_epoch)
         if settings.idle_exit_s > 0:
@@ -389,10 +392,8 @@ def _report(ready_fd: int | None, message: dict[str, object]) -> None:
 
 
 def _configure_logging(path: Path) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
-    stream = os.fdopen(descriptor, "a", encoding="utf-8", buffering=1)
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    """Send the ``piwf`` loggers to the private, size-bounded, rate-limited server log."""
+    handler = server_log_handler(path)
     root = logging.getLogger("piwf")
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)

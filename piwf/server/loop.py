@@ -5,13 +5,18 @@ Each turn of the loop is a list of named duties::
     wait (select until the next timer, at most 1 s)
     -> dispatch I/O (accept, read frames, write buffered output, child pipes)
     -> handle signals (SIGTERM/SIGINT only set a flag; set_wakeup_fd wakes select)
-    -> run due timers (lease renewal, frame deadlines, idle exit, child deadlines)
+    -> run due timers (lease renewal, deadlines, idle exit, child deadlines, frame slices)
 
 Everything is bounded: frames (1 MiB), a per-frame read deadline measured from its first byte,
-buffered output per connection (past the cap the connection is closed; past half of it the
-server stops reading from that client), connections, and requests in flight per connection. A
-bad frame closes only its own connection. Handlers run short transactions inline; work that
-waits (a resolver child, ``run.wait``) answers later through its ``reply`` callback.
+a deadline for a new connection's first byte, buffered output per connection (past the cap the
+connection is closed; past half of it the server stops reading from that client; output that
+makes no progress for a while closes it too), connections, requests in flight per connection,
+and the work one client can cost one turn (frames are served in round-robin slices). At the
+connection limit the connection idle longest is closed for the new one; a client is refused
+(``unavailable``, ``tooManyConnections``) only when every connection is busy. When accepting
+fails for want of descriptors the listener is not watched for a growing pause and an idle
+connection is shed. A bad frame closes only its own connection. Handlers run short transactions
+inline; work that waits (a resolver child, ``run.wait``) answers later through its ``reply``.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ import selectors
 import signal
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from piwf import canonical, faults
 from piwf.errors import CanonicalJsonError, PiwfError
@@ -40,15 +47,22 @@ from piwf.protocol.client_v1 import (
     parse_request,
 )
 from piwf.protocol.errors import FrameError, ProtocolError
-from piwf.protocol.framing import FrameDecoder
 from piwf.protocol.operations import is_durable
-from piwf.server.listener import peer_credentials
+from piwf.server.connections import ClientConnection, Deadlines, longest_idle
+from piwf.server.listener import Acceptor, peer_credentials, refuse_connection
 
 log = logging.getLogger("piwf.server")
 
 Reply = Callable[[Response], None]
 RequestHandler = Callable[[Request, Reply], None]
 IoCallback = Callable[[int], None]
+
+#: Bounds of one loop turn's client work (see ClientListener).
+ACCEPTS_PER_TURN: Final = 32
+READ_BYTES: Final = 65536
+FRAMES_PER_SLICE: Final = 16
+SLICE_BUDGET_S: Final = 0.005
+TURN_BUDGET_S: Final = 0.02
 
 
 @dataclass(order=True)
@@ -63,21 +77,6 @@ class Timer:
     def cancel(self) -> None:
         """Do not run this timer."""
         self.cancelled = True
-
-
-class ClientConnection:
-    """One accepted client: its decoder, output buffer and in-flight count."""
-
-    def __init__(self, sock: socket.socket, connection_id: str, peer_pid: int) -> None:
-        self.sock = sock
-        self.connection_id = connection_id
-        self.peer_pid = peer_pid
-        self.decoder = FrameDecoder()
-        self.output = bytearray()
-        self.inflight = 0
-        self.closing = False
-        self.closed = False
-        self.reading = True
 
 
 class EventLoop:
@@ -157,7 +156,15 @@ class EventLoop:
 
 
 class ClientListener:
-    """Accepts clients and turns their frames into handler calls; owns every connection."""
+    """Accepts clients and turns their frames into handler calls; owns every connection.
+
+    Work per loop turn is bounded whatever a client does: at most ACCEPTS_PER_TURN accepts
+    (the :class:`~piwf.server.listener.Acceptor` pauses instead of spinning when it cannot),
+    one read of READ_BYTES per readable connection, and frames served in slices (at most
+    FRAMES_PER_SLICE frames or SLICE_BUDGET_S seconds per connection, TURN_BUDGET_S in all) in
+    round-robin; a connection with frames still waiting is not read. A connection whose socket
+    is full costs an append per answer until the selector reports it writable again.
+    """
 
     def __init__(
         self,
@@ -170,6 +177,8 @@ class ClientListener:
         max_inflight: int,
         output_cap: int,
         frame_deadline_s: float,
+        first_frame_deadline_s: float = 0.0,
+        output_stall_deadline_s: float = 0.0,
     ) -> None:
         self.loop = loop
         self.listener = listener
@@ -178,31 +187,31 @@ class ClientListener:
         self.max_connections = max_connections
         self.max_inflight = max_inflight
         self.output_cap = output_cap
-        self.frame_deadline_s = frame_deadline_s
+        self.deadlines = Deadlines(
+            frame_deadline_s, first_frame_deadline_s, output_stall_deadline_s
+        )
         self.connections: dict[int, ClientConnection] = {}
         self._ids = itertools.count(1)
         self.last_activity = time.monotonic()
-        loop.selector.register(listener, selectors.EVENT_READ, self._accept)
-        loop.every(min(0.25, max(frame_deadline_s / 4, 0.01)), self._enforce_frame_deadlines)
+        self._ready: deque[ClientConnection] = deque()
+        self._ready_timer: Timer | None = None
+        self.acceptor = Acceptor(
+            listener,
+            loop.selector,
+            loop.call_later,
+            admit=self._admit,
+            shed=self._shed_for_descriptor,
+            per_turn=ACCEPTS_PER_TURN,
+        )
+        loop.every(self.deadlines.check_interval_s, self._enforce_deadlines)
 
     def close_all(self) -> None:
         """Close every connection and stop accepting."""
         for connection in list(self.connections.values()):
             self._close(connection)
-        with contextlib.suppress(KeyError, ValueError):
-            self.loop.selector.unregister(self.listener)
-        self.listener.close()
+        self.acceptor.close()
 
-    def _accept(self, _mask: int) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:  # EMFILE and friends: keep serving the others
-                log.warning("accept failed: %s", error.strerror)
-                return
-            self._admit(sock)
+    # -- accepting ----------------------------------------------------------------------------
 
     def _admit(self, sock: socket.socket) -> None:
         try:
@@ -214,16 +223,47 @@ class ClientListener:
             log.warning("refused a client with uid %d (pid %d)", uid, pid)
             sock.close()
             return
-        if len(self.connections) >= self.max_connections:
-            log.warning("refused a client: %d connections open", len(self.connections))
-            sock.close()
+        if len(self.connections) >= self.max_connections and not self._make_room():
+            log.warning("refused a client: all %d connections are busy", len(self.connections))
+            refuse_connection(sock, len(self.connections))
             return
         sock.setblocking(False)
-        connection = ClientConnection(sock, f"connection-{next(self._ids)}", pid)
-        self.connections[sock.fileno()] = connection
-        self.loop.selector.register(sock, selectors.EVENT_READ, self._io_callback(connection))
-        self.last_activity = time.monotonic()
+        now = time.monotonic()
+        connection = ClientConnection(sock, f"connection-{next(self._ids)}", pid, now=now)
+        connection.callback = self._io_callback(connection)
+        self.connections[connection.fd] = connection
+        connection.set_interest(self.loop.selector, selectors.EVENT_READ)
+        self.last_activity = now
         self._send(connection, encode_message(self.hello(connection.connection_id)))
+
+    def _shed_for_descriptor(self) -> bool:
+        """Close the connection idle longest to free a descriptor; False if none is idle."""
+        shed = longest_idle(self.connections.values(), time.monotonic())
+        if shed is None:
+            return False
+        log.info(
+            "closed %s: idle longest, to free a descriptor",
+            shed.connection_id,
+            extra={"rate_key": "connection-shed-for-descriptor"},
+        )
+        self._close(shed)
+        return True
+
+    def _make_room(self) -> bool:
+        """Close the connection idle longest; False when every connection is busy."""
+        shed = longest_idle(self.connections.values(), time.monotonic())
+        if shed is None:
+            return False
+        log.info(
+            "closed %s: idle longest at the limit of %d connections",
+            shed.connection_id,
+            self.max_connections,
+            extra={"rate_key": "connection-shed"},
+        )
+        self._close(shed)
+        return True
+
+    # -- reading and serving ------------------------------------------------------------------
 
     def _io_callback(self, connection: ClientConnection) -> IoCallback:
         def on_event(mask: int) -> None:
@@ -235,8 +275,10 @@ class ClientListener:
         return on_event
 
     def _read(self, connection: ClientConnection) -> None:
+        if connection.backlog or connection.refusal is not None or connection.closing:
+            return  # not read until its waiting frames are served (interest is being updated)
         try:
-            data = connection.sock.recv(65536)
+            data = connection.sock.recv(READ_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -245,18 +287,69 @@ class ClientListener:
         if not data:
             self._close(connection)
             return
-        self.last_activity = time.monotonic()
+        now = time.monotonic()
+        connection.received(len(data), now)
+        self.last_activity = now
         try:
-            frames = connection.decoder.feed(data)
+            connection.backlog.extend(connection.decoder.feed(data))
         except FrameError as error:
-            for frame in error.frames:
-                self._dispatch(connection, frame)
-            self._refuse(connection, error)
+            connection.backlog.extend(error.frames)
+            connection.refusal = error
+        self._serve_slice(connection)
+
+    def _serve_slice(self, connection: ClientConnection) -> None:
+        """Serve up to one slice of the connection's waiting frames, in order.
+
+        What is left waits for the next turn in the round-robin; a framing error is answered
+        once every frame before it was served.
+        """
+        started = time.perf_counter()
+        try:
+            for _ in range(FRAMES_PER_SLICE):
+                if not connection.backlog or connection.closing or connection.closed:
+                    break
+                self._dispatch(connection, connection.backlog.popleft())
+                if time.perf_counter() - started >= SLICE_BUDGET_S:
+                    break
+        finally:
+            # Also after a failing handler (contained by the loop): the rest is still served.
+            self._after_slice(connection)
+
+    def _after_slice(self, connection: ClientConnection) -> None:
+        if connection.closed:
             return
-        for frame in frames:
-            if connection.closing or connection.closed:
-                return
-            self._dispatch(connection, frame)
+        if connection.closing:
+            connection.backlog.clear()
+        elif connection.backlog:
+            self._queue_ready(connection)
+        elif connection.refusal is not None:
+            self._refuse(connection, connection.refusal)
+            return
+        self._update_interest(connection)
+
+    def _queue_ready(self, connection: ClientConnection) -> None:
+        if not connection.queued:
+            connection.queued = True
+            self._ready.append(connection)
+        if self._ready_timer is None:
+            # Due now, so the next select does not wait; it runs after the I/O of that turn.
+            self._ready_timer = self.loop.call_later(0, self._serve_ready)
+
+    def _serve_ready(self) -> None:
+        """One round-robin pass over connections with waiting frames, within TURN_BUDGET_S."""
+        self._ready_timer = None
+        started = time.perf_counter()
+        try:
+            for _ in range(len(self._ready)):
+                connection = self._ready.popleft()
+                connection.queued = False
+                if not connection.closed:
+                    self._serve_slice(connection)
+                if time.perf_counter() - started >= TURN_BUDGET_S:
+                    break
+        finally:
+            if self._ready and self._ready_timer is None:
+                self._ready_timer = self.loop.call_later(0, self._serve_ready)
 
     def _dispatch(self, connection: ClientConnection, frame: bytes) -> None:
         try:
@@ -306,10 +399,16 @@ class ClientListener:
     ) -> None:
         """Answer a bad frame with a typed error, then close only this connection."""
         self._send_response(connection, _error_response(request_id, "rejected", error))
+        if connection.closed:
+            return
         connection.closing = True
-        self._stop_reading(connection)
+        connection.backlog.clear()
         if not connection.output:
             self._close(connection)
+            return
+        self._update_interest(connection)
+
+    # -- writing ------------------------------------------------------------------------------
 
     def _send_response(self, connection: ClientConnection, response: Response) -> None:
         try:
@@ -321,11 +420,15 @@ class ClientListener:
     def _send(self, connection: ClientConnection, data: bytes) -> None:
         if connection.closed:
             return
+        if not connection.output:
+            connection.output_progress_at = time.monotonic()
         connection.output += data
         if len(connection.output) > self.output_cap:
             log.warning("closed %s: it does not read its responses", connection.connection_id)
             self._close(connection)
             return
+        if connection.events & selectors.EVENT_WRITE:
+            return  # the socket was full; the selector says when it takes more
         self._flush(connection)
 
     def _flush(self, connection: ClientConnection) -> None:
@@ -338,48 +441,51 @@ class ClientListener:
                 self._close(connection)
                 return
             del connection.output[:sent]
+            connection.output_progress_at = time.monotonic()
         if connection.closed:
             return
-        if connection.closing and not connection.output:
-            self._close(connection)
-            return
+        if not connection.output:
+            connection.active_at = time.monotonic()
+            if connection.closing:
+                self._close(connection)
+                return
         self._update_interest(connection)
 
     def _update_interest(self, connection: ClientConnection) -> None:
-        # Backpressure: stop reading requests from a client that does not read its answers.
-        half_full = len(connection.output) > self.output_cap // 2
-        connection.reading = not connection.closing and not half_full
-        events = (selectors.EVENT_READ if connection.reading else 0) | (
+        # Backpressure: a client whose answers pile up, or whose frames wait, is not read.
+        reading = (
+            not connection.closing
+            and not connection.backlog
+            and connection.refusal is None
+            and len(connection.output) <= self.output_cap // 2
+        )
+        events = (selectors.EVENT_READ if reading else 0) | (
             selectors.EVENT_WRITE if connection.output else 0
         )
-        if events:
-            self.loop.selector.modify(connection.sock, events, self._io_callback(connection))
-        else:
-            self.loop.selector.modify(
-                connection.sock, selectors.EVENT_READ, self._io_callback(connection)
-            )
-            connection.reading = True
+        connection.set_interest(self.loop.selector, events)
 
-    def _stop_reading(self, connection: ClientConnection) -> None:
-        connection.reading = False
-        if not connection.closed:
-            events = selectors.EVENT_WRITE if connection.output else selectors.EVENT_READ
-            self.loop.selector.modify(connection.sock, events, self._io_callback(connection))
+    # -- deadlines and closing ----------------------------------------------------------------
 
-    def _enforce_frame_deadlines(self) -> None:
+    def _enforce_deadlines(self) -> None:
         now = time.monotonic()
         for connection in list(self.connections.values()):
-            if connection.decoder.frame_overdue(now, self.frame_deadline_s):
-                log.info("closed %s: a frame took too long to arrive", connection.connection_id)
+            reason = connection.overdue(now, self.deadlines)
+            if reason is not None:
+                log.info(
+                    "closed %s: %s", connection.connection_id, reason, extra={"rate_key": reason}
+                )
                 self._close(connection)
 
     def _close(self, connection: ClientConnection) -> None:
         if connection.closed:
             return
+        if connection.events:
+            with contextlib.suppress(KeyError, ValueError):
+                self.loop.selector.unregister(connection.sock)
         connection.closed = True
-        with contextlib.suppress(KeyError, ValueError):
-            self.loop.selector.unregister(connection.sock)
-        self.connections.pop(connection.sock.fileno(), None)
+        connection.events = 0
+        connection.backlog.clear()
+        self.connections.pop(connection.fd, None)
         connection.sock.close()
         self.last_activity = time.monotonic()
 

@@ -50,6 +50,11 @@ class ServerSettings:
     server_lease_ms: int = 30_000
     server_renew_s: float = 10.0
     frame_deadline_s: float = 10.0
+    #: A connection that sends no byte this long after it was accepted is closed.
+    first_frame_deadline_s: float = 10.0
+    #: A connection whose buffered answers make no progress this long is closed.
+    output_stall_deadline_s: float = 30.0
+    #: At the limit the connection idle longest is closed for a new one (docs/PROTOCOL.md §7).
     max_connections: int = 128
     max_inflight_per_connection: int = 32
     output_cap_bytes: int = 8 * 1024 * 1024
@@ -74,7 +79,9 @@ class ServerSettings:
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
         """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``IDLE_EXIT_S``, ``SERVER_LEASE_MS``,
-        ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``, ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
+        ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``, ``FIRST_FRAME_DEADLINE_S`` and
+        ``OUTPUT_STALL_DEADLINE_S`` (``0``: off), ``MAX_CONNECTIONS``, ``OUTPUT_CAP_BYTES``,
+        ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
         ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RETENTION_DAYS``, ``RETENTION_RETRY_S``,
         ``RETENTION_INTERVAL_S``, ``RETENTION_VACUUM_MIN_BYTES``, ``RECONCILE_GRACE_S``,
         ``ZYGOTE`` (``0`` or ``1``)); ``overrides`` win."""
@@ -85,6 +92,10 @@ class ServerSettings:
             "server_lease_ms": _env_int("PIWF_SERVER_LEASE_MS", 30_000),
             "server_renew_s": _env_float("PIWF_SERVER_RENEW_S", 10.0),
             "frame_deadline_s": _env_float("PIWF_FRAME_DEADLINE_S", 10.0),
+            "first_frame_deadline_s": _env_float("PIWF_FIRST_FRAME_DEADLINE_S", 10.0),
+            "output_stall_deadline_s": _env_float("PIWF_OUTPUT_STALL_DEADLINE_S", 30.0),
+            "max_connections": _env_int("PIWF_MAX_CONNECTIONS", 128),
+            "output_cap_bytes": _env_int("PIWF_OUTPUT_CAP_BYTES", 8 * 1024 * 1024),
             "run_lease_ms": _env_int("PIWF_RUN_LEASE_MS", 30_000),
             "run_renew_s": _env_float("PIWF_RUN_RENEW_S", 10.0),
             "claim_poll_s": _env_float("PIWF_CLAIM_POLL_S", 2.0),

@@ -201,10 +201,10 @@ class RawClient:
         try:
             self.sock.connect(str(socket_path))
             hello = self.receive()
+            assert isinstance(hello, Hello), hello
         except BaseException:
             self.sock.close()
             raise
-        assert isinstance(hello, Hello), hello
         self.hello = hello
 
     def close(self) -> None:
