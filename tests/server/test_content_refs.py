@@ -230,3 +230,20 @@ def test_a_large_resource_status_reaches_the_reader_complete(
     assert response.receipt is not None
     assert response.receipt["statusRef"]["owner"] == created.resource.uid
     assert response.receipt["spec"] == {"size": size}
+
+
+@pytest.mark.soak
+def test_a_fifty_mib_output_reaches_every_reader_exactly(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """The issue's case at full size (about 12 s: the default suite keeps the 3.6 MB one)."""
+    workflow = write(tmp_path, "big", BIG_SOURCE)
+    n = 50 * 1024 * 1024 // 9
+    expected = digest(big_value(n))
+    with Client(server.home, autostart=False, request_timeout_s=120) as client:
+        run = client.start_run(workflow, input={"n": n})
+        waited = client.wait_run(run.run_id, timeout_s=300)
+        assert waited.run.status == "completed"
+        assert digest(waited.output) == expected
+        assert digest(client.get_run(run.run_id).output) == expected
+    assert digest(cli_json(server, "run", "show", run.run_id)["output"]) == expected
