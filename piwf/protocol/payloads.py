@@ -92,7 +92,7 @@ class ContentRef(StrictWireModel):
     media_type: ContentMediaType
     length: int = Field(ge=1, le=MAX_CONTENT_BYTES)
     scope: ContentScope
-    owner: str = Field(min_length=1, max_length=256)
+    owner: str = Field(pattern=r"^[\x21-\x7e]{1,256}$")
 
 
 class ContentReadPayload(StrictWireModel):

@@ -48,8 +48,8 @@ class ContentReads:
                 or blob.length != ref.length
             ):
                 missing = ContentNotFoundError(
-                    f"{ref.scope} {ref.owner} holds no value that matches this content "
-                    "reference; read it again for a current reference"
+                    f"the {ref.scope} this content reference names holds no value that "
+                    f"matches it; read the {ref.scope} again for a current reference"
                 )
                 reply(error_response(request, "notFound", missing.code, str(missing)))
                 return

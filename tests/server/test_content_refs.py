@@ -247,3 +247,38 @@ def test_a_fifty_mib_output_reaches_every_reader_exactly(
         assert digest(waited.output) == expected
         assert digest(client.get_run(run.run_id).output) == expected
     assert digest(cli_json(server, "run", "show", run.run_id)["output"]) == expected
+
+
+FAILING_SOURCE = """
+from piwf.workflow import compute, define_workflow
+
+
+def fail(ctx):
+    raise ValueError("e" * ctx.input["size"])
+
+
+workflow = define_workflow(name="fails", start_at="fail", nodes={"fail": compute(fail)}, edges=[])
+"""
+
+
+def test_a_large_error_text_reaches_the_reader_complete(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = write(tmp_path, "fails", FAILING_SOURCE)
+    with Client(server.home, autostart=False) as client:
+        run = client.start_run(workflow, input={"size": 2_000_000})
+        waited = client.wait_run(run.run_id, timeout_s=60)
+        detail = client.get_run(run.run_id)
+    expected = "ValueError: " + "e" * 2_000_000
+    assert waited.run.status == "failed"
+    assert waited.error == detail.error == expected
+    with raw_client(server) as raw:
+        receipt = raw_receipt(raw, "run.get", run.run_id)
+    assert "error" not in receipt
+    assert (receipt["errorRef"]["mediaType"], receipt["errorRef"]["length"]) == (
+        "text/plain",
+        len(expected),
+    )
+    assert cli_json(server, "run", "show", run.run_id)["error"] == expected
+    human = piwf_cli(server, "run", "show", run.run_id)
+    assert f"<{len(expected):,} bytes of text/plain, not shown" in human.stdout
