@@ -9,8 +9,9 @@ with the receipt model, so both sides agree on one shape::
     server.stop      {}                                        {"stopping": true}
     run.start        {workflow, projectPath?, input?, title?}  {"run": RunInfo}
     run.list         {limit?, before?: {createdAt, runId}}     {"runs": [RunInfo], "nextCursor"?}
-    run.get          {}  (runId in the envelope)               {"run", "sources", "output"?,
-                                                               "error"?}  (or "outputRef"...)
+    run.get          {}  (runId in the envelope)               {"run", "sources", "output"? or
+                                                               "outputRef"?, "error"? or
+                                                               "errorRef"?, ...}
     run.cancel       {}  (runId in the envelope)               {"run": RunInfo}
     run.wait         {timeoutMs?}  (runId in the envelope)     {"run": RunInfo, "timedOut": bool,
                                                                "output"?, "error"?}
