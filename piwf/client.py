@@ -218,7 +218,9 @@ class Client(RunReadMethods, ResourceMethods):
         A durable operation gets a fresh idempotency key unless ``idempotency_key`` is given; a
         read must not be given one (``ValueError``). Each attempt uses a new request id; lost
         connections are retried as the module docstring describes. ``timeout_s`` bounds the wait
-        for one response (default ``request_timeout_s``).
+        for one response (default ``request_timeout_s``). The receipt is the server's as sent:
+        large values in it are content references (``outputRef`` and the like), which
+        :meth:`read_content` reads; the typed methods resolve them.
 
         Raises the :data:`OUTCOME_ERRORS` class of a non-success outcome (with the server's
         ``error_code`` and message), :class:`~piwf.errors.ServerUnavailableError` (or a subclass)
