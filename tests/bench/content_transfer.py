@@ -32,22 +32,12 @@ from piwf.client import Client
 from piwf.config import CONTENT_PART_BYTES
 from piwf.state import StateDatabase, blobs
 from piwf.state.enums import MediaType
-from tests.bench.common import percentile, scratch_dir
+from tests.bench.common import REPOSITORY, percentile, scratch_dir
 from tests.bench.piwf_side import PiwfServer, server_environment
 
 PIWF = Path(sys.executable).parent / "piwf"
 
-BIG_SOURCE = """
-from piwf.workflow import compute, define_workflow
-
-
-def make(ctx):
-    n = ctx.input["n"]
-    return {"blob": "".join(f"{i:08d}|" for i in range(n)), "n": n}
-
-
-workflow = define_workflow(name="big", start_at="make", nodes={"make": compute(make)}, edges=[])
-"""
+BIG_OUTPUT = REPOSITORY / "fixtures" / "workflows" / "big_output.py"
 
 
 def ms(seconds: float) -> str:
@@ -106,8 +96,7 @@ def poll_status(home: Path, stop: threading.Event, samples: list[float]) -> None
 def during_transfer(directory: Path, mib: int, seconds: float) -> None:
     """Table 2: status latency while ``piwf run show --json`` pulls a ``mib`` MiB output."""
     n = mib * 1024 * 1024 // 9  # nine bytes per item: a ``mib`` MiB output
-    workflow = directory / "big.py"
-    workflow.write_text(BIG_SOURCE)
+    workflow = BIG_OUTPUT
     home = directory / "h"
     with PiwfServer(home) as server, server.client() as client:
         began = time.perf_counter()

@@ -23,25 +23,16 @@ from piwf.client import Client
 from piwf.config import MAX_FRAME_BYTES
 from piwf.protocol.payloads import INLINE_CONTENT_BYTES
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.test_execution import FAST
 
-FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S": "0.2"}
 PIWF = Path(sys.executable).parent / "piwf"
 
-#: The value a ``big`` run outputs for input ``{"n": n}`` (the workflow builds the same).
-BIG_SOURCE = """
-from piwf.workflow import compute, define_workflow
-
-
-def make(ctx):
-    n = ctx.input["n"]
-    return {"blob": "".join(f"{i:08d}|" for i in range(n)), "n": n}
-
-
-workflow = define_workflow(name="big", start_at="make", nodes={"make": compute(make)}, edges=[])
-"""
+#: A workflow whose output for input ``{"n": n}`` is :func:`big_value` of ``n``.
+BIG_OUTPUT = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "big_output.py")
 
 
 def big_value(n: int) -> dict[str, Any]:
+    """What the ``big_output`` fixture returns, computed here independently."""
     return {"blob": "".join(f"{i:08d}|" for i in range(n)), "n": n}
 
 
@@ -87,9 +78,9 @@ def server(servers: ServerFactory) -> ServerProcess:
 
 
 def test_a_run_output_above_the_frame_limit_reaches_every_reader_exactly(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess,
 ) -> None:
-    workflow = write(tmp_path, "big", BIG_SOURCE)
+    workflow = BIG_OUTPUT
     n = 400_000  # 3.6 MB of output: four 1 MiB frames' worth
     expected = digest(big_value(n))
     length = len(canonical.encode(big_value(n)))
@@ -128,9 +119,9 @@ def test_a_run_output_above_the_frame_limit_reaches_every_reader_exactly(
 
 
 def test_the_human_form_previews_a_medium_value_and_json_prints_it_whole(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess,
 ) -> None:
-    workflow = write(tmp_path, "big", BIG_SOURCE)
+    workflow = BIG_OUTPUT
     n = 10_000  # 90 KB: a reference, read in one part for the preview
     with Client(server.home, autostart=False) as client:
         run = client.start_run(workflow, input={"n": n})
@@ -233,11 +224,9 @@ def test_a_large_resource_status_reaches_the_reader_complete(
 
 
 @pytest.mark.soak
-def test_a_fifty_mib_output_reaches_every_reader_exactly(
-    server: ServerProcess, tmp_path: Path
-) -> None:
+def test_a_fifty_mib_output_reaches_every_reader_exactly(server: ServerProcess) -> None:
     """The issue's case at full size (about 12 s: the default suite keeps the 3.6 MB one)."""
-    workflow = write(tmp_path, "big", BIG_SOURCE)
+    workflow = BIG_OUTPUT
     n = 50 * 1024 * 1024 // 9
     expected = digest(big_value(n))
     with Client(server.home, autostart=False, request_timeout_s=120) as client:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +17,15 @@ from piwf.config import CONTENT_PART_BYTES
 from piwf.protocol.content import MAX_CONTENT_BYTES
 from piwf.state import StateDatabase
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client
-from tests.server.test_content_refs import BIG_SOURCE, FAST, big_value, write
+from tests.server.test_content_refs import BIG_OUTPUT, big_value
+from tests.server.test_execution import FAST
 
 N = 100_000  # 900 KB of output: two parts
 
 
-def finished_runs(server: ServerProcess, directory: Path) -> tuple[dict[str, Any], ...]:
+def finished_runs(server: ServerProcess) -> tuple[dict[str, Any], ...]:
     """Two completed runs with different large outputs; their ``outputRef``s."""
-    workflow = write(directory, "big", BIG_SOURCE)
+    workflow = BIG_OUTPUT
     refs = []
     with raw_client(server) as client:
         for n, key in ((N, "first"), (N + 1, "second")):
@@ -65,8 +65,8 @@ def receipts(server: ServerProcess) -> int:
         return int(tx.scalar("SELECT count(*) FROM server_commands"))
 
 
-def test_parts_read_back_the_exact_value(server: ServerProcess, tmp_path: Path) -> None:
-    first, _ = finished_runs(server, tmp_path)
+def test_parts_read_back_the_exact_value(server: ServerProcess) -> None:
+    first, _ = finished_runs(server)
     before = receipts(server)
     assembled = b""
     with raw_client(server) as client:
@@ -95,9 +95,9 @@ def refused(client: RawClient, payload: dict[str, Any]) -> tuple[str, str]:
 
 
 def test_references_another_run_or_nothing_ever_advertised_are_not_found(
-    server: ServerProcess, tmp_path: Path
+    server: ServerProcess,
 ) -> None:
-    first, second = finished_runs(server, tmp_path)
+    first, second = finished_runs(server)
     input_bytes = canonical.encode({"n": N})
     forged: list[dict[str, Any]] = [
         {**first, "owner": second["owner"]},  # another run's blob under this run's name
@@ -120,8 +120,8 @@ def test_references_another_run_or_nothing_ever_advertised_are_not_found(
         assert_still_usable(client, first)
 
 
-def test_bad_ranges_and_shapes_are_rejected(server: ServerProcess, tmp_path: Path) -> None:
-    first, _ = finished_runs(server, tmp_path)
+def test_bad_ranges_and_shapes_are_rejected(server: ServerProcess) -> None:
+    first, _ = finished_runs(server)
     good = {"ref": first, "offset": 0, "length": 10}
     cases: list[tuple[dict[str, Any], str]] = [
         ({**good, "offset": first["length"] + 1}, "contentReference"),
