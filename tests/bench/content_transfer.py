@@ -9,8 +9,9 @@ responsive while a client pulls a large value.
 2. **During a transfer**: a real server completes a run whose output is ``--mib`` MiB; then
    ``piwf run show RUN --json`` (the installed script, a subprocess) reads it while a second
    client polls ``server.status`` back to back. Prints the status p50/p99/max during the
-   transfer, the same with no transfer for ``--seconds`` (the baseline), the time of the run
-   show, and the time the run itself took (the runner's upload, for context).
+   transfer, the same with no transfer for ``--seconds`` (the baseline), the round trip of the
+   ``run.get`` that advertises the reference (no part read), the time of the run show, and the
+   time the run itself took (the runner's upload, for context).
 
 Nothing here asserts a speed; docs/PROTOCOL.md quotes the figures.
 """
@@ -106,6 +107,12 @@ def during_transfer(directory: Path, mib: int, seconds: float) -> None:
         if done.run.status != "completed" or done.output_ref is None:
             raise SystemExit(f"the run did not complete with a referenced output: {done.run}")
 
+        first_response: list[float] = []
+        for _ in range(20):
+            began = time.perf_counter()
+            client.get_run(run.run_id, content_limit=0)
+            first_response.append(time.perf_counter() - began)
+
         baseline: list[float] = []
         stop = threading.Event()
         poller = threading.Thread(target=poll_status, args=(home, stop, baseline))
@@ -144,6 +151,7 @@ def during_transfer(directory: Path, mib: int, seconds: float) -> None:
     print("| --- | --- | --- | --- | --- |")
     print(f"| idle ({seconds:g} s) | {spread(baseline)} |")
     print(f"| run show transfers | {spread(during)} |")
+    print(f"| `run.get` itself (references only, no part read) | {spread(first_response)} |")
     print(f"\n`piwf run show --json` of the {mib} MiB output: {show_s:.2f} s")
     print(f"the run itself (compute, 512 KiB uploads, commit): {run_s:.2f} s")
 
