@@ -34,7 +34,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -59,6 +58,7 @@ from piwf.client_connection import (
     connect_socket,
 )
 from piwf.client_resources import ResourceMethods
+from piwf.client_runs import RunReadMethods
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
 from piwf.errors import (
     ClaimLostCommandError,
@@ -81,7 +81,6 @@ from piwf.protocol import (
     is_durable,
 )
 from piwf.protocol.payloads import (
-    MAX_WAIT_MS,
     AnswerPayload,
     AnswerReceipt,
     BackupReceipt,
@@ -89,19 +88,10 @@ from piwf.protocol.payloads import (
     EffectReceipt,
     EffectResolvePayload,
     EmptyPayload,
-    OpenRequestInfo,
     PruneReport,
-    RequestList,
-    RequestsListPayload,
-    RunCursor,
-    RunDetail,
     RunInfo,
-    RunListPayload,
-    RunPage,
     RunReceipt,
     RunStartPayload,
-    RunWaitPayload,
-    RunWaitReceipt,
     ServerStatus,
     StateBackupPayload,
     StatePrunePayload,
@@ -119,8 +109,6 @@ DEFAULT_RETRY_TIMEOUT_S: Final = 10.0
 RETRY_BASE_S: Final = 0.1
 RETRY_MAX_WAIT_S: Final = 2.0
 RETRY_MAX_ATTEMPTS: Final = 20
-#: One ``run.wait`` request waits at most this long on the server; longer waits loop.
-WAIT_SLICE_S: Final = 30.0
 #: How long ``stop_server`` waits for the server to close the connection after acknowledging.
 DEFAULT_STOP_WAIT_S: Final = 10.0
 
@@ -141,7 +129,7 @@ _Receipt = TypeVar("_Receipt", bound=BaseModel)
 _T = TypeVar("_T")
 
 
-class Client(ResourceMethods):
+class Client(RunReadMethods, ResourceMethods):
     """A connection to the piwf server of one state home.
 
     ``home`` defaults to :func:`piwf.config.state_home` (``PIWF_HOME``). With ``autostart``
@@ -230,7 +218,9 @@ class Client(ResourceMethods):
         A durable operation gets a fresh idempotency key unless ``idempotency_key`` is given; a
         read must not be given one (``ValueError``). Each attempt uses a new request id; lost
         connections are retried as the module docstring describes. ``timeout_s`` bounds the wait
-        for one response (default ``request_timeout_s``).
+        for one response (default ``request_timeout_s``). The receipt is the server's as sent:
+        large values in it are content references (``outputRef`` and the like), which
+        :meth:`read_content` reads; the typed methods resolve them.
 
         Raises the :data:`OUTCOME_ERRORS` class of a non-success outcome (with the server's
         ``error_code`` and message), :class:`~piwf.errors.ServerUnavailableError` (or a subclass)
@@ -363,14 +353,6 @@ class Client(ResourceMethods):
         response = self.request("run.start", wire, idempotency_key=idempotency_key)
         return _receipt(RunReceipt, response).run
 
-    def list_runs(self, limit: int = 50, before: RunCursor | None = None) -> RunPage:
-        """Return one page of runs, newest first (``run.list``); ``next_cursor`` pages on."""
-        return self._call("run.list", RunListPayload(limit=limit, before=before), RunPage)
-
-    def get_run(self, run_id: str) -> RunDetail:
-        """Return one run and its recorded sources (``run.get``); NotFoundError if unknown."""
-        return self._call("run.get", EmptyPayload(), RunDetail, run_id=run_id)
-
     def cancel_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
         """Cancel a run and return it (``run.cancel``); RejectedError if it is not cancellable."""
         receipt = self._call(
@@ -413,11 +395,6 @@ class Client(ResourceMethods):
         )
         return receipt.effect
 
-    def list_requests(self, run_id: str | None = None) -> list[OpenRequestInfo]:
-        """Return the pending checkpoints and decisions, oldest first (``requests.list``)."""
-        payload = RequestsListPayload(run_id=run_id)
-        return self._call("requests.list", payload, RequestList).requests
-
     def answer(
         self,
         request_id: str,
@@ -444,31 +421,6 @@ class Client(ResourceMethods):
             operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=key
         )
         return receipt.run
-
-    def wait_run(self, run_id: str, timeout_s: float | None = None) -> RunWaitReceipt:
-        """Wait until the run is terminal, or ``timeout_s`` seconds pass (None: no limit).
-
-        Sends ``run.wait`` requests of at most 30 s each. Returns the last receipt: its ``run``
-        is the run's latest state and ``timed_out`` says whether the wait ended before the run
-        became terminal. A non-positive ``timeout_s`` asks once without waiting.
-        """
-        deadline = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
-        while True:
-            slice_s = WAIT_SLICE_S
-            if deadline is not None:
-                slice_s = min(slice_s, max(deadline - time.monotonic(), 0.0))
-            timeout_ms = min(int(slice_s * 1000), MAX_WAIT_MS)
-            receipt = self._call(
-                "run.wait",
-                RunWaitPayload(timeout_ms=timeout_ms),
-                RunWaitReceipt,
-                run_id=run_id,
-                timeout_s=self.request_timeout_s + timeout_ms / 1000,
-            )
-            if not receipt.timed_out:
-                return receipt
-            if deadline is not None and time.monotonic() >= deadline:
-                return receipt
 
     def state_status(self) -> StateStatus:
         """Return the state database's privacy-safe counts (``state.status``)."""

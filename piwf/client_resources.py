@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from piwf.canonical import JsonValue
+from piwf.client_content import resolve_references
 from piwf.protocol import InvalidMessageError, Operation, Response
+from piwf.protocol.payloads import ContentRef
 from piwf.protocol.resource_payloads import (
     ResourceApplyPayload,
     ResourceDeleteReceipt,
@@ -44,6 +47,10 @@ class ResourceMethods:
             timeout_s: float | None = None,
         ) -> Response:
             """Send one operation."""
+            ...
+
+        def read_content(self, ref: ContentRef) -> JsonValue:
+            """Read one referenced value in full."""
             ...
 
     def apply_resource(
@@ -82,9 +89,13 @@ class ResourceMethods:
         return _parsed(ResourceReceipt, response)
 
     def get_resource(self, manager: str, key: str) -> ResourceDetail:
-        """One resource in full (``resource.get``); NotFoundError when there is none."""
+        """One resource in full (``resource.get``); NotFoundError when there is none.
+
+        A spec or status the server sent by content reference is read and verified first.
+        """
         payload = ResourceRefPayload(manager=manager, key=key)
-        return _parsed(ResourceDetail, self.request("resource.get", payload.to_wire()))
+        detail = _parsed(ResourceDetail, self.request("resource.get", payload.to_wire()))
+        return resolve_references(detail, self.read_content)
 
     def list_resources(self, manager: str | None = None, limit: int = 100) -> list[ResourceInfo]:
         """The resources ordered by manager and key (``resource.list``)."""

@@ -23,6 +23,10 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   │   └── RunPausedError      runPaused          (answers wait until the run resumes)
     │   └── AnswerRejectedError     answerRejected     (an answer does not fit its request)
     ├── ProtocolError               protocolError      (piwf.protocol.errors: frames, messages)
+    ├── ContentReadError            contentRead        (a client read of referenced content)
+    │   ├── ContentReferenceError   contentReference   (a reference or range no read can serve)
+    │   ├── ContentNotFoundError    contentNotFound    (not a stored value of that owner)
+    │   └── ContentMismatchError    contentMismatch    (parts differ from their reference)
     ├── ServerError
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
     │   ├── ServerStartError        serverStart        (the server could not start; says why)
@@ -191,6 +195,32 @@ class AnswerRejectedError(WorkflowError):
     """An answer does not fit its request (choices, protection, status); nothing settled."""
 
     code = "answerRejected"
+
+
+class ContentReadError(PiwfError):
+    """A value sent by content reference could not be read (docs/PROTOCOL.md, ``view.content``)."""
+
+    code = "contentRead"
+
+
+class ContentReferenceError(ContentReadError):
+    """A ``view.content`` request names a range the reference cannot serve (rejected)."""
+
+    code = "contentReference"
+
+
+class ContentNotFoundError(ContentReadError):
+    """The reference names no stored value of its run or resource (notFound): a made-up or
+    foreign digest, another media type or length, or a value deleted since it was advertised."""
+
+    code = "contentNotFound"
+
+
+class ContentMismatchError(ContentReadError):
+    """The client assembled parts that do not match their reference (length, digest, media
+    type or encoding); no partial value is ever returned. Read the value again."""
+
+    code = "contentMismatch"
 
 
 class ServerError(PiwfError):

@@ -2,7 +2,10 @@
 
 JSON output is canonical JSON (sorted keys, no whitespace) on one line, the wire form of the
 receipts in :mod:`piwf.protocol.payloads`, so ``piwf ... --json | jq`` sees the protocol's
-camelCase names. Human output is for reading only and may change.
+camelCase names, with every value complete. Human output is for reading only and may change: a
+stored value (an output, an error, a prompt, an answer) shows at most :data:`PREVIEW_CHARS`
+characters, and one the command left unread (longer than :data:`HUMAN_CONTENT_LIMIT`) shows
+only its size.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from piwf import canonical
 from piwf.protocol.payloads import (
     AnswerReceipt,
     BackupReceipt,
+    ContentRef,
     DecisionInfo,
     OpenRequestInfo,
     PruneReport,
@@ -28,6 +32,12 @@ from piwf.protocol.payloads import (
     VerifyReceipt,
 )
 
+#: Human output shows at most this many characters of one stored value.
+PREVIEW_CHARS = 2000
+#: Human output reads referenced values up to this many bytes (two parts) for their preview;
+#: longer ones are not fetched at all, only their size is shown.
+HUMAN_CONTENT_LIMIT = 1024 * 1024
+
 
 def emit_json(document: object) -> None:
     """Print ``document`` as one line of canonical JSON on stdout."""
@@ -39,6 +49,23 @@ def timestamp(ms: int | None) -> str:
     if ms is None:
         return "-"
     return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def value_preview(value: object, ref: ContentRef | None = None, *, text: bool = False) -> str:
+    """A stored value for reading: its JSON (``text``: the string itself) cut to
+    :data:`PREVIEW_CHARS` characters, or the size of a value that was left unread (``ref``)."""
+    if ref is not None:
+        return (
+            f"<{ref.length:,} bytes of {ref.media_type}, not shown; "
+            "--json prints the complete value>"
+        )
+    shown = value if text and isinstance(value, str) else canonical.encode_text(value)
+    if len(shown) <= PREVIEW_CHARS:
+        return shown
+    return (
+        f"{shown[:PREVIEW_CHARS]}… <{len(shown):,} characters in all; "
+        "--json prints the complete value>"
+    )
 
 
 def fields(rows: Iterable[tuple[str, object]], indent: str = "  ") -> str:
@@ -137,10 +164,10 @@ def run_detail(detail: RunDetail) -> str:
     if detail.decisions:
         lines.append("decisions:")
         lines.extend(decision_audit(decision) for decision in detail.decisions)
-    if detail.error is not None:
-        lines.append(f"error:\n  {detail.error}")
-    if detail.output is not None:
-        lines.append(f"output:\n  {canonical.encode_text(detail.output)}")
+    if detail.error is not None or detail.error_ref is not None:
+        lines.append(f"error:\n  {value_preview(detail.error, detail.error_ref, text=True)}")
+    if detail.output is not None or detail.output_ref is not None:
+        lines.append(f"output:\n  {value_preview(detail.output, detail.output_ref)}")
     return "\n".join(lines)
 
 
@@ -159,7 +186,7 @@ def request_fields(request: OpenRequestInfo) -> str:
             ("kind", request.kind),
             ("node", f"{request.path} (visit {request.visit})"),
             ("choices", choices_text(request.choices) if request.choices else None),
-            ("content", canonical.encode_text(request.content)),
+            ("content", value_preview(request.content, request.content_ref)),
             ("deadline", _deadline(request.deadline_at, request.has_default)),
         ]
     )
@@ -186,7 +213,7 @@ def request_table(requests: Sequence[OpenRequestInfo]) -> str:
 def resolution_line(resolution: ResolutionInfo) -> str:
     """The winner of a decision in one line: outcome, provenance, response or reason, when."""
     what = (
-        canonical.encode_text(resolution.response)
+        value_preview(resolution.response, resolution.response_ref)
         if resolution.outcome == "accepted"
         else resolution.reason
     )

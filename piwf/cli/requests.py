@@ -24,7 +24,8 @@ def requests_command(run_id: str | None, as_json: bool) -> None:
       piwf requests --run run-0b9c
     """
     with open_client() as client:
-        found = client.list_requests(run_id)
+        # The table shows no content, so the human form reads no referenced prompt.
+        found = client.list_requests(run_id, content_limit=None if as_json else 0)
     if as_json:
         render.emit_json({"requests": [item.to_wire() for item in found]})
     else:

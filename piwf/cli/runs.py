@@ -123,14 +123,19 @@ def run_list(limit: int, as_json: bool) -> None:
 @json_option
 @command
 def run_show(run_id: str, as_json: bool) -> None:
-    """Show one run and the sources it was started from.
+    """Show one run: its sources, effects, requests, decisions, and output or error.
+
+    Long values are cut to a preview, and values above 1 MiB are not read (their size is
+    shown); --json prints the complete document with every value in full.
 
     \b
     Example:
       piwf run show run-0b9c --json
     """
     with open_client() as client:
-        detail = client.get_run(run_id)
+        detail = client.get_run(
+            run_id, content_limit=None if as_json else render.HUMAN_CONTENT_LIMIT
+        )
     if as_json:
         render.emit_json(detail.to_wire())
     else:
@@ -155,7 +160,7 @@ def run_wait(run_id: str, timeout_s: float, as_json: bool) -> None:
 
     A run that ended otherwise (failed, timed out, cancelled) or is still not terminal after
     --timeout seconds exits 1; with --json the document is {"run": ..., "timedOut": ...} in
-    every one of these cases.
+    every one of these cases, with the complete "output" or "error" of a terminal run.
 
     \b
     Example:
@@ -239,7 +244,8 @@ def _wait_and_report(
 ) -> None:
     """Wait for the run, print it, and exit 1 unless it completed."""
     limit = DEFAULT_WAIT_TIMEOUT_S if timeout_s is None else timeout_s
-    receipt = client.wait_run(run_id, timeout_s=limit)
+    # The human form shows the run line only, so it reads none of a large output.
+    receipt = client.wait_run(run_id, timeout_s=limit, content_limit=None if as_json else 0)
     run = receipt.run
     if as_json:
         render.emit_json(receipt.to_wire())

@@ -27,6 +27,7 @@ operation               kind     meaning
 ``resource.list``       read     the managed resources
 ``resource.delete``     durable  delete a managed resource (its finalizers run first)
 ``resource.reconcile``  durable  enqueue a managed resource for a reconcile now
+``view.content``        read     one bounded part of a value sent by content reference
 ======================  =======  ==========================================================
 
 A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
@@ -66,6 +67,7 @@ Operation = Literal[
     "state.prunePreview",
     "state.status",
     "state.verify",
+    "view.content",
 ]
 
 #: Every operation name, sorted.

@@ -9,10 +9,12 @@ with the receipt model, so both sides agree on one shape::
     server.stop      {}                                        {"stopping": true}
     run.start        {workflow, projectPath?, input?, title?}  {"run": RunInfo}
     run.list         {limit?, before?: {createdAt, runId}}     {"runs": [RunInfo], "nextCursor"?}
-    run.get          {}  (runId in the envelope)               {"run", "sources", "output"?,
-                                                               "error"?}
+    run.get          {}  (runId in the envelope)               {"run", "sources", "output"? or
+                                                               "outputRef"?, "error"? or
+                                                               "errorRef"?, ...}
     run.cancel       {}  (runId in the envelope)               {"run": RunInfo}
-    run.wait         {timeoutMs?}  (runId in the envelope)     {"run": RunInfo, "timedOut": bool}
+    run.wait         {timeoutMs?}  (runId in the envelope)     {"run": RunInfo, "timedOut": bool,
+                                                               "output"?, "error"?}
     state.status     {}                                        StateStatus
     state.verify     {}                                        {"valid": bool, "violations": [...]}
     state.backup     {destination}                             {"destination", "bytes"}
@@ -25,6 +27,14 @@ with the receipt model, so both sides agree on one shape::
     checkpoint.answer {requestId, response}                    AnswerReceipt
     decision.answer  {requestId, response}                     AnswerReceipt
     requests.list    {runId?}                                  {"requests": [OpenRequestInfo]}
+    view.content     {ref: ContentRef, offset, length}         ContentPart
+
+Stored values (outputs, error texts, request content, answers, resource spec and status) travel
+inline while their encoded form is at most :data:`INLINE_CONTENT_BYTES` and the response's
+inline budget lasts. Beyond that, the value field is absent and its ``<field>Ref`` sibling
+carries a :class:`ContentRef`; the client reads the bytes with ``view.content`` in parts of at
+most :data:`~piwf.config.CONTENT_PART_BYTES`, checks length and SHA-256 against the reference,
+and decodes the value itself (docs/PROTOCOL.md, "Content references").
 """
 
 from __future__ import annotations
@@ -34,7 +44,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from piwf.config import CONTENT_PART_BYTES
+from piwf.protocol.content import MAX_CONTENT_BYTES
+
 MAX_WAIT_MS = 3_600_000
+
+#: A stored value whose encoded form is at most this many bytes travels inline.
+INLINE_CONTENT_BYTES = 16 * 1024
+#: Encoded bytes of inline values one response may carry; later values go by reference, so
+#: many medium values (a long decision audit) cannot push a response past the frame limit.
+RESPONSE_INLINE_BUDGET = 384 * 1024
+#: The suffix of a field that carries the reference of its sibling value (``output_ref``).
+REF_SUFFIX = "_ref"
+
+ContentScope = Literal["run", "resource"]
+ContentMediaType = Literal["application/json", "text/plain"]
 
 
 class WireModel(BaseModel):
@@ -51,6 +75,43 @@ class WireModel(BaseModel):
 
 class EmptyPayload(WireModel):
     """A payload with no fields."""
+
+
+class StrictWireModel(WireModel):
+    """A wire model that takes no conversions: ``"3"``, ``true`` or ``3.0`` is not an int."""
+
+    model_config = ConfigDict(**{**WireModel.model_config, "strict": True})
+
+
+class ContentRef(StrictWireModel):
+    """A stored value sent by reference: the exact bytes (``sha256``, ``length``), how to
+    decode them (``media_type``: canonical JSON or UTF-8 text) and whose value it is (a run id
+    or a resource uid). The server serves a ``view.content`` read only while that owner still
+    holds a value with these four facts."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    media_type: ContentMediaType
+    length: int = Field(ge=1, le=MAX_CONTENT_BYTES)
+    scope: ContentScope
+    owner: str = Field(pattern=r"^[\x21-\x7e]{1,256}$")
+
+
+class ContentReadPayload(StrictWireModel):
+    """Read ``length`` bytes (at most one part) of a referenced value from ``offset``."""
+
+    ref: ContentRef
+    offset: int = Field(ge=0, le=MAX_CONTENT_BYTES)
+    length: int = Field(ge=1, le=CONTENT_PART_BYTES)
+
+
+class ContentPart(StrictWireModel):
+    """Receipt of ``view.content``: the bytes at ``offset`` (base64 ``data``, at most the
+    length asked for, empty only at the end), with the digest and length of the whole value."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    total: int = Field(ge=0, le=MAX_CONTENT_BYTES)
+    offset: int = Field(ge=0, le=MAX_CONTENT_BYTES)
+    data: str = Field(max_length=(CONTENT_PART_BYTES + 2) // 3 * 4)
 
 
 class RunStartPayload(WireModel):
@@ -147,6 +208,7 @@ class OpenRequestInfo(WireModel):
     path: str
     visit: int
     content: Any = None
+    content_ref: ContentRef | None = None
     choices: dict[str, str] | None = None
     deadline_at: int | None = None
     has_default: bool = False
@@ -160,6 +222,7 @@ class ResolutionInfo(WireModel):
     outcome: Literal["accepted", "cancelled"]
     provenance: str
     response: Any = None
+    response_ref: ContentRef | None = None
     reason: str | None = None
     actor_type: str
     resolved_at: int
@@ -171,6 +234,7 @@ class SubmissionInfo(WireModel):
     source: str
     outcome: str
     response: Any = None
+    response_ref: ContentRef | None = None
     reason: str | None = None
     submitted_at: int
 
@@ -191,14 +255,17 @@ class RunDetail(WireModel):
     """Receipt of run.get: the run, its sources, effects, and its final output or error.
 
     ``waiting_on`` is the pending request of a waiting run; ``decisions`` the audit of every
-    checkpoint and decision of the run.
+    checkpoint and decision of the run. A large output or error comes as ``output_ref`` /
+    ``error_ref`` instead (the client resolves it).
     """
 
     run: RunInfo
     sources: list[RunSource]
     effects: list[EffectInfo] = Field(default_factory=list)
     output: Any = None
+    output_ref: ContentRef | None = None
     error: str | None = None
+    error_ref: ContentRef | None = None
     waiting_on: OpenRequestInfo | None = None
     decisions: list[DecisionInfo] = Field(default_factory=list)
 
@@ -255,10 +322,15 @@ class RunPage(WireModel):
 
 
 class RunWaitReceipt(WireModel):
-    """Receipt of run.wait."""
+    """Receipt of run.wait: the run and, once it is terminal, its final output or error (or
+    their references, as in :class:`RunDetail`)."""
 
     run: RunInfo
     timed_out: bool
+    output: Any = None
+    output_ref: ContentRef | None = None
+    error: str | None = None
+    error_ref: ContentRef | None = None
 
 
 class ServerStatus(WireModel):

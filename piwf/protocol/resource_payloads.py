@@ -9,7 +9,8 @@
 
 ``resource.apply`` and ``resource.delete`` honour the envelope's ``expectedRevision`` as the
 expected resource version. ``ResourceInfo`` never carries the spec or status (``resource.get``
-does), so a list of at most 100 stays within one frame.
+does), so a list of at most 100 stays within one frame; a large spec or status travels by
+content reference (``specRef``, ``statusRef``; see :mod:`piwf.protocol.payloads`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from piwf.protocol.payloads import EffectInfo, WireModel
+from piwf.protocol.payloads import ContentRef, EffectInfo, WireModel
 
 _MANAGER = Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9-]*$")
 _KEY = Field(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")
@@ -105,11 +106,14 @@ class ReconcileInfo(WireModel):
 
 
 class ResourceDetail(WireModel):
-    """One resource in full."""
+    """One resource in full; a large spec or status comes as ``spec_ref`` / ``status_ref``
+    instead (the client resolves it)."""
 
     resource: ResourceInfo
-    spec: Any
-    status: Any
+    spec: Any = None
+    spec_ref: ContentRef | None = None
+    status: Any = None
+    status_ref: ContentRef | None = None
     conditions: list[ConditionInfo]
     source_path: str
     source_digest: str

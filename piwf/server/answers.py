@@ -37,6 +37,7 @@ from piwf.protocol.payloads import (
     ResolutionInfo,
 )
 from piwf.server.commands import CommandResult
+from piwf.server.content_offer import ContentOffer
 from piwf.server.loop import EventLoop, Timer
 from piwf.state import Adopted, Conflict, StateDatabase, Transaction
 from piwf.state import decisions as decision_store
@@ -108,28 +109,58 @@ def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestLis
     """Return the pending checkpoints and decisions for ``requests.list``."""
     with db.read() as tx:
         found = ex.list_open_requests(tx, payload.run_id)
-    return RequestList(requests=[open_request_info(item) for item in found])
+        offer = ContentOffer(tx)
+        return RequestList(requests=[open_request_info(item, offer) for item in found])
 
 
-def open_request_info(item: ex.OpenRequest) -> OpenRequestInfo:
-    """Return the wire form of one pending request."""
-    return OpenRequestInfo.model_validate(item.to_json())
+def open_request_info(item: ex.OpenRequest, offer: ContentOffer) -> OpenRequestInfo:
+    """Return the wire form of one pending request; its content inline or by reference."""
+    content = offer.json("run", item.run_id, item.content_hash)
+    return OpenRequestInfo.model_validate(
+        {**item.to_json(), "content": content.value, "contentRef": content.ref}
+    )
 
 
 def resolution_info(resolution: decision_store.Resolution) -> ResolutionInfo:
-    """Return the wire form of a decision's winner (no private actor id)."""
+    """Return the wire form of a decision's winner (no private actor id), response inline.
+
+    For an answer's durable receipt; reads of the audit use :func:`decision_infos`.
+    """
     return ResolutionInfo.model_validate(resolution.to_json())
 
 
-def decision_infos(tx: Transaction, run_id: str) -> list[DecisionInfo]:
-    """Return the audit of every checkpoint and decision of the run."""
-    return [DecisionInfo.model_validate(a.to_json()) for a in ex.run_decision_audit(tx, run_id)]
+def decision_infos(tx: Transaction, run_id: str, offer: ContentOffer) -> list[DecisionInfo]:
+    """Return the audit of every checkpoint and decision of the run; each answer inline or by
+    reference as ``offer`` decides."""
+    infos = []
+    for audit in ex.run_decision_audit(tx, run_id):
+        resolution = audit.resolution
+        resolution_wire = None
+        if resolution is not None:
+            response = offer.json("run", run_id, resolution.response_hash)
+            resolution_wire = {
+                **resolution.to_json(),
+                "response": response.value,
+                "responseRef": response.ref,
+            }
+        submissions = []
+        for submission in audit.submissions:
+            response = offer.json("run", run_id, submission.candidate_hash)
+            submissions.append(
+                {**submission.to_json(), "response": response.value, "responseRef": response.ref}
+            )
+        infos.append(
+            DecisionInfo.model_validate(
+                {**audit.to_json(), "resolution": resolution_wire, "submissions": submissions}
+            )
+        )
+    return infos
 
 
-def waiting_on(tx: Transaction, run_id: str) -> OpenRequestInfo | None:
+def waiting_on(tx: Transaction, run_id: str, offer: ContentOffer) -> OpenRequestInfo | None:
     """Return the pending request the run waits on, or None."""
     found = ex.list_open_requests(tx, run_id)
-    return open_request_info(found[0]) if found else None
+    return open_request_info(found[0], offer) if found else None
 
 
 class DecisionDeadlines:

@@ -37,6 +37,7 @@ from piwf.protocol.payloads import (
 )
 from piwf.server import answers, maintenance
 from piwf.server.commands import CommandResult
+from piwf.server.content_reads import ContentReads
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
 from piwf.server.replies import (
@@ -94,6 +95,7 @@ class Handlers:
             "resource.list": self.resources.list,
             "resource.delete": self.resources.delete,
             "resource.reconcile": self.resources.reconcile,
+            "view.content": ContentReads(context).view_content,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:

@@ -41,6 +41,7 @@ from piwf.resource.errors import (
     ResourceSpecError,
 )
 from piwf.server.commands import CommandResult
+from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
 from piwf.server.replies import effect_info, error_response, ok, payload_of
@@ -258,12 +259,17 @@ def resource_info(tx: Transaction, row: store.ResourceRow) -> ResourceInfo:
 
 
 def resource_detail(tx: Transaction, row: store.ResourceRow) -> ResourceDetail:
-    """The full form of a resource."""
+    """The full form of a resource; a large spec or status goes by content reference."""
     view = store.read_view(tx, row)
+    offer = ContentOffer(tx)
+    spec = offer.json("resource", row.uid, row.spec_hash)
+    status = offer.json("resource", row.uid, row.status_hash)
     return ResourceDetail(
         resource=resource_info(tx, row),
-        spec=view.spec,
-        status=view.status,
+        spec=spec.value,
+        spec_ref=spec.ref,
+        status=status.value,
+        status_ref=status.ref,
         conditions=[ConditionInfo.model_validate(condition) for condition in view.conditions],
         source_path=row.source_path,
         source_digest=row.source_digest,

@@ -27,6 +27,7 @@ from piwf.protocol.payloads import (
 )
 from piwf.server import answers
 from piwf.server.commands import CommandResult
+from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext, Waiter
 from piwf.server.loop import Reply
 from piwf.server.replies import (
@@ -41,7 +42,7 @@ from piwf.server.replies import (
     run_info,
     run_result,
 )
-from piwf.state import Transaction
+from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state import runs as run_store
@@ -162,36 +163,15 @@ class RunHandlers:
         reply(ok(request, RunPage(runs=[run_info(v) for v in page], next_cursor=cursor)))
 
     def run_get(self, request: Request, reply: Reply) -> None:
+        """One run in full, from one read snapshot; large values go by content reference."""
         payload_of(request, EmptyPayload)
         run_id = run_id_of(request)
         with self.context.db.read() as tx:
             view = run_store.get_run(tx, run_id)
-            sources = run_store.list_run_sources(tx, run_id) if view is not None else []
-            output = run_store.read_run_final_output(tx, run_id) if view is not None else None
-            error = run_store.read_run_error(tx, run_id) if view is not None else None
-            run_effects = [] if view is None else fx.list_effects(tx, f"run:{run_id}")
-            waiting = None if view is None else answers.waiting_on(tx, run_id)
-            audit = [] if view is None else answers.decision_infos(tx, run_id)
-        if view is None:
+            detail = None if view is None else run_detail(tx, view)
+        if view is None or detail is None:
             reply(not_found(request, run_id))
             return
-        detail = RunDetail(
-            run=run_info(view),
-            sources=[
-                RunSource(
-                    mount_path=source.mount_path,
-                    source_type=source.source_type.value,
-                    source_ref=source.source_ref,
-                    source_revision=source.source_revision,
-                )
-                for source in sources
-            ],
-            effects=[effect_info(effect) for effect in run_effects],
-            output=output,
-            error=error,
-            waiting_on=waiting,
-            decisions=audit,
-        )
         reply(ok(request, detail, revision=view.revision))
 
     def run_cancel(self, request: Request, reply: Reply) -> None:
@@ -276,14 +256,16 @@ class RunHandlers:
     def run_wait(self, request: Request, reply: Reply) -> None:
         payload = payload_of(request, RunWaitPayload)
         run_id = run_id_of(request)
+        answer_now = None
         with self.context.db.read() as tx:
             view = run_store.get_run(tx, run_id)
+            if view is not None and (view.finished_at is not None or payload.timeout_ms == 0):
+                answer_now = wait_receipt(tx, view, timed_out=view.finished_at is None)
         if view is None:
             reply(not_found(request, run_id))
             return
-        if view.finished_at is not None or payload.timeout_ms == 0:
-            timed_out = view.finished_at is None
-            reply(ok(request, RunWaitReceipt(run=run_info(view), timed_out=timed_out)))
+        if answer_now is not None:
+            reply(ok(request, answer_now))
             return
         waiters = self.context.waiters.setdefault(run_id, [])
 
@@ -302,25 +284,71 @@ class RunHandlers:
             return
         with self.context.db.read() as tx:
             view = run_store.get_run(tx, run_id)
-        if view is None or view.finished_at is None:
-            return
+            if view is None or view.finished_at is None:
+                return
+            receipt = wait_receipt(tx, view, timed_out=False).to_wire()
         for waiter in self.context.waiters.pop(run_id, []):
             waiter.timer.cancel()
             waiter.reply(
-                Response(
-                    request_id=waiter.request_id,
-                    outcome="accepted",
-                    receipt=RunWaitReceipt(run=run_info(view), timed_out=False).to_wire(),
-                )
+                Response(request_id=waiter.request_id, outcome="accepted", receipt=receipt)
             )
 
     def _answer_wait(self, request: Request, reply: Reply, run_id: str, *, timed_out: bool) -> None:
         with self.context.db.read() as tx:
             view = run_store.get_run(tx, run_id)
-        if view is None:
+            receipt = None if view is None else wait_receipt(tx, view, timed_out=timed_out)
+        if receipt is None:
             reply(not_found(request, run_id))
             return
-        reply(ok(request, RunWaitReceipt(run=run_info(view), timed_out=timed_out)))
+        reply(ok(request, receipt))
+
+
+def run_detail(tx: Transaction, view: run_store.RunView) -> RunDetail:
+    """The ``run.get`` receipt of ``view``, read inside ``tx``; large values go by content
+    reference (:class:`~piwf.server.content_offer.ContentOffer`)."""
+    run_id = view.run_id
+    offer = ContentOffer(tx)
+    values = content_owners.run_values(tx, run_id)
+    output = offer.json("run", run_id, values.output)
+    error = offer.text("run", run_id, values.error)
+    return RunDetail(
+        run=run_info(view),
+        sources=[
+            RunSource(
+                mount_path=source.mount_path,
+                source_type=source.source_type.value,
+                source_ref=source.source_ref,
+                source_revision=source.source_revision,
+            )
+            for source in run_store.list_run_sources(tx, run_id)
+        ],
+        effects=[effect_info(effect) for effect in fx.list_effects(tx, f"run:{run_id}")],
+        output=output.value,
+        output_ref=output.ref,
+        error=error.value,
+        error_ref=error.ref,
+        waiting_on=answers.waiting_on(tx, run_id, offer),
+        decisions=answers.decision_infos(tx, run_id, offer),
+    )
+
+
+def wait_receipt(tx: Transaction, view: run_store.RunView, *, timed_out: bool) -> RunWaitReceipt:
+    """The ``run.wait`` answer: the run and, once terminal, its output or error (inline or by
+    content reference)."""
+    if view.finished_at is None:
+        return RunWaitReceipt(run=run_info(view), timed_out=timed_out)
+    offer = ContentOffer(tx)
+    values = content_owners.run_values(tx, view.run_id)
+    output = offer.json("run", view.run_id, values.output)
+    error = offer.text("run", view.run_id, values.error)
+    return RunWaitReceipt(
+        run=run_info(view),
+        timed_out=timed_out,
+        output=output.value,
+        output_ref=output.ref,
+        error=error.value,
+        error_ref=error.ref,
+    )
 
 
 def new_run_from(payload: RunStartPayload, result: dict[str, JsonValue]) -> run_store.NewRun:

@@ -130,7 +130,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class Resolution:
-    """The single winner of a decision."""
+    """The single winner of a decision; ``response_hash`` is the digest of ``response``."""
 
     decision_id: str
     outcome: ResolutionOutcome
@@ -140,6 +140,7 @@ class Resolution:
     actor_type: str
     actor_id: str | None
     resolved_at: int
+    response_hash: bytes | None = None
 
     def to_json(self) -> dict[str, JsonValue]:
         """Return the wire form (camelCase keys); the actor id is private and left out."""
@@ -156,7 +157,7 @@ class Resolution:
 
 @dataclass(frozen=True)
 class Submission:
-    """One candidate answer and what became of it."""
+    """One candidate answer and what became of it; ``candidate_hash`` is its digest."""
 
     decision_id: str
     submission_id: str
@@ -165,6 +166,7 @@ class Submission:
     outcome: SubmissionOutcome
     reason: str | None
     submitted_at: int
+    candidate_hash: bytes | None = None
 
     def to_json(self) -> dict[str, JsonValue]:
         """Return the wire form (camelCase keys); ids of actors are left out."""
@@ -253,6 +255,7 @@ def get_resolution(tx: Transaction, decision_id: str) -> Resolution | None:
         actor_type=row["actor_type"],
         actor_id=row["actor_id"],
         resolved_at=row["resolved_at"],
+        response_hash=None if response_hash is None else bytes(response_hash),
     )
 
 
@@ -469,4 +472,5 @@ def _submission(tx: Transaction, row: sqlite3.Row) -> Submission:
         outcome=SubmissionOutcome(row["outcome"]),
         reason=row["reason"],
         submitted_at=row["submitted_at"],
+        candidate_hash=digest,
     )

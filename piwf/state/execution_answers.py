@@ -113,28 +113,31 @@ class AnswerOutcome:
 
 @dataclass(frozen=True)
 class OpenRequest:
-    """A pending checkpoint or decision, as ``requests.list`` and ``run.get`` show it."""
+    """A pending checkpoint or decision, as ``requests.list`` and ``run.get`` show it.
+
+    The content is named by its digest, not read: a prompt may be far larger than a client
+    frame, and the server sends it inline or by reference as its size allows.
+    """
 
     request_id: str
     run_id: str
     kind: str
     path: str
     visit: int
-    content: JsonValue
+    content_hash: bytes
     choices: dict[str, str] | None
     deadline_at: int | None
     has_default: bool
     created_at: int
 
     def to_json(self) -> dict[str, JsonValue]:
-        """Return the wire form (camelCase keys)."""
+        """Return the wire form (camelCase keys) without the content."""
         return {
             "requestId": self.request_id,
             "runId": self.run_id,
             "kind": self.kind,
             "path": self.path,
             "visit": self.visit,
-            "content": self.content,
             "choices": None if self.choices is None else dict(self.choices),
             "deadlineAt": self.deadline_at,
             "hasDefault": self.has_default,
@@ -317,7 +320,7 @@ def list_open_requests(tx: Transaction, run_id: str | None = None) -> list[OpenR
                 kind=row["kind"],
                 path=row["node_path"],
                 visit=row["visit"],
-                content=blobs.read_json(tx, bytes(row["content_hash"])),
+                content_hash=bytes(row["content_hash"]),
                 choices=None if decision is None else decision.choices,
                 deadline_at=None if decision is None else decision.deadline_at,
                 has_default=False if decision is None else decision.has_default,

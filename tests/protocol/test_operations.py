@@ -41,6 +41,7 @@ EXPECTED_READ = {
     "requests.list",
     "resource.get",
     "resource.list",
+    "view.content",
 }
 
 
