@@ -95,11 +95,9 @@ def restore_backup(backup: Path, home: Path, *, now_ms: int | None = None) -> Re
     """
     backup = Path(os.path.normpath(backup.absolute()))
     paths = ServerPaths(home.absolute())
-    _check_backup(backup)
+    _check_backup(backup, paths)
     ensure_private_dir(paths.home)
     ensure_private_dir(paths.server_dir)
-    if _same_file(backup, paths.database):
-        raise RestoreError(f"{backup} is the state database of {paths.home} itself")
     with _instance_lock(paths):
         _refuse_live_socket(paths)
         sources = _family_to_move(paths.database)
@@ -118,7 +116,7 @@ def restore_backup(backup: Path, home: Path, *, now_ms: int | None = None) -> Re
     return RestoreReport(backup, paths.database, paths.database.stat().st_size, moved)
 
 
-def _check_backup(backup: Path) -> None:
+def _check_backup(backup: Path, paths: ServerPaths) -> None:
     try:
         info = backup.lstat()
     except FileNotFoundError:
@@ -127,6 +125,8 @@ def _check_backup(backup: Path) -> None:
         raise RestoreError(f"{backup} is a symlink; give the backup file itself")
     if not stat.S_ISREG(info.st_mode):
         raise RestoreError(f"{backup} is not a regular file")
+    if _same_file(backup, paths.database):
+        raise RestoreError(f"{backup} is the state database of {paths.home} itself")
     for suffix in JOURNAL_SUFFIXES:
         journal = Path(f"{backup}{suffix}")
         if journal.exists() or journal.is_symlink():

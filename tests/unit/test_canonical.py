@@ -13,7 +13,6 @@ from piwf import canonical
 from piwf.errors import CanonicalJsonError
 
 
-
 def encodable_float(value: float) -> bool:
     """Doubles from 2**53 to 1e21 are written in integer form and refused as unsafe integers."""
     return abs(value) <= canonical.MAX_SAFE_INTEGER or abs(value) >= 1e21
