@@ -31,6 +31,10 @@ provably was not written for this file:
   the transaction that sets them), or records an older schema cookie than the file (the
   cookie only grows, and the file holds no page newer than the WAL's).
 
+The database file is read before the WAL and its inode, size and mtime compared after: a file
+that changed meanwhile is in use by a writer, which paired the two itself, and is not judged
+(so a concurrent open never misreads a writer's switch to WAL mode as proof).
+
 What cannot be told apart is written down in docs/STATE.md: SQLite records no identity of the
 WAL generation in the database file, so a WAL-mode copy of a piwf database beside the WAL of
 another piwf database (or of a later state of itself) passes every check above.
@@ -112,12 +116,16 @@ def refuse_foreign_wal(database: Path) -> None:
         return
     if not stat.S_ISREG(info.st_mode):
         raise UnsafeStateHomeError(f"{wal} is not a regular file; piwf opens only real files")
-    summary = read_wal(wal)
-    if summary is None or summary.committed_frames == 0:
-        return
+    # The file first, then the WAL: a live writer can only make the WAL newer than the facts.
+    # If the file itself changed meanwhile, a writer has the pair open (and paired them
+    # itself, first writing page 1 and the WAL-mode header, then frames): nothing to judge.
+    before = _identity(database)
     facts = read_main_facts(database)
     if facts is None:
         return  # not a readable SQLite file: the identity check that follows says so
+    summary = read_wal(wal)
+    if summary is None or summary.committed_frames == 0 or _identity(database) != before:
+        return
     reason = foreign_reason(facts, summary)
     if reason is not None:
         raise ForeignWalError(
@@ -234,6 +242,12 @@ def read_main_facts(database: Path) -> MainFacts | None:
         encoding=encodings.get(encoding, 0),
         journal_format=_journal_format(database, info),
     )
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    """Inode, size and modification time: what changes when anyone writes the file."""
+    info = path.stat()
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def _journal_format(database: Path, info: os.stat_result) -> int | None:
