@@ -78,6 +78,20 @@ def test_an_older_backup_copied_over_a_crashed_database_is_refused(
     assert_refused_untouched(database, mode, "records a rollback journal")
 
 
+def test_the_wal_of_another_piwf_database_beside_a_backup_is_refused(
+    home: Path, tmp_path: Path
+) -> None:
+    other_home = tmp_path / "other"
+    other_home.mkdir(mode=0o700)
+    other = crashed_database(other_home, rows=5)
+    database = home / "state.sqlite"
+    make_database(tmp_path / "source.sqlite", projects=2)
+    with StateDatabase(tmp_path / "source.sqlite") as source:
+        backup_database(source, database)
+    private_copy(wal_of(other), wal_of(database))
+    assert_refused_untouched(database, "read-write", "records a rollback journal")
+
+
 def test_a_wal_of_another_page_size_is_refused(home: Path, tmp_path: Path) -> None:
     database = home / "state.sqlite"
     make_database(database)
