@@ -49,6 +49,7 @@ from piwf.errors import (
     UnsafeStateHomeError,
 )
 from piwf.offline import JOURNAL_SUFFIXES, verify_file
+from piwf.state.database import RESET_INSTRUCTION
 
 #: The database and every file SQLite may pair with it, in the order they are moved aside.
 DATABASE_FAMILY: Final = ("", "-wal", "-shm", "-journal")
@@ -239,12 +240,14 @@ def _verify_copy(copy: Path, backup: Path) -> None:
     """Verify the bytes about to be installed; name the backup, not the copy, in errors."""
 
     def as_backup(text: str) -> str:
+        # The open's advice (move the live file aside) is not what a refused restore needs.
+        text = text.replace(". " + RESET_INSTRUCTION.format(name=copy.name), "")
         return text.replace(str(copy), str(backup)).replace(copy.name, backup.name)
 
     try:
         violations = verify_file(copy)
     except (IncompatibleStateError, UnsafeStateHomeError) as error:
-        raise type(error)(f"{as_backup(str(error))} Nothing was restored.") from None
+        raise type(error)(f"{as_backup(str(error))}; nothing was restored") from None
     if violations:
         shown = "; ".join(f"{v.code}: {v.detail}" for v in violations[:3])
         more = f" (and {len(violations) - 3} more)" if len(violations) > 3 else ""

@@ -289,6 +289,7 @@ def test_restore_of_a_foreign_database_is_refused_and_changes_nothing(
     other.chmod(0o600)
     message = refused_restore(stopped_home, other, "incompatibleState")
     assert str(other) in message and ".restore-" not in message
+    assert "foreign application id" in message and "Back up and move" not in message
 
 
 def test_restore_of_a_backup_with_its_own_wal_is_refused(
