@@ -8,6 +8,10 @@ The rules are those of the original implementation (and of RFC 8785 where they o
 - numbers formatted as ECMAScript ``Number.prototype.toString`` formats them: ``1.0`` is ``1``,
   ``-0.0`` is ``0``, ``1e21`` is ``1e+21``;
 - integers must be exactly representable (``|n| <= 2**53 - 1``), floats finite;
+- a number written in integer form (no fraction, no exponent) is an integer, so it must lie
+  within ``±(2**53 - 1)`` whatever its Python type: ``9007199254740992`` (2**53) is refused as
+  text, and so is the float ``2.0**53`` (or ``1e20``) on encoding, because ECMAScript would
+  write it in integer form; from ``1e21`` on ECMAScript writes an exponent, which is a float;
 - ``bool`` is never a number, and no other Python type is accepted.
 
 :func:`decode` is strict: it refuses invalid UTF-8, a byte-order mark, duplicate keys,
@@ -34,6 +38,11 @@ MAX_DEPTH = 128
 # A 2**53 literal has 16 digits; anything much longer can only be an unsafe integer, and
 # rejecting by length first keeps int() away from pathological inputs.
 _MAX_INTEGER_LITERAL = 24
+_UNSAFE_INTEGER = "unsafeInteger"
+_UNSAFE_INTEGER_MESSAGE = (
+    "integers must lie within ±(2**53 - 1) = ±9007199254740991 to stay exact; "
+    "send a larger number as a string"
+)
 
 
 def encode(value: object) -> bytes:
@@ -51,6 +60,19 @@ def encode(value: object) -> bytes:
         raise CanonicalJsonError(
             "loneSurrogate", "text contains a lone surrogate and is not valid Unicode"
         ) from None
+
+
+def check_value(value: object, name: str) -> None:
+    """Raise :class:`CanonicalJsonError` unless :func:`encode` accepts ``value``.
+
+    The message starts with ``name`` (the argument or field the value was given as) and says
+    which rule was broken; it never quotes the value. Entry points that take user JSON call it
+    before anything is sent, so a value the protocol refuses fails where it was given.
+    """
+    try:
+        encode(value)
+    except CanonicalJsonError as error:
+        raise CanonicalJsonError(error.reason, f"{name}: {error}") from None
 
 
 def encode_text(value: object) -> str:
@@ -161,12 +183,15 @@ def _encode_into(value: object, parts: list[str], depth: int) -> None:
         parts.append("false")
     elif isinstance(value, int):
         if abs(value) > MAX_SAFE_INTEGER:
-            raise CanonicalJsonError(
-                "unsafeInteger", "integers must lie within ±(2**53 - 1) to stay exact"
-            )
+            raise CanonicalJsonError(_UNSAFE_INTEGER, _UNSAFE_INTEGER_MESSAGE)
         parts.append(str(int(value)))
     elif isinstance(value, float):
-        parts.append(format_number(value))
+        text = format_number(value)
+        # Every double beyond 2**53 - 1 is integral; below 1e21 ECMAScript writes it in
+        # integer form, which a reader takes for an (unsafe) integer.
+        if abs(value) > MAX_SAFE_INTEGER and "e" not in text:
+            raise CanonicalJsonError(_UNSAFE_INTEGER, _UNSAFE_INTEGER_MESSAGE)
+        parts.append(text)
     elif isinstance(value, str):
         parts.append(_encode_string(value))
     elif isinstance(value, Mapping):
@@ -230,18 +255,15 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def _parse_int(text: str) -> int | float:
+def _parse_int(text: str) -> int:
+    # An integer literal is an integer to every peer (Rust and Python parse it as one), so it
+    # must be safe; a large double travels as ``1e+21`` and up, or is refused on encoding.
     if len(text.lstrip("-")) > _MAX_INTEGER_LITERAL:
-        raise CanonicalJsonError("unsafeInteger", "integer literal is too long")
+        raise CanonicalJsonError(_UNSAFE_INTEGER, _UNSAFE_INTEGER_MESSAGE)
     value = int(text)
-    if abs(value) <= MAX_SAFE_INTEGER:
-        return value
-    # ECMAScript writes a large integral double such as 1e20 in integer form (its shortest
-    # digits padded with zeros); accept exactly the literals that format back to themselves.
-    as_float = float(text)
-    if math.isfinite(as_float) and format_number(as_float) == text:
-        return as_float
-    raise CanonicalJsonError("unsafeInteger", "integers must lie within ±(2**53 - 1)")
+    if abs(value) > MAX_SAFE_INTEGER:
+        raise CanonicalJsonError(_UNSAFE_INTEGER, _UNSAFE_INTEGER_MESSAGE)
+    return value
 
 
 def _check_parsed(value: object, depth: int) -> None:

@@ -49,7 +49,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from piwf import launcher
+from piwf import canonical, launcher
 from piwf.canonical import JsonValue
 from piwf.client_connection import (
     NotListeningError,
@@ -338,7 +338,10 @@ class Client(RunReadMethods, ResourceMethods):
         current directory. Anything else is a workflow name the server discovers. ``project``
         (default: the current directory) is sent absolute too. ``input`` must be JSON (``None``
         sends no input). Pass ``idempotency_key`` to make a repeated call adopt the first run.
+        Raises :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``input``
+        breaks the canonical JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate).
         """
+        canonical.check_value(input, "input")
         payload = RunStartPayload(
             workflow=workflow_reference(workflow),
             project_path=str(_absolute(project if project is not None else Path.cwd())),
@@ -410,8 +413,11 @@ class Client(RunReadMethods, ResourceMethods):
         which a protected decision refuses. ``outcome`` is ``won``, ``adopted`` (equal to the
         winner) or ``already_resolved`` (another winner; ``resolution`` is that winner).
         Raises :class:`~piwf.errors.RejectedError` (code ``answerRejected``) for an answer that
-        does not fit, :class:`~piwf.errors.NotFoundError` for an unknown request.
+        does not fit, :class:`~piwf.errors.NotFoundError` for an unknown request, and
+        :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``response``
+        breaks the canonical JSON rules.
         """
+        canonical.check_value(response, "response")
         operation: Operation = "decision.answer" if as_human else "checkpoint.answer"
         payload = AnswerPayload(request_id=request_id, response=response)
         return self._call(operation, payload, AnswerReceipt, idempotency_key=idempotency_key)

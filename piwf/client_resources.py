@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.client_content import resolve_references
 from piwf.protocol import InvalidMessageError, Operation, Response
@@ -70,8 +71,11 @@ class ResourceMethods:
         ``expected_version`` the apply only happens if the resource is at that version (0 for
         a new one); otherwise :class:`~piwf.errors.ConflictError`. The receipt's ``outcome`` is
         ``created``, ``updated`` (new generation) or ``unchanged``. Raises
-        :class:`~piwf.errors.RejectedError` for an unknown manager or a refused spec.
+        :class:`~piwf.errors.RejectedError` for an unknown manager or a refused spec, and
+        :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``spec`` breaks
+        the canonical JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate).
         """
+        canonical.check_value(spec, "spec")
         payload = ResourceApplyPayload(
             manager=manager,
             key=key,

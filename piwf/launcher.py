@@ -18,8 +18,14 @@ read from what it appended to its log. The launcher waits for that line with ``p
 sleeping) and for at most ``timeout_s``; a server that has not answered by then is killed with
 its process group, so no half-started server is ever left behind.
 
-This module imports only the standard library and piwf's base modules: the client uses it to
-auto-start a server, and it never imports the server package itself.
+Before anything is spawned, the socket path is checked as the client checks it
+(:func:`piwf.client_connection.check_socket_path`): a home, server directory or socket that is
+a symlink, another kind of file or another user's is refused with
+:class:`~piwf.client_connection.UnsafeSocketError`, so a start never ends with a client talking
+to a server of another home.
+
+This module imports only the standard library, piwf's base modules and that check: the client
+uses it to auto-start a server, and it never imports the server package itself.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pathlib import Path
 from typing import Final
 
 from piwf import canonical
+from piwf.client_connection import NotListeningError, check_socket_path
 from piwf.config import ServerPaths, state_home
 from piwf.errors import CanonicalJsonError, ServerRunningError, ServerStartError
 
@@ -95,9 +102,13 @@ def start_server(
     :class:`~piwf.errors.ServerStartError` with the reason when the server failed to start, sent
     an invalid ready line, or did not report within ``timeout_s`` seconds; in every error case
     the new process has exited or been killed, together with its process group, and reaped.
+    Raises :class:`~piwf.client_connection.UnsafeSocketError`, before starting anything, when
+    the socket path is unsafe.
     """
     home = (home or state_home()).absolute()
     paths = ServerPaths(home)
+    with contextlib.suppress(NotListeningError):  # none yet: the server creates it
+        check_socket_path(paths.socket)
     _reap_finished()
     log_offset = _file_size(paths.log)
     read_fd, write_fd = os.pipe()

@@ -1,37 +1,76 @@
 """Offline verification of an inactive state file (a backup): the one client-side SQLite read.
 
-Clients never open the live database; ``piwf state verify BACKUP`` is the documented exception.
-It opens the file read-only (an inactive file through an immutable connection, so no -wal or
--shm appears beside it), checks its identity, integrity, foreign keys and domain invariants, and
-never repairs anything. A file that a live server is using (a -wal beside it) is refused: ask
-that server with ``piwf state verify`` instead.
+Clients never open the live database; ``piwf state verify BACKUP`` (and ``piwf state restore``,
+which verifies the copy it installs) are the documented exception. The file is read read-only
+(through an immutable connection, so no -wal or -shm appears beside it); nothing is repaired::
+
+    a -wal or -journal beside it  -> LiveDatabaseError (in use, or copied without its journal)
+    header and size               -> integrity violations (empty, not SQLite, truncated, ...)
+    identity (application id, user_version, schema_meta, shape)
+        unreadable                -> integrity violations from integrity_check
+        not piwf's                -> IncompatibleStateError
+    integrity, foreign keys, domain invariants -> their violations
+
+Damage is always a violation with code ``integrity`` (never an exception), so ``state verify
+--json`` reports ``{"valid": false, ...}`` for a damaged copy.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from piwf.errors import StateError
+from piwf.errors import IncompatibleStateError, StateError
 from piwf.state import StateDatabase
-from piwf.state.diagnostics import Violation, find_violations
+from piwf.state.diagnostics import Violation, verify_database
+from piwf.state.file_damage import header_damage, sqlite_damage
+
+#: Files SQLite may pair with a database: their presence means it is not self-contained.
+JOURNAL_SUFFIXES = ("-wal", "-journal")
 
 
 class LiveDatabaseError(StateError):
-    """The file is in use by a server; it is verified through that server, not offline."""
+    """The file is in use by a server (or was copied with a journal beside it); it is verified
+    through that server, not offline."""
 
     code = "liveDatabase"
+
+
+def refuse_journals(path: Path) -> None:
+    """Raise :class:`LiveDatabaseError` when a -wal or -journal lies beside ``path``.
+
+    A -wal means a server may be writing the file, or that the copy was taken without the
+    changes still in the WAL; a -journal means an interrupted write. Either way the file alone
+    is not the database, and reading it immutably would ignore what the journal holds.
+    """
+    for suffix in JOURNAL_SUFFIXES:
+        journal = Path(f"{path}{suffix}")
+        if journal.exists() or journal.is_symlink():
+            raise LiveDatabaseError(
+                f"{path} has a {suffix} file beside it, so it is in use or was copied "
+                "without its journal: verify a live database with `piwf state verify` (no "
+                "path), and make a self-contained copy with `piwf state backup DEST`"
+            )
 
 
 def verify_file(path: Path) -> list[Violation]:
     """Return the violations of the inactive state file at ``path`` (empty when sound).
 
-    Raises :class:`LiveDatabaseError` for a file with a -wal beside it, and
-    :class:`~piwf.errors.IncompatibleStateError` for a file that is not a piwf database of this
-    schema.
+    Damage of every kind is an ``integrity`` violation. Raises :class:`LiveDatabaseError` for
+    a file with a -wal or -journal beside it, :class:`~piwf.errors.IncompatibleStateError` for
+    an intact SQLite file that is not a piwf database of this schema, and
+    :class:`~piwf.errors.UnsafeStateHomeError` for a symlink, a hard-linked file, another
+    user's file or one open to group or others.
     """
-    if Path(f"{path}-wal").exists():
-        raise LiveDatabaseError(
-            f"{path} is in use (it has a -wal file); run `piwf state verify` without a path"
-        )
-    with StateDatabase(path, mode="read-only") as database, database.read() as tx:
-        return find_violations(tx)
+    refuse_journals(path)
+    damage = header_damage(path)
+    if damage:
+        return damage
+    try:
+        with StateDatabase(path, mode="read-only") as database:
+            return verify_database(database)
+    except IncompatibleStateError:
+        # Damage in the schema pages stops the identity check first: report it as damage.
+        damage = sqlite_damage(path)
+        if damage:
+            return damage
+        raise

@@ -20,9 +20,10 @@ from typing import Any, NoReturn, TypeVar
 import click
 from pydantic import ValidationError
 
+from piwf import canonical
 from piwf.cli import render
 from piwf.client import Client
-from piwf.errors import CommandError, PiwfError
+from piwf.errors import CanonicalJsonError, CommandError, PiwfError
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -81,6 +82,22 @@ def _check_run_id(_ctx: click.Context, _param: click.Parameter, value: str) -> s
     if not _OPAQUE_ID.fullmatch(value):
         raise click.BadParameter("a run id is 1 to 256 printable ASCII characters, no spaces")
     return value
+
+
+def parse_json(data: str | bytes, param_hint: str) -> canonical.JsonValue:
+    """Parse user JSON text under the canonical value rules, or raise a usage error (exit 2).
+
+    Any whitespace and key order are fine; what the protocol refuses is refused here, before
+    anything is sent: integers beyond ±(2**53 - 1) (``9007199254740992`` included), ``NaN``,
+    ``Infinity``, overflowing numbers, duplicate keys, lone surrogates, invalid UTF-8. The
+    message names the rule, never the value.
+    """
+    try:
+        return canonical.parse(data)
+    except CanonicalJsonError as error:
+        raise click.BadParameter(
+            f"not valid JSON for piwf ({error.reason}): {error}", param_hint=param_hint
+        ) from None
 
 
 def open_client(*, autostart: bool = True) -> Client:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from piwf import canonical
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client
-from piwf.errors import CanonicalJsonError
+from piwf.cli.common import command, json_option, open_client, parse_json
 
 
 @click.command("requests")
@@ -48,10 +46,7 @@ def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
     Example:
       piwf answer req-5d1e '{"choice": "ship"}'
     """
-    try:
-        response = canonical.parse(response_json)
-    except CanonicalJsonError as error:
-        raise click.BadParameter(f"not JSON: {error}", param_hint="RESPONSE_JSON") from None
+    response = parse_json(response_json, "RESPONSE_JSON")
     with open_client() as client:
         receipt = client.answer(request_id, response)
     if as_json:

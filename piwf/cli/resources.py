@@ -9,8 +9,7 @@ import click
 
 from piwf import canonical
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client
-from piwf.errors import CanonicalJsonError
+from piwf.cli.common import command, json_option, open_client, parse_json
 from piwf.protocol.resource_payloads import ResourceDetail, ResourceInfo
 
 
@@ -272,10 +271,7 @@ def _read_spec(text: str | None, file: IO[bytes] | None) -> dict[str, Any]:
         raise click.UsageError("give exactly one of --spec or --spec-file")
     option = "--spec" if text is not None else "--spec-file"
     data: str | bytes = text if text is not None else file.read()  # type: ignore[union-attr]
-    try:
-        spec = canonical.parse(data)
-    except CanonicalJsonError as error:
-        raise click.BadParameter(f"not valid JSON: {error}", param_hint=option) from None
+    spec = parse_json(data, option)
     if not isinstance(spec, dict):
         raise click.BadParameter("the spec must be a JSON object", param_hint=option)
     return spec

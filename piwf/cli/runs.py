@@ -7,11 +7,9 @@ from typing import IO, Any
 
 import click
 
-from piwf import canonical
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client, run_id_argument
+from piwf.cli.common import command, json_option, open_client, parse_json, run_id_argument
 from piwf.client import Client
-from piwf.errors import CanonicalJsonError
 
 #: Default of --timeout for waits, in seconds.
 DEFAULT_WAIT_TIMEOUT_S = 300.0
@@ -233,10 +231,7 @@ def _read_input(text: str | None, file: IO[bytes] | None) -> Any:
         option, data = "--input-file", file.read()
     else:
         return None
-    try:
-        return canonical.parse(data)
-    except CanonicalJsonError as error:
-        raise click.BadParameter(f"not valid JSON: {error}", param_hint=option) from None
+    return parse_json(data, option)
 
 
 def _wait_and_report(

@@ -1,5 +1,6 @@
-"""``piwf state status | verify | backup | prune``: the state database, always through the
-server (except the offline verification of a backup file)."""
+"""``piwf state status | verify | backup | restore | prune``: the state database, always through
+the server, except the two offline commands: verifying a backup file and restoring one (which
+needs the server stopped)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import click
 
 from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client
+from piwf.config import state_home
 from piwf.protocol.payloads import MAX_TIMESTAMP_MS, VerifyReceipt, ViolationInfo
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -20,7 +22,7 @@ _DIGITS = re.compile(r"[0-9]{1,16}")
 
 @click.group("state")
 def state_group() -> None:
-    """Inspect, verify and back up the state database of $PIWF_HOME.
+    """Inspect, verify, back up and restore the state database of $PIWF_HOME.
 
     \b
     Example:
@@ -107,6 +109,48 @@ def state_backup(destination: Path, as_json: bool) -> None:
         render.emit_json(receipt.to_wire())
     else:
         click.echo(render.backup(receipt))
+
+
+@state_group.command("restore")
+@click.argument(
+    "backup", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="BACKUP"
+)
+@json_option
+@command
+def state_restore(backup: Path, as_json: bool) -> None:
+    """Replace the database of $PIWF_HOME with a verified copy of BACKUP; the server must be
+    stopped.
+
+    BACKUP is verified first (as `piwf state verify BACKUP` does) and refused if it has any
+    violation or a -wal of its own. The current state.sqlite and its -wal, -shm and -journal
+    are moved aside together as state.sqlite.replaced-<UTC time>[-wal|-shm|-journal]; nothing
+    is overwritten or deleted. Stop the server first (`piwf server stop`); start it again
+    afterwards (`piwf server start`). Exit 0 restored, 1 refused (nothing changed).
+
+    \b
+    Example:
+      piwf state restore ~/piwf-backup.sqlite
+    """
+    # Offline, like `state verify BACKUP`: imported only when asked for (DESIGN.md §1).
+    restore = importlib.import_module("piwf.restore")
+    report = restore.restore_backup(backup, state_home())
+    moved = [{"from": str(m.source), "to": str(m.destination)} for m in report.moved]
+    if as_json:
+        render.emit_json(
+            {
+                "backup": str(report.backup),
+                "database": str(report.database),
+                "bytes": report.byte_length,
+                "movedAside": moved,
+            }
+        )
+        return
+    click.echo(
+        f"restored {report.backup} as {report.database} ({report.byte_length} bytes, verified)"
+    )
+    for item in report.moved:
+        click.echo(f"moved aside: {item.source.name} -> {item.destination.name}")
+    click.echo("start the server with: piwf server start")
 
 
 def parse_timestamp(text: str) -> int:

@@ -56,7 +56,7 @@ from piwf.state import Conflict, Transaction, retention
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.backup import backup_database
-from piwf.state.diagnostics import find_violations, server_counts, status_counts
+from piwf.state.diagnostics import server_counts, status_counts, verify_database
 from piwf.state.enums import ActorType, SubmissionSource
 from piwf.state.records import Actor
 
@@ -231,8 +231,7 @@ class Handlers:
 
     def state_verify(self, request: Request, reply: Reply) -> None:
         payload_of(request, EmptyPayload)
-        with self.context.db.read() as tx:
-            violations = find_violations(tx)
+        violations = verify_database(self.context.db)
         receipt = VerifyReceipt(
             valid=not violations,
             violations=[ViolationInfo(code=v.code, detail=v.detail) for v in violations],

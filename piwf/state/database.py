@@ -3,6 +3,7 @@
 Opening a file follows one order, so that an incompatible file is never touched::
 
     home 0700 (created or verified)  ->  file checks (no symlink, one link, owner, 0600)
+      -> a -wal beside it that provably belongs to another database: refused (wal.py)
       -> missing file: create it 0600 with O_EXCL, then initialise under BEGIN EXCLUSIVE
       -> existing file: read its identity without mutating it
            (no -wal beside it: an immutable read that creates no -wal/-shm;
@@ -49,6 +50,7 @@ from piwf.state.schema import (
     SCHEMA_VERSION,
     STATEMENTS,
 )
+from piwf.state.wal import refuse_foreign_wal
 
 Mode = Literal["read-write", "read-only"]
 SqlParams = Sequence[Any] | dict[str, Any]
@@ -284,6 +286,8 @@ def _check_database_file(path: Path) -> bool:
         raise UnsafeStateHomeError(
             f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; run `chmod 600 {path}`"
         )
+    # Before SQLite pairs the file with a -wal beside it (piwf/state/wal.py).
+    refuse_foreign_wal(path)
     return True
 
 

@@ -7,7 +7,8 @@ with a stable code:
 ==================  ============================================================
 code                meaning
 ==================  ============================================================
-integrity           ``PRAGMA integrity_check`` reported a problem
+integrity           the file is damaged: ``PRAGMA integrity_check`` reported a problem, or
+                    SQLite could not read the file at all (malformed, not a database)
 foreignKey          ``PRAGMA foreign_key_check`` found a dangling reference
 queueRow            a run has no queue row
 queueState          run status and queue status disagree (seed 001 "Run lifecycle" table)
@@ -24,6 +25,11 @@ attemptGeneration   an attempt was written by a generation newer than its run's 
 effectGeneration    one generation started an effect more than once (a blind retry)
 resource*           managed-resource invariants (``resource_diagnostics.py``)
 ==================  ============================================================
+
+On a damaged file only ``integrity`` violations are reported: the domain invariants read the
+damaged pages, so their answers would mean nothing. Damage is never raised as an exception
+(``find_violations`` of a damaged database returns its ``integrity`` violations); a locked or
+busy database still raises.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ import sqlite3
 from dataclasses import dataclass
 
 from piwf.canonical import JsonValue
-from piwf.state.database import Transaction
+from piwf.errors import StateError
+from piwf.state.database import StateDatabase, Transaction
 from piwf.state.enums import (
     BLOCKING_FAILURE_CLASSES,
     CRASH_LOOP_LIMIT,
@@ -259,12 +266,75 @@ SELECT effect_id FROM effect_attempts GROUP BY effect_id, lease_generation HAVIN
 """
 
 
+#: SQLite's primary result codes that mean the bytes are not a sound database.
+_SQLITE_CORRUPT = 11
+_SQLITE_NOTADB = 26
+#: Their messages, for interpreters whose sqlite3 errors carry no code (Python 3.10).
+_DAMAGE_MESSAGES = ("malformed", "not a database", "corrupt")
+
+
+def is_damage(error: sqlite3.DatabaseError) -> bool:
+    """Return whether ``error`` means the file is damaged (corrupt, or not a database at all),
+    as opposed to locked, busy, read-only or an I/O failure."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+    return any(text in str(error) for text in _DAMAGE_MESSAGES)
+
+
+def damage_violation(error: sqlite3.DatabaseError) -> Violation:
+    """Return the ``integrity`` violation for damage SQLite could not read through."""
+    return Violation("integrity", f"SQLite cannot read the file: {error}")
+
+
+def integrity_violations(tx: Transaction) -> list[Violation]:
+    """Return what ``PRAGMA integrity_check`` finds (at most its 100 rows); damage so deep that
+    the check itself fails is one violation too. Empty for a sound file."""
+    try:
+        rows = tx.all("PRAGMA integrity_check")
+    except sqlite3.DatabaseError as error:
+        if not is_damage(error):
+            raise
+        return [damage_violation(error)]
+    return [Violation("integrity", str(row[0])) for row in rows if row[0] != "ok"]
+
+
 def find_violations(tx: Transaction) -> list[Violation]:
-    """Return every broken invariant (empty for a sound database)."""
+    """Return every broken invariant (empty for a sound database).
+
+    A damaged file gives its ``integrity`` violations only (see the module docstring); errors
+    other than damage (a lock held past ``busy_timeout``, say) propagate.
+    """
+    damaged = integrity_violations(tx)
+    if damaged:
+        return damaged
+    try:
+        return _invariant_violations(tx)
+    except sqlite3.DatabaseError as error:
+        if not is_damage(error):
+            raise
+        return [damage_violation(error)]
+
+
+def verify_database(db: StateDatabase) -> list[Violation]:
+    """Run :func:`find_violations` in a read snapshot of its own and return what it found.
+
+    SQLite reports damage met inside a transaction once more when that transaction ends, even
+    a read; once damage is found, that repeat is expected and dropped, so the caller gets the
+    ``integrity`` violations rather than an exception. Anything else propagates.
+    """
     found: list[Violation] = []
-    for row in tx.all("PRAGMA integrity_check"):
-        if row[0] != "ok":
-            found.append(Violation("integrity", str(row[0])))
+    try:
+        with db.read() as tx:
+            found = find_violations(tx)
+    except (sqlite3.DatabaseError, StateError):
+        if not any(violation.code == "integrity" for violation in found):
+            raise
+    return found
+
+
+def _invariant_violations(tx: Transaction) -> list[Violation]:
+    found: list[Violation] = []
     for row in tx.all("PRAGMA foreign_key_check"):
         found.append(Violation("foreignKey", f"{row[0]} row {row[1]} references {row[2]}"))
     for row in tx.all(_QUEUE_ROW):

@@ -78,6 +78,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf server stop",
         "piwf state backup",
         "piwf state prune",
+        "piwf state restore",
         "piwf state status",
         "piwf state verify",
     ]

@@ -249,7 +249,7 @@ def test_top_level_must_be_an_object(wire: object) -> None:
             request_wire(expectedRevision="12"), "expectedRevision", "wrongType", id="rev-str"
         ),
         pytest.param(
-            request_wire(expectedRevision=1e20), "expectedRevision", "wrongType", id="rev-big"
+            request_wire(expectedRevision=1e21), "expectedRevision", "wrongType", id="rev-big"
         ),
         pytest.param(
             request_wire(expectedRevision=-1), "expectedRevision", "invalidValue", id="rev-neg"

@@ -12,11 +12,17 @@ from hypothesis import strategies as st
 from piwf import canonical
 from piwf.errors import CanonicalJsonError
 
+
+def encodable_float(value: float) -> bool:
+    """Doubles from 2**53 to 1e21 are written in integer form and refused as unsafe integers."""
+    return abs(value) <= canonical.MAX_SAFE_INTEGER or abs(value) >= 1e21
+
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-canonical.MAX_SAFE_INTEGER, max_value=canonical.MAX_SAFE_INTEGER)
-    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(allow_nan=False, allow_infinity=False).filter(encodable_float)
     | st.text(),
     lambda children: (
         st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
@@ -55,7 +61,7 @@ def test_canonical_bytes_are_a_fixed_point(value: object) -> None:
         (-0.0, "0"),
         (0.1, "0.1"),
         (1e21, "1e+21"),
-        (1e20, "100000000000000000000"),
+        (9007199254740990.0, "9007199254740990"),
         (123.456, "123.456"),
         (1.5e-7, "1.5e-7"),
         (1e-6, "0.000001"),
@@ -158,10 +164,45 @@ def test_booleans_stay_booleans() -> None:
     assert canonical.decode(b"true") is True
 
 
-def test_large_integral_doubles_round_trip_losslessly() -> None:
-    assert canonical.encode(1e20) == b"100000000000000000000"
-    decoded = canonical.decode(b"100000000000000000000")
-    assert isinstance(decoded, float) and decoded == 1e20
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"9007199254740992",
+        b"-9007199254740992",
+        b"9007199254740993",
+        b"100000000000000000000",
+        b"999999999999999999999",
+    ],
+)
+def test_integer_literals_beyond_the_safe_range_are_refused(text: bytes) -> None:
+    # 2**53 is an exact double, but an integer literal is an integer to every peer, and
+    # 2**53 + 1 would read as the same number: refused however it is spelled in integer form.
+    for parse in (canonical.decode, canonical.parse):
+        with pytest.raises(CanonicalJsonError) as raised:
+            parse(text)
+        assert raised.value.reason == "unsafeInteger"
+        assert "9007199254740991" in str(raised.value)
+
+
+@pytest.mark.parametrize("value", [2.0**53, -(2.0**53), 1e20, 9.99999999999999e20])
+def test_doubles_that_ecmascript_writes_as_unsafe_integers_are_refused(value: float) -> None:
+    with pytest.raises(CanonicalJsonError) as raised:
+        canonical.encode(value)
+    assert raised.value.reason == "unsafeInteger"
+
+
+def test_safe_edges_and_exponent_form_doubles_round_trip() -> None:
+    for value, text in [
+        (2**53 - 1, b"9007199254740991"),
+        (-(2**53 - 1), b"-9007199254740991"),
+        (9007199254740990.0, b"9007199254740990"),
+        (1e21, b"1e+21"),
+        (-1e21, b"-1e+21"),
+        (2.0**70, b"1.1805916207174113e+21"),
+    ]:
+        assert canonical.encode(value) == text
+        assert canonical.decode(text) == value
+    assert canonical.parse(b"2e53") == 2e53  # a float literal, not integer form
 
 
 def test_digest_is_sha256_of_canonical_bytes() -> None:

@@ -1,0 +1,383 @@
+"""The installed ``piwf`` script on real state files: offline verify of damaged copies,
+``state restore`` around real servers, and JSON arguments at the protocol's value limits.
+
+Servers are started the way users start them (``piwf server start``, ``piwf run start``
+auto-starts one); the fixture stops them and kills whatever still runs for the home.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.test_cli_e2e import HELLO, Piwf, processes_of, wait_gone
+from tests.server.harness import state_violations
+from tests.state.files import (
+    make_database,
+    overwrite,
+    private_copy,
+    snapshot,
+    table_leaf_page,
+    wal_of,
+)
+
+MAX_SAFE = 2**53 - 1
+
+
+@pytest.fixture
+def cli() -> Iterator[Piwf]:
+    root = Path(tempfile.mkdtemp(prefix="pf", dir="/tmp"))
+    runner = Piwf(root / "h")
+    try:
+        yield runner
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            runner.run("server", "stop")
+        for process in processes_of(runner.home):
+            if process.pid != os.getpid():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                wait_gone(process.pid, 10)
+        violations = state_violations(runner.home)
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+    assert violations == [], f"the test left a database that fails verify: {violations}"
+
+
+def verify_json(cli: Piwf, path: Path) -> tuple[int, dict[str, Any], str]:
+    result = cli.run("state", "verify", str(path), "--json")
+    assert result.stdout.count("\n") == 1, result.stdout
+    return result.returncode, json.loads(result.stdout), result.stderr
+
+
+# -- offline verify of damaged files --------------------------------------------------------
+
+
+def damage_a_table_page(path: Path) -> None:
+    leaf, page_size = table_leaf_page(path, "blobs")
+    overwrite(path, (leaf - 1) * page_size, b"\x00" * 8)  # the leaf's page header
+
+
+def truncate_three_pages(path: Path) -> None:
+    os.truncate(path, path.stat().st_size - 3 * 4096)
+
+
+DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "table page": (damage_a_table_page, "SQLite cannot read the file: database disk image"),
+    "truncated": (truncate_three_pages, "pages but the file holds"),
+    "truncated mid-page": (
+        lambda path: os.truncate(path, path.stat().st_size - 1000),
+        "not a whole number of 4096-byte pages",
+    ),
+    "header": (lambda path: overwrite(path, 16, b"\x03\x00"), "page size field 768"),
+    "not sqlite": (lambda path: path.write_bytes(b"hello, not a database\n" * 300), "header"),
+    "empty": (lambda path: path.write_bytes(b""), "the file is empty"),
+}
+
+
+@pytest.fixture(scope="module")
+def sound_backup(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed piwf database whose blobs table spans many pages."""
+    directory = tmp_path_factory.mktemp("sound")
+    directory.chmod(0o700)
+    path = directory / "state.sqlite"
+    make_database(path, blobs=200, projects=3)
+    return path
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_offline_verify_reports_damage_as_integrity_violations(
+    cli: Piwf, sound_backup: Path, tmp_path: Path, kind: str
+) -> None:
+    damage, expected = DAMAGE[kind]
+    copy = private_copy(sound_backup, tmp_path / "damaged.sqlite")
+    damage(copy)
+    before = snapshot(tmp_path)
+
+    code, document, stderr = verify_json(cli, copy)
+    assert code == 1, (document, stderr)
+    assert document["valid"] is False
+    assert document["violations"], document
+    assert {violation["code"] for violation in document["violations"]} == {"integrity"}
+    assert any(expected in violation["detail"] for violation in document["violations"]), document
+    assert "Traceback" not in stderr
+
+    human = cli.run("state", "verify", str(copy))
+    assert human.returncode == 1
+    assert human.stdout.startswith("state is INVALID: ")
+    assert "  integrity: " in human.stdout
+    assert "Traceback" not in human.stderr
+    assert snapshot(tmp_path) == before, "verify wrote to or beside the file"
+
+
+def test_offline_verify_of_the_sound_copy_is_valid(
+    cli: Piwf, sound_backup: Path, tmp_path: Path
+) -> None:
+    copy = private_copy(sound_backup, tmp_path / "sound.sqlite")
+    assert verify_json(cli, copy)[:2] == (0, {"valid": True, "violations": []})
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-journal"])
+def test_offline_verify_refuses_a_file_with_a_journal_beside_it(
+    cli: Piwf, sound_backup: Path, tmp_path: Path, suffix: str
+) -> None:
+    copy = private_copy(sound_backup, tmp_path / "copy.sqlite")
+    Path(f"{copy}{suffix}").write_bytes(b"")
+    code, document, _ = verify_json(cli, copy)
+    assert code == 1
+    assert document["error"]["code"] == "liveDatabase"
+    assert suffix in document["error"]["message"]
+
+
+def test_offline_verify_of_another_applications_database_is_incompatible(
+    cli: Piwf, tmp_path: Path
+) -> None:
+    other = tmp_path / "other.db"
+    connection = sqlite3.connect(other)
+    connection.execute("CREATE TABLE notes (body TEXT)")
+    connection.close()
+    other.chmod(0o600)
+    code, document, _ = verify_json(cli, other)
+    assert code == 1
+    assert document["error"]["code"] == "incompatibleState"
+
+
+# -- state restore ---------------------------------------------------------------------------
+
+
+def run_ids(cli: Piwf) -> list[str]:
+    return sorted(run["runId"] for run in cli.json("run", "list")["runs"])
+
+
+def start_hello(cli: Piwf, who: str) -> str:
+    run = cli.json("run", "start", HELLO, "--input", json.dumps({"who": who}), "--wait")["run"]
+    assert run["status"] == "completed"
+    return str(run["runId"])
+
+
+def test_restore_is_refused_while_a_server_runs(cli: Piwf, tmp_path: Path) -> None:
+    start_hello(cli, "Ada")
+    backup = tmp_path / "backup.sqlite"
+    cli.json("state", "backup", str(backup))
+    database = cli.home / "state.sqlite"
+    inode = database.stat().st_ino
+
+    refused = cli.json("state", "restore", str(backup), exit_code=1)
+    assert refused["error"]["code"] == "serverRunning"
+    assert "stop the server first: piwf server stop" in refused["error"]["message"]
+    human = cli.run("state", "restore", str(backup))
+    assert human.returncode == 1
+    assert "stop the server first: piwf server stop" in human.stderr
+    assert database.stat().st_ino == inode
+    assert [p.name for p in cli.home.iterdir() if "replaced" in p.name or "restore" in p.name] == []
+    assert cli.json("server", "status")["state"] == "running"
+
+
+def test_restore_replaces_a_crashed_database_and_moves_its_wal_aside(
+    cli: Piwf, tmp_path: Path
+) -> None:
+    kept = start_hello(cli, "kept")
+    backup = tmp_path / "backup.sqlite"
+    cli.json("state", "backup", str(backup))
+    lost = start_hello(cli, "lost")
+    server = cli.json("server", "status")
+    assert server["state"] == "running"
+    # Crash the server: its -wal and -shm stay beside the database.
+    (pid,) = {p.pid for p in processes_of(cli.home) if "server" in " ".join(p.cmdline())}
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone(pid, 15)
+    database = cli.home / "state.sqlite"
+    family = {suffix: Path(f"{database}{suffix}") for suffix in ("", "-wal", "-shm")}
+    assert all(path.exists() for path in family.values()), "a crash leaves -wal and -shm"
+    old = {suffix: path.read_bytes() for suffix, path in family.items()}
+
+    report = cli.json("state", "restore", str(backup))
+    assert report["backup"] == str(backup)
+    assert report["database"] == str(database)
+    assert report["bytes"] == backup.stat().st_size == database.stat().st_size
+    moved = {Path(item["from"]).name: Path(item["to"]) for item in report["movedAside"]}
+    assert sorted(moved) == ["state.sqlite", "state.sqlite-shm", "state.sqlite-wal"]
+    base = moved["state.sqlite"]
+    assert base.parent == cli.home and base.name.startswith("state.sqlite.replaced-")
+    for suffix, content in old.items():
+        aside = moved[f"state.sqlite{suffix}"]
+        assert aside == base.with_name(base.name + suffix), "the names keep SQLite's pairing"
+        assert aside.read_bytes() == content, "moved aside byte for byte"
+        assert stat.S_IMODE(aside.stat().st_mode) == 0o600
+    assert database.read_bytes() == backup.read_bytes()
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600
+    assert not wal_of(database).exists()
+    assert [p.name for p in cli.home.iterdir() if p.name.startswith(".state.sqlite.restore")] == []
+
+    assert cli.json("server", "start")["started"] is True
+    assert run_ids(cli) == [kept], f"the restored state has {kept} and not {lost}"
+    assert cli.json("state", "verify") == {"valid": True, "violations": []}
+
+
+def test_restore_after_a_clean_stop_prints_what_it_moved(cli: Piwf, tmp_path: Path) -> None:
+    kept = start_hello(cli, "kept")
+    backup = tmp_path / "backup.sqlite"
+    cli.json("state", "backup", str(backup))
+    start_hello(cli, "lost")
+    assert cli.json("server", "stop")["wasRunning"] is True
+
+    result = cli.run("state", "restore", str(backup))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"restored {backup} as {cli.home / 'state.sqlite'} (")
+    assert lines[1].startswith("moved aside: state.sqlite -> state.sqlite.replaced-")
+    assert lines[-1] == "start the server with: piwf server start"
+    assert run_ids(cli) == [kept]
+
+
+def test_restore_into_a_home_without_a_database_creates_it(cli: Piwf, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir(mode=0o700)
+    make_database(source / "state.sqlite", projects=2)
+    report = cli.json("state", "restore", str(source / "state.sqlite"))
+    assert report["movedAside"] == []
+    assert stat.S_IMODE(cli.home.stat().st_mode) == 0o700
+    assert (cli.home / "state.sqlite").read_bytes() == (source / "state.sqlite").read_bytes()
+
+
+@pytest.fixture
+def stopped_home(cli: Piwf) -> Piwf:
+    """A home with a database and a crashed server's -wal and -shm."""
+    start_hello(cli, "Ada")
+    (pid,) = {p.pid for p in processes_of(cli.home) if "server" in " ".join(p.cmdline())}
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone(pid, 15)
+    return cli
+
+
+def refused_restore(cli: Piwf, backup: Path, code: str) -> str:
+    before = snapshot(cli.home)
+    result = cli.json("state", "restore", str(backup), exit_code=1)
+    assert result["error"]["code"] == code, result
+    assert snapshot(cli.home) == before, "a refused restore changed the home"
+    message: str = result["error"]["message"]
+    return message
+
+
+@pytest.mark.parametrize("kind", ["table page", "truncated", "header", "empty"])
+def test_restore_of_a_damaged_backup_is_refused_and_changes_nothing(
+    stopped_home: Piwf, sound_backup: Path, tmp_path: Path, kind: str
+) -> None:
+    backup = private_copy(sound_backup, tmp_path / "damaged.sqlite")
+    DAMAGE[kind][0](backup)
+    message = refused_restore(stopped_home, backup, "restoreRefused")
+    assert "does not verify" in message and "integrity: " in message
+
+
+def test_restore_of_a_foreign_database_is_refused_and_changes_nothing(
+    stopped_home: Piwf, tmp_path: Path
+) -> None:
+    other = tmp_path / "other.db"
+    connection = sqlite3.connect(other)
+    connection.execute("CREATE TABLE notes (body TEXT)")
+    connection.close()
+    other.chmod(0o600)
+    message = refused_restore(stopped_home, other, "incompatibleState")
+    assert str(other) in message and ".restore-" not in message
+    assert "foreign application id" in message and "Back up and move" not in message
+
+
+def test_restore_of_a_backup_with_its_own_wal_is_refused(
+    stopped_home: Piwf, sound_backup: Path, tmp_path: Path
+) -> None:
+    backup = private_copy(sound_backup, tmp_path / "backup.sqlite")
+    wal_of(backup).write_bytes(b"")
+    message = refused_restore(stopped_home, backup, "restoreRefused")
+    assert "-wal file beside it" in message
+
+
+def test_restore_of_the_live_database_itself_is_refused(stopped_home: Piwf) -> None:
+    message = refused_restore(stopped_home, stopped_home.home / "state.sqlite", "restoreRefused")
+    assert "itself" in message
+
+
+def test_restore_of_a_missing_backup_is_a_usage_error(cli: Piwf, tmp_path: Path) -> None:
+    result = cli.json("state", "restore", str(tmp_path / "nope.sqlite"), exit_code=2)
+    assert result["error"]["code"] == "usage"
+
+
+# -- JSON arguments at the protocol's value limits --------------------------------------------
+
+REFUSED_INPUTS = {
+    '{"n": 9007199254740992}': "unsafeInteger",
+    '{"n": 9007199254740993}': "unsafeInteger",
+    '{"n": -9007199254740992}': "unsafeInteger",
+    '{"n": 100000000000000000000}': "unsafeInteger",
+    '{"n": 1e400}': "nonFinite",
+    '{"n": NaN}': "nonFinite",
+    '{"n": Infinity}': "nonFinite",
+    '{"n": 1, "n": 2}': "duplicateKey",
+    '{"s": "\\ud800"}': "loneSurrogate",
+}
+
+
+def test_cli_json_arguments_beyond_the_protocol_are_usage_errors_before_anything_is_sent(
+    cli: Piwf, tmp_path: Path
+) -> None:
+    accepted = cli.json("run", "start", HELLO, "--input", f'{{"who": "x", "n": {MAX_SAFE}}}')
+    assert accepted["run"]["status"] == "queued"
+    before = run_ids(cli)
+    for text, reason in REFUSED_INPUTS.items():
+        result = cli.run("run", "start", HELLO, "--input", text)
+        assert result.returncode == 2, (text, result.stderr)
+        assert f"not valid JSON for piwf ({reason})" in result.stderr, (text, result.stderr)
+        assert "Invalid value for --input: " in result.stderr
+    spec_file = tmp_path / "bad.json"
+    cases: list[tuple[list[str], str]] = [
+        (["answer", "req-1", '{"choice": 9007199254740992}'], "for RESPONSE_JSON:"),
+        (["resource", "apply", "m", "k", "--spec", '{"n": 9007199254740992}'], "for --spec:"),
+        (["run", "start", HELLO, "--input-file", str(spec_file)], "for --input-file:"),
+        (["resource", "apply", "m", "k", "--spec-file", str(spec_file)], "for --spec-file:"),
+    ]
+    spec_file.write_bytes(b'{"n": -9007199254740992}')
+    for args, hint in cases:
+        result = cli.run(*args, "--json")
+        assert result.returncode == 2, (args, result.stdout)
+        error = json.loads(result.stdout)["error"]
+        assert error["code"] == "usage"
+        assert "unsafeInteger" in error["message"] and hint in error["message"], error
+    spec_file.write_bytes(b'{"s": "\xed\xa0\x80"}')  # a UTF-8-encoded lone surrogate
+    result = cli.run("run", "start", HELLO, "--input-file", str(spec_file))
+    assert result.returncode == 2 and "badEncoding" in result.stderr
+    assert run_ids(cli) == before, "a refused argument started a run"
+
+
+def test_a_restore_interrupted_after_moving_the_database_is_finished_by_running_it_again(
+    stopped_home: Piwf, tmp_path: Path
+) -> None:
+    # The state a crash right after the first move leaves: the database is aside, its -wal
+    # and -shm are not. piwf refuses that home (never the old WAL mixed into a new file), and a
+    # second restore moves the rest aside and installs the backup.
+    cli = stopped_home
+    source = tmp_path / "src"
+    source.mkdir(mode=0o700)
+    make_database(source / "state.sqlite", projects=2)
+    database = cli.home / "state.sqlite"
+    database.rename(cli.home / "state.sqlite.replaced-20240501T120000Z")
+    assert wal_of(database).exists()
+
+    refused = cli.json("server", "start", exit_code=1)
+    assert refused["error"]["code"] == "serverStart"
+    assert "state.sqlite-wal exists without state.sqlite" in refused["error"]["message"]
+
+    report = cli.json("state", "restore", str(source / "state.sqlite"))
+    moved = sorted(Path(item["from"]).name for item in report["movedAside"])
+    assert moved == ["state.sqlite-shm", "state.sqlite-wal"]
+    assert database.read_bytes() == (source / "state.sqlite").read_bytes()
+    assert cli.json("server", "start")["started"] is True
+    assert cli.json("state", "verify") == {"valid": True, "violations": []}
