@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import statistics
 import sys
@@ -140,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="kills per case")
     parser.add_argument("--cap", type=float, default=40.0, help="seconds to wait at most")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    # Children start in other directories: a relative PYTHONPATH would load another piwf there.
+    search = os.environ.get("PYTHONPATH")
+    if search:
+        absolute = (str(Path(entry).resolve()) for entry in search.split(os.pathsep) if entry)
+        os.environ["PYTHONPATH"] = os.pathsep.join(absolute)
     print(f"piwf {piwf.__version__} from {Path(piwf.__file__).resolve().parent.parent.name}/")
     print("\n| start path | node | children outlived the SIGKILLed server by |")
     print("| --- | --- | --- |")
