@@ -32,13 +32,14 @@ import os
 import select
 import signal
 import threading
+import time
 from types import FrameType
 from typing import NoReturn
 
 import psutil
 
 from piwf.runner import prctl
-from piwf.server.processes import descendants, end_processes, signal_processes, wait_gone
+from piwf.server.processes import descendants, is_gone, signal_processes
 
 #: How long descendants get between SIGTERM and SIGKILL (twice this bounds each phase).
 END_GRACE_S = 0.5
@@ -50,6 +51,8 @@ _KILL_ROUNDS = 4
 #: the signal number itself.
 _TERMINATE = b"T"
 _SIGTERM_BYTE = bytes([signal.SIGTERM])
+#: How often a wait for descendants (not all of them this process's children) looks again.
+_POLL_S = 0.01
 
 
 class Lifeline:
@@ -106,7 +109,7 @@ class Lifeline:
             tree = descendants(me)
             if not tree:
                 break
-            end_processes(tree, self.grace_s)
+            _end_processes(tree, self.grace_s)
         _collect_zombie_children(me)
 
     # -- the thread -------------------------------------------------------------------------
@@ -162,13 +165,13 @@ class Lifeline:
             # whose handler only writes to the wake pipe again.
             with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGTERM)
-        wait_gone(tree, self.grace_s)
+        _wait_gone(tree, self.grace_s)
         for _ in range(_KILL_ROUNDS):
             rest = descendants(me)
             if not rest:
                 break
             signal_processes(rest, signal.SIGKILL)
-            wait_gone(rest, self.grace_s)
+            _wait_gone(rest, self.grace_s)
         if group is not None:
             with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGKILL)
@@ -188,6 +191,40 @@ def begin(watch: int | None, parent: int | None) -> Lifeline:
     if not prctl.die_with_parent(signal.SIGTERM, parent):
         lifeline.trigger()
     return lifeline
+
+
+def _wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait up to ``timeout_s`` until every process is gone, reaping those that are this
+    process's children; return the ones still running."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(processes)
+    while True:
+        for process in pending:
+            _reap_if_ours(process)
+        pending = [process for process in pending if not is_gone(process)]
+        if not pending or time.monotonic() >= deadline:
+            return pending
+        time.sleep(_POLL_S)  # a bounded poll of processes that may not be our children
+
+
+def _reap_if_ours(process: psutil.Process) -> None:
+    """Collect ``process``'s zombie if it is this process's child (born so, or reparented to
+    a subreaper); its pid is still its own while it is a zombie."""
+    with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+        if process.is_running():
+            os.waitpid(process.pid, os.WNOHANG)
+
+
+def _end_processes(processes: list[psutil.Process], grace_s: float) -> None:
+    """SIGTERM each process, SIGKILL those still running after ``grace_s``, and wait (bounded
+    by ``grace_s`` again) until they are gone."""
+    if not processes:
+        return
+    signal_processes(processes, signal.SIGTERM)
+    survivors = _wait_gone(processes, grace_s)
+    if survivors:
+        signal_processes(survivors, signal.SIGKILL)
+        _wait_gone(survivors, grace_s)
 
 
 def _server_gone(descriptor: int, mask: int) -> bool:

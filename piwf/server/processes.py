@@ -1,7 +1,9 @@
-"""Process identity: a pid plus its start time and the boot id, never a bare pid.
+"""Process identity: a pid plus its start time and the boot id, never a bare pid; and the
+process trees of children, walked from such an identity.
 
 A pid is reused by the kernel; ``pid:create_time:boot_id`` is not, so a registry keyed by it
-never signals an unrelated process that inherited a dead child's pid.
+never signals an unrelated process that inherited a dead child's pid. Used by the server's
+supervisor and recovery and by the children's lifeline (:mod:`piwf.runner.lifeline`).
 """
 
 from __future__ import annotations
@@ -88,8 +90,6 @@ def kill_orphan_groups(pids: list[int], timeout_s: float = 2.0) -> None:
 # psutil handle that remembers its create time: psutil refuses to signal a handle whose pid now
 # names another process, so nothing here can reach a process that is not provably a descendant.
 
-#: How often a wait for processes that are not our children looks again.
-_TREE_POLL_S = 0.01
 #: Rounds of "walk the tree again, stop what is new" before a tree counts as frozen.
 _FREEZE_ROUNDS = 8
 
@@ -137,40 +137,6 @@ def signal_processes(processes: list[psutil.Process], number: signal.Signals) ->
     for process in processes:
         with contextlib.suppress(psutil.Error):
             process.send_signal(number)
-
-
-def wait_gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
-    """Wait up to ``timeout_s`` until every process is gone, reaping those that are this
-    process's children; return the ones still running."""
-    deadline = time.monotonic() + timeout_s
-    pending = list(processes)
-    while True:
-        for process in pending:
-            _reap_if_ours(process)
-        pending = [process for process in pending if not is_gone(process)]
-        if not pending or time.monotonic() >= deadline:
-            return pending
-        time.sleep(_TREE_POLL_S)  # a bounded poll of processes that may not be our children
-
-
-def _reap_if_ours(process: psutil.Process) -> None:
-    """Collect ``process``'s zombie if it is this process's child (born so, or reparented to
-    a subreaper); its pid is still its own while it is a zombie."""
-    with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
-        if process.is_running():
-            os.waitpid(process.pid, os.WNOHANG)
-
-
-def end_processes(processes: list[psutil.Process], grace_s: float) -> None:
-    """SIGTERM each process, SIGKILL those still running after ``grace_s``, and wait (bounded
-    by ``grace_s`` again) until they are gone."""
-    if not processes:
-        return
-    signal_processes(processes, signal.SIGTERM)
-    survivors = wait_gone(processes, grace_s)
-    if survivors:
-        signal_processes(survivors, signal.SIGKILL)
-        wait_gone(survivors, grace_s)
 
 
 def freeze_tree(root: psutil.Process) -> list[psutil.Process]:
