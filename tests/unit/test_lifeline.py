@@ -126,32 +126,54 @@ def test_a_child_forked_by_workflow_code_gets_the_default_sigterm_and_no_wake_up
     assert program.wait(timeout=10) == 0
 
 
-def test_end_of_file_on_the_watched_descriptor_ends_the_process_and_its_tree(
-    programs: list[subprocess.Popen[str]],
+@pytest.mark.parametrize("trigger", ["end-of-file", "sigterm"])
+def test_the_lifeline_ends_the_process_its_subprocess_and_its_daemon(
+    programs: list[subprocess.Popen[str]], trigger: str
 ) -> None:
+    """End-of-file on the watched descriptor (the server is gone) or a SIGTERM to the process
+    alone (the server's stop): either way the tree goes, the daemon outside the group too."""
     reader, writer = os.pipe()
     try:
         program = run_program(
             programs,
             f"""
-            import json, subprocess, sys, time
+            import json, os, subprocess, sys, time
             from piwf.runner import lifeline
             from piwf.server.processes import start_identity
 
             life = lifeline.begin({reader}, None)
             child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-            print(json.dumps({{"child": start_identity(child.pid)}}), flush=True)
+            pipe_reader, pipe_writer = os.pipe()
+            middle = os.fork()
+            if middle == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    os.write(pipe_writer, str(os.getpid()).encode())
+                    time.sleep(60)
+                os._exit(0)
+            os.waitpid(middle, 0)
+            daemon = int(os.read(pipe_reader, 64))
+            print(json.dumps([start_identity(child.pid), start_identity(daemon)]), flush=True)
             time.sleep(60)
             """,
             pass_fds=(reader,),
         )
-        os.close(reader)
-        child = report(program)["child"]
-        assert isinstance(child, str) and is_alive(child)
     finally:
-        os.close(writer)  # the "server" is gone
-    assert program.wait(timeout=10) == -signal.SIGKILL, "it ended its own group last"
-    assert not is_alive(child)
+        os.close(reader)
+    try:
+        assert program.stdout is not None
+        identities = json.loads(program.stdout.readline())
+        assert len(identities) == 2 and all(is_alive(identity) for identity in identities)
+        if trigger == "sigterm":
+            program.send_signal(signal.SIGTERM)  # the watched pipe stays open meanwhile
+        else:
+            os.close(writer)
+            writer = -1
+        assert program.wait(timeout=10) == -signal.SIGKILL, "it ended its own group last"
+    finally:
+        if writer != -1:
+            os.close(writer)
+    assert not any(is_alive(identity) for identity in identities)
 
 
 def test_a_parent_gone_before_the_lifeline_began_ends_the_process_at_once(
