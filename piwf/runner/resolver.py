@@ -11,12 +11,13 @@ sends one request over descriptor N and reads one reply, both canonical JSON fra
               "sources": {"root": {"location", "sha256"}, "mounted": [...]}}
           or {"ok": false, "error": {"code": str, "message": str}}
 
-Whatever the workflow module does at import time happens here, in a throwaway process.
+Whatever the workflow module does at import time happens here, in a throwaway process whose
+lifeline (:mod:`piwf.runner.lifeline`) begins before the import: it dies with its server, and
+whatever the import started ends with it.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from multiprocessing.connection import Connection
@@ -26,20 +27,27 @@ from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
-from piwf.runner.entry import EXIT_OK, EXIT_PROTOCOL, name_process
+from piwf.runner.entry import (
+    EXIT_OK,
+    EXIT_PROTOCOL,
+    begin_child,
+    name_process,
+    parse_child_arguments,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m piwf.runner.resolver --fd N``."""
-    parser = argparse.ArgumentParser(prog="piwf-resolver")
-    parser.add_argument("--fd", type=int, required=True)
-    arguments = parser.parse_args(argv)
+    """Entry point: ``python -m piwf.runner.resolver --fd N [--lifeline-fd L]
+    [--parent-pid P]``."""
+    arguments = parse_child_arguments(argv, prog="piwf-resolver")
+    lifeline = begin_child(arguments)
     connection = Connection(arguments.fd)
     try:
         resolver_main(connection)
     except (EOFError, OSError):
         return EXIT_PROTOCOL  # the server went away; nothing to report to
     finally:
+        lifeline.end_descendants()
         connection.close()
     return EXIT_OK
 

@@ -46,6 +46,7 @@ from piwf.runner.entry import (
     name_process,
     serve_channel,
 )
+from piwf.runner.lifeline import Lifeline
 from piwf.workflow.context import CancellationSignal
 
 #: Error codes the server may answer with, mapped back to their classes.
@@ -172,8 +173,9 @@ def _resolve_workflow(workflow: str, launch: ReconcileLaunch) -> dict[str, JsonV
     return resolved
 
 
-def run_child(connection: Connection) -> int:
-    """Run one reconcile over ``connection``; return the process exit code."""
+def run_child(connection: Connection, _lifeline: Lifeline) -> int:
+    """Run one reconcile over ``connection``; return the process exit code (the processes
+    the reconcile started are ended when it returns, by :func:`serve_channel`)."""
     launch = ReconcileLaunch.model_validate(
         canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES))
     )

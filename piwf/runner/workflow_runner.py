@@ -10,6 +10,10 @@ group, with one end of a socket pair as descriptor N. Its life::
 A source mismatch is reported as ``sourceChanged`` and the changed code never runs. Every
 durable change is a ``call`` the server answers; a ``claimLost`` answer means another generation
 owns the run: the child stops at once and writes nothing more. The child never opens SQLite.
+
+Before a node's result is reported, every process the node left behind is ended (the lifeline's
+``end_descendants``): a node's processes end with the node, daemons included, and the result
+commits only after they are gone.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import hashlib
 import itertools
 import os
 import sys
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -34,6 +39,7 @@ from piwf.runner.entry import (
     name_process,
     serve_channel,
 )
+from piwf.runner.lifeline import Lifeline
 from piwf.workflow import port
 from piwf.workflow.port_codec import MESSAGE_TYPES, from_json, result_from_json, to_json
 
@@ -41,9 +47,18 @@ from piwf.workflow.port_codec import MESSAGE_TYPES, from_json, result_from_json,
 class PipePort:
     """A :class:`~piwf.workflow.port.WorkflowPort` whose every method is a call to the server."""
 
-    def __init__(self, connection: Connection, launch: Launch, revision: int) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        launch: Launch,
+        revision: int,
+        *,
+        node_ended: Callable[[], None] = lambda: None,
+    ) -> None:
         self.connection = connection
         self.launch = launch
+        #: Called before a node's result is reported (ends the processes the node left).
+        self.node_ended = node_ended
         #: The run revision this child last saw committed; sent with every change it proposes.
         self.revision = revision
         self._ids = itertools.count(1)
@@ -147,9 +162,11 @@ class PipePort:
         return self._send("node_started", message)
 
     def node_finished(self, message: port.NodeFinished) -> port.PortResult:
+        self.node_ended()
         return self._send("node_finished", message)
 
     def node_failed(self, message: port.NodeFailed) -> port.PortResult:
+        self.node_ended()
         return self._send("node_failed", message)
 
     def reserve_effect(self, message: port.EffectReservation) -> port.PortResult:
@@ -178,7 +195,7 @@ class PipePort:
         return self._send("finish", message)
 
 
-def run_child(connection: Connection) -> int:
+def run_child(connection: Connection, lifeline: Lifeline) -> int:
     """Run one generation over ``connection``; return the process exit code."""
     launch = Launch.model_validate(canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES)))
     name_process(f"piwf runner {launch.run_id} g{launch.generation}")
@@ -217,9 +234,10 @@ def run_child(connection: Connection) -> int:
     )
     command = command_from_json(command_message.command)
     try:
-        result = execute(
-            command, loaded.compiled, PipePort(connection, launch, command_message.revision)
+        pipe_port = PipePort(
+            connection, launch, command_message.revision, node_ended=lifeline.end_descendants
         )
+        result = execute(command, loaded.compiled, pipe_port)
     except ClaimLostError:
         return EXIT_CLAIM_LOST
     send("exiting", status=result.status.value)

@@ -1,7 +1,8 @@
 """The zygote: a pre-imported fork server that starts piwf's children in a few milliseconds.
 
-Started by the server's supervisor like any child (``python -m piwf.runner.zygote --fd N``, in
-its own session, with the children's environment), it imports every child entry module once
+Started by the server's supervisor like any child (``python -m piwf.runner.zygote --fd N
+--lifeline-fd L --parent-pid P``, in its own session, with the children's environment), it
+imports every child entry module once
 (the workflow runner, the resource runner, the resolver and what they load: engine, compiler,
 pydantic models) but never opens SQLite and never starts a thread. Then it serves its control
 socket, descriptor N. Every frame, both ways, is a 4-byte big-endian length and one canonical
@@ -17,24 +18,28 @@ JSON object of at most 1 MiB; nothing is pickled::
 
 ``M`` must be one of :data:`ENTRY_MODULES`; anything else is refused. The forked child calls
 ``os.setsid()`` before the zygote answers (so its pid is its process group when the server
-hears of it), resets the zygote's signal handling, puts its pipes on descriptors 1 and 2 and its
-channel on descriptor 3, closes every other descriptor it inherited (the control socket among
-them), changes to ``D``, sets ``sys.argv`` and its process title as ``python -m M --fd 3``
-would (its environment stays readable in ``/proc``), calls ``M.main(["--fd", "3"])`` and ends
-with ``os._exit`` after the interpreter's own exit duties (non-daemon threads, ``atexit``,
-flushed streams): it never returns into the loop.
+hears of it), resets the zygote's signal handling, puts its pipes on descriptors 1 and 2, its
+channel on descriptor 3 and the server's lifeline pipe on descriptor 4, closes every other
+descriptor it inherited (the control socket among them), changes to ``D``, sets ``sys.argv``
+and its process title as ``python -m M --fd 3 --lifeline-fd 4 --parent-pid Z`` would (Z: the
+zygote; its environment stays readable in ``/proc``), calls ``M.main`` with those arguments and
+ends with ``os._exit`` after the interpreter's own exit duties (non-daemon threads, ``atexit``,
+flushed streams): it never returns into the loop. ``M.main`` begins the child's lifeline
+(:mod:`piwf.runner.lifeline`): it watches the server's pipe itself and is sent SIGTERM when
+the zygote ends.
 
 The zygote reaps its children (SIGCHLD wakes its ``select`` through a wake-up pipe;
 ``waitpid(-1, WNOHANG)``) and reports each exit. It exits when its control socket reaches
-end-of-file, so a server that dies, even by SIGKILL, leaves no zygote behind; a malformed frame
-also ends it (the server falls back to spawning and starts a new one).
+end-of-file or the lifeline pipe does, and the kernel kills it when the server ends (Linux
+``PR_SET_PDEATHSIG``), so a server that dies, even by SIGKILL, leaves no zygote behind; a
+malformed frame also ends it (the server falls back to spawning and starts a new one).
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
+import fcntl
 import gc
 import importlib
 import os
@@ -51,7 +56,8 @@ from typing import Any
 from piwf import canonical
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
-from piwf.runner.entry import name_process
+from piwf.runner import prctl
+from piwf.runner.entry import name_process, parse_child_arguments
 from piwf.server.processes import start_identity
 
 #: The only modules a fork request may name; each has ``main(argv) -> int`` reading ``--fd N``.
@@ -73,6 +79,10 @@ _PRELOAD = (
 )
 #: The child's channel descriptor (``--fd 3``), after its stdout and stderr.
 CHILD_CHANNEL_FD = 3
+#: The child's copy of the server's lifeline pipe (``--lifeline-fd 4``), when there is one.
+CHILD_LIFELINE_FD = 4
+#: Where descriptors wait while the child's 1-4 are filled (above any of those).
+_SCRATCH_FD = 10
 DESCRIPTORS_PER_FORK = 3
 EXIT_PROTOCOL = 2
 EXIT_THREADS = 3
@@ -88,8 +98,11 @@ class ZygoteProtocolError(Exception):
 class Zygote:
     """The fork server's loop: read requests, fork, answer, reap, report."""
 
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, lifeline: int | None = None) -> None:
         self.control = control
+        #: The read end of the server's lifeline pipe: end-of-file when the server is gone.
+        self.lifeline = lifeline
+        self.pid = os.getpid()
         self.inbox = bytearray()
         #: Descriptors received and not yet claimed by a fork frame, in arrival order.
         self.descriptors: list[int] = []
@@ -103,9 +116,12 @@ class Zygote:
         signal.set_wakeup_fd(self.wake_writer, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, _ignore_signal)  # a handler, so the wake-up pipe fires
         self._send({"kind": "ready", "pid": os.getpid()})
+        watched = [] if self.lifeline is None else [self.lifeline]
         while True:
             control = self.control.fileno()
-            readable, _, _ = select.select([control, self.wake_reader], [], [])
+            readable, _, _ = select.select([control, self.wake_reader, *watched], [], [])
+            if watched and self.lifeline in readable:
+                return 0  # nobody writes to it: readable is end-of-file, the server is gone
             if self.wake_reader in readable:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(self.wake_reader, 512):
@@ -202,11 +218,10 @@ class Zygote:
         os.close(self.wake_reader)
         os.close(self.wake_writer)
         channel, stdout, stderr = descriptors
-        os.dup2(stdout, 1)
-        os.dup2(stderr, 2)
-        if channel != CHILD_CHANNEL_FD:
-            os.dup2(channel, CHILD_CHANNEL_FD)
-        os.closerange(CHILD_CHANNEL_FD + 1, _max_descriptor())
+        placed = {1: stdout, 2: stderr, CHILD_CHANNEL_FD: channel}
+        if self.lifeline is not None:
+            placed[CHILD_LIFELINE_FD] = self.lifeline
+        _place_descriptors(placed)
         try:
             os.chdir(directory if isinstance(directory, str) else "/")
         except OSError:
@@ -217,6 +232,9 @@ class Zygote:
         importlib.invalidate_caches()
         entry = importlib.import_module(module)
         argv = ["--fd", str(CHILD_CHANNEL_FD)]
+        if self.lifeline is not None:
+            argv += ["--lifeline-fd", str(CHILD_LIFELINE_FD)]
+        argv += ["--parent-pid", str(self.pid)]
         sys.argv = [str(entry.__file__), *argv]
         name_process(f"{Path(sys.executable).name} -m {module} {' '.join(argv)}")
         try:
@@ -259,10 +277,12 @@ def preload() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m piwf.runner.zygote --fd N``."""
-    parser = argparse.ArgumentParser(prog="piwf-zygote")
-    parser.add_argument("--fd", type=int, required=True)
-    arguments = parser.parse_args(argv)
+    """Entry point: ``python -m piwf.runner.zygote --fd N [--lifeline-fd L] [--parent-pid P]``."""
+    arguments = parse_child_arguments(argv, prog="piwf-zygote")
+    # Killed by the kernel when the server ends; a server already gone ends it here. Nothing
+    # needs cleaning up first: each forked child has its own lifeline.
+    if not prctl.die_with_parent(signal.SIGKILL, arguments.parent_pid):
+        return 0
     # Retitled within its own command line only, so /proc/<pid>/environ stays readable for the
     # zygote and its children (tools find a home's processes by PIWF_HOME); the forks inherit
     # that, so a child's title is at most as long as the zygote's command line.
@@ -284,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()  # children share these pages instead of copying them when the collector runs
     try:
-        return Zygote(control).serve()
+        return Zygote(control, arguments.lifeline_fd).serve()
     except (ZygoteProtocolError, PiwfError) as error:
         print(f"piwf zygote: protocol error: {error}", file=sys.stderr)
         return EXIT_PROTOCOL
@@ -292,6 +312,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # the server went away
     finally:
         control.close()
+
+
+def _place_descriptors(placed: dict[int, int]) -> None:
+    """Give this process exactly ``placed`` (target number: source descriptor) above its
+    stdin and close every other descriptor; a source may sit on another's target number."""
+    scratch = {
+        target: fcntl.fcntl(source, fcntl.F_DUPFD, _SCRATCH_FD) for target, source in placed.items()
+    }
+    for target, copy in scratch.items():
+        os.dup2(copy, target)
+    os.closerange(max(placed) + 1, _max_descriptor())
 
 
 def _interpreter_exit_duties() -> None:

@@ -1,7 +1,9 @@
-"""Process identity: a pid plus its start time and the boot id, never a bare pid.
+"""Process identity: a pid plus its start time and the boot id, never a bare pid; and the
+process trees of children, walked from such an identity.
 
 A pid is reused by the kernel; ``pid:create_time:boot_id`` is not, so a registry keyed by it
-never signals an unrelated process that inherited a dead child's pid.
+never signals an unrelated process that inherited a dead child's pid. Used by the server's
+supervisor and recovery and by the children's lifeline (:mod:`piwf.runner.lifeline`).
 """
 
 from __future__ import annotations
@@ -80,3 +82,80 @@ def kill_orphan_groups(pids: list[int], timeout_s: float = 2.0) -> None:
                 pending.discard(pid)
         if pending:
             time.sleep(0.01)  # a bounded poll of processes we cannot wait on
+
+
+# -- process trees ------------------------------------------------------------------------------
+#
+# A tree is walked from a root whose identity is proven, and every process in it is held as a
+# psutil handle that remembers its create time: psutil refuses to signal a handle whose pid now
+# names another process, so nothing here can reach a process that is not provably a descendant.
+
+#: Rounds of "walk the tree again, stop what is new" before a tree counts as frozen.
+_FREEZE_ROUNDS = 8
+
+
+def process_of(identity: str | None) -> psutil.Process | None:
+    """The live process recorded as ``identity`` (None when it is gone or was never known)."""
+    if identity is None:
+        return None
+    pid_text, _, _ = identity.partition(":")
+    try:
+        process = psutil.Process(int(pid_text))
+    except (ValueError, psutil.Error):
+        return None
+    if start_identity_of(process) != identity:
+        return None
+    return process
+
+
+def start_identity_of(process: psutil.Process) -> str | None:
+    """``pid:create_time:boot_id`` of a psutil handle (None when it is gone)."""
+    try:
+        return f"{process.pid}:{process.create_time():.3f}:{boot_id()}"
+    except psutil.Error:
+        return None
+
+
+def descendants(root: psutil.Process) -> list[psutil.Process]:
+    """Every live descendant of ``root`` now (empty when ``root`` is gone or its pid reused)."""
+    try:
+        return [p for p in root.children(recursive=True) if not is_gone(p)]
+    except psutil.Error:
+        return []
+
+
+def is_gone(process: psutil.Process) -> bool:
+    """Whether ``process`` can no longer act: ended, a zombie, or its pid names another."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def signal_processes(processes: list[psutil.Process], number: signal.Signals) -> None:
+    """Send ``number`` to each process still running as itself (a reused pid is skipped)."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(number)
+
+
+def freeze_tree(root: psutil.Process) -> list[psutil.Process]:
+    """SIGSTOP every descendant of ``root``, walking again until no new one appears (bounded),
+    and return them: a stopped process can start no other, so a SIGKILL that follows leaves
+    none behind, even one that left ``root``'s process group."""
+    frozen: dict[tuple[int, float], psutil.Process] = {}
+    for _ in range(_FREEZE_ROUNDS):
+        fresh = {key: p for p in descendants(root) if (key := _key(p)) not in frozen}
+        if not fresh:
+            break
+        signal_processes(list(fresh.values()), signal.SIGSTOP)
+        frozen.update(fresh)
+    return list(frozen.values())
+
+
+def _key(process: psutil.Process) -> tuple[int, float]:
+    """A process handle's identity within this boot (psutil caches the create time)."""
+    try:
+        return process.pid, process.create_time()
+    except psutil.Error:
+        return process.pid, 0.0

@@ -13,10 +13,25 @@ in, behind one :class:`ChildProcess` shape:
 
 Captured output goes to a ``0600`` file under ``$PIWF_HOME/server/runners/`` and is bounded: a
 child that writes more than the cap is killed (a flood must not fill the disk or stall the
-loop). ``stop`` sends SIGTERM to the group, then SIGKILL after a grace period. A child's exit is
-noticed through ``waitpid`` (spawned) or the zygote's report (forked), with stream end-of-file
-and a timer as triggers; the handle then reports the exit code or signal. Each handle carries
-the child's start identity, never only a bare pid.
+loop). A child's exit is noticed through ``waitpid`` (spawned) or the zygote's report (forked),
+with stream end-of-file and a timer as triggers; the handle then reports the exit code or
+signal. Each handle carries the child's start identity, never only a bare pid.
+
+**Nothing a child started outlives it.** Every child (the zygote included) gets the read end
+of one *lifeline pipe* whose write end only this process holds (``--lifeline-fd``), and the pid
+to expect as its parent (``--parent-pid``); the child's lifeline thread
+(:mod:`piwf.runner.lifeline`) ends it and its descendants when the pipe reaches end-of-file,
+that is, when the server dies however it dies. While the server lives:
+
+- ``stop`` walks the child's process tree (from its proven start identity; children are
+  subreapers on Linux, so daemons that left the group are still in it), sends SIGTERM to those
+  descendants and to the group, remembers them, and SIGKILLs after a grace period;
+- ``kill`` first freezes the tree (SIGSTOP the group, then every descendant, walking again until
+  nothing new appears), so nothing forks between the walk and the SIGKILL of all of them;
+- when a child has exited, its group and every descendant remembered for it get SIGKILL.
+
+The zygote's own tree is its forked children, each supervised on its own handle, so it gets
+none of this: stopping or killing it signals its group only.
 """
 
 from __future__ import annotations
@@ -34,10 +49,19 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 from piwf.config import FILE_MODE, MAX_FRAME_BYTES, ensure_private_dir
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.pipes import PipeChannel
-from piwf.server.processes import start_identity
+from piwf.server.processes import (
+    descendants,
+    freeze_tree,
+    is_gone,
+    process_of,
+    signal_processes,
+    start_identity,
+)
 
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 
@@ -146,6 +170,8 @@ class ChildHandle:
     exited: bool = False
     kill_timer: Timer | None = None
     on_exit: list[Callable[[ChildHandle], None]] = field(default_factory=list)
+    #: Descendants seen when it was stopped: killed with it, even once reparented elsewhere.
+    descendants: list[psutil.Process] = field(default_factory=list)
 
     @property
     def pid(self) -> int:
@@ -201,6 +227,8 @@ class Supervisor:
         self.children: dict[int, ChildHandle] = {}
         #: Set by the server when the zygote is enabled (``PIWF_ZYGOTE``).
         self.forker: Forker | None = None
+        #: The lifeline pipe (read end, write end); created with the first child.
+        self._lifeline: tuple[int, int] | None = None
 
     def start(
         self,
@@ -231,7 +259,7 @@ class Supervisor:
         if process is None:
             descriptors = _Descriptors.create()
             try:
-                process = self._spawn(module, directory, descriptors)
+                process = self._spawn(module, directory, descriptors, self._lifeline_reader())
             except BaseException:
                 descriptors.close_all()
                 raise
@@ -257,16 +285,25 @@ class Supervisor:
         return handle
 
     def stop(self, handle: ChildHandle, grace_s: float = 2.0) -> None:
-        """SIGTERM the child's process group, then SIGKILL it after ``grace_s``."""
+        """SIGTERM the child's descendants and process group, then SIGKILL them after
+        ``grace_s``."""
         if handle.exited:
             return
-        self._signal_group(handle, signal.SIGTERM)
+        self._terminate(handle)
         if handle.kill_timer is None:
             handle.kill_timer = self.loop.call_later(grace_s, lambda: self.kill(handle))
 
     def kill(self, handle: ChildHandle) -> None:
-        """SIGKILL the child's whole process group now."""
+        """SIGKILL the child's whole process group and every descendant now (frozen first, so
+        none escapes by forking)."""
+        if handle.exited:
+            return
+        root = None if self._owned_by_forker(handle) else process_of(handle.identity)
+        if root is not None:
+            self._signal_group(handle, signal.SIGSTOP)
+            handle.descendants += freeze_tree(root)
         self._signal_group(handle, signal.SIGKILL)
+        signal_processes(handle.descendants, signal.SIGKILL)
 
     def poll(self) -> None:
         """Reap children that exited (called from a loop timer, on stream end-of-file and on
@@ -280,7 +317,8 @@ class Supervisor:
 
     def stop_all(self, grace_s: float = 2.0) -> None:
         """Stop every child and wait for each (server shutdown); the zygote goes last, since
-        it reports the others' exits."""
+        it reports the others' exits. The lifeline pipe is closed last: anything still tied
+        to it ends itself."""
         forker = self.forker
         self._stop_and_wait(
             [h for h in self.children.values() if forker is None or not forker.owns(h)], grace_s
@@ -288,21 +326,51 @@ class Supervisor:
         if forker is not None:
             forker.stop()
         self._stop_and_wait(list(self.children.values()), grace_s)
+        if self._lifeline is not None:
+            for descriptor in self._lifeline:
+                with contextlib.suppress(OSError):
+                    os.close(descriptor)
+            self._lifeline = None
 
     def _stop_and_wait(self, handles: list[ChildHandle], grace_s: float) -> None:
         for handle in handles:
-            self._signal_group(handle, signal.SIGTERM)
+            self._terminate(handle)
         for handle in handles:
             if not handle.process.wait(grace_s):
-                self._signal_group(handle, signal.SIGKILL)
+                self.kill(handle)
                 handle.process.wait(5)
             self._finish(handle)
 
-    def _spawn(self, module: str, directory: str, descriptors: _Descriptors) -> SpawnedProcess:
+    def _terminate(self, handle: ChildHandle) -> None:
+        """SIGTERM the child's group and its descendants (remembered for its end)."""
+        if handle.exited:
+            return
+        root = None if self._owned_by_forker(handle) else process_of(handle.identity)
+        if root is not None:
+            found = descendants(root)
+            signal_processes(found, signal.SIGTERM)
+            handle.descendants += found
+        self._signal_group(handle, signal.SIGTERM)
+
+    def _owned_by_forker(self, handle: ChildHandle) -> bool:
+        return self.forker is not None and self.forker.owns(handle)
+
+    def _lifeline_reader(self) -> int:
+        if self._lifeline is None:
+            # Both ends close on exec: only a child given the read end explicitly has it, and
+            # no child ever holds the write end, so its end-of-file means this process is gone.
+            self._lifeline = os.pipe()
+        return self._lifeline[0]
+
+    def _spawn(
+        self, module: str, directory: str, descriptors: _Descriptors, lifeline: int
+    ) -> SpawnedProcess:
         channel = descriptors.child_end.fileno()
+        command = [sys.executable, "-m", module, "--fd", str(channel)]
+        command += ["--lifeline-fd", str(lifeline), "--parent-pid", str(os.getpid())]
         popen = subprocess.Popen(
-            [sys.executable, "-m", module, "--fd", str(channel)],
-            pass_fds=(channel,),
+            command,
+            pass_fds=(channel, lifeline),
             stdin=subprocess.DEVNULL,
             stdout=descriptors.stdout[1],
             stderr=descriptors.stderr[1],
@@ -354,9 +422,11 @@ class Supervisor:
         handle.exited = True
         if handle.kill_timer is not None:
             handle.kill_timer.cancel()
-        # The group may still hold grandchildren: no member of a finished run survives it.
+        # The group may still hold grandchildren, and descendants seen at a stop may have left
+        # it: no process of a finished run survives it.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(handle.pid, signal.SIGKILL)
+        signal_processes([p for p in handle.descendants if not is_gone(p)], signal.SIGKILL)
         for stream in handle.streams:
             with contextlib.suppress(KeyError, ValueError):
                 self.loop.selector.unregister(stream)

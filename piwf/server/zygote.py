@@ -331,6 +331,10 @@ class ZygoteForker:
         handle = self.handle
         if handle is None:
             return
+        if not handle.exited:
+            # While it is still this forker's handle: the supervisor then signals the zygote's
+            # group only, never the tree of forked children it would otherwise walk.
+            self.supervisor.kill(handle)
         was_ready = self.ready
         self.handle = None
         self.ready = False
@@ -341,8 +345,6 @@ class ZygoteForker:
         if self.control is not None:
             self.control.close()
             self.control = None
-        if not handle.exited:
-            self.supervisor.kill(handle)
         for process in self.processes.values():
             process.orphaned = True
         self.processes.clear()

@@ -5,7 +5,8 @@ piwf.runner.zygote`` on a socket pair): allow-list, descriptor passing, exit rep
 file. The supervisor with a zygote forker in this process: fork when ready, spawn otherwise, an
 orphan of a dead zygote, the restart. Then real servers: a forked runner completes a run in its
 own session with its start identity recorded, output capture and its cap, a killed forked
-runner, a killed zygote, a killed server, a resolver that dies, and ``PIWF_ZYGOTE=0``. Every
+runner, a killed zygote (its children end with it), a killed server (zygote and runner end
+with it), a resolver that dies, and ``PIWF_ZYGOTE=0``. Every
 wait polls a condition against a deadline; workflow code reports what it saw in marker files.
 """
 
@@ -102,6 +103,28 @@ def zygote() -> Iterator[ZygoteUnderTest]:
         started.close()
 
 
+def descriptor_targets(pid: int) -> dict[int, str]:
+    """What each open descriptor of ``pid`` points at (``pipe:[N]``, ``socket:[N]``, a path)."""
+    targets = {}
+    for entry in Path(f"/proc/{pid}/fd").iterdir():
+        with suppress(OSError):
+            targets[int(entry.name)] = str(entry.readlink())
+    return targets
+
+
+def access_modes(pid: int, target: str) -> set[int]:
+    """The access modes (``O_RDONLY``, ``O_WRONLY``) of ``pid``'s descriptors of ``target``."""
+    modes = set()
+    for fd, found in descriptor_targets(pid).items():
+        if found == target:
+            with suppress(OSError):
+                info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+                flags = re.search(r"^flags:\s+([0-7]+)", info, re.MULTILINE)
+                assert flags is not None, info
+                modes.add(int(flags.group(1), 8) & os.O_ACCMODE)
+    return modes
+
+
 class ChildEnds:
     """The descriptors of one child: its channel pair and one pipe for stdout and stderr."""
 
@@ -149,15 +172,20 @@ def test_the_zygote_forks_an_entry_module_into_its_own_session_and_reports_its_e
         assert forked["identity"].startswith(f"{pid}:")
         child = psutil.Process(pid)
         assert child.ppid() == zygote.process.pid
-        # The child moves to its directory and closes what it inherited right after the fork.
+        # The child moves to its directory and closes what it inherited right after the fork;
+        # past its channel it holds only the wake-up pipe its lifeline made (this zygote has no
+        # lifeline pipe to pass on).
         wait_for(
             lambda: (
                 child.cwd() == str(tmp_path)
-                and sorted(int(fd.name) for fd in Path(f"/proc/{pid}/fd").iterdir()) == [0, 1, 2, 3]
+                and sorted(descriptor_targets(pid)) == [0, 1, 2, 3, 4, 5]
             ),
             timeout_s=10,
             what="the forked child to set itself up",
         )
+        own = descriptor_targets(pid)
+        inherited = set(descriptor_targets(zygote.process.pid).values())
+        assert own[4] == own[5] and own[4].startswith("pipe:") and own[4] not in inherited
         # The resolver answers one request on its channel (descriptor 3), then exits.
         request = canonical.encode({"workflow": HELLO, "projectPath": None, "stateHome": "/"})
         ends.channel.sendall(_HEADER.pack(len(request)) + request)
@@ -431,13 +459,20 @@ def test_a_forked_runner_completes_a_run_in_its_own_session_with_its_identity_re
     facts = read_facts(out)
     assert facts["ppid"] == zygote, "the runner is a fork of the zygote"
     assert facts["pgid"] == facts["pid"] and facts["sid"] == facts["pid"]
-    assert facts["argv"][1:] == ["--fd", "3"] and facts["argv"][0].endswith("workflow_runner.py")
+    assert facts["argv"][1:] == ["--fd", "3", "--lifeline-fd", "4", "--parent-pid", str(zygote)]
+    assert facts["argv"][0].endswith("workflow_runner.py")
     assert facts["cwd"] == str(project)
-    # Only its standard streams, its channel and the directory being listed: nothing of the
-    # server (listening socket, clients, database) and nothing of the zygote.
+    # Only its standard streams, its channel, the server's lifeline pipe (the zygote's copy),
+    # its own lifeline wake-up pipe and the directory being listed: nothing of the server
+    # (listening socket, clients, database) and nothing else of the zygote.
     descriptors = {int(fd): target for fd, target in facts["fds"].items()}
-    assert {0, 1, 2, 3} <= set(descriptors) and len(descriptors) == 5, descriptors
+    assert {0, 1, 2, 3, 4} <= set(descriptors) and len(descriptors) == 8, descriptors
     assert not any("sqlite" in str(target) for target in descriptors.values())
+    # The lifeline pipe: the zygote holds its read end only, the server its write end.
+    assert access_modes(zygote, descriptors[4]) == {os.O_RDONLY}
+    assert os.O_WRONLY in access_modes(server.process.pid, descriptors[4])
+    wake = [target for fd, target in descriptors.items() if fd > 4 and target is not None]
+    assert len(wake) == 2 and wake[0] == wake[1] and wake[0].startswith("pipe:"), descriptors
     runners = "SELECT pid, process_start_identity, status FROM run_runners ORDER BY started_at"
     wait_for(
         lambda: query(server, runners)[-1] == (facts["pid"], facts["identity"], "exited"),
@@ -520,7 +555,7 @@ def test_a_killed_forked_runner_is_a_crash_and_the_run_recovers(
     assert ("crashed", None, "signal 9") in query(server, rows)
 
 
-def test_a_killed_zygote_leaves_its_child_supervised_and_a_new_one_comes_up(
+def test_a_killed_zygote_takes_its_running_child_along_and_a_new_one_comes_up(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
     server = warm_server(servers)
@@ -536,9 +571,18 @@ def test_a_killed_zygote_leaves_its_child_supervised_and_a_new_one_comes_up(
         wait_for(entered.exists, timeout_s=30, what="the node")
         runner = read_facts(out)["pid"]
         assert psutil.Process(runner).ppid() == first_zygote
-        # The zygote dies under a running child: the child keeps running and is still
-        # supervised; it is seen ended once its process is gone.
+        # The zygote dies under a running child: the kernel's parent-death signal (SIGTERM)
+        # ends the child (nothing else would: the server and its lifeline pipe live on), the
+        # server sees that end with an unknown status and the run gets a new runner.
         os.kill(first_zygote, signal.SIGKILL)
+        wait_for(lambda: gone(runner), what="the zygote's child to end with it")
+        wait_for(
+            lambda: (
+                query(server, f"SELECT status FROM run_runners WHERE pid = {runner}")
+                == [("crashed",)]
+            ),
+            what="the child's end seen (its status is unknown: crashed)",
+        )
         wait_for(
             lambda: len(zygote_pids(server.home)) == 2,
             timeout_s=30,
@@ -547,14 +591,6 @@ def test_a_killed_zygote_leaves_its_child_supervised_and_a_new_one_comes_up(
         assert gone(first_zygote)
         gate.touch()
         assert wait_run(client, run_id)["status"] == "completed"
-        wait_for(lambda: gone(runner), what="the orphaned runner to exit")
-        wait_for(
-            lambda: (
-                query(server, f"SELECT status FROM run_runners WHERE pid = {runner}")
-                == [("crashed",)]
-            ),
-            what="the orphan's end seen (its status is unknown: crashed)",
-        )
         # The next child is forked by the new zygote.
         second_zygote = zygote_pids(server.home)[-1]
         out.unlink()
@@ -564,7 +600,7 @@ def test_a_killed_zygote_leaves_its_child_supervised_and_a_new_one_comes_up(
     assert live_zygotes(server.home) == [second_zygote]
 
 
-def test_a_killed_server_leaves_no_zygote_and_its_runner_is_recovered(
+def test_a_killed_server_leaves_no_zygote_nor_runner_and_its_run_is_recovered(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
     server = warm_server(servers)
@@ -574,20 +610,19 @@ def test_a_killed_server_leaves_no_zygote_and_its_runner_is_recovered(
             marker = pathlib.Path({str(entered)!r})
             if not marker.exists():
                 marker.touch()
-                time.sleep(60)  # recovery kills this runner here"""
+                time.sleep(60)  # the runner's lifeline ends it here"""
     workflow = facts_workflow(tmp_path, "orphan", out, extra=hold.strip())
     with raw_client(server) as client:
         run_id = start(client, workflow, "orphan")
     runner = read_facts(out)["pid"]
     assert psutil.Process(runner).ppid() == zygote
     server.kill()
-    # The zygote sees its control socket close and exits; the runner holds on.
+    # The zygote and the runner both end with their server (tests/server/test_orphans.py
+    # bounds how fast); the next server recovers the run from its committed state.
     wait_for(lambda: gone(zygote), timeout_s=10, what="the zygote to exit with its server")
-    assert not gone(runner)
+    wait_for(lambda: gone(runner), timeout_s=10, what="the runner to exit with its server")
     second = servers.start(env=FAST)
     assert second.ready["ok"] is True, second.ready
-    # Recovery killed the runner by its exact start identity.
-    wait_for(lambda: gone(runner), timeout_s=10, what="recovery to kill the orphaned runner")
     with raw_client(second) as client:
         assert wait_run(client, run_id)["status"] == "completed"
     statuses = "SELECT status FROM run_runners ORDER BY started_at"
