@@ -65,7 +65,7 @@ class WireModel(BaseModel):
     """A strict, closed model with camelCase wire names."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True, strict=True
     )
 
     def to_wire(self) -> dict[str, Any]:
