@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from piwf._version import __version__
 from piwf.errors import (
+    BackupFailedError,
     CanonicalJsonError,
     ClaimLostCommandError,
     ClaimLostError,
@@ -15,6 +16,7 @@ from piwf.errors import (
     ConflictError,
     IncompatibleServerError,
     IncompatibleStateError,
+    InternalServerError,
     NotFoundError,
     PiwfError,
     ReadOnlyStateError,
@@ -26,7 +28,10 @@ from piwf.errors import (
     ServerStartError,
     ServerUnavailableError,
     StateBusyError,
+    StateCorruptCommandError,
     StateError,
+    StateFullCommandError,
+    StateIoCommandError,
     UnavailableError,
     UnsafeStateHomeError,
     WorkflowDefinitionError,
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
     from piwf.client import Client
 
 __all__ = [
+    "BackupFailedError",
     "CanonicalJsonError",
     "ClaimLostCommandError",
     "ClaimLostError",
@@ -46,6 +52,7 @@ __all__ = [
     "ConflictError",
     "IncompatibleServerError",
     "IncompatibleStateError",
+    "InternalServerError",
     "NotFoundError",
     "PiwfError",
     "ReadOnlyStateError",
@@ -57,7 +64,10 @@ __all__ = [
     "ServerStartError",
     "ServerUnavailableError",
     "StateBusyError",
+    "StateCorruptCommandError",
     "StateError",
+    "StateFullCommandError",
+    "StateIoCommandError",
     "UnavailableError",
     "UnsafeStateHomeError",
     "WorkflowDefinitionError",

@@ -33,6 +33,7 @@ from piwf.server.answers import DecisionDeadlines
 from piwf.server.commands import DurableCommands
 from piwf.server.context import ServerContext
 from piwf.server.execution import ExecutionSettings, Executor
+from piwf.server.failures import QuietStreamHandler, RepeatedWarningsFilter
 from piwf.server.handlers import Handlers
 from piwf.server.listener import bind_listener, check_socket_path
 from piwf.server.lock import InstanceLock
@@ -73,7 +74,7 @@ def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
         identity = own_identity()
         lock = InstanceLock(paths.lock)
         lock.acquire(identity)
-        db = StateDatabase(paths.database)
+        db = StateDatabase(paths.database, quick_check_s=settings.quick_check_s)
         claim, previous_server_id = _take_epoch(db, settings, identity)
         faults.point("server.after_epoch")
         recover_previous_server(
@@ -125,7 +126,7 @@ class Server:
         self.socket_inode = settings.paths.socket.stat().st_ino
         self.loop = EventLoop()
         self.loop.install_signal_handlers()
-        self.commands = DurableCommands(db, claim)
+        self.commands = DurableCommands(db, claim, on_epoch_lost=self._epoch_lost)
         self.clients: ClientListener
         self.executor = Executor(
             db=db,
@@ -254,12 +255,17 @@ class Server:
             with self.db.write() as tx:
                 self.claim = renew_server_claim(tx, self.claim, self.settings.server_lease_ms)
         except ClaimLostError as error:
-            log.error("server epoch lost (%s); stopping without further writes", error.reason)
-            self.claim_held = False
-            self.request_stop()
+            self._epoch_lost(error)
         except PiwfError as error:
             log.warning("server epoch renewal failed: %s", error)
         self.commands.claim = self.claim
+
+    def _epoch_lost(self, error: ClaimLostError) -> None:
+        """Another server owns the state now, or this one's lease ran out: stop at once."""
+        if self.claim_held:
+            log.error("server epoch lost (%s); stopping without further writes", error.reason)
+        self.claim_held = False
+        self.request_stop()
 
     def _exit_if_idle(self) -> None:
         if self.clients.connections or self.resolvers.active or self.executor.active:
@@ -350,8 +356,9 @@ def _report(ready_fd: int | None, message: dict[str, object]) -> None:
 def _configure_logging(path: Path) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
     stream = os.fdopen(descriptor, "a", encoding="utf-8", buffering=1)
-    handler = logging.StreamHandler(stream)
+    handler = QuietStreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.addFilter(RepeatedWarningsFilter())  # a duty failing every tick: one line a minute
     root = logging.getLogger("piwf")
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)

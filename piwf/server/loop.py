@@ -107,12 +107,15 @@ class EventLoop:
         return timer
 
     def every(self, interval_s: float, callback: Callable[[], None]) -> None:
-        """Run ``callback`` every ``interval_s`` seconds until the loop stops."""
+        """Run ``callback`` every ``interval_s`` seconds until the loop stops, even after a run
+        that raised (a duty that fails while the disk is full must retry, not end)."""
 
         def tick() -> None:
-            callback()
-            if not self.stop_requested:
-                self.call_later(interval_s, tick)
+            try:
+                callback()
+            finally:
+                if not self.stop_requested:
+                    self.call_later(interval_s, tick)
 
         self.call_later(interval_s, tick)
 
@@ -385,9 +388,15 @@ class ClientListener:
 
 
 def _contained(callback: Callable[..., None], *args: int) -> None:
-    """Run one loop callback; a bug in one must not stop the server serving the others."""
+    """Run one loop callback; a bug in one must not stop the server serving the others.
+
+    A typed error (a database that cannot serve) is one line with its code; only a bug's
+    traceback is logged.
+    """
     try:
         callback(*args)
+    except PiwfError as error:
+        log.warning("a server callback failed: %s", error.code)
     except Exception:
         log.exception("a server callback failed")
 
