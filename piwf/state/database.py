@@ -39,6 +39,7 @@ import logging
 import os
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -86,6 +87,8 @@ RESET_INSTRUCTION = (
 )
 
 _SAVEPOINTS = itertools.count(1)
+
+_TABLES_QUERY = "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name"
 
 _SHAPE_QUERY = """
 SELECT type, name, tbl_name, sql FROM sqlite_schema
@@ -324,10 +327,10 @@ def _open_writer(path: Path, clock: Clock, *, quick_check_s: float) -> sqlite3.C
         state = _read_identity(connection, path)
         if state == "empty":
             _initialise(connection, path, clock)
+        elif quick_check_s > 0:  # before WAL mode is set: a damaged file is left as it was
+            _bounded_quick_check(connection, path, quick_check_s)
         _set_wal(connection, path)
         _read_identity(connection, path, require_complete=True)
-        if quick_check_s > 0 and existed:
-            _bounded_quick_check(connection, path, quick_check_s)
     except BaseException:
         connection.close()
         raise
@@ -335,29 +338,57 @@ def _open_writer(path: Path, clock: Clock, *, quick_check_s: float) -> sqlite3.C
 
 
 def _bounded_quick_check(connection: sqlite3.Connection, path: Path, budget_s: float) -> bool:
-    """Run ``PRAGMA quick_check`` for at most ``budget_s`` seconds.
+    """Run ``PRAGMA quick_check`` table by table for at most ``budget_s`` seconds.
 
-    Returns True when the whole file was checked and False when the budget ran out first (the
-    unchecked rest is caught by the reads that touch it). Raises :class:`StateCorruptError`
-    naming the first problem found.
+    Returns True when every table (with its indexes) was checked and False when the budget ran
+    out first (the unchecked rest is caught by the reads that touch it). Raises
+    :class:`StateCorruptError` naming the first problem found.
+
+    The deadline is checked before each table; inside one large table a timer thread calls
+    ``sqlite3_interrupt`` (safe from any thread) at the deadline, because the check is one long
+    VM step that a progress handler cannot stop. A lock keeps that call off later statements.
     """
     deadline = time.monotonic() + budget_s
-    connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    lock = threading.Lock()
+    checking = True
+
+    def interrupt() -> None:
+        with lock:
+            if checking:
+                connection.interrupt()
+
+    timer = threading.Timer(budget_s, interrupt)
+    timer.daemon = True
+    timer.start()
     try:
-        rows = connection.execute("PRAGMA quick_check").fetchall()
+        for (table,) in connection.execute(_TABLES_QUERY).fetchall():
+            if time.monotonic() >= deadline:
+                return _check_stopped(path, budget_s)
+            rows = connection.execute(f"PRAGMA quick_check({_quoted(table)})").fetchall()
+            problems = [str(row[0]) for row in rows if row[0] != "ok"]
+            if problems:
+                raise _corrupt(path, problems[0][:200])
     except sqlite3.OperationalError as error:
         if "interrupted" in str(error):
-            log.info("quick check of %s stopped after %.1f s (a large file)", path.name, budget_s)
-            return False
+            return _check_stopped(path, budget_s)
         raise _corrupt(path, _name_of(error)) from None
     except sqlite3.DatabaseError as error:
         raise _corrupt(path, _name_of(error)) from None
     finally:
-        connection.set_progress_handler(None, 0)
-    problems = [str(row[0]) for row in rows if row[0] != "ok"]
-    if problems:
-        raise _corrupt(path, problems[0][:200])
+        with lock:
+            checking = False
+        timer.cancel()
+        timer.join()
     return True
+
+
+def _check_stopped(path: Path, budget_s: float) -> bool:
+    log.info("quick check of %s stopped at its %.1f s budget (a large file)", path.name, budget_s)
+    return False
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _corrupt(path: Path, detail: str) -> StateCorruptError:
