@@ -15,13 +15,14 @@ line (:mod:`piwf.server.failures`); no request is left waiting for its client's 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from piwf._version import __version__
 from piwf.errors import BackupError, RunCommandError, StateUnavailableError
-from piwf.protocol.client_v1 import Request
+from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.payloads import (
     AnswerPayload,
     BackupReceipt,
@@ -295,12 +296,20 @@ class Handlers:
             reply(self.context.commands.store(request, CommandResult.failed("rejected", error)))
             return
         made = BackupReceipt(destination=str(copy.destination), bytes=copy.byte_length)
-        response = self.context.commands.execute(
-            request,
-            lambda tx: CommandResult.accepted(
-                maintenance.apply_prune(tx, payload.before, made).to_wire()
-            ),
-        )
+        response: Response | None = None
+        try:
+            response = self.context.commands.execute(
+                request,
+                lambda tx: CommandResult.accepted(
+                    maintenance.apply_prune(tx, payload.before, made).to_wire()
+                ),
+            )
+        finally:
+            if response is None or response.outcome == "unavailable":
+                # Nothing was deleted and nothing stored: take the backup back too, so a retry
+                # under the same key (and destination) runs afresh once the database can.
+                with contextlib.suppress(OSError):
+                    copy.destination.unlink()
         reply(response)
         if response.outcome == "accepted":
             log.info("prune: deleted %s tree(s)", (response.receipt or {}).get("treeCount"))
