@@ -39,8 +39,6 @@ import logging
 import os
 import sqlite3
 import stat
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from functools import cache
@@ -56,11 +54,11 @@ from piwf.errors import (
     InvalidTransitionError,
     ReadOnlyStateError,
     StateBusyError,
-    StateCorruptError,
     StateUnavailableError,
     UnsafeStateHomeError,
 )
-from piwf.state.failures import CORRUPT_ADVICE, state_error_of_sqlite
+from piwf.state.failures import state_error_of_sqlite
+from piwf.state.open_check import QUICK_CHECK_BUDGET_S, bounded_quick_check
 from piwf.state.schema import (
     APPLICATION_ID,
     SCHEMA_DIGEST,
@@ -75,9 +73,6 @@ SqlParams = Sequence[Any] | dict[str, Any]
 log = logging.getLogger("piwf.state")
 
 BUSY_TIMEOUT_MS = 5000
-#: How long a writer open may spend on ``PRAGMA quick_check``; a larger file is checked only
-#: this far (docs/RELIABILITY.md has the measured rate), the rest is caught when it is read.
-QUICK_CHECK_BUDGET_S = 2.0
 WAL_AUTOCHECKPOINT_PAGES = 1000
 JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
 
@@ -87,8 +82,6 @@ RESET_INSTRUCTION = (
 )
 
 _SAVEPOINTS = itertools.count(1)
-
-_TABLES_QUERY = "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name"
 
 _SHAPE_QUERY = """
 SELECT type, name, tbl_name, sql FROM sqlite_schema
@@ -328,73 +321,13 @@ def _open_writer(path: Path, clock: Clock, *, quick_check_s: float) -> sqlite3.C
         if state == "empty":
             _initialise(connection, path, clock)
         elif quick_check_s > 0:  # before WAL mode is set: a damaged file is left as it was
-            _bounded_quick_check(connection, path, quick_check_s)
+            bounded_quick_check(connection, path, quick_check_s)
         _set_wal(connection, path)
         _read_identity(connection, path, require_complete=True)
     except BaseException:
         connection.close()
         raise
     return connection
-
-
-def _bounded_quick_check(connection: sqlite3.Connection, path: Path, budget_s: float) -> bool:
-    """Run ``PRAGMA quick_check`` table by table for at most ``budget_s`` seconds.
-
-    Returns True when every table (with its indexes) was checked and False when the budget ran
-    out first (the unchecked rest is caught by the reads that touch it). Raises
-    :class:`StateCorruptError` naming the first problem found.
-
-    The deadline is checked before each table; inside one large table a timer thread calls
-    ``sqlite3_interrupt`` (safe from any thread) at the deadline, because the check is one long
-    VM step that a progress handler cannot stop. A lock keeps that call off later statements.
-    """
-    deadline = time.monotonic() + budget_s
-    lock = threading.Lock()
-    checking = True
-
-    def interrupt() -> None:
-        with lock:
-            if checking:
-                connection.interrupt()
-
-    timer = threading.Timer(budget_s, interrupt)
-    timer.daemon = True
-    timer.start()
-    try:
-        for (table,) in connection.execute(_TABLES_QUERY).fetchall():
-            if time.monotonic() >= deadline:
-                return _check_stopped(path, budget_s)
-            rows = connection.execute(f"PRAGMA quick_check({_quoted(table)})").fetchall()
-            problems = [str(row[0]) for row in rows if row[0] != "ok"]
-            if problems:
-                raise _corrupt(path, problems[0][:200])
-    except sqlite3.OperationalError as error:
-        if "interrupted" in str(error):
-            return _check_stopped(path, budget_s)
-        raise _corrupt(path, _name_of(error)) from None
-    except sqlite3.DatabaseError as error:
-        raise _corrupt(path, _name_of(error)) from None
-    finally:
-        with lock:
-            checking = False
-        timer.cancel()
-        timer.join()
-    return True
-
-
-def _check_stopped(path: Path, budget_s: float) -> bool:
-    log.info("quick check of %s stopped at its %.1f s budget (a large file)", path.name, budget_s)
-    return False
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _corrupt(path: Path, detail: str) -> StateCorruptError:
-    return StateCorruptError(
-        f"the piwf state database {path.name} is damaged ({detail}); " + CORRUPT_ADVICE
-    )
 
 
 def _open_reader(path: Path) -> sqlite3.Connection:

@@ -16,8 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from piwf.state import StateDatabase, blobs
-from piwf.state import database as database_module
+from piwf.state import StateDatabase, blobs, open_check
 
 BLOB_BYTES = 256 * 1024
 PER_TRANSACTION = 64
@@ -46,7 +45,7 @@ def measure(megabytes: int, directory: Path) -> dict[str, float]:
     build(path, megabytes)
     size_mb = path.stat().st_size / 1e6
     with StateDatabase(path) as db:
-        full = timed(lambda: database_module._bounded_quick_check(db.connection, path, 3600))
+        full = timed(lambda: open_check.bounded_quick_check(db.connection, path, 3600))
     checked = timed(lambda: StateDatabase(path).close())
     unchecked = timed(lambda: StateDatabase(path, quick_check_s=0).close())
     return {"size_mb": size_mb, "full_s": full, "open_s": checked, "open_unchecked_s": unchecked}
@@ -57,7 +56,7 @@ def main() -> None:
     parser.add_argument("--mb", default="64,256,1024", help="comma-separated sizes in MiB")
     sizes = [int(part) for part in parser.parse_args().mb.split(",")]
     directory = Path(tempfile.mkdtemp(prefix="pwqc", dir="/tmp"))
-    budget = database_module.QUICK_CHECK_BUDGET_S
+    budget = open_check.QUICK_CHECK_BUDGET_S
     try:
         print(f"| file MB | whole check s | MB/s | open, {budget:g} s budget | open, no check |")
         print("| ---: | ---: | ---: | ---: | ---: |")

@@ -23,8 +23,7 @@ from piwf.errors import (
     StateIoError,
     StateUnavailableError,
 )
-from piwf.state import StateDatabase, blobs
-from piwf.state import database as database_module
+from piwf.state import StateDatabase, blobs, open_check
 from piwf.state.backup import check_destination
 from piwf.state.enums import MediaType
 from piwf.state.failures import state_error_of, state_error_of_sqlite
@@ -143,7 +142,7 @@ def test_the_open_check_stops_at_its_budget(db: StateDatabase) -> None:
     with db.write() as tx:
         for _ in range(8):
             blobs.put_text(tx, noise(MIB))
-    checked = database_module._bounded_quick_check
+    checked = open_check.bounded_quick_check
     assert checked(db.connection, db.path, 0.0) is False, "out of budget is not an error"
     assert checked(db.connection, db.path, 60.0) is True
     assert db.connection.execute("SELECT count(*) FROM blobs").fetchone()[0] == 8, (
