@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from piwf._version import __version__
 from piwf.errors import (
+    BackupFailedError,
     CanonicalJsonError,
     ClaimLostCommandError,
     ClaimLostError,
@@ -16,6 +17,7 @@ from piwf.errors import (
     ContentMismatchError,
     IncompatibleServerError,
     IncompatibleStateError,
+    InternalServerError,
     NotFoundError,
     PiwfError,
     ReadOnlyStateError,
@@ -27,7 +29,10 @@ from piwf.errors import (
     ServerStartError,
     ServerUnavailableError,
     StateBusyError,
+    StateCorruptCommandError,
     StateError,
+    StateFullCommandError,
+    StateIoCommandError,
     UnavailableError,
     UnsafeStateHomeError,
     WorkflowDefinitionError,
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
     from piwf.client import Client
 
 __all__ = [
+    "BackupFailedError",
     "CanonicalJsonError",
     "ClaimLostCommandError",
     "ClaimLostError",
@@ -48,6 +54,7 @@ __all__ = [
     "ContentMismatchError",
     "IncompatibleServerError",
     "IncompatibleStateError",
+    "InternalServerError",
     "NotFoundError",
     "PiwfError",
     "ReadOnlyStateError",
@@ -59,7 +66,10 @@ __all__ = [
     "ServerStartError",
     "ServerUnavailableError",
     "StateBusyError",
+    "StateCorruptCommandError",
     "StateError",
+    "StateFullCommandError",
+    "StateIoCommandError",
     "UnavailableError",
     "UnsafeStateHomeError",
     "WorkflowDefinitionError",

@@ -26,7 +26,9 @@ stops after ``retry_timeout_s`` seconds; then :class:`~piwf.errors.ServerUnavail
 that the outcome of a durable command is unknown.
 
 Outcomes other than ``accepted``/``adopted`` raise the :class:`~piwf.errors.CommandError` of the
-outcome (see :data:`OUTCOME_ERRORS`), carrying the server's error code and message.
+outcome (see :data:`OUTCOME_ERRORS`), or the finer class of its error code when there is one
+(:data:`CODE_ERRORS`: ``stateFull`` is a :class:`~piwf.errors.StateFullCommandError`, an
+:class:`~piwf.errors.UnavailableError`), carrying the server's error code and message.
 """
 
 from __future__ import annotations
@@ -61,14 +63,19 @@ from piwf.client_resources import ResourceMethods
 from piwf.client_runs import RunReadMethods
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
 from piwf.errors import (
+    BackupFailedError,
     ClaimLostCommandError,
     CommandError,
     ConflictError,
+    InternalServerError,
     NotFoundError,
     RejectedError,
     ServerError,
     ServerNotRunningError,
     ServerUnavailableError,
+    StateCorruptCommandError,
+    StateFullCommandError,
+    StateIoCommandError,
     UnavailableError,
 )
 from piwf.protocol import (
@@ -123,6 +130,18 @@ OUTCOME_ERRORS: Mapping[str, type[CommandError]] = {
     "notFound": NotFoundError,
     "unavailable": UnavailableError,
     "claimLost": ClaimLostCommandError,
+}
+
+#: Finer errors by wire code; used only when the class fits the outcome (a subclass of it).
+CODE_ERRORS: Mapping[str, type[CommandError]] = {
+    error.code: error
+    for error in (
+        BackupFailedError,
+        InternalServerError,
+        StateFullCommandError,
+        StateIoCommandError,
+        StateCorruptCommandError,
+    )
 }
 
 _Receipt = TypeVar("_Receipt", bound=BaseModel)
@@ -275,6 +294,9 @@ class Client(RunReadMethods, ResourceMethods):
         if error_type is not None:
             error = response.error
             message = error.message if error else f"{operation} was answered {response.outcome}"
+            finer = CODE_ERRORS.get(error.code) if error else None
+            if finer is not None and issubclass(finer, error_type):
+                error_type = finer
             raise error_type(message, error_code=error.code if error else None)
         return response
 

@@ -9,12 +9,18 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── IncompatibleStateError  incompatibleState  (refused before any mutation)
     │   ├── UnsafeStateHomeError    unsafeStateHome    (permissions, owner or symlink)
     │   ├── ReadOnlyStateError      readOnly
-    │   ├── StateBusyError          stateBusy          (SQLite stayed locked past busy_timeout)
+    │   ├── StateUnavailableError   stateUnavailable   (the database cannot serve now; nothing
+    │   │   │                                           was changed; answered `unavailable`)
+    │   │   ├── StateBusyError      stateBusy          (SQLite stayed locked past busy_timeout)
+    │   │   ├── StateFullError      stateFull          (disk or quota full: free space, retry)
+    │   │   ├── StateIoError        stateIo            (an I/O error: check the disk, retry)
+    │   │   └── StateCorruptError   stateCorrupt       (a damaged file: stop, restore a backup)
     │   ├── StaleRevisionError      staleRevision      (expected revision did not match)
     │   ├── ClaimLostError          claimLost          (reason: one of CLAIM_LOST_REASONS)
     │   ├── BlobConflictError       blobConflict
     │   ├── BlobMissingError        blobMissing
     │   ├── BlobTypeError           blobType           (stored media type is not the one read)
+    │   ├── BackupError             backupFailed       (the destination cannot take a backup)
     │   └── InvalidTransitionError  invalidTransition
     ├── WorkflowError
     │   ├── WorkflowDefinitionError workflowDefinition (a definition broke an authoring rule)
@@ -27,6 +33,7 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── ContentReferenceError   contentReference   (a reference or range no read can serve)
     │   ├── ContentNotFoundError    contentNotFound    (not a stored value of that owner)
     │   └── ContentMismatchError    contentMismatch    (parts differ from their reference)
+    ├── InternalError               internalError      (a server bug; nothing was changed)
     ├── ServerError
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
     │   ├── ServerStartError        serverStart        (the server could not start; says why)
@@ -36,13 +43,23 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │       └── ServerNotRunningError    serverUnavailable   (none runs; autostart was off)
     └── CommandError                                   (a command's outcome, on the client)
         ├── RejectedError           rejected
+        │   ├── BackupFailedError   backupFailed       (fix the destination, then retry)
+        │   └── InternalServerError internalError      (the server failed; nothing changed)
         ├── ConflictError           conflict
         ├── NotFoundError           notFound
         ├── UnavailableError        unavailable
+        │   ├── StateFullCommandError     stateFull    (the server's disk is full; retry later)
+        │   ├── StateIoCommandError       stateIo      (the server hit an I/O error)
+        │   └── StateCorruptCommandError  stateCorrupt (the server's database is damaged)
         └── ClaimLostCommandError   claimLost          (the server's claim check failed)
 
-Messages never contain claim tokens, token hashes, payloads or environment values: they are
-shown to users and written to logs.
+On the server a failure is answered by its class: a :class:`StateUnavailableError` is
+``unavailable`` with nothing stored (retry once the cause is gone), an :class:`InternalError` is
+``rejected`` with nothing stored, and the client raises the ``CommandError`` subclass of the
+outcome and code (``client.CODE_ERRORS``), else the class of the outcome.
+
+Messages never contain claim tokens, token hashes, payloads, paths taken from a request or
+environment values: they are shown to users and written to logs.
 """
 
 from __future__ import annotations
@@ -101,10 +118,38 @@ class ReadOnlyStateError(StateError):
     code = "readOnly"
 
 
-class StateBusyError(StateError):
+class StateUnavailableError(StateError):
+    """The state database cannot serve this now; the transaction was rolled back, nothing was
+    changed and nothing can be stored, so a command is answered ``unavailable``."""
+
+    code = "stateUnavailable"
+
+
+class StateBusyError(StateUnavailableError):
     """SQLite stayed locked by another writer past ``busy_timeout``; retrying may succeed."""
 
     code = "stateBusy"
+
+
+class StateFullError(StateUnavailableError):
+    """The disk (or quota) under the state home or a backup is full (``SQLITE_FULL``,
+    ``ENOSPC``, ``EDQUOT``); retrying after space is freed succeeds."""
+
+    code = "stateFull"
+
+
+class StateIoError(StateUnavailableError):
+    """The operating system failed a read or write (``SQLITE_IOERR*``, ``EIO``, a file that
+    cannot be opened); the message names the reason."""
+
+    code = "stateIo"
+
+
+class StateCorruptError(StateUnavailableError):
+    """The state database is damaged (``SQLITE_CORRUPT``, ``SQLITE_NOTADB`` inside a verified
+    file). Retrying does not help: stop the server, then restore a backup or move the file."""
+
+    code = "stateCorrupt"
 
 
 class StaleRevisionError(StateError):
@@ -153,6 +198,13 @@ class BlobTypeError(StateError):
     """A blob was read as a media type other than the one it was stored with."""
 
     code = "blobType"
+
+
+class BackupError(StateError):
+    """A backup destination cannot take a backup, or the copy did not verify; no file was left
+    under its name. The message says what to change (an OS reason as ``ENAME: text``)."""
+
+    code = "backupFailed"
 
 
 class InvalidTransitionError(StateError):
@@ -223,6 +275,13 @@ class ContentMismatchError(ContentReadError):
     code = "contentMismatch"
 
 
+class InternalError(PiwfError):
+    """An unexpected failure inside the server (a bug); the operation was undone and nothing
+    was stored. The message names the operation and the exception class, never its text."""
+
+    code = "internalError"
+
+
 class ServerError(PiwfError):
     """A problem starting, reaching or running the server."""
 
@@ -291,6 +350,37 @@ class ClaimLostCommandError(CommandError):
     """The command needed a claim that is no longer held (``claimLost``); nothing changed."""
 
     code = "claimLost"
+
+
+class BackupFailedError(RejectedError):
+    """The server could not use the backup destination (``backupFailed``); fix it, then retry."""
+
+    code = "backupFailed"
+
+
+class InternalServerError(RejectedError):
+    """The server failed unexpectedly on the command (``internalError``); nothing changed."""
+
+    code = "internalError"
+
+
+class StateFullCommandError(UnavailableError):
+    """The server's disk is full (``stateFull``); nothing changed. Free space, then retry."""
+
+    code = "stateFull"
+
+
+class StateIoCommandError(UnavailableError):
+    """The server hit an I/O error on its files (``stateIo``); nothing changed."""
+
+    code = "stateIo"
+
+
+class StateCorruptCommandError(UnavailableError):
+    """The server's state database is damaged (``stateCorrupt``); nothing changed. Stop the
+    server, then restore a backup or move the file aside."""
+
+    code = "stateCorrupt"
 
 
 class IncompatibleServerError(ServerUnavailableError):

@@ -5,6 +5,7 @@ needs the server stopped)."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -225,7 +226,9 @@ def state_prune(
             raise click.UsageError("--apply needs --backup DEST, a new file for the backup")
         if not backup.is_absolute():
             raise click.UsageError("--backup must be an absolute path")
-        if backup.exists() or backup.is_symlink():
+        # lexists never raises: a path the OS refuses (a name too long) is left to the server,
+        # which answers it with the reason.
+        if os.path.lexists(backup):
             raise click.UsageError(f"--backup {backup} already exists; choose a new file")
     with open_client() as client:
         if apply:

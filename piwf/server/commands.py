@@ -14,6 +14,12 @@ Every state-changing operation goes through :meth:`DurableCommands.execute`::
 so an answer is only ever sent for a committed receipt (the loop marks the fault point
 ``cmd.after_commit_before_reply`` just before it writes the answer), and a retry after a lost answer
 (new request id, same key and payload) gets that receipt instead of a second execution.
+
+When the database itself fails (locked, full, an I/O error, a damaged page:
+:class:`~piwf.errors.StateUnavailableError`) the transaction is rolled back and the answer is
+``unavailable`` with nothing stored, because nothing could be: a retry under the same key runs
+the command afresh once the cause is gone. When this server's epoch is no longer live, the
+answer is ``unavailable`` too and ``on_epoch_lost`` stops the server at once.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from piwf import faults
-from piwf.errors import PiwfError, StateBusyError
+from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
 from piwf.protocol.client_v1 import ErrorInfo, Outcome, Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
+from piwf.server.failures import log_failure
 from piwf.state import StateDatabase, Transaction
 from piwf.state.commands import Fresh, Replay, Reused, lookup_command, store_command
 from piwf.state.enums import CommandOutcome
-from piwf.state.server_epoch import ServerClaim, verify_server_claim
+from piwf.state.server_epoch import SERVER_RESOURCE, ServerClaim, verify_server_claim
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,8 @@ class DurableCommands:
     db: StateDatabase
     claim: ServerClaim
     on_committed: list[Callable[[], None]] = field(default_factory=list)
+    #: Called when a command finds this server's epoch lost (the lifecycle stops the server).
+    on_epoch_lost: Callable[[ClaimLostError], None] = lambda _error: None
 
     @contextmanager
     def fenced_write(self) -> Iterator[Transaction]:
@@ -74,7 +83,10 @@ class DurableCommands:
             yield tx
 
     def lookup(self, request: Request) -> Response | None:
-        """Return the answer for a replayed or reused command, or None when it is new."""
+        """Return the answer for a replayed or reused command, or None when it is new.
+
+        Raises :class:`StateUnavailableError` when the database cannot be read.
+        """
         with self.db.read() as tx:
             found = lookup_command(
                 tx,
@@ -89,8 +101,10 @@ class DurableCommands:
         """Run ``change`` once per idempotency key and return the answer to send.
 
         ``change`` runs inside the transaction and must not commit; a :class:`PiwfError` it
-        raises is stored as a ``rejected`` receipt. A busy or failing database answers
-        ``unavailable`` with nothing stored, so the client may retry.
+        raises is stored as a ``rejected`` receipt. A busy or failing database
+        (:class:`StateUnavailableError`) and a lost server epoch answer ``unavailable`` with
+        nothing stored, so the client may retry. Any other exception propagates with nothing
+        stored (the handler boundary answers it).
         """
         try:
             with self.fenced_write() as tx:
@@ -107,13 +121,20 @@ class DurableCommands:
                 try:
                     with tx.savepoint() as step:
                         result = change(step)
-                except StateBusyError:
-                    raise
+                except StateUnavailableError:
+                    raise  # the file failed: this transaction cannot store anything
                 except PiwfError as error:
                     result = CommandResult.failed("rejected", error)
                 self._store(tx, request, result)
                 faults.point("cmd.before_commit")
-        except StateBusyError as error:
+        except StateUnavailableError as error:
+            log_failure(request.operation, error)
+            return _response(request.request_id, CommandResult.failed("unavailable", error))
+        except ClaimLostError as error:
+            if error.resource_id != SERVER_RESOURCE:
+                raise
+            log_failure(request.operation, error)
+            self.on_epoch_lost(error)
             return _response(request.request_id, CommandResult.failed("unavailable", error))
         return _response(request.request_id, result)
 

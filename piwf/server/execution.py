@@ -17,6 +17,11 @@ Duties, each driven by the server loop::
                it: a new claim (generation + 1), then its effects; every ``poll_s``
 
 Capacity counts pending launches. Renewal, cancellation and cleanup never wait for a slot.
+
+While the database cannot serve (a full disk, an I/O error: ``StateUnavailableError``) a
+child's call, its ready report, its launch records and its exit record are retried after a
+growing delay (0.1 s to 2 s) instead of being answered or dropped: the child waits, keeps its
+slot, and goes on once space is back; the periodic duties simply try again on their next tick.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import secrets
 import selectors
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,10 +41,11 @@ from pydantic import ValidationError
 
 from piwf import canonical, faults
 from piwf.canonical import JsonValue
-from piwf.errors import ClaimLostError, PiwfError
+from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
 from piwf.protocol import content
 from piwf.protocol.runner_v1 import CallResponse, ChildMessage, Command, Launch
 from piwf.server.content_transfer import ContentTransfer
+from piwf.server.failures import RetryDelay, retry_later
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.pipes import PipeClosedError, PipeOverflowError
 from piwf.server.processes import is_alive
@@ -112,6 +118,8 @@ class ActiveRun:
     #: Set when the runner broke the runner protocol: the broken rule, never a payload value.
     protocol_rejection: str | None = None
     ready_timer: Timer | None = None
+    #: Delays between retries of this generation's writes while the database cannot serve.
+    state_retry: RetryDelay = field(default_factory=RetryDelay)
 
     @property
     def run_id(self) -> str:
@@ -306,9 +314,11 @@ class Executor:
             log.warning("scheduling failed: %s", error)
             return None
 
-    def _launch(self, launch: RunLaunch) -> None:
-        runner_epoch = f"runner-{secrets.token_hex(8)}"
-        active = ActiveRun(launch, launch.claim, runner_epoch, ContentTransfer(self.db))
+    def _launch(self, launch: RunLaunch, retried: ActiveRun | None = None) -> None:
+        active = retried or ActiveRun(
+            launch, launch.claim, f"runner-{secrets.token_hex(8)}", ContentTransfer(self.db)
+        )
+        runner_epoch = active.runner_epoch
         self.active[launch.run_id] = active
         try:
             with self.db.write() as tx:
@@ -323,19 +333,47 @@ class Executor:
                 )
             if isinstance(recorded, Conflict):
                 raise PiwfError(f"runner launch refused: {recorded.evidence}")
+        except StateUnavailableError as error:
+            self._retry_later(
+                active, "recording its launch", error, lambda: self._launch(launch, active)
+            )
+            return
         except PiwfError as error:
             log.warning("launching run %s failed: %s", launch.run_id, error)
             self.active.pop(launch.run_id, None)
             return
         faults.point("runner.after_launch_record")
         project = envelope.project_path
-        handle = self.supervisor.start(
-            runner_epoch,
-            RUNNER_MODULE,
-            cwd=Path(project) if project else None,
-            on_exit=lambda finished: self._exited(active, finished),
-        )
+        try:
+            handle = self.supervisor.start(
+                runner_epoch,
+                RUNNER_MODULE,
+                cwd=Path(project) if project else None,
+                on_exit=lambda finished: self._exited(active, finished),
+            )
+        except OSError as error:
+            # No child: the slot is freed and the claimed run waits for its claim to expire.
+            log.warning(
+                "run %s: its runner could not be started: %s", launch.run_id, error.strerror
+            )
+            self.active.pop(launch.run_id, None)
+            return
         active.handle = handle
+        if not self._record_process(active):
+            return
+        self.loop.selector.register(handle.channel.fd, selectors.EVENT_READ, self._io(active))
+        active.ready_timer = self.loop.call_later(
+            self.settings.ready_timeout_s, lambda: self._ready_overdue(active)
+        )
+        self._send(active, envelope.encode())
+
+    def _record_process(self, active: ActiveRun) -> bool:
+        """Record the child's pid and start identity; False when the child is being stopped.
+
+        While the database cannot serve, the record is retried later and the child goes on.
+        """
+        handle = active.handle
+        assert handle is not None
         try:
             with self.db.write() as tx:
                 active.claim = renew_claim(tx, active.claim, self.settings.run_lease_ms)
@@ -343,20 +381,32 @@ class Executor:
                     ex.record_runner_process(
                         tx,
                         active.claim,
-                        runner_epoch,
+                        active.runner_epoch,
                         handle.pid,
                         handle.identity,
                         lease_ms=self.settings.run_lease_ms,
                     )
+        except StateUnavailableError as error:
+            self._retry_later(
+                active, "recording its runner", error, lambda: self._record_process(active)
+            )
         except PiwfError as error:
-            log.warning("run %s: recording its runner failed: %s", launch.run_id, error)
+            log.warning("run %s: recording its runner failed: %s", active.run_id, error)
             self._stop(active, RunnerStatus.CLAIM_LOST)
-            return
-        self.loop.selector.register(handle.channel.fd, selectors.EVENT_READ, self._io(active))
-        active.ready_timer = self.loop.call_later(
-            self.settings.ready_timeout_s, lambda: self._ready_overdue(active)
-        )
-        self._send(active, envelope.encode())
+            return False
+        return True
+
+    def _retry_later(
+        self,
+        active: ActiveRun,
+        what: str,
+        error: StateUnavailableError,
+        again: Callable[[], object],
+    ) -> None:
+        """Retry ``again`` later while ``active`` is still this run's generation here."""
+        log.warning("run %s: %s failed (%s); retrying", active.run_id, what, error.code)
+        wanted = lambda: self.active.get(active.run_id) is active  # noqa: E731
+        retry_later(self.loop.call_later, active.state_retry, wanted, again)
 
     def _envelope(self, tx: Transaction, launch: RunLaunch, runner_epoch: str) -> Launch:
         sources = list_run_sources(tx, launch.run_id)
@@ -440,6 +490,13 @@ class Executor:
         if active.ready_timer is not None:
             active.ready_timer.cancel()
         try:
+            self._send_command(active)
+        except StateUnavailableError as error:  # the child waits for its command meanwhile
+            self._retry_later(active, "marking it ready", error, lambda: self._ready(active))
+
+    def _send_command(self, active: ActiveRun) -> None:
+        """Mark the runner ready (a repeat is adopted) and send its one command."""
+        try:
             with self.db.write() as tx:
                 result = ex.mark_runner_ready(
                     tx, active.claim, active.runner_epoch, lease_ms=self.settings.run_lease_ms
@@ -486,6 +543,15 @@ class Executor:
         self.run_changed(active.run_id)
 
     def _call(self, active: ActiveRun, message: ChildMessage) -> None:
+        """Serve one call; while the database cannot serve, the child waits for its answer
+        and the same call is served again later (it committed nothing)."""
+        try:
+            self._serve_call(active, message)
+        except StateUnavailableError as error:
+            what = f"serving {message.operation}"
+            self._retry_later(active, what, error, lambda: self._call(active, message))
+
+    def _serve_call(self, active: ActiveRun, message: ChildMessage) -> None:
         assert message.message_id is not None
         operation = message.operation
         payload = message.payload or {}
@@ -494,6 +560,8 @@ class Executor:
             return
         try:
             payload = active.transfer.resolve(payload)
+        except StateUnavailableError:
+            raise
         except PiwfError as error:
             self._respond(active, message.message_id, "rejected", error=str(error))
             return
@@ -525,6 +593,8 @@ class Executor:
             active.server_lost_claim = True
             self._stop(active, RunnerStatus.CLAIM_LOST)
             return
+        except StateUnavailableError:
+            raise
         except PiwfError as error:
             self._respond(active, message.message_id, "rejected", error=str(error))
             return
@@ -593,6 +663,8 @@ class Executor:
             else:
                 active.transfer.receive_part(payload)
                 result = {"received": True}
+        except StateUnavailableError:
+            raise
         except PiwfError as error:
             self._respond(active, message_id, "rejected", error=str(error))
             return
@@ -714,6 +786,11 @@ class Executor:
                     claim=None if active.server_lost_claim else active.claim,
                     protocol_rejection=active.protocol_rejection,
                 )
+        except StateUnavailableError as error:
+            # Keep the slot and the claim (renewed meanwhile) until the exit is recorded.
+            again = lambda: self._exited(active, handle)  # noqa: E731
+            self._retry_later(active, "recording its runner exit", error, again)
+            return
         except PiwfError as error:
             log.warning("run %s: recording its runner exit failed: %s", active.run_id, error)
         faults.point("runner.after_exit_commit")

@@ -7,17 +7,22 @@ Each handler receives the parsed request and a ``reply`` callback. Reads answer 
 read snapshot; durable operations go through :class:`~piwf.server.commands.DurableCommands`, so
 their receipt commits with their change before the answer is sent. ``run.start`` waits for a
 resolver child and ``run.wait`` for a run to finish; both answer later through ``reply``.
+
+:meth:`Handlers.handle` is the boundary: whatever a handler raises (a damaged or full
+database, an OS error, a bug) is answered at once with a typed error and logged in one safe
+line (:mod:`piwf.server.failures`); no request is left waiting for its client's timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from piwf._version import __version__
-from piwf.errors import PiwfError, RunCommandError
-from piwf.protocol.client_v1 import Request
+from piwf.errors import BackupError, RunCommandError, StateUnavailableError
+from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.payloads import (
     AnswerPayload,
     BackupReceipt,
@@ -39,6 +44,7 @@ from piwf.server import answers, maintenance
 from piwf.server.commands import CommandResult
 from piwf.server.content_reads import ContentReads
 from piwf.server.context import ServerContext
+from piwf.server.failures import answering, failure_response, log_failure
 from piwf.server.loop import Reply
 from piwf.server.replies import (
     InvalidPayloadError,
@@ -99,7 +105,11 @@ class Handlers:
         }
 
     def handle(self, request: Request, reply: Reply) -> None:
-        """Dispatch one request; unsupported operations are rejected, never ignored."""
+        """Dispatch one request; unsupported operations are rejected, never ignored.
+
+        Anything the handler raises becomes a typed answer at once (``unavailable`` for a
+        database that cannot serve, ``rejected`` otherwise; see :mod:`piwf.server.failures`).
+        """
         handler = self.table.get(request.operation)
         if handler is None:
             reply(
@@ -111,10 +121,11 @@ class Handlers:
                 )
             )
             return
-        try:
-            handler(request, reply)
-        except InvalidPayloadError as error:
-            reply(error_response(request, "rejected", error.code, str(error)))
+        with answering(request, reply):
+            try:
+                handler(request, reply)
+            except InvalidPayloadError as error:
+                reply(error_response(request, "rejected", error.code, str(error)))
 
     def notify_run_changed(self, run_id: str) -> None:
         """Answer the ``run.wait`` requests of a run that became terminal."""
@@ -151,12 +162,18 @@ class Handlers:
         reply(ok(request, status))
 
     def server_stop(self, request: Request, reply: Reply) -> None:
+        """Store the stop receipt and answer, then stop; the server stops even when the receipt
+        cannot be stored (a full or damaged database): it answers that error first."""
         payload_of(request, EmptyPayload)
-        response = self.context.commands.execute(
-            request, lambda _tx: CommandResult.accepted(StopReceipt(stopping=True).to_wire())
-        )
+        try:
+            response = self.context.commands.execute(
+                request, lambda _tx: CommandResult.accepted(StopReceipt(stopping=True).to_wire())
+            )
+        except Exception as error:
+            response = failure_response(request, error)
+        finally:
+            self.context.request_stop()
         reply(response)
-        self.context.request_stop()
 
     # -- checkpoints and decisions --------------------------------------------------------
 
@@ -239,6 +256,12 @@ class Handlers:
         reply(ok(request, receipt))
 
     def state_backup(self, request: Request, reply: Reply) -> None:
+        """Write a verified backup, then store its receipt.
+
+        A destination to fix is a stored ``rejected`` (``backupFailed``): a retry under the same
+        key gets the same answer. A full disk or an I/O error is ``unavailable`` with nothing
+        stored, so the same key succeeds once space is back.
+        """
         payload = payload_of(request, StateBackupPayload)
         earlier = self.context.commands.lookup(request)
         if earlier is not None:
@@ -246,7 +269,11 @@ class Handlers:
             return
         try:
             report = backup_database(self.context.db, Path(payload.destination))
-        except PiwfError as error:
+        except StateUnavailableError as error:
+            reply(failure_response(request, error))
+            return
+        except BackupError as error:
+            log_failure(request.operation, error)
             reply(self.context.commands.store(request, CommandResult.failed("rejected", error)))
             return
         receipt = BackupReceipt(destination=str(report.destination), bytes=report.byte_length)
@@ -259,7 +286,8 @@ class Handlers:
 
     def state_prune(self, request: Request, reply: Reply) -> None:
         """Back up (verified) to a new absolute path, then delete every expired tree in the
-        transaction of the receipt; a failed backup is a stored rejection, nothing deleted."""
+        transaction of the receipt. A backup destination to fix is a stored rejection, a full
+        disk ``unavailable`` with nothing stored; either way nothing is deleted."""
         payload = payload_of(request, StatePrunePayload)
         earlier = self.context.commands.lookup(request)
         if earlier is not None:
@@ -267,16 +295,28 @@ class Handlers:
             return
         try:
             copy = backup_database(self.context.db, Path(payload.backup))
-        except PiwfError as error:
+        except StateUnavailableError as error:
+            reply(failure_response(request, error))
+            return
+        except BackupError as error:
+            log_failure(request.operation, error)
             reply(self.context.commands.store(request, CommandResult.failed("rejected", error)))
             return
         made = BackupReceipt(destination=str(copy.destination), bytes=copy.byte_length)
-        response = self.context.commands.execute(
-            request,
-            lambda tx: CommandResult.accepted(
-                maintenance.apply_prune(tx, payload.before, made).to_wire()
-            ),
-        )
+        response: Response | None = None
+        try:
+            response = self.context.commands.execute(
+                request,
+                lambda tx: CommandResult.accepted(
+                    maintenance.apply_prune(tx, payload.before, made).to_wire()
+                ),
+            )
+        finally:
+            if response is None or response.outcome == "unavailable":
+                # Nothing was deleted and nothing stored: take the backup back too, so a retry
+                # under the same key (and destination) runs afresh once the database can.
+                with contextlib.suppress(OSError):
+                    copy.destination.unlink()
         reply(response)
         if response.outcome == "accepted":
             log.info("prune: deleted %s tree(s)", (response.receipt or {}).get("treeCount"))

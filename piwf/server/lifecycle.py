@@ -75,7 +75,7 @@ def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
         identity = own_identity()
         lock = InstanceLock(paths.lock)
         lock.acquire(identity)
-        db = StateDatabase(paths.database)
+        db = StateDatabase(paths.database, quick_check_s=settings.quick_check_s)
         claim, previous_server_id = _take_epoch(db, settings, identity)
         faults.point("server.after_epoch")
         recover_previous_server(
@@ -127,12 +127,12 @@ class Server:
         self.socket_inode = settings.paths.socket.stat().st_ino
         self.loop = EventLoop()
         self.loop.install_signal_handlers()
-        self.commands = DurableCommands(db, claim)
+        self.commands = DurableCommands(db, claim, on_epoch_lost=self._epoch_lost)
         self.clients: ClientListener
         self.executor = Executor(
             db=db,
             loop=self.loop,
-            server_claim=self.current_claim,
+            server_claim=lambda: self.claim,
             log_dir=settings.paths.server_dir / "runners",
             settings=ExecutionSettings(
                 max_workers=settings.max_workers,
@@ -153,7 +153,7 @@ class Server:
             db=db,
             loop=self.loop,
             supervisor=self.executor.supervisor,
-            server_claim=self.current_claim,
+            server_claim=lambda: self.claim,
             home=settings.paths.home,
             settings=ReconcileSettings(
                 lease_ms=settings.run_lease_ms,
@@ -188,7 +188,7 @@ class Server:
             loop=self.loop,
             executor=self.executor,
             resolvers=self.resolvers,
-            server_claim=self.current_claim,
+            server_claim=lambda: self.claim,
             settings=RetentionSettings.from_server(settings),
         )
         self.executor.on_runner_exit = self.retention.request
@@ -213,6 +213,7 @@ class Server:
             output_stall_deadline_s=settings.output_stall_deadline_s,
         )
         self.loop.every(settings.server_renew_s, self._renew_epoch)
+        self.loop.on_wake.append(self._keep_epoch)
         if settings.idle_exit_s > 0:
             self.loop.every(min(settings.idle_exit_s / 4, 5.0), self._exit_if_idle)
 
@@ -253,11 +254,15 @@ class Server:
             connection_id=connection_id, package_version=__version__, server_epoch=self.claim.epoch
         )
 
-    def current_claim(self) -> ServerClaim:
-        """This server's epoch claim, taken anew first if its lease lapsed (see below)."""
+    def _keep_epoch(self) -> None:
+        """Renew the epoch at once if its lease has lapsed (a wake duty of the loop).
+
+        After a stop or starvation past the server lease, the first thing the server does is
+        renew or re-take its epoch, before it serves what arrived meanwhile: commands and runner
+        calls then find a live epoch instead of failing ``claimLost``.
+        """
         if self.claim_held and self.claim.expires_at <= self.db.clock.now_ms():
             self._renew_epoch()
-        return self.claim
 
     def _renew_epoch(self) -> None:
         """Renew the epoch lease; take epoch + 1 if it lapsed; stop if another server owns it.
@@ -273,9 +278,7 @@ class Server:
                 self.claim = renew_server_claim(tx, self.claim, self.settings.server_lease_ms)
         except ClaimLostError as error:
             if error.reason != "expired" or not self._retake_epoch():
-                log.error("server epoch lost (%s); stopping without further writes", error.reason)
-                self.claim_held = False
-                self.request_stop()
+                self._epoch_lost(error)
         except PiwfError as error:
             log.warning("server epoch renewal failed: %s", error)
         self.commands.claim = self.claim
@@ -305,6 +308,13 @@ class Server:
         self.claim = taken.value
         self.commands.claim = self.claim
         return True
+
+    def _epoch_lost(self, error: ClaimLostError) -> None:
+        """Another server owns the state now, or this one's lease ran out: stop at once."""
+        if self.claim_held:
+            log.error("server epoch lost (%s); stopping without further writes", error.reason)
+        self.claim_held = False
+        self.request_stop()
 
     def _exit_if_idle(self) -> None:
         if self.clients.connections or self.resolvers.active or self.executor.active:

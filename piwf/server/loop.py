@@ -87,6 +87,8 @@ class EventLoop:
         self._timers: list[Timer] = []
         self._sequence = itertools.count()
         self.stop_requested = False
+        #: Called after every wait, before the turn's I/O and timers (see :meth:`run_once`).
+        self.on_wake: list[Callable[[], None]] = []
         self._signals_seen: list[int] = []
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_reader.setblocking(False)
@@ -106,18 +108,29 @@ class EventLoop:
         return timer
 
     def every(self, interval_s: float, callback: Callable[[], None]) -> None:
-        """Run ``callback`` every ``interval_s`` seconds until the loop stops."""
+        """Run ``callback`` every ``interval_s`` seconds until the loop stops, even after a run
+        that raised (a duty that fails while the disk is full must retry, not end)."""
 
         def tick() -> None:
-            callback()
-            if not self.stop_requested:
-                self.call_later(interval_s, tick)
+            try:
+                callback()
+            finally:
+                if not self.stop_requested:
+                    self.call_later(interval_s, tick)
 
         self.call_later(interval_s, tick)
 
     def run_once(self) -> None:
-        """One turn: wait, dispatch I/O, then run due timers."""
-        for key, mask in self.selector.select(self._wait_timeout()):
+        """One turn: wait, run the wake duties, dispatch I/O, then run due timers.
+
+        Wake duties (:attr:`on_wake`) run first after every wait, before any I/O or timer of
+        that turn is served: a process that was stopped or starved inside ``select`` checks its
+        leases before it acts on what arrived meanwhile.
+        """
+        events = self.selector.select(self._wait_timeout())
+        for duty in self.on_wake:
+            _contained(duty)
+        for key, mask in events:
             callback: IoCallback = key.data
             _contained(callback, mask)
         self._run_due_timers()
@@ -491,9 +504,15 @@ class ClientListener:
 
 
 def _contained(callback: Callable[..., None], *args: int) -> None:
-    """Run one loop callback; a bug in one must not stop the server serving the others."""
+    """Run one loop callback; a bug in one must not stop the server serving the others.
+
+    A typed error (a database that cannot serve) is one line with its code; only a bug's
+    traceback is logged.
+    """
     try:
         callback(*args)
+    except PiwfError as error:
+        log.warning("a server callback failed: %s", error.code)
     except Exception:
         log.exception("a server callback failed")
 

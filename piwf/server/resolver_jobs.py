@@ -26,6 +26,7 @@ from piwf.server.child_link import ChildLink
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.pipes import PipeClosedError, PipeOverflowError
 from piwf.server.supervisor import ChildHandle, Supervisor
+from piwf.state.failures import os_reason
 
 log = logging.getLogger("piwf.server")
 
@@ -76,9 +77,10 @@ class ResolverJobs:
                 cwd=Path(project) if isinstance(project, str) else None,
                 on_exit=lambda exited: self._exited(job, exited),
             )
-        except OSError as error:
-            log.warning("a resolver child could not be started: %s", error)
-            failure = ResolverFailedError(f"the resolver could not be started: {error}")
+        except OSError as error:  # its text names the project directory: a payload field
+            reason = os_reason(error)
+            log.warning("a resolver child could not be started: %s", reason)
+            failure = ResolverFailedError(f"the resolver could not be started: {reason}")
             self.loop.call_later(0, lambda: self._finish(job, failure))
             return
         job.handle = handle

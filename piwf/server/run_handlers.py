@@ -2,6 +2,8 @@
 
 ``run.start`` waits for a resolver child before it commits; ``run.wait`` parks until the run is
 terminal. Controls (cancel, pause) commit with their receipt and only then stop the run's child.
+The deferred answers (a resolver's reply, a ``run.wait`` timer) are guarded like the handlers:
+a failure is answered with a typed error (:mod:`piwf.server.failures`), never left waiting.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import re
 from collections.abc import Callable
 
 from piwf.canonical import JsonValue
-from piwf.errors import PiwfError, RunCommandError, WorkflowLoadError
+from piwf.errors import PiwfError, RunCommandError, StateUnavailableError, WorkflowLoadError
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
 from piwf.protocol.payloads import (
@@ -29,6 +31,7 @@ from piwf.server import answers
 from piwf.server.commands import CommandResult
 from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext, Waiter
+from piwf.server.failures import answering, failure_response
 from piwf.server.loop import Reply
 from piwf.server.replies import (
     InvalidPayloadError,
@@ -109,13 +112,25 @@ class RunHandlers:
         waiting = self.context.starts_in_flight.pop(key, [])
         if not waiting:
             return
+        try:
+            self._answer_start(waiting, payload, result)
+        except Exception as error:  # every joined start is answered; replies already sent stay
+            for request, reply in waiting:
+                reply(failure_response(request, error))
+        self._run_deferred(waiting[0][0])
+
+    def _answer_start(
+        self,
+        waiting: list[tuple[Request, Reply]],
+        payload: RunStartPayload,
+        result: dict[str, JsonValue] | PiwfError,
+    ) -> None:
         first_request, _ = waiting[0]
         if isinstance(result, PiwfError):
             # The resolver died or overran: nothing was decided about this command, so it is
             # answered `unavailable` with no receipt and a retry under the same key runs again.
             for request, reply in waiting:
                 reply(error_response(request, "unavailable", result.code, str(result)))
-            self._run_deferred(first_request)
             return
         if result.get("ok") is not True:
             error = resolver_error(result)
@@ -131,7 +146,6 @@ class RunHandlers:
             else:
                 answer = self.context.commands.lookup(request)
                 reply(answer if answer is not None else response)
-        self._run_deferred(first_request)
 
     def _run_deferred(self, start: Request) -> None:
         """Run the controls that waited for this start, before the scheduler can admit it."""
@@ -272,21 +286,29 @@ class RunHandlers:
         def expire() -> None:
             still_waiting = [w for w in waiters if w.request_id != request.request_id]
             waiters[:] = still_waiting
-            self._answer_wait(request, reply, run_id, timed_out=True)
+            with answering(request, reply):
+                self._answer_wait(request, reply, run_id, timed_out=True)
 
         timer = self.context.loop.call_later(payload.timeout_ms / 1000, expire)
         waiters.append(Waiter(reply, request.request_id, timer))
 
     def notify_run_changed(self, run_id: str) -> None:
-        """Answer every ``run.wait`` on ``run_id`` if the run is now terminal."""
+        """Answer every ``run.wait`` on ``run_id`` if the run is now terminal.
+
+        Never raises for a database that cannot be read: the waiters are then answered by their
+        own timers, and the caller (a runner's exit) goes on.
+        """
         waiters = self.context.waiters.get(run_id)
         if not waiters:
             return
-        with self.context.db.read() as tx:
-            view = run_store.get_run(tx, run_id)
-            if view is None or view.finished_at is None:
-                return
-            receipt = wait_receipt(tx, view, timed_out=False).to_wire()
+        try:
+            with self.context.db.read() as tx:
+                view = run_store.get_run(tx, run_id)
+                if view is None or view.finished_at is None:
+                    return
+                receipt = wait_receipt(tx, view, timed_out=False).to_wire()
+        except StateUnavailableError:
+            return
         for waiter in self.context.waiters.pop(run_id, []):
             waiter.timer.cancel()
             waiter.reply(

@@ -145,6 +145,11 @@ class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
     ) -> None:
         super().__init__(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
 
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """Drop a line that cannot be written (a full disk) instead of printing a traceback to
+        stderr: losing one log line must not cost more than the line."""
+        return
+
     def _open(self) -> io.TextIOWrapper:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
         descriptor = os.open(self.baseFilename, flags, FILE_MODE)

@@ -75,6 +75,8 @@ class ServerSettings:
     retention_vacuum_min_bytes: int = 64 * 1024 * 1024
     #: Start children by forking a pre-imported zygote (docs/EXECUTION.md); off: spawn each.
     zygote: bool = True
+    #: At most this long on ``PRAGMA quick_check`` when the database opens (0: skip it).
+    quick_check_s: float = 2.0
 
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
@@ -84,7 +86,7 @@ class ServerSettings:
         ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
         ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RETENTION_DAYS``, ``RETENTION_RETRY_S``,
         ``RETENTION_INTERVAL_S``, ``RETENTION_VACUUM_MIN_BYTES``, ``RECONCILE_GRACE_S``,
-        ``ZYGOTE`` (``0`` or ``1``)); ``overrides`` win."""
+        ``ZYGOTE`` (``0`` or ``1``), ``QUICK_CHECK_S``); ``overrides`` win."""
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
@@ -108,6 +110,7 @@ class ServerSettings:
                 "PIWF_RETENTION_VACUUM_MIN_BYTES", 64 * 1024 * 1024
             ),
             "zygote": _env_flag("PIWF_ZYGOTE", True),
+            "quick_check_s": _env_float("PIWF_QUICK_CHECK_S", 2.0),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)  # type: ignore[arg-type]

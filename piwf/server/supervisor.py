@@ -52,6 +52,7 @@ from typing import Protocol
 import psutil
 
 from piwf.config import FILE_MODE, MAX_FRAME_BYTES, ensure_private_dir
+from piwf.server.failures import log_failure
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.pipes import PipeChannel
 from piwf.server.processes import (
@@ -62,6 +63,7 @@ from piwf.server.processes import (
     signal_processes,
     start_identity,
 )
+from piwf.state.failures import state_error_of_os
 
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 
@@ -402,8 +404,14 @@ class Supervisor:
     def _capture(self, handle: ChildHandle, data: bytes) -> None:
         room = handle.output_cap - handle.captured
         if room > 0:
-            with open(handle.log_path, "ab") as log:
-                log.write(data[:room])
+            try:
+                with open(handle.log_path, "ab") as log:
+                    log.write(data[:room])
+            except OSError as error:  # a full disk costs these bytes of output, nothing more
+                log_failure(
+                    f"capturing the output of {handle.name}",
+                    state_error_of_os(error, "writing captured output"),
+                )
         handle.captured += len(data)
         if handle.captured > handle.output_cap and not handle.flooded:
             handle.flooded = True

@@ -18,16 +18,30 @@ Transactions are explicit: :meth:`StateDatabase.write` opens ``BEGIN IMMEDIATE``
 deferred read that later writes), :meth:`StateDatabase.read` a consistent read snapshot. A
 helper that receives a :class:`Transaction` never commits; nested ``write()``/``read()`` calls
 join the outer transaction.
+
+Failures of the file itself never leave SQLite's own exceptions to the caller and never leave
+the connection inside a transaction::
+
+    a statement, BEGIN or COMMIT fails with SQLITE_FULL / IOERR / CORRUPT / BUSY ...
+      -> ROLLBACK (SQLite may already have rolled back: then nothing to do)
+      -> ROLLBACK failed too: the connection is closed and reopened before the next transaction
+      -> raise the typed StateUnavailableError (piwf.state.failures), nothing committed
+
+so the next transaction starts on a clean, usable connection once the cause (a full disk) is
+gone. A writer open of an existing file also runs ``PRAGMA quick_check`` for at most
+``quick_check_s`` seconds (:data:`QUICK_CHECK_BUDGET_S`), so a damaged file is refused with
+:class:`StateCorruptError` before any client is served.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import sqlite3
 import stat
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -41,8 +55,11 @@ from piwf.errors import (
     InvalidTransitionError,
     ReadOnlyStateError,
     StateBusyError,
+    StateUnavailableError,
     UnsafeStateHomeError,
 )
+from piwf.state.failures import state_error_of_sqlite
+from piwf.state.open_check import QUICK_CHECK_BUDGET_S, bounded_quick_check
 from piwf.state.schema import (
     APPLICATION_ID,
     SCHEMA_DIGEST,
@@ -54,6 +71,8 @@ from piwf.state.wal import refuse_foreign_wal
 
 Mode = Literal["read-write", "read-only"]
 SqlParams = Sequence[Any] | dict[str, Any]
+
+log = logging.getLogger("piwf.state")
 
 BUSY_TIMEOUT_MS = 5000
 WAL_AUTOCHECKPOINT_PAGES = 1000
@@ -85,43 +104,59 @@ class Transaction:
         self.writable = writable
 
     def execute(self, sql: str, params: SqlParams = ()) -> sqlite3.Cursor:
-        """Run one statement and return its cursor."""
-        return self.connection.execute(sql, params)
+        """Run one statement and return its cursor.
+
+        Raises a :class:`~piwf.errors.StateUnavailableError` when the file fails (full, I/O,
+        damaged, locked); SQLite's other errors (constraints) are raised unchanged.
+        """
+        with _typed_failures(self.writable):
+            return self.connection.execute(sql, params)
 
     def one(self, sql: str, params: SqlParams = ()) -> sqlite3.Row | None:
         """Return the first row of a query, or None."""
-        row: sqlite3.Row | None = self.connection.execute(sql, params).fetchone()
+        with _typed_failures(self.writable):
+            row: sqlite3.Row | None = self.connection.execute(sql, params).fetchone()
         return row
 
     def all(self, sql: str, params: SqlParams = ()) -> list[sqlite3.Row]:
         """Return every row of a query."""
-        return list(self.connection.execute(sql, params).fetchall())
+        with _typed_failures(self.writable):
+            return list(self.connection.execute(sql, params).fetchall())
 
     def scalar(self, sql: str, params: SqlParams = ()) -> Any:
         """Return the first column of the first row, or None when there is no row."""
-        row = self.connection.execute(sql, params).fetchone()
+        with _typed_failures(self.writable):
+            row = self.connection.execute(sql, params).fetchone()
         return None if row is None else row[0]
 
     @contextmanager
     def savepoint(self) -> Iterator[Transaction]:
-        """Run a nested step that is undone alone if it raises (the outer transaction goes on)."""
+        """Run a nested step that is undone alone if it raises (the outer transaction goes on).
+
+        When the step failed because the file did (SQLite may then have rolled the whole
+        transaction back), the step's error is raised as it is and the outer transaction,
+        which cannot go on, is rolled back by its scope.
+        """
         name = f"piwf_{next(_SAVEPOINTS)}"
-        self.connection.execute(f"SAVEPOINT {name}")
+        self.execute(f"SAVEPOINT {name}")
         try:
             yield self
-        except BaseException:
-            self.connection.execute(f"ROLLBACK TO {name}")
-            self.connection.execute(f"RELEASE {name}")
+        except BaseException as error:
+            if not isinstance(error, StateUnavailableError) and self.connection.in_transaction:
+                self.execute(f"ROLLBACK TO {name}")
+                self.execute(f"RELEASE {name}")
             raise
-        self.connection.execute(f"RELEASE {name}")
+        self.execute(f"RELEASE {name}")
 
 
 class StateDatabase:
     """The piwf state database, opened read-write (the server) or read-only (tools).
 
     Raises :class:`IncompatibleStateError` (file untouched, no -wal/-shm created) when the
-    file is not a piwf database of this exact schema, and :class:`UnsafeStateHomeError` when
-    the home or the file has unsafe ownership, links or permissions.
+    file is not a piwf database of this exact schema, :class:`UnsafeStateHomeError` when the
+    home or the file has unsafe ownership, links or permissions, and
+    :class:`StateCorruptError` when a read-write open's bounded ``quick_check`` (at most
+    ``quick_check_s`` seconds; 0 skips it) finds damage.
     """
 
     def __init__(
@@ -130,6 +165,7 @@ class StateDatabase:
         mode: Mode = "read-write",
         *,
         clock: Clock | None = None,
+        quick_check_s: float = QUICK_CHECK_BUDGET_S,
     ) -> None:
         if mode not in ("read-write", "read-only"):
             raise ValueError(f"mode must be 'read-write' or 'read-only', not {mode!r}")
@@ -137,8 +173,10 @@ class StateDatabase:
         self.mode: Mode = mode
         self.clock: Clock = clock or SystemClock()
         self._transaction: Transaction | None = None
+        #: Set when a ROLLBACK failed: the next transaction first opens a fresh connection.
+        self._needs_reopen = False
         if mode == "read-write":
-            self._connection = _open_writer(self.path, self.clock)
+            self._connection = _open_writer(self.path, self.clock, quick_check_s=quick_check_s)
         else:
             self._connection = _open_reader(self.path)
 
@@ -176,22 +214,69 @@ class StateDatabase:
 
     @contextmanager
     def _transaction_scope(self, begin: str, writable: bool) -> Iterator[Transaction]:
-        connection = self._connection
-        _execute_translating_busy(connection, begin)
+        connection = self._usable_connection()
+        _execute_typed(connection, begin, writable)
         transaction = Transaction(connection, self.clock.now_ms(), writable)
         self._transaction = transaction
         try:
             yield transaction
-        except BaseException:
+        except BaseException as error:
             self._transaction = None
-            _rollback(connection)
-            raise
+            self._rollback()
+            typed = _typed(error, writable)
+            if typed is None:
+                raise
+            raise typed from None
         self._transaction = None
         try:
-            _execute_translating_busy(connection, "COMMIT")
+            _execute_typed(connection, "COMMIT", writable)
         except BaseException:
-            _rollback(connection)
+            self._rollback()
             raise
+
+    def _usable_connection(self) -> sqlite3.Connection:
+        """The connection, outside any transaction: reopened after a failed rollback, rolled
+        back if something left it inside one (a transaction never spans two scopes)."""
+        if self._needs_reopen:
+            self._reopen()
+        if self._connection.in_transaction:
+            self._rollback()
+            if self._needs_reopen:
+                self._reopen()
+        return self._connection
+
+    def _rollback(self) -> None:
+        """Roll back whatever is open; a connection that cannot is marked for a reopen."""
+        connection = self._connection
+        try:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+        except sqlite3.Error as error:
+            log.warning("rollback failed (%s); the connection will be reopened", _name_of(error))
+            self._needs_reopen = True
+        if connection.in_transaction:
+            self._needs_reopen = True
+
+    def _reopen(self) -> None:
+        """Replace the connection with a fresh one (its pragmas and identity checked again).
+
+        Raises the typed error of a failed open and stays marked, so the next transaction
+        tries again.
+        """
+        with suppress(sqlite3.Error):  # closing a connection that already failed
+            self._connection.close()
+        try:
+            if self.mode == "read-write":
+                self._connection = _open_writer(self.path, self.clock, quick_check_s=0)
+            else:
+                self._connection = _open_reader(self.path)
+        except sqlite3.Error as error:
+            typed = _typed(error, self.mode == "read-write")
+            if typed is None:
+                raise
+            raise typed from None
+        self._needs_reopen = False
+        log.info("state connection reopened")
 
     def pragma(self, name: str) -> Any:
         """Return the value of a read-only pragma (used by tests and diagnostics)."""
@@ -224,7 +309,7 @@ class StateDatabase:
         self.close()
 
 
-def _open_writer(path: Path, clock: Clock) -> sqlite3.Connection:
+def _open_writer(path: Path, clock: Clock, *, quick_check_s: float) -> sqlite3.Connection:
     ensure_private_dir(path.parent)
     existed = _check_database_file(path)
     if not existed:
@@ -237,6 +322,8 @@ def _open_writer(path: Path, clock: Clock) -> sqlite3.Connection:
         state = _read_identity(connection, path)
         if state == "empty":
             _initialise(connection, path, clock)
+        elif quick_check_s > 0:  # before WAL mode is set: a damaged file is left as it was
+            bounded_quick_check(connection, path, quick_check_s)
         _set_wal(connection, path)
         _read_identity(connection, path, require_complete=True)
     except BaseException:
@@ -426,6 +513,39 @@ def _execute_translating_busy(connection: sqlite3.Connection, sql: str) -> None:
                 f"the state database stayed locked for {BUSY_TIMEOUT_MS} ms"
             ) from None
         raise
+
+
+def _execute_typed(connection: sqlite3.Connection, sql: str, writable: bool) -> None:
+    """Run BEGIN or COMMIT; raise the typed error of a failure of the file."""
+    with _typed_failures(writable):
+        connection.execute(sql)
+
+
+@contextmanager
+def _typed_failures(writable: bool) -> Iterator[None]:
+    """Raise SQLite's failures of the file (full, I/O, damaged, locked) as typed errors."""
+    try:
+        yield
+    except sqlite3.Error as error:
+        typed = _typed(error, writable)
+        if typed is None:
+            raise
+        raise typed from None
+
+
+def _typed(error: BaseException, writable: bool) -> StateUnavailableError | None:
+    if not isinstance(error, sqlite3.Error):
+        return None
+    if isinstance(error, sqlite3.OperationalError) and (
+        "locked" in str(error) or "busy" in str(error)
+    ):
+        return StateBusyError(f"the state database stayed locked for {BUSY_TIMEOUT_MS} ms")
+    return state_error_of_sqlite(error, "writing the state" if writable else "reading the state")
+
+
+def _name_of(error: sqlite3.Error) -> str:
+    name = getattr(error, "sqlite_errorname", None)
+    return name if isinstance(name, str) else type(error).__name__
 
 
 def _rollback(connection: sqlite3.Connection) -> None:

@@ -18,7 +18,8 @@ from piwf.state.database import Transaction
 from piwf.state.leases import hash_token
 from piwf.state.results import Adopted, Applied, Conflict
 
-_SERVER_RESOURCE = "server"
+#: The ``resource_id`` of a :class:`ClaimLostError` about the server epoch itself.
+SERVER_RESOURCE = "server"
 
 _SELECT = """
 SELECT epoch, server_id, token_hash, pid, process_start_identity, expires_at
@@ -130,7 +131,7 @@ def renew_server_claim(tx: Transaction, claim: ServerClaim, lease_ms: int) -> Se
         (tx.now, expires_at, claim.epoch, claim.server_id, hash_token(claim.token), tx.now),
     )
     if cursor.rowcount != 1:
-        raise ClaimLostError(_loss_reason(tx, claim), _SERVER_RESOURCE, claim.epoch)
+        raise ClaimLostError(_loss_reason(tx, claim), SERVER_RESOURCE, claim.epoch)
     return ServerClaim(claim.epoch, claim.server_id, expires_at, claim.token)
 
 
@@ -146,7 +147,7 @@ def verify_server_claim(tx: Transaction, claim: ServerClaim) -> None:
         and current["expires_at"] > tx.now
     ):
         return
-    raise ClaimLostError(_loss_reason(tx, claim), _SERVER_RESOURCE, claim.epoch)
+    raise ClaimLostError(_loss_reason(tx, claim), SERVER_RESOURCE, claim.epoch)
 
 
 def release_server_claim(tx: Transaction, claim: ServerClaim) -> Applied[None] | Adopted[None]:
@@ -160,7 +161,7 @@ def release_server_claim(tx: Transaction, claim: ServerClaim) -> Applied[None] |
     current = read_server_owner(tx)
     if current.epoch == claim.epoch and current.server_id is None:
         return Adopted(None)
-    raise ClaimLostError(_loss_reason(tx, claim), _SERVER_RESOURCE, claim.epoch)
+    raise ClaimLostError(_loss_reason(tx, claim), SERVER_RESOURCE, claim.epoch)
 
 
 def _loss_reason(tx: Transaction, claim: ServerClaim) -> ClaimLostReason:

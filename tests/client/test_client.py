@@ -10,17 +10,22 @@ import pytest
 
 from piwf import launcher
 from piwf._version import __version__
-from piwf.client import Client, workflow_reference
+from piwf.client import OUTCOME_ERRORS, Client, workflow_reference
 from piwf.errors import (
+    BackupFailedError,
     ClaimLostCommandError,
     CommandError,
     ConflictError,
     IncompatibleServerError,
+    InternalServerError,
     NotFoundError,
     RejectedError,
     ServerError,
     ServerNotRunningError,
     ServerUnavailableError,
+    StateCorruptCommandError,
+    StateFullCommandError,
+    StateIoCommandError,
     UnavailableError,
 )
 from piwf.protocol import InvalidMessageError, Request
@@ -155,6 +160,33 @@ def test_non_success_outcomes_raise_typed_errors(
     assert caught.value.code == outcome
     assert caught.value.error_code == "runCommand"
     assert str(caught.value) == "run run-9 cannot do that"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code", "error_type"),
+    [
+        ("unavailable", "stateFull", StateFullCommandError),
+        ("unavailable", "stateIo", StateIoCommandError),
+        ("unavailable", "stateCorrupt", StateCorruptCommandError),
+        ("rejected", "backupFailed", BackupFailedError),
+        ("rejected", "internalError", InternalServerError),
+        # A code whose class does not fit the outcome keeps the outcome's class.
+        ("rejected", "stateFull", RejectedError),
+        ("unavailable", "backupFailed", UnavailableError),
+    ],
+)
+def test_error_codes_with_a_class_of_their_own_raise_it(
+    short_home: Path, outcome: Any, code: str, error_type: type[CommandError]
+) -> None:
+    def handler(conn: FakeConnection, request: Request) -> None:
+        conn.fail(request, outcome, code, "the reason")
+
+    with FakeServer(short_home, handler), client_for(short_home) as client:
+        with pytest.raises(CommandError) as caught:
+            client.cancel_run("run-9")
+    assert type(caught.value) is error_type
+    assert isinstance(caught.value, OUTCOME_ERRORS[outcome]), "the outcome's class still catches"
+    assert (caught.value.error_code, str(caught.value)) == (code, "the reason")
 
 
 def test_durable_request_is_resent_with_the_same_key_after_a_lost_connection(
