@@ -150,6 +150,8 @@ class StateCorruptError(StateUnavailableError):
     file). Retrying does not help: stop the server, then restore a backup or move the file."""
 
     code = "stateCorrupt"
+    #: SQLite's own description of the damage, when SQLite gave one.
+    sqlite_message: str | None = None
 
 
 class StaleRevisionError(StateError):

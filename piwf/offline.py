@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from piwf.errors import IncompatibleStateError, StateError
+from piwf.errors import IncompatibleStateError, StateCorruptError, StateError
 from piwf.state import StateDatabase
 from piwf.state.diagnostics import Violation, verify_database
 from piwf.state.file_damage import header_damage, sqlite_damage
@@ -68,7 +68,7 @@ def verify_file(path: Path) -> list[Violation]:
     try:
         with StateDatabase(path, mode="read-only") as database:
             return verify_database(database)
-    except IncompatibleStateError:
+    except (IncompatibleStateError, StateCorruptError):
         # Damage in the schema pages stops the identity check first: report it as damage.
         damage = sqlite_damage(path)
         if damage:

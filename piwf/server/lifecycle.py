@@ -255,13 +255,14 @@ class Server:
         )
 
     def _keep_epoch(self) -> None:
-        """Renew the epoch at once if its lease has lapsed (a wake duty of the loop).
+        """Renew the epoch now if less than half its lease is left (a wake duty of the loop).
 
-        After a stop or starvation past the server lease, the first thing the server does is
-        renew or re-take its epoch, before it serves what arrived meanwhile: commands and runner
-        calls then find a live epoch instead of failing ``claimLost``.
+        The timer renews it too, but a server that was stopped or starved inside ``select``
+        wakes with its lease lapsed and work waiting: renewing (or re-taking) the epoch first
+        means commands and runner calls find a live epoch instead of failing ``claimLost``.
         """
-        if self.claim_held and self.claim.expires_at <= self.db.clock.now_ms():
+        left_ms = self.claim.expires_at - self.db.clock.now_ms()
+        if self.claim_held and left_ms <= self.settings.server_lease_ms // 2:
             self._renew_epoch()
 
     def _renew_epoch(self) -> None:

@@ -38,7 +38,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from piwf.canonical import JsonValue
-from piwf.errors import StateError
+from piwf.errors import StateCorruptError, StateError
 from piwf.state.database import StateDatabase, Transaction
 from piwf.state.enums import (
     BLOCKING_FAILURE_CLASSES,
@@ -282,9 +282,10 @@ def is_damage(error: sqlite3.DatabaseError) -> bool:
     return any(text in str(error) for text in _DAMAGE_MESSAGES)
 
 
-def damage_violation(error: sqlite3.DatabaseError) -> Violation:
+def damage_violation(error: sqlite3.DatabaseError | StateCorruptError) -> Violation:
     """Return the ``integrity`` violation for damage SQLite could not read through."""
-    return Violation("integrity", f"SQLite cannot read the file: {error}")
+    said = error.sqlite_message if isinstance(error, StateCorruptError) else None
+    return Violation("integrity", f"SQLite cannot read the file: {said or error}")
 
 
 def integrity_violations(tx: Transaction) -> list[Violation]:
@@ -292,6 +293,8 @@ def integrity_violations(tx: Transaction) -> list[Violation]:
     the check itself fails is one violation too. Empty for a sound file."""
     try:
         rows = tx.all("PRAGMA integrity_check")
+    except StateCorruptError as error:
+        return [damage_violation(error)]
     except sqlite3.DatabaseError as error:
         if not is_damage(error):
             raise
@@ -310,6 +313,8 @@ def find_violations(tx: Transaction) -> list[Violation]:
         return damaged
     try:
         return _invariant_violations(tx)
+    except StateCorruptError as error:
+        return [damage_violation(error)]
     except sqlite3.DatabaseError as error:
         if not is_damage(error):
             raise

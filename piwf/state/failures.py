@@ -102,9 +102,13 @@ def state_error_of_sqlite(error: sqlite3.Error, doing: str) -> StateUnavailableE
     if primary in (SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN):
         return StateIoError(f"{doing} failed: an I/O error ({name}); {IO_ADVICE}")
     if primary in (SQLITE_CORRUPT, SQLITE_NOTADB):
-        return StateCorruptError(
+        damaged = StateCorruptError(
             f"{doing} failed: the database is damaged ({name}); " + CORRUPT_ADVICE
         )
+        # SQLite's own words about the damage ("database disk image is malformed"): fixed
+        # texts of the library that never hold a value, for state verify's report.
+        damaged.sqlite_message = str(error)[:200]
+        return damaged
     if primary in (SQLITE_BUSY, SQLITE_LOCKED):
         return StateBusyError(f"{doing} failed: the state database stayed locked ({name})")
     return None
