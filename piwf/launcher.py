@@ -44,7 +44,13 @@ from typing import Final
 from piwf import canonical
 from piwf.client_connection import NotListeningError, check_socket_path
 from piwf.config import ServerPaths, state_home
-from piwf.errors import CanonicalJsonError, ServerRunningError, ServerStartError
+from piwf.errors import (
+    CanonicalJsonError,
+    PiwfError,
+    ServerRunningError,
+    ServerStartError,
+    StateError,
+)
 
 #: Long enough for startup recovery of a large backlog (it runs before the server listens); a
 #: server that has not reported by then is stopped rather than left half-started.
@@ -199,7 +205,21 @@ def _accept_ready_line(
     _wait_exit(process)
     if code == ServerRunningError.code:
         raise ServerRunningError(message or f"a piwf server already runs for {paths.home}")
-    raise ServerStartError(message or "the piwf server could not start")
+    # A refusal about the state (damaged, incompatible, unsafe home) keeps its own class and
+    # code, so `--json` says `stateCorrupt` and not just that the server did not start.
+    raise _state_error_of_code(code)(message or "the piwf server could not start")
+
+
+def _state_error_of_code(code: str) -> type[PiwfError]:
+    """The :class:`~piwf.errors.StateError` class with wire code ``code``, else
+    :class:`~piwf.errors.ServerStartError`."""
+    pending: list[type[PiwfError]] = [StateError]
+    while pending:
+        found = pending.pop()
+        if found.code == code:
+            return found
+        pending.extend(found.__subclasses__())
+    return ServerStartError
 
 
 def _parse_ready_line(line: bytes) -> ServerStarted | tuple[str, str] | None:

@@ -245,6 +245,9 @@ def _remove_stale_socket(path: Path) -> None:
         return
     if not stat.S_ISSOCK(info.st_mode):
         raise ServerStartError(f"{path} exists and is not a socket; move it away")
+    if info.st_uid != os.geteuid():
+        # Never probe (or unlink) a socket another user placed here: it is not ours to judge.
+        raise ServerStartError(f"{path} belongs to another user; move it away")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:

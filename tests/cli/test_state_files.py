@@ -372,7 +372,7 @@ def test_a_restore_interrupted_after_moving_the_database_is_finished_by_running_
     assert wal_of(database).exists()
 
     refused = cli.json("server", "start", exit_code=1)
-    assert refused["error"]["code"] == "serverStart"
+    assert refused["error"]["code"] == "incompatibleState", "the refusal keeps its own code"
     assert "state.sqlite-wal exists without state.sqlite" in refused["error"]["message"]
 
     report = cli.json("state", "restore", str(source / "state.sqlite"))

@@ -18,6 +18,7 @@ the copy. Then:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import subprocess
@@ -118,6 +119,16 @@ def test_a_damaged_page_is_refused_at_start_and_the_file_is_left_alone(
     )
     assert cli.returncode == 1, (cli.stdout, cli.stderr)
     assert "damaged (SQLITE_CORRUPT)" in cli.stderr and "piwf state restore" in cli.stderr
+    as_json = subprocess.run(
+        [str(PIWF), "run", "list", "--json"],
+        env=dict(os.environ, PIWF_HOME=str(home)),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(as_json.stdout)["error"]["code"] == "stateCorrupt", as_json.stdout
     assert "Traceback" not in cli.stderr
     assert digest(target) == before
 

@@ -30,7 +30,8 @@ FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S"
 @pytest.fixture
 def reaper(short_home: Path) -> Iterator[None]:
     """After the test, kill every process still running for this state home (a reconcile
-    child survives a SIGKILLed server; it must not outlive the test)."""
+    child ends with a SIGKILLed server by itself; should that ever fail, it must still not
+    outlive the test)."""
     yield
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
