@@ -111,6 +111,22 @@ def run_page(page: RunPage) -> str:
     return text
 
 
+def _needed_action(detail: RunDetail) -> str | None:
+    """What someone must do before a parked run goes on, or None when it goes on by itself."""
+    run = detail.run
+    if not run.needs_action:
+        return None
+    resume = f"piwf run resume {run.run_id}"
+    if run.error_code == "effectAmbiguous":
+        step = f"resolve its ambiguous effect (piwf effect resolve EFFECT_ID), then {resume}"
+    elif run.paused and run.error_code is None:
+        step = f"it is paused: {resume}"
+    else:
+        step = f"fix the cause, then {resume}"
+    reason = detail.parked_reason
+    return f"{reason}; {step}" if reason else step
+
+
 def run_detail(detail: RunDetail) -> str:
     """One run with its fields and recorded sources."""
     run = detail.run
@@ -124,6 +140,7 @@ def run_detail(detail: RunDetail) -> str:
                 ("status", f"{run.status}{queue}"),
                 ("detail", run.status_detail),
                 ("error", run.error_code),
+                ("action", _needed_action(detail)),
                 ("revision", run.revision),
                 ("created", timestamp(run.created_at)),
                 ("updated", timestamp(run.updated_at)),

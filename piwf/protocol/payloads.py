@@ -268,6 +268,9 @@ class RunDetail(WireModel):
     error_ref: ContentRef | None = None
     waiting_on: OpenRequestInfo | None = None
     decisions: list[DecisionInfo] = Field(default_factory=list)
+    #: Why the run is parked, as stored with its queue error (``run.errorCode``): the broken
+    #: protocol rule, the crash count, the changed files. None when there is nothing to say.
+    parked_reason: str | None = None
 
 
 class AnswerPayload(WireModel):

@@ -351,6 +351,7 @@ def run_detail(tx: Transaction, view: run_store.RunView) -> RunDetail:
         error_ref=error.ref,
         waiting_on=answers.waiting_on(tx, run_id, offer),
         decisions=answers.decision_infos(tx, run_id, offer),
+        parked_reason=run_store.read_queue_reason(tx, run_id) if view.needs_action else None,
     )
 
 

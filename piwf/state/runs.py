@@ -289,6 +289,15 @@ def read_run_error(tx: Transaction, run_id: str) -> str | None:
     return None if digest is None else blobs.read_text(tx, bytes(digest))
 
 
+def read_queue_reason(tx: Transaction, run_id: str) -> str | None:
+    """Return the stored reason of the run's queue error (why it is parked), or None.
+
+    The text names the broken rule, the crash count or the changed files; never a payload.
+    """
+    digest = tx.scalar("SELECT error_hash FROM run_queue WHERE run_id = ?", (run_id,))
+    return None if digest is None else blobs.read_text(tx, bytes(digest))[:2000]
+
+
 def _ensure_project(tx: Transaction, canonical_path: str) -> str:
     project_id = "project-" + hashlib.sha256(canonical_path.encode("utf-8")).hexdigest()[:40]
     tx.execute(

@@ -185,5 +185,9 @@ def test_a_runner_cannot_write_into_another_live_run(
         assert status is not None
         assert (status["parkedRuns"], status["parkedByReason"]) == (1, {"protocolRejected": 1})
         assert (status["runningRuns"], status["queuedRuns"]) == (0, 0)
+        # run show says why, and that it waits for an operator.
+        detail = run_view(client, hostile)
+        assert detail["run"]["needsAction"] is True
+        assert detail["parkedReason"], detail
         assert client.request("run.resume", run_id=hostile, key="resume").outcome == "accepted"
         assert wait_run(client, hostile)["status"] == "completed"
