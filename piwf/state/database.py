@@ -58,7 +58,7 @@ from piwf.errors import (
     StateUnavailableError,
     UnsafeStateHomeError,
 )
-from piwf.state.failures import state_error_of_sqlite
+from piwf.state.failures import sqlite_result, state_error_of_sqlite
 from piwf.state.open_check import QUICK_CHECK_BUDGET_S, bounded_quick_check
 from piwf.state.schema import (
     APPLICATION_ID,
@@ -544,8 +544,9 @@ def _typed(error: BaseException, writable: bool) -> StateUnavailableError | None
 
 
 def _name_of(error: sqlite3.Error) -> str:
-    name = getattr(error, "sqlite_errorname", None)
-    return name if isinstance(name, str) else type(error).__name__
+    """SQLite's result name (``SQLITE_BUSY``), also on Pythons whose errors carry no code."""
+    found = sqlite_result(error)
+    return type(error).__name__ if found is None else found[1]
 
 
 def _rollback(connection: sqlite3.Connection) -> None:

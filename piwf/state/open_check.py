@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from piwf.errors import StateCorruptError
-from piwf.state.failures import CORRUPT_ADVICE
+from piwf.state.failures import CORRUPT_ADVICE, sqlite_result
 
 log = logging.getLogger("piwf.state")
 
@@ -94,5 +94,6 @@ def _corrupt(path: Path, detail: str) -> StateCorruptError:
 
 
 def _name_of(error: sqlite3.Error) -> str:
-    name = getattr(error, "sqlite_errorname", None)
-    return name if isinstance(name, str) else type(error).__name__
+    """SQLite's result name (``SQLITE_CORRUPT``), also on Pythons whose errors carry no code."""
+    found = sqlite_result(error)
+    return type(error).__name__ if found is None else found[1]
