@@ -145,10 +145,8 @@ def test_sigstop_past_the_run_lease_under_load_converges_without_a_restart(
         ("test.record",),
     )[0][0]
     assert applied == RUNS
-    if server_lease_ms < 10_000:
-        assert status["epoch"] >= 2 or _epoch(server) >= 2
+    # Whether the lapsed epoch was re-taken (epoch 2) or a renewal that began before the stop
+    # committed after it (its clock reading is older than the commit) is a race of the test;
+    # tests/server/test_epoch_loss.py proves the re-take itself.
     assert sorted(set(sink.read_text().split())) == sorted(str(n) for n in range(RUNS))
 
-
-def _epoch(server: ServerProcess) -> int:
-    return int(query(server, "SELECT epoch FROM server_state")[0][0])
