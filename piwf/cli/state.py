@@ -82,7 +82,7 @@ def state_verify(backup: Path | None, as_json: bool) -> None:
 def _verify_offline(path: Path) -> VerifyReceipt:
     # The one client-side SQLite read (DESIGN.md: offline verification of an inactive backup),
     # imported only when asked for so that the CLI stays a client everywhere else.
-    offline = importlib.import_module("piwf.offline")
+    offline = importlib.import_module("piwf.client.offline")
     violations = offline.verify_file(path.absolute())
     return VerifyReceipt(
         valid=not violations,
@@ -133,7 +133,7 @@ def state_restore(backup: Path, as_json: bool) -> None:
       piwf state restore ~/piwf-backup.sqlite
     """
     # Offline, like `state verify BACKUP`: imported only when asked for (DESIGN.md §1).
-    restore = importlib.import_module("piwf.restore")
+    restore = importlib.import_module("piwf.client.restore")
     report = restore.restore_backup(backup, state_home())
     moved = [{"from": str(m.source), "to": str(m.destination)} for m in report.moved]
     if as_json:

@@ -46,7 +46,7 @@ from piwf.state.enums import (
     QueueStatus,
     RunStatus,
 )
-from piwf.state.resource_diagnostics import resource_violations
+from piwf.state.resources.diagnostics import resource_violations
 
 
 @dataclass(frozen=True)
