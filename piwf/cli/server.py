@@ -9,9 +9,10 @@ import sys
 
 import click
 
-from piwf import canonical, launcher
+from piwf import canonical
 from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client
+from piwf.client import launcher
 from piwf.config import state_home
 from piwf.errors import ServerNotRunningError, ServerStartError
 

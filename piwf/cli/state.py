@@ -4,7 +4,6 @@ needs the server stopped)."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from datetime import datetime, timedelta, timezone
@@ -81,8 +80,9 @@ def state_verify(backup: Path | None, as_json: bool) -> None:
 
 def _verify_offline(path: Path) -> VerifyReceipt:
     # The one client-side SQLite read (DESIGN.md: offline verification of an inactive backup),
-    # imported only when asked for so that the CLI stays a client everywhere else.
-    offline = importlib.import_module("piwf.offline")
+    # imported only when asked for, so that no other command loads the state package.
+    from piwf.client import offline
+
     violations = offline.verify_file(path.absolute())
     return VerifyReceipt(
         valid=not violations,
@@ -133,7 +133,8 @@ def state_restore(backup: Path, as_json: bool) -> None:
       piwf state restore ~/piwf-backup.sqlite
     """
     # Offline, like `state verify BACKUP`: imported only when asked for (DESIGN.md §1).
-    restore = importlib.import_module("piwf.restore")
+    from piwf.client import restore
+
     report = restore.restore_backup(backup, state_home())
     moved = [{"from": str(m.source), "to": str(m.destination)} for m in report.moved]
     if as_json:

@@ -38,8 +38,8 @@ from typing import NoReturn
 
 import psutil
 
+from piwf.processes import descendants, is_gone, signal_processes
 from piwf.runner import prctl
-from piwf.server.processes import descendants, is_gone, signal_processes
 
 #: How long descendants get between SIGTERM and SIGKILL (twice this bounds each phase).
 END_GRACE_S = 0.5

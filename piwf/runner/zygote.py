@@ -56,9 +56,9 @@ from typing import Any
 from piwf import canonical
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
+from piwf.processes import start_identity
 from piwf.runner import prctl
 from piwf.runner.entry import name_process, parse_child_arguments
-from piwf.server.processes import start_identity
 
 #: The only modules a fork request may name; each has ``main(argv) -> int`` reading ``--fd N``.
 ENTRY_MODULES: frozenset[str] = frozenset(

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from piwf.protocol.client_v1 import Request
+from piwf.server.children.resolvers import ResolverJobs
 from piwf.server.commands import DurableCommands
 from piwf.server.loop import EventLoop, Reply, Timer
-from piwf.server.resolver_jobs import ResolverJobs
 from piwf.state import StateDatabase
 from piwf.state.leases import Claim
 

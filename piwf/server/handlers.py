@@ -1,6 +1,6 @@
 """Operation handlers: validate the payload, run the store operation, answer.
 
-The run operations live in :mod:`piwf.server.run_handlers`; this module dispatches every
+The run operations live in :mod:`piwf.server.runs.handlers`; this module dispatches every
 operation and handles the server, state, effect and answer operations.
 
 Each handler receives the parsed request and a ``reply`` callback. Reads answer at once from one
@@ -40,7 +40,7 @@ from piwf.protocol.payloads import (
     VerifyReceipt,
     ViolationInfo,
 )
-from piwf.server import answers, maintenance
+from piwf.server import maintenance
 from piwf.server.commands import CommandResult
 from piwf.server.content_reads import ContentReads
 from piwf.server.context import ServerContext
@@ -56,8 +56,9 @@ from piwf.server.replies import (
     ok,
     payload_of,
 )
-from piwf.server.resource_handlers import ResourceHandlers
-from piwf.server.run_handlers import RunHandlers
+from piwf.server.resources.handlers import ResourceHandlers
+from piwf.server.runs import answers
+from piwf.server.runs.handlers import RunHandlers
 from piwf.state import Conflict, Transaction, retention
 from piwf.state import effects as fx
 from piwf.state import execution as ex

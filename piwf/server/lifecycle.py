@@ -28,23 +28,23 @@ from piwf import canonical, faults
 from piwf._version import __version__
 from piwf.config import ensure_private_dir
 from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
+from piwf.processes import is_alive, own_identity
 from piwf.protocol.client_v1 import Hello
-from piwf.server.answers import DecisionDeadlines
+from piwf.server.children.resolvers import ResolverJobs
+from piwf.server.children.zygote import ZygoteForker
 from piwf.server.commands import DurableCommands
 from piwf.server.context import ServerContext
-from piwf.server.execution import ExecutionSettings, Executor
 from piwf.server.handlers import Handlers
 from piwf.server.listener import bind_listener, check_socket_path
 from piwf.server.lock import InstanceLock
 from piwf.server.loop import ClientListener, EventLoop
 from piwf.server.maintenance import RetentionSettings, RetentionSweeper
-from piwf.server.processes import is_alive, own_identity
-from piwf.server.reconciles import Reconciler, ReconcileSettings
-from piwf.server.recovery import recover_previous_server
-from piwf.server.resolver_jobs import ResolverJobs
+from piwf.server.resources.reconciler import Reconciler, ReconcileSettings
+from piwf.server.runs.answers import DecisionDeadlines
+from piwf.server.runs.pool import ExecutionSettings, Executor
+from piwf.server.runs.recovery import recover_previous_server
 from piwf.server.server_log import server_log_handler
 from piwf.server.settings import ServerSettings
-from piwf.server.zygote import ZygoteForker
 from piwf.state import Applied, StateDatabase
 from piwf.state import execution as ex
 from piwf.state.server_epoch import (

@@ -32,9 +32,9 @@ from typing import Literal
 
 from piwf import faults
 from piwf.protocol.payloads import BackupReceipt, ProtectedTree, PruneReport, PruneTree
-from piwf.server.execution import Executor
+from piwf.server.children.resolvers import ResolverJobs
 from piwf.server.loop import EventLoop, Timer
-from piwf.server.resolver_jobs import ResolverJobs
+from piwf.server.runs.pool import Executor
 from piwf.server.settings import ServerSettings
 from piwf.state import Applied, StateDatabase, Transaction, retention
 from piwf.state import execution as ex

@@ -13,7 +13,7 @@ from piwf.protocol.payloads import EffectInfo, RunInfo, RunReceipt, WireModel
 from piwf.server.commands import CommandResult
 from piwf.state import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.state import effects as fx
-from piwf.state import runs as run_store
+from piwf.state.execution import runs as run_store
 
 P = TypeVar("P", bound=WireModel)
 

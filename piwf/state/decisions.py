@@ -15,7 +15,7 @@ The resolution is immutable (a trigger refuses updates). Every candidate is kept
 or a non-human answer to a protected decision).
 
 This module owns the SQL of the three tables and runs inside the caller's write transaction;
-it never touches runs or requests. :mod:`piwf.state.execution_answers` composes it with the run
+it never touches runs or requests. :mod:`piwf.state.execution.answers` composes it with the run
 and request rows into the answer, expiry and cancel transitions.
 """
 

@@ -23,7 +23,7 @@ activeAttempt       a terminal run still has an active (pending/running/waiting)
 settledRunEffect    a terminal run still has a ``pending`` or ``applying`` effect
 attemptGeneration   an attempt was written by a generation newer than its run's claim
 effectGeneration    one generation started an effect more than once (a blind retry)
-resource*           managed-resource invariants (``resource_diagnostics.py``)
+resource*           managed-resource invariants (``resources/diagnostics.py``)
 ==================  ============================================================
 
 On a damaged file only ``integrity`` violations are reported: the domain invariants read the
@@ -46,7 +46,7 @@ from piwf.state.enums import (
     QueueStatus,
     RunStatus,
 )
-from piwf.state.resource_diagnostics import resource_violations
+from piwf.state.resources.diagnostics import resource_violations
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from piwf import launcher
 from piwf._version import __version__
 from piwf.cli import cli, render
 from piwf.cli.state import parse_timestamp
+from piwf.client import launcher
 from piwf.protocol import Request
 from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
 

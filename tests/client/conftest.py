@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from piwf import launcher
+from piwf.client import launcher
 
 
 @pytest.fixture

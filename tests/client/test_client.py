@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from piwf import launcher
 from piwf._version import __version__
-from piwf.client import OUTCOME_ERRORS, Client, workflow_reference
+from piwf.client import OUTCOME_ERRORS, Client, launcher, workflow_reference
 from piwf.errors import (
     BackupFailedError,
     ClaimLostCommandError,

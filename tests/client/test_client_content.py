@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from piwf import canonical
-from piwf.client_content import read_content, resolve_references
+from piwf.client.content import read_content, resolve_references
 from piwf.config import CONTENT_PART_BYTES
 from piwf.errors import ContentMismatchError
 from piwf.protocol.payloads import (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from piwf import launcher
+from piwf.client import launcher
 from piwf.config import ServerPaths
 from piwf.errors import ServerRunningError, ServerStartError
 

@@ -15,11 +15,6 @@ from piwf.errors import ClaimLostError
 from piwf.state import Adopted, Applied, Conflict, StateDatabase
 from piwf.state import effects as fx
 from piwf.state import enums as e
-from piwf.state import resource_calls as calls
-from piwf.state import resource_reconciles as rc
-from piwf.state import resource_runners as runners
-from piwf.state import resources as store
-from piwf.state import runs as run_store
 from piwf.state.diagnostics import find_violations
 from piwf.state.enums import (
     ActorType,
@@ -31,9 +26,14 @@ from piwf.state.enums import (
     RunStatus,
     SourceType,
 )
+from piwf.state.execution import runs as run_store
 from piwf.state.leases import take_claim
 from piwf.state.records import Actor, list_events
-from piwf.state.resource_status import StatusPatch
+from piwf.state.resources import calls as calls
+from piwf.state.resources import managed as store
+from piwf.state.resources import reconciles as rc
+from piwf.state.resources import runners as runners
+from piwf.state.resources.status import StatusPatch
 from piwf.state.schema import SCHEMA_SQL
 
 LEASE_MS = 30_000

@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 
 from piwf.errors import IncompatibleStateError
+from piwf.processes import is_alive
 from piwf.protocol.client_v1 import (
     Hello,
     Request,
@@ -34,7 +35,6 @@ from piwf.protocol.client_v1 import (
     parse_server_message,
 )
 from piwf.protocol.framing import FrameDecoder
-from piwf.server.processes import is_alive
 from piwf.state import StateDatabase
 from piwf.state.diagnostics import find_violations
 

@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from piwf.client import Client
-from piwf.server.processes import is_alive
+from piwf.processes import is_alive
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_execution import query, start, wait_run, write_workflow
 from tests.server.test_resources import project_with
@@ -64,7 +64,7 @@ def spawn_daemon(path):
                 deadline = time.monotonic() + 10
                 while os.getppid() == parent and time.monotonic() < deadline:
                     time.sleep(0.005)  # until the middle process is gone and it is adopted
-                from piwf.server.processes import start_identity
+                from piwf.processes import start_identity
                 report(path, pid=os.getpid(), identity=start_identity(os.getpid()),
                        ppid=os.getppid(), sid=os.getsid(0), pgid=os.getpgid(0))
                 time.sleep(60)

@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from piwf import launcher
-from piwf.client import Client
-from piwf.client_connection import UnsafeSocketError
+from piwf.client import Client, launcher
+from piwf.client.connection import UnsafeSocketError
 from piwf.config import ServerPaths
 from piwf.errors import CanonicalJsonError
 from piwf.state import StateDatabase

@@ -32,9 +32,9 @@ import pytest
 
 from piwf import canonical
 from piwf.config import MAX_FRAME_BYTES
+from piwf.server.children.supervisor import SpawnedProcess, Supervisor
+from piwf.server.children.zygote import ForkedProcess, ZygoteForker
 from piwf.server.loop import EventLoop
-from piwf.server.supervisor import SpawnedProcess, Supervisor
-from piwf.server.zygote import ForkedProcess, ZygoteForker
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
 
 FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S": "0.2"}
@@ -336,7 +336,7 @@ def facts_workflow(directory: Path, name: str, out: Path, extra: str = "") -> st
         name,
         f"""
         import json, os, pathlib, sys, time
-        from piwf.server.processes import start_identity
+        from piwf.processes import start_identity
         from piwf.workflow import compute, define_workflow
 
         def target(fd):

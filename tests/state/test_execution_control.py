@@ -8,7 +8,7 @@ import pytest
 from piwf import canonical
 from piwf.clock import FakeClock
 from piwf.errors import ClaimLostError
-from piwf.state import StateDatabase, runs
+from piwf.state import StateDatabase
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.enums import (
@@ -18,6 +18,7 @@ from piwf.state.enums import (
     RunnerCommand,
     RunnerStatus,
 )
+from piwf.state.execution import runs
 from piwf.state.leases import Claim, read_lease
 from piwf.state.results import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.workflow import identity

@@ -17,7 +17,7 @@ from typing import Any
 
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError
-from piwf.state import StateDatabase, runs
+from piwf.state import StateDatabase
 from piwf.state import execution as ex
 from piwf.state.diagnostics import Violation, find_violations
 from piwf.state.enums import (
@@ -28,6 +28,7 @@ from piwf.state.enums import (
     RunnerStatus,
     SourceType,
 )
+from piwf.state.execution import runs
 from piwf.state.leases import Claim
 from piwf.state.records import Actor, claim_resource
 from piwf.state.results import Adopted, Applied

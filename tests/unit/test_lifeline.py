@@ -17,7 +17,7 @@ from contextlib import suppress
 
 import pytest
 
-from piwf.server.processes import is_alive
+from piwf.processes import is_alive
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_end_descendants_ends_a_subprocess_and_an_adopted_daemon_and_the_process
         """
         import json, os, subprocess, sys, time
         from piwf.runner import lifeline
-        from piwf.server.processes import start_identity
+        from piwf.processes import start_identity
 
         life = lifeline.begin(None, None)
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -139,7 +139,7 @@ def test_the_lifeline_ends_the_process_its_subprocess_and_its_daemon(
             f"""
             import json, os, subprocess, sys, time
             from piwf.runner import lifeline
-            from piwf.server.processes import start_identity
+            from piwf.processes import start_identity
 
             life = lifeline.begin({reader}, None)
             child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -63,19 +63,29 @@ FORBIDDEN: list[tuple[str, tuple[str, ...]]] = [
         "resource",
         ("piwf.state", "piwf.server", "piwf.client", "piwf.cli", "piwf.runner", "sqlite3"),
     ),
-    ("client_resources.py", ("piwf.server", "piwf.state", "sqlite3")),
     ("protocol", ("piwf.state", "piwf.server", "piwf.client", "piwf.cli", "sqlite3")),
-    ("client.py", ("piwf.server", "piwf.state", "sqlite3")),
-    ("client_connection.py", ("piwf.server", "piwf.state", "sqlite3")),
     ("client", ("piwf.server", "piwf.state", "sqlite3")),
+    # The offline commands read an inactive file through the state package (DESIGN.md §1).
+    ("client/offline.py", ("piwf.server", "sqlite3")),
+    ("client/restore.py", ("piwf.server", "sqlite3")),
     ("server", ("piwf.client", "piwf.cli")),
     ("cli", ("piwf.server", "piwf.state", "piwf.workflow", "sqlite3")),
 ]
 
+#: Modules that a package rule above does not cover, because a rule of their own does.
+EXEMPT: dict[str, frozenset[str]] = {
+    "client": frozenset({"client/offline.py", "client/restore.py"}),
+}
+
 
 @pytest.mark.parametrize(("subpackage", "forbidden"), FORBIDDEN)
 def test_import_direction(subpackage: str, forbidden: tuple[str, ...]) -> None:
-    for module in modules_under(subpackage):
+    modules = modules_under(subpackage)
+    assert modules, f"no module at piwf/{subpackage}: update the rule"
+    exempt = EXEMPT.get(subpackage, frozenset())
+    for module in modules:
+        if str(module.relative_to(PACKAGE)) in exempt:
+            continue
         for name in imports_of(module):
             assert not any(name == bad or name.startswith(bad + ".") for bad in forbidden), (
                 f"{module.relative_to(PACKAGE)} imports {name}"

@@ -1,0 +1,599 @@
+"""The Python client of the piwf server (synchronous, thread-safe, auto-starting).
+
+::
+
+    from piwf.client import Client
+
+    with Client() as client:                          # $PIWF_HOME, starts a server if needed
+        run = client.start_run("flows/release.py", input={"targets": ["a"]})
+        final = client.wait_run(run.run_id, timeout_s=600)
+
+One :class:`Client` holds at most one connection to the server's Unix socket, opened on first
+use. The server greets every connection with a ``hello``; the client refuses a server of another
+package version. Requests may be in flight from several threads at once: a reader thread matches
+each response to its request by ``requestId``, whatever order the server answers in.
+
+Retries (the receipt rule of docs/PROTOCOL.md §6)::
+
+    attempt 1:  requestId=r1  idempotencyKey=K  ──► connection lost before the response
+                (reconnect after a jittered wait: 0.1 s · 2^n, at most 2 s per wait)
+    attempt 2:  requestId=r2  idempotencyKey=K  ──► "adopted" (or "accepted" if r1 never arrived)
+
+A durable operation always travels with an idempotency key (generated once per call unless the
+caller gives one) and every attempt of that call reuses it with a fresh request id, so the
+server applies the command at most once. Reads carry no key and are simply sent again. Retrying
+stops after ``retry_timeout_s`` seconds; then :class:`~piwf.errors.ServerUnavailableError` says
+that the outcome of a durable command is unknown.
+
+Outcomes other than ``accepted``/``adopted`` raise the :class:`~piwf.errors.CommandError` of the
+outcome (see :data:`OUTCOME_ERRORS`), or the finer class of its error code when there is one
+(:data:`CODE_ERRORS`: ``stateFull`` is a :class:`~piwf.errors.StateFullCommandError`, an
+:class:`~piwf.errors.UnavailableError`), carrying the server's error code and message.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from piwf import canonical
+from piwf.canonical import JsonValue
+from piwf.client import launcher
+from piwf.client.connection import (
+    NotListeningError,
+    ServerConnection,
+    TransportError,
+    connect_socket,
+)
+from piwf.client.resources import ResourceMethods
+from piwf.client.runs import RunReadMethods
+from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
+from piwf.errors import (
+    BackupFailedError,
+    ClaimLostCommandError,
+    CommandError,
+    ConflictError,
+    InternalServerError,
+    NotFoundError,
+    RejectedError,
+    ServerError,
+    ServerNotRunningError,
+    ServerUnavailableError,
+    StateCorruptCommandError,
+    StateFullCommandError,
+    StateIoCommandError,
+    UnavailableError,
+)
+from piwf.protocol import (
+    Hello,
+    InvalidMessageError,
+    Operation,
+    Request,
+    Response,
+    encode_message,
+    is_durable,
+)
+from piwf.protocol.payloads import (
+    AnswerPayload,
+    AnswerReceipt,
+    BackupReceipt,
+    EffectInfo,
+    EffectReceipt,
+    EffectResolvePayload,
+    EmptyPayload,
+    PruneReport,
+    RunInfo,
+    RunReceipt,
+    RunStartPayload,
+    ServerStatus,
+    StateBackupPayload,
+    StatePrunePayload,
+    StatePrunePreviewPayload,
+    StateStatus,
+    StopReceipt,
+    VerifyReceipt,
+    WireModel,
+)
+
+DEFAULT_CONNECT_TIMEOUT_S: Final = 2.0
+DEFAULT_REQUEST_TIMEOUT_S: Final = 60.0
+DEFAULT_RETRY_TIMEOUT_S: Final = 10.0
+#: Backoff between attempts: full jitter over 0.1 s · 2^(attempt-1), each wait at most 2 s.
+RETRY_BASE_S: Final = 0.1
+RETRY_MAX_WAIT_S: Final = 2.0
+RETRY_MAX_ATTEMPTS: Final = 20
+#: How long ``stop_server`` waits for the server to close the connection after acknowledging.
+DEFAULT_STOP_WAIT_S: Final = 10.0
+
+_RECV_BYTES: Final = 64 * 1024
+_NOT_LISTENING: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED})
+
+
+#: The error raised for each non-success outcome.
+OUTCOME_ERRORS: Mapping[str, type[CommandError]] = {
+    "rejected": RejectedError,
+    "conflict": ConflictError,
+    "notFound": NotFoundError,
+    "unavailable": UnavailableError,
+    "claimLost": ClaimLostCommandError,
+}
+
+#: Finer errors by wire code; used only when the class fits the outcome (a subclass of it).
+CODE_ERRORS: Mapping[str, type[CommandError]] = {
+    error.code: error
+    for error in (
+        BackupFailedError,
+        InternalServerError,
+        StateFullCommandError,
+        StateIoCommandError,
+        StateCorruptCommandError,
+    )
+}
+
+_Receipt = TypeVar("_Receipt", bound=BaseModel)
+_T = TypeVar("_T")
+
+
+class Client(RunReadMethods, ResourceMethods):
+    """A connection to the piwf server of one state home.
+
+    ``home`` defaults to :func:`piwf.config.state_home` (``PIWF_HOME``). With ``autostart``
+    (the default) a missing server is started with
+    :func:`piwf.client.launcher.ensure_server`; without it, :class:`ServerNotRunningError` is
+    raised when nothing listens. ``client_id`` names this client in the server's receipts
+    (default: a fresh ``py-<uuid>``); a retry must come from the same client id to adopt its
+    receipt. Timeouts are in seconds: ``connect_timeout_s`` bounds
+    connecting and reading the hello, ``request_timeout_s`` one response (a ``run.wait`` gets its
+    wait on top), ``retry_timeout_s`` the retrying of one call, ``start_timeout_s`` a server
+    start. Constructing a client does no I/O; the first request connects.
+
+    Use it as a context manager or call :meth:`close`; a closed client reconnects on next use.
+    """
+
+    def __init__(
+        self,
+        home: Path | None = None,
+        *,
+        client_id: str | None = None,
+        autostart: bool = True,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S,
+        start_timeout_s: float = launcher.DEFAULT_START_TIMEOUT_S,
+    ) -> None:
+        self.home = (home or state_home()).absolute()
+        self.client_id = client_id or f"py-{uuid.uuid4().hex}"
+        self.autostart = autostart
+        self.connect_timeout_s = connect_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.retry_timeout_s = retry_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()
+        self._connection: ServerConnection | None = None
+
+    @property
+    def socket_path(self) -> Path:
+        """The server socket this client connects to."""
+        return ServerPaths(self.home).socket
+
+    @property
+    def hello(self) -> Hello | None:
+        """The current connection's hello (server epoch, version), or None when not connected."""
+        connection = self._connection
+        return connection.hello if connection is not None else None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def connect(self) -> Hello:
+        """Connect now (starting a server if allowed) and return the server's hello.
+
+        Raises :class:`ServerNotRunningError`, :class:`IncompatibleServerError`,
+        :class:`~piwf.errors.ServerStartError` or, when retrying runs out,
+        :class:`~piwf.errors.ServerUnavailableError`.
+        """
+        return self._retrying("connect", lambda: self._current_connection(self.autostart).hello)
+
+    def close(self) -> None:
+        """Close the connection, if any; requests still waiting on it fail."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def request(
+        self,
+        operation: Operation,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        expected_revision: int | None = None,
+        idempotency_key: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Response:
+        """Send one operation and return its successful (``accepted``/``adopted``) response.
+
+        A durable operation gets a fresh idempotency key unless ``idempotency_key`` is given; a
+        read must not be given one (``ValueError``). Each attempt uses a new request id; lost
+        connections are retried as the module docstring describes. ``timeout_s`` bounds the wait
+        for one response (default ``request_timeout_s``). The receipt is the server's as sent:
+        large values in it are content references (``outputRef`` and the like), which
+        :meth:`read_content` reads; the typed methods resolve them.
+
+        Raises the :data:`OUTCOME_ERRORS` class of a non-success outcome (with the server's
+        ``error_code`` and message), :class:`~piwf.errors.ServerUnavailableError` (or a subclass)
+        when no server could be reached in time, :class:`~piwf.errors.ServerStartError`, and
+        ``ValueError`` (a pydantic ``ValidationError``) when an id or payload breaks the wire
+        rules or is too large for a frame.
+        """
+        return self._request(
+            operation,
+            payload,
+            run_id=run_id,
+            expected_revision=expected_revision,
+            idempotency_key=idempotency_key,
+            timeout_s=timeout_s,
+            autostart=self.autostart,
+        )
+
+    def _request(
+        self,
+        operation: Operation,
+        payload: Mapping[str, Any] | None,
+        *,
+        run_id: str | None,
+        expected_revision: int | None,
+        idempotency_key: str | None,
+        timeout_s: float | None,
+        autostart: bool,
+    ) -> Response:
+        durable = is_durable(operation)
+        if durable and idempotency_key is None:
+            idempotency_key = f"{operation}-{uuid.uuid4().hex}"
+        if not durable and idempotency_key is not None:
+            raise ValueError(f"{operation} is a read and takes no idempotency key")
+        body = dict(payload or {})
+        wait_s = self.request_timeout_s if timeout_s is None else timeout_s
+
+        def attempt() -> Response:
+            request = Request(
+                request_id=f"req-{uuid.uuid4().hex}",
+                client_id=self.client_id,
+                operation=operation,
+                idempotency_key=idempotency_key,
+                run_id=run_id,
+                expected_revision=expected_revision,
+                payload=body,
+            )
+            frame = encode_message(request)
+            return self._send(request.request_id, frame, wait_s, autostart)
+
+        response = self._retrying(operation, attempt, idempotency_key)
+        error_type = OUTCOME_ERRORS.get(response.outcome)
+        if error_type is not None:
+            error = response.error
+            message = error.message if error else f"{operation} was answered {response.outcome}"
+            finer = CODE_ERRORS.get(error.code) if error else None
+            if finer is not None and issubclass(finer, error_type):
+                error_type = finer
+            raise error_type(message, error_code=error.code if error else None)
+        return response
+
+    # -- typed operations -------------------------------------------------------------------
+
+    def server_status(self) -> ServerStatus:
+        """Return the server's privacy-safe status counts (``server.status``)."""
+        return self._call("server.status", EmptyPayload(), ServerStatus)
+
+    def stop_server(self, *, wait_s: float = DEFAULT_STOP_WAIT_S) -> StopReceipt:
+        """Ask the server to stop, wait until it closes the connection, then close the client.
+
+        Never starts a server. Raises :class:`ServerNotRunningError` when none is running. A
+        server that answers ``unavailable`` is already stopping and is waited for. If
+        the connection is lost after the request was sent and no server answers afterwards,
+        the server is gone, which is what was asked: ``StopReceipt(stopping=True)`` is returned.
+        Raises :class:`~piwf.errors.ServerError` when the server acknowledged but still holds
+        the connection after ``wait_s`` seconds.
+        """
+        try:
+            self._retrying("connect", lambda: self._current_connection(autostart=False))
+            try:
+                response = self._request(
+                    "server.stop",
+                    {},
+                    run_id=None,
+                    expected_revision=None,
+                    idempotency_key=None,
+                    timeout_s=None,
+                    autostart=False,
+                )
+            except ServerNotRunningError:
+                return StopReceipt(stopping=True)
+            except UnavailableError:
+                # Another caller already asked it to stop; wait for the same end.
+                receipt = StopReceipt(stopping=True)
+            else:
+                receipt = _receipt(StopReceipt, response)
+            connection = self._connection
+            if connection is not None and not connection.wait_closed(wait_s):
+                raise ServerError(
+                    f"the piwf server acknowledged stop but did not close within {wait_s:g} s"
+                )
+            return receipt
+        finally:
+            self.close()
+
+    def start_run(
+        self,
+        workflow: str | Path,
+        *,
+        input: Any = None,
+        project: Path | None = None,
+        title: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> RunInfo:
+        """Commit a new run as queued and return it (``run.start``).
+
+        ``workflow`` is a path when it is a :class:`~pathlib.Path`, names an existing file,
+        contains ``/`` or ends with ``.py``; a path is sent absolute, resolved against the
+        current directory. Anything else is a workflow name the server discovers. ``project``
+        (default: the current directory) is sent absolute too. ``input`` must be JSON (``None``
+        sends no input). Pass ``idempotency_key`` to make a repeated call adopt the first run.
+        Raises :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``input``
+        breaks the canonical JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate).
+        """
+        canonical.check_value(input, "input")
+        payload = RunStartPayload(
+            workflow=workflow_reference(workflow),
+            project_path=str(_absolute(project if project is not None else Path.cwd())),
+            title=title,
+        )
+        wire = payload.to_wire()
+        # The input is sent as given (canonical JSON checks it), not through pydantic's JSON
+        # conversion, which would quietly turn tuples, bytes or dates into something else.
+        wire.pop("input", None)
+        if input is not None:
+            wire["input"] = input
+        response = self.request("run.start", wire, idempotency_key=idempotency_key)
+        return _receipt(RunReceipt, response).run
+
+    def cancel_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Cancel a run and return it (``run.cancel``); RejectedError if it is not cancellable."""
+        receipt = self._call(
+            "run.cancel",
+            EmptyPayload(),
+            RunReceipt,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+        )
+        return receipt.run
+
+    def pause_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Pause a run (``run.pause``): flag it, park it and stop its child."""
+        return self._run_control("run.pause", run_id, idempotency_key)
+
+    def resume_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Resume a paused or parked run (``run.resume``) from its last committed boundary."""
+        return self._run_control("run.resume", run_id, idempotency_key)
+
+    def restart_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Start a fresh run of a terminal run's workflow (``run.restart``); returns the new run."""
+        return self._run_control("run.restart", run_id, idempotency_key)
+
+    def resolve_effect(
+        self,
+        effect_id: str,
+        resolution: str,
+        *,
+        note: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> EffectInfo:
+        """Record that an ambiguous effect was ``applied`` or should be retried (``retry``)."""
+        receipt = self._call(
+            "effect.resolve",
+            EffectResolvePayload.model_validate(
+                {"effectId": effect_id, "resolution": resolution, "note": note}
+            ),
+            EffectReceipt,
+            idempotency_key=idempotency_key,
+        )
+        return receipt.effect
+
+    def answer(
+        self,
+        request_id: str,
+        response: JsonValue,
+        *,
+        idempotency_key: str | None = None,
+        as_human: bool = True,
+    ) -> AnswerReceipt:
+        """Answer the exact request ``request_id`` and return the receipt with the winner.
+
+        ``as_human`` (the default) sends ``decision.answer``, the only path that settles a
+        protected decision; ``as_human=False`` sends ``checkpoint.answer`` for automation,
+        which a protected decision refuses. ``outcome`` is ``won``, ``adopted`` (equal to the
+        winner) or ``already_resolved`` (another winner; ``resolution`` is that winner).
+        Raises :class:`~piwf.errors.RejectedError` (code ``answerRejected``) for an answer that
+        does not fit, :class:`~piwf.errors.NotFoundError` for an unknown request, and
+        :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``response``
+        breaks the canonical JSON rules.
+        """
+        canonical.check_value(response, "response")
+        operation: Operation = "decision.answer" if as_human else "checkpoint.answer"
+        payload = AnswerPayload(request_id=request_id, response=response)
+        return self._call(operation, payload, AnswerReceipt, idempotency_key=idempotency_key)
+
+    def _run_control(self, operation: Operation, run_id: str, key: str | None) -> RunInfo:
+        receipt = self._call(
+            operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=key
+        )
+        return receipt.run
+
+    def state_status(self) -> StateStatus:
+        """Return the state database's privacy-safe counts (``state.status``)."""
+        return self._call("state.status", EmptyPayload(), StateStatus)
+
+    def state_verify(self) -> VerifyReceipt:
+        """Check the database invariants (``state.verify``); ``valid`` is False on violations."""
+        return self._call("state.verify", EmptyPayload(), VerifyReceipt)
+
+    def backup(self, destination: Path, *, idempotency_key: str | None = None) -> BackupReceipt:
+        """Write a verified backup to ``destination`` (made absolute against the current
+        directory; it must not exist yet) through the server (``state.backup``)."""
+        payload = StateBackupPayload(destination=str(_absolute(destination)))
+        return self._call("state.backup", payload, BackupReceipt, idempotency_key=idempotency_key)
+
+    def prune_preview(self, before_ms: int) -> PruneReport:
+        """List the run trees a prune with cutoff ``before_ms`` (epoch ms) would delete and
+        those protected state keeps (``state.prunePreview``); nothing changes."""
+        payload = StatePrunePreviewPayload(before=before_ms)
+        return self._call("state.prunePreview", payload, PruneReport)
+
+    def prune(
+        self, before_ms: int, backup: Path, *, idempotency_key: str | None = None
+    ) -> PruneReport:
+        """Back up to ``backup`` (an absolute path that must not exist; the copy is verified
+        read-only first), then delete every expired run tree finished before ``before_ms``
+        (``state.prune``). A failed backup raises :class:`~piwf.errors.RejectedError` and
+        deletes nothing."""
+        payload = StatePrunePayload(before=before_ms, backup=str(backup))
+        return self._call("state.prune", payload, PruneReport, idempotency_key=idempotency_key)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _call(
+        self,
+        operation: Operation,
+        payload: WireModel,
+        receipt_type: type[_Receipt],
+        *,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        timeout_s: float | None = None,
+    ) -> _Receipt:
+        response = self.request(
+            operation,
+            payload.to_wire(),
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+            timeout_s=timeout_s,
+        )
+        return _receipt(receipt_type, response)
+
+    def _retrying(
+        self, what: str, attempt: Callable[[], _T], idempotency_key: str | None = None
+    ) -> _T:
+        """Run ``attempt`` until it returns, retrying transport errors with jittered backoff.
+
+        When retrying runs out, raise ServerUnavailableError; for a durable operation it says
+        that the outcome is unknown and names the key under which a later retry adopts it.
+        """
+        retrying = Retrying(
+            retry=retry_if_exception_type(TransportError),
+            wait=wait_random_exponential(multiplier=RETRY_BASE_S, max=RETRY_MAX_WAIT_S),
+            stop=stop_after_delay(self.retry_timeout_s) | stop_after_attempt(RETRY_MAX_ATTEMPTS),
+            reraise=True,
+        )
+        try:
+            return retrying(attempt)
+        except TransportError as error:
+            unknown = ""
+            if idempotency_key is not None:
+                unknown = (
+                    " (the command may or may not have been applied; a retry with idempotency "
+                    f"key {idempotency_key} from client {self.client_id} adopts its outcome)"
+                )
+            raise ServerUnavailableError(
+                f"lost the piwf server at {self.socket_path} during {what}: {error}{unknown}"
+            ) from None
+
+    def _send(self, request_id: str, frame: bytes, timeout_s: float, autostart: bool) -> Response:
+        connection = self._current_connection(autostart)
+        try:
+            return connection.call(request_id, frame, timeout_s)
+        except TransportError:
+            with self._lock:
+                if self._connection is connection:
+                    self._connection = None
+            connection.close()
+            raise
+
+    def _current_connection(self, autostart: bool) -> ServerConnection:
+        with self._lock:
+            if self._connection is not None and not self._connection.broken:
+                return self._connection
+            stale, self._connection = self._connection, None
+            if stale is not None:
+                stale.close()
+            self._connection = self._open_connection(autostart)
+            return self._connection
+
+    def _open_connection(self, autostart: bool) -> ServerConnection:
+        path = self.socket_path
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+            raise ServerUnavailableError(
+                f"the socket path {path} is longer than {MAX_SOCKET_PATH_BYTES} bytes; "
+                "choose a shorter PIWF_HOME"
+            )
+        try:
+            sock = connect_socket(path, self.connect_timeout_s)
+        except NotListeningError:
+            if not autostart:
+                raise ServerNotRunningError(f"no piwf server is running for {self.home}") from None
+            launcher.ensure_server(self.home, timeout_s=self.start_timeout_s)
+            try:
+                sock = connect_socket(path, self.connect_timeout_s)
+            except NotListeningError:
+                # Another process's server holds the home but is still starting or stopping.
+                raise TransportError("the server is starting or stopping") from None
+        return ServerConnection.open(sock, self.connect_timeout_s, self.request_timeout_s)
+
+
+def _receipt(receipt_type: type[_Receipt], response: Response) -> _Receipt:
+    try:
+        return receipt_type.model_validate(response.receipt or {})
+    except ValidationError:
+        raise InvalidMessageError(
+            "receipt", "invalidValue", f"the server sent an invalid {receipt_type.__name__}"
+        ) from None
+
+
+def workflow_reference(workflow: str | Path) -> str:
+    """Return what ``run.start`` sends for ``workflow``: an absolute path or a name.
+
+    A :class:`~pathlib.Path`, an existing file, or text that contains ``/`` or ends with ``.py``
+    is a path, made absolute against the current directory; anything else is a name.
+    """
+    if isinstance(workflow, Path):
+        return str(_absolute(workflow))
+    if "/" in workflow or workflow.endswith(".py") or Path(workflow).is_file():
+        return str(_absolute(Path(workflow)))
+    return workflow
+
+
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute against the current directory, ``~`` expanded, ``..`` folded."""
+    return Path(os.path.normpath(path.expanduser().absolute()))

@@ -1,0 +1,145 @@
+"""The managed-resource methods of :class:`piwf.client.Client` (``resource.*`` operations).
+
+Kept in their own module so that ``client.py`` stays one screenful per concern; ``Client``
+inherits them. Every durable call gets one idempotency key (reused across its automatic
+retries), exactly like the run operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from piwf import canonical
+from piwf.canonical import JsonValue
+from piwf.client.content import resolve_references
+from piwf.protocol import InvalidMessageError, Operation, Response
+from piwf.protocol.payloads import ContentRef
+from piwf.protocol.resource_payloads import (
+    ResourceApplyPayload,
+    ResourceDeleteReceipt,
+    ResourceDetail,
+    ResourceInfo,
+    ResourceList,
+    ResourceListPayload,
+    ResourceReceipt,
+    ResourceRefPayload,
+)
+
+_R = TypeVar("_R", bound=BaseModel)
+
+
+class ResourceMethods:
+    """``Client`` methods for managed resources (see docs/RESOURCE_MANAGERS.md)."""
+
+    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
+
+        def request(
+            self,
+            operation: Operation,
+            payload: Mapping[str, Any] | None = None,
+            *,
+            run_id: str | None = None,
+            expected_revision: int | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> Response:
+            """Send one operation."""
+            ...
+
+        def read_content(self, ref: ContentRef) -> JsonValue:
+            """Read one referenced value in full."""
+            ...
+
+    def apply_resource(
+        self,
+        manager: str,
+        key: str,
+        spec: dict[str, Any],
+        *,
+        project: Path | None = None,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> ResourceReceipt:
+        """Create the resource ``manager``/``key`` or change its spec (``resource.apply``).
+
+        ``spec`` is a JSON object; ``project`` (default: the current directory) is where the
+        manager is discovered (``.piwf/resource_managers/``, then ``$PIWF_HOME``). With
+        ``expected_version`` the apply only happens if the resource is at that version (0 for
+        a new one); otherwise :class:`~piwf.errors.ConflictError`. The receipt's ``outcome`` is
+        ``created``, ``updated`` (new generation) or ``unchanged``. Raises
+        :class:`~piwf.errors.RejectedError` for an unknown manager or a refused spec, and
+        :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``spec`` breaks
+        the canonical JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate).
+        """
+        canonical.check_value(spec, "spec")
+        payload = ResourceApplyPayload(
+            manager=manager,
+            key=key,
+            spec=spec,
+            project_path=str(Path(project if project is not None else Path.cwd()).absolute()),
+        )
+        wire = payload.to_wire()
+        wire["spec"] = spec  # sent as given: canonical JSON checks it, pydantic would convert
+        response = self.request(
+            "resource.apply",
+            wire,
+            expected_revision=expected_version,
+            idempotency_key=idempotency_key,
+        )
+        return _parsed(ResourceReceipt, response)
+
+    def get_resource(self, manager: str, key: str) -> ResourceDetail:
+        """One resource in full (``resource.get``); NotFoundError when there is none.
+
+        A spec or status the server sent by content reference is read and verified first.
+        """
+        payload = ResourceRefPayload(manager=manager, key=key)
+        detail = _parsed(ResourceDetail, self.request("resource.get", payload.to_wire()))
+        return resolve_references(detail, self.read_content)
+
+    def list_resources(self, manager: str | None = None, limit: int = 100) -> list[ResourceInfo]:
+        """The resources ordered by manager and key (``resource.list``)."""
+        payload = ResourceListPayload(manager=manager, limit=limit)
+        return _parsed(ResourceList, self.request("resource.list", payload.to_wire())).resources
+
+    def delete_resource(
+        self,
+        manager: str,
+        key: str,
+        *,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> ResourceDeleteReceipt:
+        """Delete a resource (``resource.delete``): at once when it has no finalizer, else it
+        is marked deleting and its manager finalizes it (``deleted`` is then False)."""
+        payload = ResourceRefPayload(manager=manager, key=key)
+        response = self.request(
+            "resource.delete",
+            payload.to_wire(),
+            expected_revision=expected_version,
+            idempotency_key=idempotency_key,
+        )
+        return _parsed(ResourceDeleteReceipt, response)
+
+    def reconcile_resource(
+        self, manager: str, key: str, *, idempotency_key: str | None = None
+    ) -> ResourceReceipt:
+        """Enqueue a resource for a reconcile now (``resource.reconcile``)."""
+        payload = ResourceRefPayload(manager=manager, key=key)
+        response = self.request(
+            "resource.reconcile", payload.to_wire(), idempotency_key=idempotency_key
+        )
+        return _parsed(ResourceReceipt, response)
+
+
+def _parsed(model: type[_R], response: Response) -> _R:
+    try:
+        return model.model_validate(response.receipt or {})
+    except ValidationError:
+        raise InvalidMessageError(
+            "receipt", "invalidValue", f"the server sent an invalid {model.__name__}"
+        ) from None

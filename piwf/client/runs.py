@@ -1,0 +1,136 @@
+"""The reading methods of :class:`piwf.client.Client`: runs, waits, pending requests, content.
+
+Kept in their own module so that ``client.py`` stays one screenful per concern; ``Client``
+inherits them. Every method returns complete values: whatever the server sent by content
+reference (docs/PROTOCOL.md, "Content references") is read in ``view.content`` parts and
+verified by :mod:`piwf.client.content` before the method returns, unless ``content_limit``
+says to leave references to longer values in place (the ``*_ref`` fields).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from pydantic import BaseModel
+
+from piwf.canonical import JsonValue
+from piwf.client.content import read_content, resolve_references
+from piwf.protocol import Operation, Response
+from piwf.protocol.payloads import (
+    MAX_WAIT_MS,
+    ContentRef,
+    EmptyPayload,
+    OpenRequestInfo,
+    RequestList,
+    RequestsListPayload,
+    RunCursor,
+    RunDetail,
+    RunListPayload,
+    RunPage,
+    RunWaitPayload,
+    RunWaitReceipt,
+    WireModel,
+)
+
+#: One ``run.wait`` request waits at most this long on the server; longer waits loop.
+WAIT_SLICE_S: Final = 30.0
+
+_Receipt = TypeVar("_Receipt", bound=BaseModel)
+
+
+class RunReadMethods:
+    """``Client`` methods that read runs and the values they hold."""
+
+    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
+        request_timeout_s: float
+
+        def request(
+            self,
+            operation: Operation,
+            payload: Mapping[str, Any] | None = None,
+            *,
+            run_id: str | None = None,
+            expected_revision: int | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> Response:
+            """Send one operation."""
+            ...
+
+        def _call(
+            self,
+            operation: Operation,
+            payload: WireModel,
+            receipt_type: type[_Receipt],
+            *,
+            run_id: str | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> _Receipt:
+            """Send one operation and parse its receipt."""
+            ...
+
+    def list_runs(self, limit: int = 50, before: RunCursor | None = None) -> RunPage:
+        """Return one page of runs, newest first (``run.list``); ``next_cursor`` pages on."""
+        return self._call("run.list", RunListPayload(limit=limit, before=before), RunPage)
+
+    def get_run(self, run_id: str, *, content_limit: int | None = None) -> RunDetail:
+        """Return one run in full (``run.get``); NotFoundError if unknown.
+
+        Values the server sent by content reference (a large output, error, prompt or answer)
+        are read and verified first (:meth:`read_content`), so the detail holds complete
+        values. With ``content_limit``, values longer than that many bytes are left as their
+        references (``output_ref`` and the like) and not read.
+        """
+        detail = self._call("run.get", EmptyPayload(), RunDetail, run_id=run_id)
+        return resolve_references(detail, self.read_content, content_limit=content_limit)
+
+    def wait_run(
+        self, run_id: str, timeout_s: float | None = None, *, content_limit: int | None = None
+    ) -> RunWaitReceipt:
+        """Wait until the run is terminal, or ``timeout_s`` seconds pass (None: no limit).
+
+        Sends ``run.wait`` requests of at most 30 s each. Returns the last receipt: its ``run``
+        is the run's latest state and ``timed_out`` says whether the wait ended before the run
+        became terminal; a terminal run's ``output`` or ``error`` comes complete (referenced
+        values read as :meth:`get_run` reads them, ``content_limit`` likewise). A non-positive
+        ``timeout_s`` asks once without waiting.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
+        while True:
+            slice_s = WAIT_SLICE_S
+            if deadline is not None:
+                slice_s = min(slice_s, max(deadline - time.monotonic(), 0.0))
+            timeout_ms = min(int(slice_s * 1000), MAX_WAIT_MS)
+            receipt = self._call(
+                "run.wait",
+                RunWaitPayload(timeout_ms=timeout_ms),
+                RunWaitReceipt,
+                run_id=run_id,
+                timeout_s=self.request_timeout_s + timeout_ms / 1000,
+            )
+            if not receipt.timed_out or (deadline is not None and time.monotonic() >= deadline):
+                return resolve_references(receipt, self.read_content, content_limit=content_limit)
+
+    def list_requests(
+        self, run_id: str | None = None, *, content_limit: int | None = None
+    ) -> list[OpenRequestInfo]:
+        """Return the pending checkpoints and decisions, oldest first (``requests.list``).
+
+        Referenced content is read as :meth:`get_run` reads it (``content_limit`` likewise).
+        """
+        payload = RequestsListPayload(run_id=run_id)
+        found = self._call("requests.list", payload, RequestList)
+        return resolve_references(found, self.read_content, content_limit=content_limit).requests
+
+    def read_content(self, ref: ContentRef) -> JsonValue:
+        """Return the complete value ``ref`` names: read in ``view.content`` parts of at most
+        512 KiB, checked against its length and SHA-256, then decoded.
+
+        Raises :class:`~piwf.errors.ContentMismatchError` when what arrived does not match the
+        reference (never a partial value) and :class:`~piwf.errors.NotFoundError` when its
+        owner no longer holds it (for example, the run was deleted since).
+        """
+        return read_content(lambda payload: self.request("view.content", payload).receipt, ref)

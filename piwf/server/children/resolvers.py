@@ -1,0 +1,155 @@
+"""Supervised source-resolver children, driven by the server loop without blocking it.
+
+One child per resolution, started by the supervisor like a runner (``python -m
+piwf.runner.resolver --fd N`` in its own process group, forked by the zygote when one is
+ready): the server sends one request frame on the child's channel and waits (in the selector)
+for one reply frame, the child's exit or a deadline. A child that overruns its deadline, exits
+without an answer, or sends an oversized or malformed reply is killed and the resolution fails
+with :class:`ResolverFailedError` (the caller answers ``unavailable`` and stores no receipt);
+the server itself never imports the workflow. A resolver's captured output is kept in
+``$PIWF_HOME/server/runners/resolver-*.log`` only when it wrote something.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from piwf import canonical
+from piwf.canonical import JsonValue
+from piwf.errors import PiwfError, WorkflowLoadError
+from piwf.server.children.link import ChildLink
+from piwf.server.children.pipes import PipeClosedError, PipeOverflowError
+from piwf.server.children.supervisor import ChildHandle, Supervisor
+from piwf.server.loop import EventLoop, Timer
+from piwf.state.failures import os_reason
+
+log = logging.getLogger("piwf.server")
+
+RESOLVER_MODULE = "piwf.runner.resolver"
+
+Done = Callable[[dict[str, JsonValue] | PiwfError], None]
+
+
+class ResolverFailedError(WorkflowLoadError):
+    """The resolver child died, timed out or answered nonsense (a retry may succeed)."""
+
+    code = "resolverFailed"
+
+
+@dataclass
+class _Job:
+    done: Done
+    handle: ChildHandle | None = None
+    link: ChildLink | None = None
+    deadline: Timer | None = None
+    finished: bool = False
+
+
+class ResolverJobs:
+    """Starts resolver children and reports each one's reply exactly once."""
+
+    def __init__(self, loop: EventLoop, supervisor: Supervisor, timeout_s: float) -> None:
+        self.loop = loop
+        self.supervisor = supervisor
+        self.timeout_s = timeout_s
+        self.jobs: list[_Job] = []
+
+    @property
+    def active(self) -> int:
+        """How many resolutions are waiting for their child."""
+        return len(self.jobs)
+
+    def resolve(self, request: dict[str, JsonValue], done: Done) -> None:
+        """Start a child for ``request``; ``done`` gets its reply dict or an error (later, from
+        the loop, never before this returns)."""
+        job = _Job(done)
+        self.jobs.append(job)
+        project = request.get("projectPath")
+        try:
+            handle = self.supervisor.start(
+                f"resolver-{secrets.token_hex(6)}",
+                RESOLVER_MODULE,
+                cwd=Path(project) if isinstance(project, str) else None,
+                on_exit=lambda exited: self._exited(job, exited),
+            )
+        except OSError as error:  # its text names the project directory: a payload field
+            reason = os_reason(error)
+            log.warning("a resolver child could not be started: %s", reason)
+            failure = ResolverFailedError(f"the resolver could not be started: {reason}")
+            self.loop.call_later(0, lambda: self._finish(job, failure))
+            return
+        job.handle = handle
+        job.link = ChildLink(
+            self.loop,
+            handle,
+            lambda messages: self._received(job, messages),
+            lambda why: self._broken(job, why),
+        )
+        job.link.watch()
+        job.deadline = self.loop.call_later(self.timeout_s, lambda: self._timed_out(job))
+        job.link.send(canonical.encode(request))
+
+    def stop_all(self) -> None:
+        """Fail every waiting resolution and kill its child (server shutdown)."""
+        for job in list(self.jobs):
+            self._finish(job, ResolverFailedError("the server is stopping"))
+
+    def _received(self, job: _Job, messages: list[bytes]) -> None:
+        try:
+            reply = canonical.decode(messages[0])
+        except PiwfError:
+            self._finish(job, ResolverFailedError("the resolver sent a malformed answer"))
+            return
+        if not isinstance(reply, dict):
+            self._finish(job, ResolverFailedError("the resolver sent a malformed answer"))
+            return
+        self._finish(job, reply)
+
+    def _broken(self, job: _Job, why: str) -> None:
+        if why == "overflow":
+            self._finish(job, ResolverFailedError("the resolver sent an oversized answer"))
+        else:
+            self._finish(job, ResolverFailedError("the resolver exited without an answer"))
+
+    def _exited(self, job: _Job, handle: ChildHandle) -> None:
+        if job.deadline is not None:
+            job.deadline.cancel()
+        if not job.finished:
+            # The answer may have been written just before the exit and not read yet.
+            try:
+                messages = handle.channel.read_messages()
+            except PipeOverflowError:
+                self._broken(job, "overflow")
+            except PipeClosedError:
+                self._broken(job, "closed")
+            else:
+                if messages:
+                    self._received(job, messages)
+                else:
+                    self._broken(job, "closed")
+        if handle.captured == 0:
+            with contextlib.suppress(OSError):
+                handle.log_path.unlink()
+
+    def _timed_out(self, job: _Job) -> None:
+        self._finish(
+            job, ResolverFailedError(f"loading the workflow took longer than {self.timeout_s:g} s")
+        )
+        # Also a child that answered but never exited: it is not left behind.
+        if job.handle is not None and not job.handle.exited:
+            self.supervisor.kill(job.handle)
+
+    def _finish(self, job: _Job, result: dict[str, JsonValue] | PiwfError) -> None:
+        if job.finished:
+            return
+        job.finished = True
+        if job in self.jobs:
+            self.jobs.remove(job)
+        if isinstance(result, PiwfError) and job.handle is not None:
+            self.supervisor.kill(job.handle)
+        job.done(result)

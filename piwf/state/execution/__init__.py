@@ -1,0 +1,159 @@
+"""The execution store: the durable half of the workflow port, and the run transitions around it.
+
+The server runs each run generation in a child process. The child's engine calls the port
+(:class:`piwf.workflow.port.WorkflowPort`); every call crosses the runner pipe and the server
+applies it here, each in one ``BEGIN IMMEDIATE`` transaction that checks and renews the exact
+live run claim, bumps the run revision once, writes one event and returns a typed result::
+
+    scheduler ─claim_next_run──▶ RunLaunch(claim, command) ─record_runner_launch─▶ spawn
+      ─record_runner_process─▶ ─mark_runner_ready─▶ send the one command
+    runner message ─decode_runner_call─▶ apply_runner_call(receipt, the runner's own claim)
+      ─▶ apply_begin_run | apply_node_started | ...
+      | apply_reserve_effect | apply_settle_effect | ... | apply_park | apply_finish
+    runner exit ─record_runner_exit─▶ recover_after_runner_exit (no-progress rule, effects)
+    client control ─cancel_run | pause_run | resume_run | restart_run
+
+This package is the public surface; the functions live in its modules, which import one
+another by full path (``piwf.state.execution.core``), never through this facade:
+
+==================  ======================================================================
+module              contents
+==================  ======================================================================
+``core``            run/attempt rows, claim checks, :class:`RunLaunch`
+``runs``            runs and queue rows: creation, typed reads, display status
+``runners``         ``run_runners`` rows and ``runner_messages`` receipts
+``calls``           one runner call decoded and applied under the runner's own claim
+``visits``          :func:`read_saved_run`, begin, node started/finished/failed, updates,
+                    notifications
+``effects``         effect reservation and settlement
+``outcomes``        interactive requests, park, finish
+``control``         scheduling claim, cancel, pause, resume, restart
+``recovery``        recovery after a runner exit, no-progress and source-change parks
+``answers``         answers to checkpoints and decisions, decision deadlines, audits
+==================  ======================================================================
+
+``docs/EXECUTION_STATE.md`` describes the tables, the claim rules and every transition.
+"""
+
+from __future__ import annotations
+
+from piwf.state.enums import CRASH_LOOP_LIMIT
+from piwf.state.execution.answers import (
+    AnswerOutcome,
+    DecisionAudit,
+    OpenRequest,
+    answer_request,
+    expire_due_decisions,
+    list_open_requests,
+    paused_run_of_request,
+    run_decision_audit,
+)
+from piwf.state.execution.calls import (
+    RunnerCall,
+    RunnerCallRejectedError,
+    apply_runner_call,
+    decode_runner_call,
+)
+from piwf.state.execution.control import (
+    cancel_run,
+    claim_next_run,
+    count_runnable,
+    has_scheduled_work,
+    pause_run,
+    restart_run,
+    resume_run,
+)
+from piwf.state.execution.core import RunLaunch
+from piwf.state.execution.effects import apply_reserve_effect, apply_settle_effect
+from piwf.state.execution.outcomes import (
+    apply_finish,
+    apply_park,
+    apply_reject_answer,
+    apply_request_interaction,
+)
+from piwf.state.execution.recovery import (
+    ExpiredRun,
+    RecoveryDecision,
+    RunRecovery,
+    crash_backoff_ms,
+    expired_running_runs,
+    park_for_no_progress,
+    park_for_source_change,
+    recover_after_runner_exit,
+)
+from piwf.state.execution.runners import (
+    RunnerRecord,
+    RunnerReply,
+    apply_runner_message,
+    get_runner,
+    list_runners,
+    live_runner,
+    mark_runner_ready,
+    record_runner_exit,
+    record_runner_launch,
+    record_runner_process,
+)
+from piwf.state.execution.visits import (
+    apply_begin_run,
+    apply_node_failed,
+    apply_node_finished,
+    apply_node_started,
+    apply_notify,
+    apply_publish_update,
+    read_saved_run,
+)
+
+__all__ = [
+    "CRASH_LOOP_LIMIT",
+    "AnswerOutcome",
+    "DecisionAudit",
+    "ExpiredRun",
+    "OpenRequest",
+    "RecoveryDecision",
+    "RunLaunch",
+    "RunRecovery",
+    "RunnerCall",
+    "RunnerCallRejectedError",
+    "RunnerRecord",
+    "RunnerReply",
+    "answer_request",
+    "apply_begin_run",
+    "apply_finish",
+    "apply_node_failed",
+    "apply_node_finished",
+    "apply_node_started",
+    "apply_notify",
+    "apply_park",
+    "apply_publish_update",
+    "apply_reject_answer",
+    "apply_request_interaction",
+    "apply_reserve_effect",
+    "apply_runner_call",
+    "apply_runner_message",
+    "apply_settle_effect",
+    "cancel_run",
+    "claim_next_run",
+    "count_runnable",
+    "crash_backoff_ms",
+    "decode_runner_call",
+    "expire_due_decisions",
+    "expired_running_runs",
+    "get_runner",
+    "has_scheduled_work",
+    "list_open_requests",
+    "list_runners",
+    "live_runner",
+    "mark_runner_ready",
+    "park_for_no_progress",
+    "park_for_source_change",
+    "pause_run",
+    "paused_run_of_request",
+    "read_saved_run",
+    "record_runner_exit",
+    "record_runner_launch",
+    "record_runner_process",
+    "recover_after_runner_exit",
+    "restart_run",
+    "resume_run",
+    "run_decision_audit",
+]

@@ -1,0 +1,280 @@
+"""How a runner's command stops: interactive requests, parking and the terminal finish.
+
+Same transaction contract as :mod:`piwf.state.execution.visits` (claim renewed first, one run
+revision and one event per change, ``port`` results). The request lifecycle here is the minimal
+one later decision and submission features build on::
+
+    request_interaction ─▶ pending ─(answer, timeout policy)─▶ answered ─node_finished─▶ settled
+                              ▲                                    │
+                              └────────────reject_answer───────────┘
+    pending | answered ─node_failed, finish, cancel─▶ cancelled
+
+``park`` and ``finish`` release the run claim in the same transaction as their change, so a
+parked or finished run never keeps a live claim.
+"""
+
+from __future__ import annotations
+
+from piwf.state import blobs, decisions
+from piwf.state.database import Transaction
+from piwf.state.enums import (
+    AttemptStatus,
+    DecisionKind,
+    FailureClass,
+    InteractionKind,
+    InteractionStatus,
+    QueueStatus,
+    RunStatus,
+)
+from piwf.state.execution.core import (
+    RUNNER_ACTOR,
+    SELECT_OPEN_REQUEST,
+    active_attempt,
+    close_run_dependents,
+    executing_run,
+    optional_bytes,
+    record_run_change,
+    require_run_claim,
+    set_queue,
+    visit_attempt,
+)
+from piwf.state.leases import Claim, release_claim
+from piwf.workflow import port
+
+_INSERT_REQUEST = """
+INSERT INTO interactive_requests (request_id, run_id, attempt_id, kind, content_hash,
+                                  on_timeout_hash, timeout_ms, status, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
+"""
+
+_SET_ATTEMPT_WAITING = """
+UPDATE node_attempts SET status = 'waiting', updated_at = ?
+WHERE attempt_id = ? AND status IN ('pending', 'running')
+"""
+
+_REJECT_ANSWER = """
+UPDATE interactive_requests
+SET status = 'pending', answer_hash = NULL, answered_by = NULL, rejection_hash = ?,
+    updated_at = ?
+WHERE request_id = ? AND status = 'answered'
+"""
+
+_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?"
+
+_FINISH_RUN = """
+UPDATE runs SET status = ?, final_output_hash = ?, error_hash = ?, finished_at = ?, updated_at = ?
+WHERE run_id = ? AND status NOT IN ('completed', 'failed', 'timed_out', 'cancelled')
+"""
+
+_HAS_AMBIGUOUS_EFFECT = """
+SELECT EXISTS (SELECT 1 FROM effects WHERE source_resource_id = ? AND status = 'ambiguous')
+"""
+
+_SELECT_REQUEST = """
+SELECT request_id, run_id, attempt_id, kind, content_hash, on_timeout_hash, timeout_ms, status,
+       answer_hash, answered_by, rejection_hash
+FROM interactive_requests WHERE request_id = ?
+"""
+
+#: Requests a person (or a client, for a checkpoint) answers get an audited decision row.
+_DECISION_KINDS = {
+    InteractionKind.CHECKPOINT: DecisionKind.CHECKPOINT,
+    InteractionKind.HUMAN_DECISION: DecisionKind.HUMAN_DECISION,
+}
+
+_TERMINAL = {
+    port.RunStatus.COMPLETED: (RunStatus.COMPLETED, QueueStatus.DONE, AttemptStatus.FAILED),
+    port.RunStatus.FAILED: (RunStatus.FAILED, QueueStatus.FAILED, AttemptStatus.FAILED),
+    port.RunStatus.TIMED_OUT: (RunStatus.TIMED_OUT, QueueStatus.FAILED, AttemptStatus.TIMED_OUT),
+    port.RunStatus.CANCELLED: (
+        RunStatus.CANCELLED,
+        QueueStatus.CANCELLED,
+        AttemptStatus.CANCELLED,
+    ),
+}
+
+
+def apply_request_interaction(
+    tx: Transaction, claim: Claim, message: port.InteractionRequested, *, lease_ms: int
+) -> port.PortResult:
+    """Commit the pending request of the active visit; the attempt becomes ``waiting``.
+
+    The run stays ``running`` until the engine parks it. A repeat of the same request is
+    ``Adopted``; the same id with other content, a second request of the attempt or a visit
+    that is not active is a ``Conflict``. Event ``interaction.requested``. A checkpoint or a
+    human decision also opens its audited decision (:mod:`piwf.state.decisions`) with the
+    absolute deadline of its timeout policy, in the same transaction.
+    """
+    claim = require_run_claim(tx, claim, message.run_id, lease_ms)
+    run = executing_run(tx, message.run_id)
+    if isinstance(run, port.Conflict):
+        return run
+    kind = InteractionKind(message.kind.value)
+    if message.timeout_ms is not None and message.timeout_ms <= 0:
+        return port.Conflict("timeout_ms must be positive")
+    active = visit_attempt(tx, run, message.path, message.visit)
+    if isinstance(active, port.Conflict):
+        return active
+    content_hash = blobs.put_json(tx, message.content)
+    on_timeout_hash = None if message.on_timeout is None else blobs.put_json(tx, message.on_timeout)
+    existing = tx.one(_SELECT_REQUEST, (message.request_id,))
+    if existing is not None:
+        same = (
+            existing["attempt_id"] == active.attempt_id
+            and existing["kind"] == kind.value
+            and bytes(existing["content_hash"]) == content_hash
+            and optional_bytes(existing["on_timeout_hash"]) == on_timeout_hash
+            and existing["timeout_ms"] == message.timeout_ms
+        )
+        if same:
+            return port.Adopted(revision=run.revision)
+        return port.Conflict(f"request {message.request_id} exists with other content")
+    other = tx.one(SELECT_OPEN_REQUEST, (active.attempt_id,))
+    if other is not None:
+        return port.Conflict(f"visit already has request {other['request_id']}")
+    payload = {"requestId": message.request_id, "kind": kind.value}
+    revision = record_run_change(tx, run, "interaction.requested", RUNNER_ACTOR, claim, payload)
+    tx.execute(
+        _INSERT_REQUEST,
+        (
+            message.request_id,
+            run.run_id,
+            active.attempt_id,
+            kind.value,
+            content_hash,
+            on_timeout_hash,
+            message.timeout_ms,
+            tx.now,
+            tx.now,
+        ),
+    )
+    tx.execute(_SET_ATTEMPT_WAITING, (tx.now, active.attempt_id))
+    decision_kind = _DECISION_KINDS.get(kind)
+    if decision_kind is not None:
+        decisions.open_decision_in(
+            tx,
+            request_id=message.request_id,
+            run_id=run.run_id,
+            kind=decision_kind,
+            content=message.content,
+            on_timeout=message.on_timeout,
+            actor=RUNNER_ACTOR,
+            claim=claim,
+        )
+    return port.Applied(revision=revision)
+
+
+def apply_reject_answer(
+    tx: Transaction, claim: Claim, message: port.AnswerRejected, *, lease_ms: int
+) -> port.PortResult:
+    """Refuse the answer of an ``answered`` request: it returns to ``pending``, error stored.
+
+    A repeat (the request is pending with the same rejection) is ``Adopted``; a request that is
+    not this run's or not answered is a ``Conflict``. Event ``interaction.answer_rejected``.
+    """
+    claim = require_run_claim(tx, claim, message.run_id, lease_ms)
+    run = executing_run(tx, message.run_id)
+    if isinstance(run, port.Conflict):
+        return run
+    request = tx.one(_SELECT_REQUEST, (message.request_id,))
+    if request is None or request["run_id"] != run.run_id:
+        return port.Conflict(f"request {message.request_id} is not open")
+    rejection_hash = blobs.put_text(tx, message.error)
+    if request["status"] == InteractionStatus.PENDING.value:
+        if optional_bytes(request["rejection_hash"]) == rejection_hash:
+            return port.Adopted(revision=run.revision)
+        return port.Conflict(f"request {message.request_id} has no answer to reject")
+    if request["status"] != InteractionStatus.ANSWERED.value:
+        return port.Conflict(f"request {message.request_id} is {request['status']}")
+    payload = {"requestId": message.request_id}
+    revision = record_run_change(
+        tx, run, "interaction.answer_rejected", RUNNER_ACTOR, claim, payload
+    )
+    tx.execute(_REJECT_ANSWER, (rejection_hash, tx.now, message.request_id))
+    return port.Applied(revision=revision)
+
+
+def apply_park(
+    tx: Transaction, claim: Claim, message: port.RunParked, *, lease_ms: int
+) -> port.PortResult:
+    """Stop the run without a terminal status and release the claim, in one change.
+
+    - ``waiting``: the active visit's request must be open. A pending request makes the run
+      ``waiting`` with queue ``parked`` (event ``run.waiting``); an already answered one keeps
+      it ``running`` with queue ``parked`` and available now, so a resume consumes the answer
+      (event ``run.parked``).
+    - ``effectAmbiguous``: the run must have an ambiguous effect; it stays ``running`` with
+      queue ``parked`` and error ``effectAmbiguous`` (detail as the queue's error text) until an
+      operator resolves the effect and resumes (event ``run.effect_ambiguous``).
+
+    The active attempt stays open in both cases (the next runner retries or consumes it).
+    """
+    claim = require_run_claim(tx, claim, message.run_id, lease_ms)
+    run = executing_run(tx, message.run_id)
+    if isinstance(run, port.Conflict):
+        return run
+    active = visit_attempt(tx, run, message.path, message.visit)
+    if isinstance(active, port.Conflict):
+        return active
+    payload = {"reason": message.reason.value, "path": message.path, "visit": message.visit}
+    if message.reason is port.ParkReason.WAITING:
+        request = tx.one(SELECT_OPEN_REQUEST, (active.attempt_id,))
+        if request is None or message.request_id not in (None, request["request_id"]):
+            return port.Conflict(f"visit {message.visit} of {message.path!r} has no open request")
+        answered = request["status"] == InteractionStatus.ANSWERED.value
+        event = "run.parked" if answered else "run.waiting"
+        revision = record_run_change(tx, run, event, RUNNER_ACTOR, claim, payload)
+        if not answered:
+            tx.execute(_SET_RUN_STATUS, (RunStatus.WAITING.value, tx.now, run.run_id))
+        set_queue(tx, run.run_id, QueueStatus.PARKED, available_now=answered)
+    else:
+        if not tx.scalar(_HAS_AMBIGUOUS_EFFECT, (run.resource_id,)):
+            return port.Conflict(f"run {run.run_id} has no ambiguous effect")
+        revision = record_run_change(tx, run, "run.effect_ambiguous", RUNNER_ACTOR, claim, payload)
+        set_queue(
+            tx,
+            run.run_id,
+            QueueStatus.PARKED,
+            error_code=FailureClass.EFFECT_AMBIGUOUS,
+            error_text=message.detail,
+        )
+    release_claim(tx, claim)
+    return port.Applied(revision=revision)
+
+
+def apply_finish(
+    tx: Transaction, claim: Claim, message: port.RunFinished, *, lease_ms: int
+) -> port.PortResult:
+    """Give the run its terminal status and release the claim, in one change.
+
+    ``completed`` stores the final output (JSON blob); ``failed``/``timed_out``/``cancelled``
+    store the error (text blob; the status name when the engine sent none). The queue row becomes
+    ``done``/``failed``/``cancelled`` (error code ``nodeFailed`` for a failed run). Whatever is
+    still open is closed in the same change: the active attempt, open requests, pending effects
+    (``cancelled``) and applying ones (``ambiguous``). A ``completed`` finish with an active
+    visit, or a non-terminal status, is a ``Conflict``. Event ``run.<status>``.
+    """
+    claim = require_run_claim(tx, claim, message.run_id, lease_ms)
+    run = executing_run(tx, message.run_id)
+    if isinstance(run, port.Conflict):
+        return run
+    terminal = _TERMINAL.get(message.status)
+    if terminal is None:
+        return port.Conflict(f"{message.status.value} is not a terminal status")
+    status, queue_status, attempt_status = terminal
+    if status is RunStatus.COMPLETED and active_attempt(tx, run.run_id) is not None:
+        return port.Conflict(f"run {run.run_id} still has an active visit")
+    output_hash = None
+    error_hash = None
+    if status is RunStatus.COMPLETED:
+        output_hash = blobs.put_json(tx, message.output)
+    else:
+        error_hash = blobs.put_text(tx, message.error or status.value)
+    payload = {"status": status.value, "path": message.path}
+    revision = record_run_change(tx, run, f"run.{status.value}", RUNNER_ACTOR, claim, payload)
+    close_run_dependents(tx, run, attempt_status=attempt_status, actor=RUNNER_ACTOR, claim=claim)
+    tx.execute(_FINISH_RUN, (status.value, output_hash, error_hash, tx.now, tx.now, run.run_id))
+    failure = FailureClass.NODE_FAILED if status is RunStatus.FAILED else None
+    set_queue(tx, run.run_id, queue_status, error_code=failure)
+    release_claim(tx, claim)
+    return port.Applied(revision=revision)
