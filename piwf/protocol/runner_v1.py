@@ -28,52 +28,64 @@ answers identically), ``rejected`` (the payload failed validation), ``claimLost`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.workflow import port
 
 SCHEMA: Final = "piwf.runner.v1"
 PROTOCOL_VERSION: Final = 1
 
-#: Port methods a runner may call, plus ``read_run``.
-OPERATIONS = (
-    "read_run",
-    "begin_run",
-    "node_started",
-    "node_finished",
-    "node_failed",
-    "reserve_effect",
-    "settle_effect",
-    "publish_update",
-    "notify",
-    "request_interaction",
-    "reject_answer",
-    "park",
-    "finish",
-    "content.read",
-    "content.part",
+
+@dataclass(frozen=True)
+class PortOperation:
+    """One method of :class:`~piwf.workflow.port.WorkflowPort`, as a runner calls it.
+
+    ``message`` is the dataclass the call's payload decodes to (strictly, by
+    :func:`piwf.workflow.port_codec.from_json`). A call that ``changes_state`` is applied by the
+    store function named ``apply_<name>`` under the runner's own claim, with a stored receipt,
+    and names the run revision it expects; any other call is a read.
+    """
+
+    name: str
+    message: type[Any]
+    changes_state: bool
+
+
+#: Every port operation, declared once: the codec, the store's dispatch table, the runner's
+#: port and the operations table of docs/EXECUTION.md are derived from (and tested against) it.
+PORT_OPERATIONS: tuple[PortOperation, ...] = (
+    PortOperation("read_run", port.RunRead, changes_state=False),
+    PortOperation("begin_run", port.RunBegun, changes_state=True),
+    PortOperation("node_started", port.NodeStarted, changes_state=True),
+    PortOperation("node_finished", port.NodeFinished, changes_state=True),
+    PortOperation("node_failed", port.NodeFailed, changes_state=True),
+    PortOperation("reserve_effect", port.EffectReservation, changes_state=True),
+    PortOperation("settle_effect", port.EffectSettlement, changes_state=True),
+    PortOperation("publish_update", port.UpdatePublished, changes_state=True),
+    PortOperation("notify", port.NotificationRequested, changes_state=True),
+    PortOperation("request_interaction", port.InteractionRequested, changes_state=True),
+    PortOperation("reject_answer", port.AnswerRejected, changes_state=True),
+    PortOperation("park", port.RunParked, changes_state=True),
+    PortOperation("finish", port.RunFinished, changes_state=True),
 )
 
-Operation = Literal[
-    "read_run",
-    "begin_run",
-    "node_started",
-    "node_finished",
-    "node_failed",
-    "reserve_effect",
-    "settle_effect",
-    "publish_update",
-    "notify",
-    "request_interaction",
-    "reject_answer",
-    "park",
-    "finish",
-    "content.read",
-    "content.part",
-]
+#: Transport calls that move values too large for one frame (:mod:`piwf.protocol.content`).
+CONTENT_OPERATIONS = ("content.read", "content.part")
+
+#: Port operation name → its declaration.
+PORT_OPERATION: Mapping[str, PortOperation] = {op.name: op for op in PORT_OPERATIONS}
+
+#: Port message type → the operation that carries it.
+OPERATION_OF_MESSAGE: Mapping[type[Any], PortOperation] = {op.message: op for op in PORT_OPERATIONS}
+
+#: Every operation a ``call`` may name.
+OPERATIONS: tuple[str, ...] = tuple(op.name for op in PORT_OPERATIONS) + CONTENT_OPERATIONS
 
 _ID = Field(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")
 
@@ -113,12 +125,19 @@ class ChildMessage(_Model):
     runner_epoch: str = Field(alias="runnerEpoch", min_length=1, max_length=256)
     message_id: str | None = Field(default=None, alias="messageId", max_length=256)
     expected_revision: int | None = Field(default=None, alias="expectedRevision", ge=0)
-    operation: Operation | None = None
+    operation: str | None = Field(default=None, max_length=64)
     payload: dict[str, Any] | None = None
     files: list[str] | None = None
     status: str | None = Field(default=None, max_length=64)
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+    @field_validator("operation")
+    @classmethod
+    def _declared_operation(cls, value: str | None) -> str | None:
+        if value is not None and value not in OPERATIONS:
+            raise ValueError("not a runner.v1 operation")
+        return value
 
 
 class Command(_Model):

@@ -31,8 +31,16 @@ from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.config import CONTENT_PART_BYTES, MAX_FRAME_BYTES
 from piwf.errors import ClaimLostError, RunCommandError
+from piwf.lifecycle import Adopted, Applied
 from piwf.protocol import content
-from piwf.protocol.runner_v1 import SCHEMA, CallResponse, Command, Launch
+from piwf.protocol.runner_v1 import (
+    OPERATION_OF_MESSAGE,
+    PORT_OPERATION,
+    SCHEMA,
+    CallResponse,
+    Command,
+    Launch,
+)
 from piwf.runner.entry import (
     EXIT_CLAIM_LOST,
     EXIT_OK,
@@ -41,7 +49,7 @@ from piwf.runner.entry import (
 )
 from piwf.runner.lifeline import Lifeline
 from piwf.workflow import port
-from piwf.workflow.port_codec import MESSAGE_TYPES, from_json, result_from_json, to_json
+from piwf.workflow.port_codec import from_json, result_from_json, to_json
 
 
 class PipePort:
@@ -108,7 +116,8 @@ class PipePort:
             "operation": operation,
             "payload": payload,
         }
-        if operation in MESSAGE_TYPES:
+        declared = PORT_OPERATION.get(operation)
+        if declared is not None and declared.changes_state:
             message["expectedRevision"] = self.revision
         return canonical.encode(message)
 
@@ -141,58 +150,61 @@ class PipePort:
                 break
         return content.verified_value(bytes(data), digest, length)
 
-    def _send(self, operation: str, message: object) -> port.PortResult:
+    def _call_port(self, message: object) -> CallResponse:
+        """Call the port operation that carries ``message`` (its declared name)."""
         payload = to_json(message)
         assert isinstance(payload, dict)
-        result = result_from_json(self.call(operation, payload).result)
-        revision = getattr(result, "revision", None)
-        if isinstance(revision, int):
-            self.revision = revision
+        return self.call(OPERATION_OF_MESSAGE[type(message)].name, payload)
+
+    def _send(self, message: object) -> port.PortResult:
+        result = result_from_json(self._call_port(message).result)
+        if isinstance(result, (Applied, Adopted)) and result.value.revision is not None:
+            self.revision = result.value.revision
         faults.point("child.after_commit")  # the server committed; the child has not acted
         return result
 
     def read_run(self, run_id: str) -> port.SavedRun | None:
-        saved = self.call("read_run", {"run_id": run_id}).result
+        saved = self._call_port(port.RunRead(run_id)).result
         return None if saved is None else from_json(port.SavedRun, saved)
 
     def begin_run(self, message: port.RunBegun) -> port.PortResult:
-        return self._send("begin_run", message)
+        return self._send(message)
 
     def node_started(self, message: port.NodeStarted) -> port.PortResult:
-        return self._send("node_started", message)
+        return self._send(message)
 
     def node_finished(self, message: port.NodeFinished) -> port.PortResult:
         self.node_ended()
-        return self._send("node_finished", message)
+        return self._send(message)
 
     def node_failed(self, message: port.NodeFailed) -> port.PortResult:
         self.node_ended()
-        return self._send("node_failed", message)
+        return self._send(message)
 
     def reserve_effect(self, message: port.EffectReservation) -> port.PortResult:
-        return self._send("reserve_effect", message)
+        return self._send(message)
 
     def settle_effect(self, message: port.EffectSettlement) -> port.PortResult:
         faults.point("effect.before_settle")  # the action ran; its outcome is not recorded yet
-        return self._send("settle_effect", message)
+        return self._send(message)
 
     def publish_update(self, message: port.UpdatePublished) -> port.PortResult:
-        return self._send("publish_update", message)
+        return self._send(message)
 
     def notify(self, message: port.NotificationRequested) -> port.PortResult:
-        return self._send("notify", message)
+        return self._send(message)
 
     def request_interaction(self, message: port.InteractionRequested) -> port.PortResult:
-        return self._send("request_interaction", message)
+        return self._send(message)
 
     def reject_answer(self, message: port.AnswerRejected) -> port.PortResult:
-        return self._send("reject_answer", message)
+        return self._send(message)
 
     def park(self, message: port.RunParked) -> port.PortResult:
-        return self._send("park", message)
+        return self._send(message)
 
     def finish(self, message: port.RunFinished) -> port.PortResult:
-        return self._send("finish", message)
+        return self._send(message)
 
 
 def run_child(connection: Connection, lifeline: Lifeline) -> int:

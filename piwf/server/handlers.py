@@ -22,6 +22,7 @@ from pathlib import Path
 
 from piwf._version import __version__
 from piwf.errors import BackupError, RunCommandError, StateUnavailableError
+from piwf.lifecycle import Conflict
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.payloads import (
     AnswerPayload,
@@ -59,7 +60,7 @@ from piwf.server.replies import (
 from piwf.server.resources.handlers import ResourceHandlers
 from piwf.server.runs import answers
 from piwf.server.runs.handlers import RunHandlers
-from piwf.state import Conflict, Transaction, retention
+from piwf.state import Transaction, retention
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.backup import backup_database

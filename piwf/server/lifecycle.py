@@ -28,6 +28,7 @@ from piwf import canonical, faults
 from piwf._version import __version__
 from piwf.config import ensure_private_dir
 from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
+from piwf.lifecycle import Applied
 from piwf.processes import is_alive, own_identity
 from piwf.protocol.client_v1 import Hello
 from piwf.server.children.resolvers import ResolverJobs
@@ -45,7 +46,7 @@ from piwf.server.runs.pool import ExecutionSettings, Executor
 from piwf.server.runs.recovery import recover_previous_server
 from piwf.server.server_log import server_log_handler
 from piwf.server.settings import ServerSettings
-from piwf.state import Applied, StateDatabase
+from piwf.state import StateDatabase
 from piwf.state import execution as ex
 from piwf.state.server_epoch import (
     ServerClaim,

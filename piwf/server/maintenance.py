@@ -31,12 +31,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from piwf import faults
+from piwf.lifecycle import Applied
 from piwf.protocol.payloads import BackupReceipt, ProtectedTree, PruneReport, PruneTree
 from piwf.server.children.resolvers import ResolverJobs
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.pool import Executor
 from piwf.server.settings import ServerSettings
-from piwf.state import Applied, StateDatabase, Transaction, retention
+from piwf.state import StateDatabase, Transaction, retention
 from piwf.state import execution as ex
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 

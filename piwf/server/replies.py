@@ -8,10 +8,10 @@ from pydantic import ValidationError
 
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError, RunCommandError
+from piwf.lifecycle import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.protocol.client_v1 import ErrorInfo, Request, Response
 from piwf.protocol.payloads import EffectInfo, RunInfo, RunReceipt, WireModel
 from piwf.server.commands import CommandResult
-from piwf.state import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.state import effects as fx
 from piwf.state.execution import runs as run_store
 

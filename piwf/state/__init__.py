@@ -1,18 +1,14 @@
 """The state layer: the only package that opens SQLite.
 
 Store modules own their tables (``blobs``, ``records``, ``leases``, ``effects``, …) and take a
-:class:`Transaction` from :meth:`StateDatabase.write` or :meth:`StateDatabase.read`.
+:class:`Transaction` from :meth:`StateDatabase.write` or :meth:`StateDatabase.read`. Their
+transitions answer with the shared results of :mod:`piwf.lifecycle` (``Applied``, ``Adopted``,
+``Conflict``, ``RecoveryRequired``).
 """
 
 from piwf.state.database import StateDatabase, Transaction
-from piwf.state.results import Adopted, Applied, Conflict, LifecycleResult, RecoveryRequired
 
 __all__ = [
-    "Adopted",
-    "Applied",
-    "Conflict",
-    "LifecycleResult",
-    "RecoveryRequired",
     "StateDatabase",
     "Transaction",
 ]

@@ -39,13 +39,9 @@ from dataclasses import dataclass
 
 from piwf.canonical import JsonValue
 from piwf.errors import StateCorruptError, StateError
+from piwf.lifecycle import RunStatus
 from piwf.state.database import StateDatabase, Transaction
-from piwf.state.enums import (
-    BLOCKING_FAILURE_CLASSES,
-    CRASH_LOOP_LIMIT,
-    QueueStatus,
-    RunStatus,
-)
+from piwf.state.enums import BLOCKING_FAILURE_CLASSES, CRASH_LOOP_LIMIT, QueueStatus
 from piwf.state.resources.diagnostics import resource_violations
 
 

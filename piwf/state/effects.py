@@ -25,18 +25,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from piwf import canonical
+from piwf.lifecycle import Adopted, Applied, Conflict, EffectStatus, RecoveryRequired
 from piwf.state import blobs
 from piwf.state.database import Transaction
-from piwf.state.enums import (
-    EffectAttemptOutcome,
-    EffectOwnerScope,
-    EffectRecovery,
-    EffectStatus,
-    ResourceType,
-)
+from piwf.state.enums import EffectAttemptOutcome, EffectOwnerScope, EffectRecovery, ResourceType
 from piwf.state.leases import Claim, renew_claim, verify_claim
 from piwf.state.records import Actor, ensure_resource, record_change
-from piwf.state.results import Adopted, Applied, Conflict, RecoveryRequired
 
 _SELECT_EFFECT = """
 SELECT e.effect_id, e.resource_id, e.source_resource_id, e.source_revision, e.effect_type,

@@ -1,14 +1,16 @@
-"""Lifecycle vocabularies, one enum per ``CHECK (... IN (...))`` list of the DDL.
+"""The state layer's own vocabularies, one enum per ``CHECK (... IN (...))`` list of the DDL.
 
-A test compares each enum with its CHECK constraint, so the two cannot drift apart.
+A lifecycle that another layer names too (run status, commands, requests, notifications, effect
+status) lives in :mod:`piwf.lifecycle` instead. A test compares each enum, here and there, with
+its CHECK constraint, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
-from enum import Enum
+from piwf.lifecycle import StrEnum
 
 
-class ResourceType(str, Enum):
+class ResourceType(StrEnum):
     """Kinds of aggregate that own a revision in ``resources``."""
 
     RUN = "run"
@@ -21,7 +23,7 @@ class ResourceType(str, Enum):
     SYSTEM = "system"
 
 
-class OwnerType(str, Enum):
+class OwnerType(StrEnum):
     """Who may hold a claim in ``leases``."""
 
     SERVER = "server"
@@ -32,7 +34,7 @@ class OwnerType(str, Enum):
     SYSTEM = "system"
 
 
-class ActorType(str, Enum):
+class ActorType(StrEnum):
     """Who caused an event."""
 
     SERVER = "server"
@@ -47,25 +49,14 @@ class ActorType(str, Enum):
     SYSTEM = "system"
 
 
-class MediaType(str, Enum):
+class MediaType(StrEnum):
     """Media types a blob may have."""
 
     JSON = "application/json"
     TEXT = "text/plain"
 
 
-class EffectStatus(str, Enum):
-    """``pending -> applying -> applied | rejected | ambiguous``; ``cancelled`` from pending."""
-
-    PENDING = "pending"
-    APPLYING = "applying"
-    APPLIED = "applied"
-    REJECTED = "rejected"
-    AMBIGUOUS = "ambiguous"
-    CANCELLED = "cancelled"
-
-
-class EffectRecovery(str, Enum):
+class EffectRecovery(StrEnum):
     """What happens to an effect whose outcome became uncertain."""
 
     IDEMPOTENT = "idempotent"  # return to pending and retry under the same key
@@ -73,7 +64,7 @@ class EffectRecovery(str, Enum):
     OBSERVE = "observe"  # become ambiguous; its owner observes the outside world before acting
 
 
-class EffectOwnerScope(str, Enum):
+class EffectOwnerScope(StrEnum):
     """Which kind of aggregate an effect belongs to."""
 
     RUN = "run"
@@ -82,7 +73,7 @@ class EffectOwnerScope(str, Enum):
     SYSTEM = "system"
 
 
-class EffectAttemptOutcome(str, Enum):
+class EffectAttemptOutcome(StrEnum):
     """How one application attempt ended."""
 
     APPLIED = "applied"
@@ -91,24 +82,7 @@ class EffectAttemptOutcome(str, Enum):
     INTERRUPTED = "interrupted"
 
 
-class RunStatus(str, Enum):
-    """Durable run status; pause is a separate flag, not a status."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    WAITING = "waiting"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    CANCELLED = "cancelled"
-
-
-TERMINAL_RUN_STATUSES = frozenset(
-    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED}
-)
-
-
-class QueueStatus(str, Enum):
+class QueueStatus(StrEnum):
     """Status of a run's row in ``run_queue``."""
 
     QUEUED = "queued"
@@ -120,7 +94,7 @@ class QueueStatus(str, Enum):
     CANCELLED = "cancelled"
 
 
-class AttemptStatus(str, Enum):
+class AttemptStatus(StrEnum):
     """Status of one node attempt."""
 
     PENDING = "pending"
@@ -133,21 +107,21 @@ class AttemptStatus(str, Enum):
     CANCELLED = "cancelled"
 
 
-class ExecutionMode(str, Enum):
+class ExecutionMode(StrEnum):
     """Whether a run belongs to an interactive session or runs headless."""
 
     INTERACTIVE = "interactive"
     HEADLESS = "headless"
 
 
-class SourceType(str, Enum):
+class SourceType(StrEnum):
     """Where a run's workflow source came from."""
 
     FILE = "file"
     BUILTIN = "builtin"
 
 
-class CommandOutcome(str, Enum):
+class CommandOutcome(StrEnum):
     """Outcome of a client command, as stored in its receipt and sent on the wire."""
 
     ACCEPTED = "accepted"
@@ -159,7 +133,7 @@ class CommandOutcome(str, Enum):
     UNAVAILABLE = "unavailable"
 
 
-class RunnerStatus(str, Enum):
+class RunnerStatus(StrEnum):
     """Status of one runner process (``run_runners``): three live states, then one outcome."""
 
     STARTING = "starting"
@@ -176,16 +150,7 @@ class RunnerStatus(str, Enum):
 LIVE_RUNNER_STATUSES = frozenset({RunnerStatus.STARTING, RunnerStatus.READY, RunnerStatus.RUNNING})
 
 
-class RunnerCommand(str, Enum):
-    """The one explicit command a runner executes after ``ready``."""
-
-    START = "start"
-    RESUME = "resume"
-    CONTINUE = "continue"
-    RESTART = "restart"
-
-
-class RunnerMessageOutcome(str, Enum):
+class RunnerMessageOutcome(StrEnum):
     """Outcome of a state-changing runner message, as stored in its receipt."""
 
     ACCEPTED = "accepted"
@@ -194,7 +159,7 @@ class RunnerMessageOutcome(str, Enum):
     CLAIM_LOST = "claimLost"
 
 
-class FailureClass(str, Enum):
+class FailureClass(StrEnum):
     """The closed set of failure classes (``run_queue.error_code``); never reported as another."""
 
     CLAIM_LOST = "claimLost"
@@ -225,15 +190,7 @@ BLOCKING_FAILURE_CLASSES = frozenset(
 )
 
 
-class InteractionKind(str, Enum):
-    """What kind of answer a node visit waits for."""
-
-    CHECKPOINT = "checkpoint"
-    HUMAN_DECISION = "human_decision"
-    AGENT = "agent"
-
-
-class InteractionStatus(str, Enum):
+class InteractionStatus(StrEnum):
     """``pending -> answered -> settled``; ``answered -> pending`` on a rejected answer."""
 
     PENDING = "pending"
@@ -242,35 +199,21 @@ class InteractionStatus(str, Enum):
     CANCELLED = "cancelled"
 
 
-class AnsweredBy(str, Enum):
-    """Who answered a request; a protected decision accepts only a human or its policy.
-
-    ``expired`` closes a decision whose deadline passed with no default response: the engine
-    ends the visit ``timed_out`` and routes on ``$result.outcome``.
-    """
-
-    HUMAN = "human"
-    CLIENT = "client"
-    TIMEOUT_POLICY = "timeout_policy"
-    EXPIRED = "expired"
-    SESSION = "session"
-
-
-class DecisionKind(str, Enum):
+class DecisionKind(StrEnum):
     """Which request a ``human_decisions`` row audits; only ``human_decision`` is protected."""
 
     CHECKPOINT = "checkpoint"
     HUMAN_DECISION = "human_decision"
 
 
-class ResolutionOutcome(str, Enum):
+class ResolutionOutcome(StrEnum):
     """The single winning fact of a decision: its response was accepted, or it was cancelled."""
 
     ACCEPTED = "accepted"
     CANCELLED = "cancelled"
 
 
-class ResolutionProvenance(str, Enum):
+class ResolutionProvenance(StrEnum):
     """Where the winner came from; the first two accept, the last two cancel."""
 
     HUMAN = "human"
@@ -286,7 +229,7 @@ ACCEPTING_PROVENANCES = frozenset(
 )
 
 
-class SubmissionSource(str, Enum):
+class SubmissionSource(StrEnum):
     """Who proposed a candidate; only ``human`` may settle a protected decision."""
 
     HUMAN = "human"
@@ -296,7 +239,7 @@ class SubmissionSource(str, Enum):
     CONTROL = "control"
 
 
-class SubmissionOutcome(str, Enum):
+class SubmissionOutcome(StrEnum):
     """What became of one candidate answer."""
 
     WON = "won"
@@ -305,14 +248,7 @@ class SubmissionOutcome(str, Enum):
     REJECTED = "rejected"
 
 
-class NotificationKind(str, Enum):
-    """Whether a notification reports progress or a final result."""
-
-    PROGRESS = "progress"
-    FINAL = "final"
-
-
-class ResourceQueueReason(str, Enum):
+class ResourceQueueReason(StrEnum):
     """Why a managed resource sits in ``managed_resource_queue``."""
 
     APPLIED = "applied"
@@ -326,7 +262,7 @@ class ResourceQueueReason(str, Enum):
     INTERRUPTED = "interrupted"
 
 
-class ResourceRunnerStatus(str, Enum):
+class ResourceRunnerStatus(StrEnum):
     """Status of one resource-runner process: two live states, then one outcome."""
 
     STARTING = "starting"
@@ -343,7 +279,7 @@ LIVE_RESOURCE_RUNNER_STATUSES = frozenset(
 )
 
 
-class ReconcileOutcome(str, Enum):
+class ReconcileOutcome(StrEnum):
     """What one reconcile's result did (``managed_resource_runners.result``)."""
 
     SETTLED = "settled"

@@ -24,9 +24,9 @@ import secrets
 from dataclasses import dataclass, field, replace
 
 from piwf.errors import ClaimLostError, ClaimLostReason
+from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.state.database import Transaction
 from piwf.state.enums import ActorType, OwnerType
-from piwf.state.results import Adopted, Applied, Conflict
 
 _SELECT_LEASE = """
 SELECT generation, owner_type, owner_id, token_hash, expires_at

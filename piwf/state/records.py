@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from piwf.errors import StaleRevisionError
+from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.enums import ActorType, OwnerType, ResourceType
@@ -32,7 +33,6 @@ from piwf.state.leases import (
     take_claim,
     verify_claim,
 )
-from piwf.state.results import Adopted, Applied, Conflict
 
 _INSERT_RESOURCE = """
 INSERT INTO resources (resource_id, resource_type, aggregate_key, revision, created_at,

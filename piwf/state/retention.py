@@ -52,8 +52,8 @@ from typing import Any
 from piwf import faults
 from piwf.canonical import encode
 from piwf.errors import InvalidTransitionError
+from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.state.database import StateDatabase, Transaction
-from piwf.state.results import Adopted, Applied, Conflict
 
 DAY_MS = 86_400_000
 DEFAULT_RETENTION_DAYS = 30

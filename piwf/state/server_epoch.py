@@ -14,9 +14,9 @@ import secrets
 from dataclasses import dataclass, field
 
 from piwf.errors import ClaimLostError, ClaimLostReason
+from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.state.database import Transaction
 from piwf.state.leases import hash_token
-from piwf.state.results import Adopted, Applied, Conflict
 
 #: The ``resource_id`` of a :class:`ClaimLostError` about the server epoch itself.
 SERVER_RESOURCE = "server"

@@ -20,6 +20,7 @@ engine (:mod:`piwf.workflow.engine`), port (:mod:`piwf.workflow.port`) and in-me
 server code.
 """
 
+from piwf.lifecycle import NotifyKind
 from piwf.workflow.context import (
     CancellationSignal,
     NodeCancelledError,
@@ -31,7 +32,6 @@ from piwf.workflow.definition import Include, WorkflowDefinition, define_workflo
 from piwf.workflow.nodes import (
     Effect,
     NodeKind,
-    NotifyKind,
     Recovery,
     action,
     agent,

@@ -18,7 +18,7 @@ from typing import ClassVar, TypeAlias
 
 from piwf.canonical import JsonValue
 from piwf.errors import RunCommandError
-from piwf.workflow.port import CommandKind
+from piwf.lifecycle import CommandKind
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.clock import Clock, SystemClock
 from piwf.errors import CanonicalJsonError, RunCommandError
+from piwf.lifecycle import AnsweredBy, InteractionKind, Lineage, RunStatus
 from piwf.workflow.commands import (
     ContinueCommand,
     RestartCommand,
@@ -44,9 +45,6 @@ from piwf.workflow.executors import (
 from piwf.workflow.invoke import describe_error, to_json
 from piwf.workflow.nodes import INTERACTION_NODE_TYPES, HumanDecisionNode
 from piwf.workflow.port import (
-    AnsweredBy,
-    InteractionKind,
-    Lineage,
     NodeFailed,
     NodeFinished,
     NodeStarted,
@@ -55,7 +53,6 @@ from piwf.workflow.port import (
     RunBegun,
     RunFinished,
     RunParked,
-    RunStatus,
     SavedRun,
     UpdatePublished,
     WorkflowPort,

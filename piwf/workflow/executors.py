@@ -26,6 +26,7 @@ from typing import Any, TypeAlias, TypeVar
 
 from piwf.canonical import JsonValue
 from piwf.errors import CanonicalJsonError, InvalidTransitionError
+from piwf.lifecycle import Adopted, AnsweredBy, Applied, Conflict, InteractionKind, RecoveryRequired
 from piwf.workflow import identity
 from piwf.workflow.compiler import CompiledNode
 from piwf.workflow.context import NodeContext, Outcome
@@ -50,21 +51,16 @@ from piwf.workflow.nodes import (
     ShellNode,
 )
 from piwf.workflow.port import (
-    Adopted,
-    AnsweredBy,
     AnswerRejected,
-    Applied,
-    Conflict,
+    Committed,
     EffectOutcome,
     EffectReservation,
     EffectSettlement,
-    InteractionKind,
     InteractionRequested,
     NotificationRequested,
     ParkReason,
     PendingRequest,
     PortResult,
-    RecoveryRequired,
     SettledEffect,
     WorkflowPort,
 )
@@ -243,7 +239,7 @@ class VisitExecutor:
                 )
             case RecoveryRequired(reason=reason):
                 return VisitParked(ParkReason.EFFECT_AMBIGUOUS, detail=reason)
-            case Adopted(settled=SettledEffect() as settled):
+            case Adopted(Committed(settled=SettledEffect() as settled)):
                 return self._adopt(spec, settled)
             case Applied() | Adopted():
                 pass

@@ -16,10 +16,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
 
 from piwf.canonical import JsonValue
 from piwf.clock import Clock
+from piwf.lifecycle import (
+    Adopted,
+    AnsweredBy,
+    Applied,
+    Conflict,
+    EffectStatus,
+    Lineage,
+    RecoveryRequired,
+    RunStatus,
+)
 from piwf.workflow.commands import StartCommand
 from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.context import CancellationSignal, Outcome
@@ -29,16 +38,12 @@ from piwf.workflow.invoke import to_json
 from piwf.workflow.nodes import Recovery
 from piwf.workflow.port import (
     ActiveVisit,
-    Adopted,
-    AnsweredBy,
     AnswerRejected,
-    Applied,
-    Conflict,
+    Committed,
     EffectOutcome,
     EffectReservation,
     EffectSettlement,
     InteractionRequested,
-    Lineage,
     NodeFailed,
     NodeFinished,
     NodeStarted,
@@ -46,25 +51,14 @@ from piwf.workflow.port import (
     ParkReason,
     PendingRequest,
     PortResult,
-    RecoveryRequired,
     RunBegun,
     RunFinished,
     RunParked,
-    RunStatus,
     SavedRun,
     SettledEffect,
     StepRecord,
     UpdatePublished,
 )
-
-
-class EffectStatus(str, Enum):
-    """The state of one managed effect record."""
-
-    APPLYING = "applying"
-    APPLIED = "applied"
-    REJECTED = "rejected"
-    AMBIGUOUS = "ambiguous"
 
 
 @dataclass
@@ -248,7 +242,7 @@ class MemoryPort:
                 if (active.path, active.visit) != (message.path, message.visit):
                     return Conflict(f"visit {active.visit} of {active.path!r} is still active")
                 if message.attempt == active.attempt:
-                    return Adopted()
+                    return Adopted(Committed())
                 if message.attempt < active.attempt:
                     return Conflict(f"attempt {message.attempt} is older than {active.attempt}")
             elif message.visit != run.visits.get(message.path, 0) + 1 or message.attempt != 1:
@@ -343,11 +337,13 @@ class MemoryPort:
                 return Conflict(f"managed effect key {record.key} was reused with another request")
             if record.status in (EffectStatus.APPLIED, EffectStatus.REJECTED):
                 outcome = EffectOutcome(record.status.value)
-                return Adopted(settled=SettledEffect(outcome, record.result, record.error))
+                return Adopted(
+                    Committed(settled=SettledEffect(outcome, record.result, record.error))
+                )
             if record.status is EffectStatus.APPLYING and record.recovery is Recovery.IDEMPOTENT:
                 record.attempts += 1
                 self.messages.append(message)
-                return Adopted()
+                return Adopted(Committed())
             record.status = EffectStatus.AMBIGUOUS
             return RecoveryRequired(f"effectAmbiguous: effect {record.key} may have applied")
 
@@ -362,7 +358,9 @@ class MemoryPort:
                     message.outcome.value,
                     message.result,
                 )
-                return Adopted() if same else Conflict(f"effect is {record.status.value}")
+                return (
+                    Adopted(Committed()) if same else Conflict(f"effect is {record.status.value}")
+                )
             record.status = EffectStatus(message.outcome.value)
             record.result, record.error = message.result, message.error
             return self._accept(message)
@@ -387,7 +385,11 @@ class MemoryPort:
                 return run
             existing = self.notifications.get(message.notification_id)
             if existing is not None:
-                return Adopted() if existing == message else Conflict("another notification")
+                return (
+                    Adopted(Committed())
+                    if existing == message
+                    else Conflict("another notification")
+                )
             self.notifications[message.notification_id] = message
             return self._accept(message)
 
@@ -402,7 +404,11 @@ class MemoryPort:
                 return active
             existing = self.requests.get(message.request_id)
             if existing is not None:
-                return Adopted() if existing == message else Conflict("another request content")
+                return (
+                    Adopted(Committed())
+                    if existing == message
+                    else Conflict("another request content")
+                )
             self.requests[message.request_id] = message
             run.pending = PendingRequest(
                 message.request_id, message.path, message.visit, message.kind, message.content
@@ -439,16 +445,18 @@ class MemoryPort:
                 return Conflict(f"run {message.run_id} does not exist")
             if run.status.terminal:
                 same = (run.status, run.output) == (message.status, message.output)
-                return Adopted() if same else Conflict(f"run is already {run.status.value}")
+                return (
+                    Adopted(Committed()) if same else Conflict(f"run is already {run.status.value}")
+                )
             run.status, run.output, run.error = message.status, message.output, message.error
             run.active, run.pending, run.park_reason = None, None, None
             return self._accept(message)
 
     # Internals ----------------------------------------------------------------------------
 
-    def _accept(self, message: object) -> Applied:
+    def _accept(self, message: object) -> Applied[Committed]:
         self.messages.append(message)
-        return Applied(revision=len(self.messages))
+        return Applied(Committed(len(self.messages)))
 
     def _running(self, run_id: str) -> _Run | Conflict:
         run = self._runs.get(run_id)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import CanonicalJsonError, WorkflowDefinitionError
+from piwf.lifecycle import NotifyKind
 
 if TYPE_CHECKING:
     from piwf.workflow.context import NodeContext
@@ -69,13 +70,6 @@ class NodeKind(str, Enum):
     CHECKPOINT = "checkpoint"
     HUMAN_DECISION = "human_decision"
     AGENT = "agent"
-
-
-class NotifyKind(str, Enum):
-    """Whether a notification reports progress or a final result."""
-
-    PROGRESS = "progress"
-    FINAL = "final"
 
 
 @dataclass(frozen=True)

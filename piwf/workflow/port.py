@@ -2,7 +2,8 @@
 
 The engine never touches storage. It reads the saved run once per command and then proposes
 changes as typed messages; the port commits each one (in the server: one short transaction
-behind a runner pipe) and answers with a typed result::
+behind a runner pipe) and answers with one of the shared results of :mod:`piwf.lifecycle`
+(``Applied(Committed)``, ``Adopted(Committed)``, ``Conflict``, ``RecoveryRequired``)::
 
     engine ──read_run──────────────▶ port      SavedRun | None
            ──begin_run─────────────▶           (command accepted, title)
@@ -32,31 +33,21 @@ from enum import Enum
 from typing import Protocol, TypeAlias
 
 from piwf.canonical import JsonValue
-from piwf.workflow.context import Outcome
-from piwf.workflow.nodes import NotifyKind, Recovery
-
-
-class RunStatus(str, Enum):
-    """The run status the engine reads and reports (pause is a flag outside this set)."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    WAITING = "waiting"
-    PARKED = "parked"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        """Return whether no command other than restart may follow."""
-        return self in TERMINAL_STATUSES
-
-
-TERMINAL_STATUSES = frozenset(
-    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED}
+from piwf.lifecycle import (
+    Adopted,
+    AnsweredBy,
+    Applied,
+    CommandKind,
+    Conflict,
+    InteractionKind,
+    Lineage,
+    NotifyKind,
+    RecoveryRequired,
+    RunStatus,
+    StrEnum,
 )
+from piwf.workflow.context import Outcome
+from piwf.workflow.nodes import Recovery
 
 OUTCOME_STATUS: Mapping[Outcome, RunStatus] = {
     Outcome.OK: RunStatus.COMPLETED,
@@ -66,48 +57,14 @@ OUTCOME_STATUS: Mapping[Outcome, RunStatus] = {
 }
 
 
-class Lineage(str, Enum):
-    """How a run came to exist: a root start or a restart of a terminal run."""
-
-    ROOT = "root"
-    RESTART = "restart"
-
-
-class CommandKind(str, Enum):
-    """The tag of a run command."""
-
-    START = "start"
-    RESUME = "resume"
-    CONTINUE = "continue"
-    RESTART = "restart"
-
-
-class InteractionKind(str, Enum):
-    """The kind of a pending request a node parks on."""
-
-    CHECKPOINT = "checkpoint"
-    HUMAN_DECISION = "human_decision"
-    AGENT = "agent"
-
-
-class AnsweredBy(str, Enum):
-    """Who answered a request; a protected decision accepts only a human or its policy."""
-
-    HUMAN = "human"
-    CLIENT = "client"  # an authorised client answered a (non-protected) checkpoint
-    TIMEOUT_POLICY = "timeout_policy"
-    EXPIRED = "expired"  # the deadline passed with no default: the visit ends ``timed_out``
-    SESSION = "session"
-
-
-class ParkReason(str, Enum):
+class ParkReason(StrEnum):
     """Why the engine stopped without a terminal status."""
 
     WAITING = "waiting"
     EFFECT_AMBIGUOUS = "effectAmbiguous"
 
 
-class EffectOutcome(str, Enum):
+class EffectOutcome(StrEnum):
     """How an effect attempt settled. ``ambiguous`` means it may or may not have applied."""
 
     APPLIED = "applied"
@@ -188,6 +145,13 @@ class SavedRun:
 
 
 # Messages (engine → port) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRead:
+    """Read the saved state of ``run_id`` (a runner's own run, or the run a restart restarts)."""
+
+    run_id: str
 
 
 @dataclass(frozen=True)
@@ -356,39 +320,20 @@ class SettledEffect:
 
 
 @dataclass(frozen=True)
-class Applied:
-    """The change was new and is now committed."""
+class Committed:
+    """What a change left committed: the value of every ``Applied`` and ``Adopted`` port result.
 
-    revision: int | None = None
-
-
-@dataclass(frozen=True)
-class Adopted:
-    """An equal change was already committed; for an effect, ``settled`` is its settlement.
-
-    An adopted reservation without ``settled`` means the earlier attempt never settled and the
-    port returned it to pending: the action runs again (idempotent effects only).
+    ``revision`` is the run revision after the call (the in-memory port counts its messages). For an
+    adopted effect reservation ``settled`` is the earlier attempt's settlement; an adopted
+    reservation without it means that attempt never settled and the port returned it to
+    pending: the action runs again (idempotent effects only).
     """
 
     revision: int | None = None
     settled: SettledEffect | None = None
 
 
-@dataclass(frozen=True)
-class Conflict:
-    """The change contradicts what is committed; ``evidence`` says what differs."""
-
-    evidence: str
-
-
-@dataclass(frozen=True)
-class RecoveryRequired:
-    """The change cannot proceed until an operator acts; ``reason`` is the saved reason."""
-
-    reason: str
-
-
-PortResult: TypeAlias = Applied | Adopted | Conflict | RecoveryRequired
+PortResult: TypeAlias = Applied[Committed] | Adopted[Committed] | Conflict | RecoveryRequired
 
 
 class WorkflowPort(Protocol):

@@ -1,5 +1,9 @@
 """JSON forms of port messages, results and saved runs, for a port carried over a pipe.
 
+Which message each operation carries is declared once, in
+:data:`piwf.protocol.runner_v1.PORT_OPERATIONS`; this module only knows how to write and read
+port dataclasses.
+
 :func:`piwf.workflow.port.message_to_json` writes any port dataclass as a JSON object (snake
 case, enums by value). :func:`from_json` is its strict inverse: it rebuilds a dataclass of a
 known port type, refusing unknown or missing fields and values of the wrong type with
@@ -18,33 +22,20 @@ from typing import Any, TypeVar, Union
 
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError
+from piwf.lifecycle import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.workflow import port
 
 T = TypeVar("T")
 
-#: Port method name → its message type (``read_run`` takes a run id, not a message).
-MESSAGE_TYPES: Mapping[str, type[Any]] = {
-    "begin_run": port.RunBegun,
-    "node_started": port.NodeStarted,
-    "node_finished": port.NodeFinished,
-    "node_failed": port.NodeFailed,
-    "reserve_effect": port.EffectReservation,
-    "settle_effect": port.EffectSettlement,
-    "publish_update": port.UpdatePublished,
-    "notify": port.NotificationRequested,
-    "request_interaction": port.InteractionRequested,
-    "reject_answer": port.AnswerRejected,
-    "park": port.RunParked,
-    "finish": port.RunFinished,
+#: Result kind on the wire → result type; ``applied`` and ``adopted`` carry a ``Committed``.
+RESULT_TYPES: Mapping[str, type[Any]] = {
+    "applied": Applied,
+    "adopted": Adopted,
+    "conflict": Conflict,
+    "recoveryRequired": RecoveryRequired,
 }
 
-#: Result kind on the wire → result type.
-RESULT_TYPES: Mapping[str, type[Any]] = {
-    "applied": port.Applied,
-    "adopted": port.Adopted,
-    "conflict": port.Conflict,
-    "recoveryRequired": port.RecoveryRequired,
-}
+_KIND_OF_RESULT: Mapping[type[Any], str] = {cls: kind for kind, cls in RESULT_TYPES.items()}
 
 
 class PortCodecError(PiwfError):
@@ -59,20 +50,28 @@ def to_json(value: object) -> JsonValue:
 
 
 def result_to_json(result: port.PortResult) -> dict[str, JsonValue]:
-    """Return ``{"kind": ..., "value": {...}}`` for a port result."""
-    kind = {port.Applied: "applied", port.Adopted: "adopted", port.Conflict: "conflict"}.get(
-        type(result), "recoveryRequired"
-    )
+    """Return ``{"kind": ..., "value": {...}}`` for a port result.
+
+    ``value`` is the :class:`~piwf.workflow.port.Committed` of an ``applied`` or ``adopted``
+    result, ``{"evidence"}`` of a conflict and ``{"reason"}`` of a recovery requirement.
+    """
+    kind = _KIND_OF_RESULT[type(result)]
+    if isinstance(result, (Applied, Adopted)):
+        return {"kind": kind, "value": port.message_to_json(result.value)}
     return {"kind": kind, "value": port.message_to_json(result)}
 
 
 def result_from_json(value: JsonValue) -> port.PortResult:
-    """Rebuild a port result from :func:`result_to_json` output."""
+    """Rebuild a port result from :func:`result_to_json` output; refuse any other shape."""
     if not isinstance(value, Mapping) or set(value) != {"kind", "value"}:
         raise PortCodecError("a port result must be {kind, value}")
     kind = value["kind"]
     if not isinstance(kind, str) or kind not in RESULT_TYPES:
         raise PortCodecError(f"unknown port result kind {kind!r}")
+    if kind == "applied":
+        return Applied(from_json(port.Committed, value["value"]))
+    if kind == "adopted":
+        return Adopted(from_json(port.Committed, value["value"]))
     result: port.PortResult = from_json(RESULT_TYPES[kind], value["value"])
     return result
 

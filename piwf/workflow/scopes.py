@@ -19,12 +19,13 @@ from typing import Any, TypeAlias
 
 from piwf.canonical import JsonValue
 from piwf.errors import CanonicalJsonError
+from piwf.lifecycle import RunStatus
 from piwf.workflow.compiler import CompiledNode, CompiledWorkflow
 from piwf.workflow.context import CancellationSignal, NodeContext, NodeResult, Outcome
 from piwf.workflow.definition import WorkflowDefinition
 from piwf.workflow.edges import GotoEdge, MissingValue, case_text
 from piwf.workflow.invoke import describe_error, to_json
-from piwf.workflow.port import OUTCOME_STATUS, RunStatus
+from piwf.workflow.port import OUTCOME_STATUS
 
 
 class TransitionError(Exception):

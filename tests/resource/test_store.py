@@ -12,18 +12,17 @@ import pytest
 from piwf import canonical
 from piwf.clock import FakeClock
 from piwf.errors import ClaimLostError
-from piwf.state import Adopted, Applied, Conflict, StateDatabase
+from piwf.lifecycle import Adopted, Applied, Conflict, EffectStatus, RunStatus
+from piwf.state import StateDatabase
 from piwf.state import effects as fx
 from piwf.state import enums as e
 from piwf.state.diagnostics import find_violations
 from piwf.state.enums import (
     ActorType,
-    EffectStatus,
     OwnerType,
     ReconcileOutcome,
     ResourceQueueReason,
     ResourceRunnerStatus,
-    RunStatus,
     SourceType,
 )
 from piwf.state.execution import runs as run_store

@@ -9,7 +9,8 @@ import pytest
 
 from piwf.clock import FakeClock
 from piwf.errors import CLAIM_LOST_REASONS, ClaimLostError, StaleRevisionError
-from piwf.state import Adopted, Applied, Conflict, StateDatabase
+from piwf.lifecycle import Adopted, Applied, Conflict
+from piwf.state import StateDatabase
 from piwf.state.enums import ActorType, OwnerType, ResourceType
 from piwf.state.leases import Claim, hash_token, read_lease, renew_claim, verify_claim
 from piwf.state.records import (

@@ -8,6 +8,7 @@ import itertools
 import pytest
 
 from piwf.clock import FakeClock
+from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
 from piwf.state.enums import (
@@ -18,7 +19,6 @@ from piwf.state.enums import (
     SubmissionSource,
 )
 from piwf.state.records import Actor
-from piwf.state.results import Adopted, Applied, Conflict
 from piwf.workflow import checkpoint, compute, define_workflow, human_decision
 from piwf.workflow import port as p
 from piwf.workflow.compiler import CompiledWorkflow

@@ -6,14 +6,14 @@ import pytest
 
 from piwf.clock import FakeClock
 from piwf.errors import ClaimLostError
-from piwf.state import Adopted, Applied, Conflict, RecoveryRequired, StateDatabase
+from piwf.lifecycle import Adopted, Applied, Conflict, EffectStatus, RecoveryRequired
+from piwf.state import StateDatabase
 from piwf.state import effects as fx
 from piwf.state.enums import (
     ActorType,
     EffectAttemptOutcome,
     EffectOwnerScope,
     EffectRecovery,
-    EffectStatus,
     OwnerType,
     ResourceType,
 )

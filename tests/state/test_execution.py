@@ -15,10 +15,10 @@ import pytest
 from piwf import canonical
 from piwf.clock import FakeClock
 from piwf.errors import ClaimLostError
+from piwf.lifecycle import Adopted, Applied, CommandKind, Conflict, EffectStatus, RecoveryRequired
 from piwf.state import StateDatabase, blobs
 from piwf.state import effects as fx
 from piwf.state import execution as ex
-from piwf.state.enums import EffectStatus, RunnerCommand
 from piwf.state.leases import Claim
 from piwf.workflow import identity
 from piwf.workflow import port as p
@@ -104,7 +104,7 @@ def answer(db: StateDatabase, value: Any = "yes") -> None:
 def test_a_fresh_claimed_run_reads_queued_so_start_fits(
     db: StateDatabase, running: ex.RunLaunch
 ) -> None:
-    assert running.command is RunnerCommand.START
+    assert running.command is CommandKind.START
     with db.read() as tx:
         saved = ex.read_saved_run(tx, RUN)
         assert ex.read_saved_run(tx, "missing") is None
@@ -120,43 +120,43 @@ def test_begin_checks_the_command_and_records_only_a_new_title(
     claim = running.claim
     assert isinstance(
         apply(db, ex.apply_begin_run, claim, p.RunBegun(RUN, p.CommandKind.RESUME, digest, None)),
-        p.Conflict,
+        Conflict,
     )
     assert isinstance(
         apply(db, ex.apply_begin_run, claim, p.RunBegun(RUN, p.CommandKind.RESTART, digest, None)),
-        p.Conflict,
+        Conflict,
     )
     assert isinstance(
         apply(db, ex.apply_begin_run, claim, p.RunBegun(RUN, p.CommandKind.START, "00" * 32, None)),
-        p.Conflict,
+        Conflict,
     )
     before = revision(db, RUN)
     first = apply(
         db, ex.apply_begin_run, claim, p.RunBegun(RUN, p.CommandKind.START, digest, "Greeting")
     )
-    assert first == p.Applied(revision=before + 1)
+    assert first == Applied(p.Committed(before + 1))
     again = apply(
         db, ex.apply_begin_run, claim, p.RunBegun(RUN, p.CommandKind.START, digest, "Greeting")
     )
-    assert again == p.Adopted(revision=before + 1)
+    assert again == Adopted(p.Committed(before + 1))
 
 
 def test_node_started_numbers_visits_and_attempts(db: StateDatabase, running: ex.RunLaunch) -> None:
     claim = running.claim
-    assert isinstance(apply(db, ex.apply_node_started, claim, started(visit=2)), p.Conflict)
-    assert isinstance(apply(db, ex.apply_node_started, claim, started(attempt=2)), p.Conflict)
-    assert isinstance(apply(db, ex.apply_node_started, claim, started()), p.Applied)
-    assert isinstance(apply(db, ex.apply_node_started, claim, started()), p.Adopted)
-    assert isinstance(apply(db, ex.apply_node_started, claim, started(path="other")), p.Conflict)
-    assert isinstance(apply(db, ex.apply_node_started, claim, started(attempt=3)), p.Conflict)
-    assert isinstance(apply(db, ex.apply_node_started, claim, started(attempt=2)), p.Applied)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started(visit=2)), Conflict)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started(attempt=2)), Conflict)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started()), Applied)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started()), Adopted)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started(path="other")), Conflict)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started(attempt=3)), Conflict)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started(attempt=2)), Applied)
     assert attempts(db, RUN) == [("work", 1, 1, "interrupted"), ("work", 1, 2, "running")]
     finished = p.NodeFinished(RUN, "work", 1, 1, {"n": 1}, 2_000)
-    assert isinstance(apply(db, ex.apply_node_finished, claim, finished), p.Conflict)
+    assert isinstance(apply(db, ex.apply_node_finished, claim, finished), Conflict)
     finished = p.NodeFinished(RUN, "work", 1, 2, {"n": 1}, 2_000)
-    assert isinstance(apply(db, ex.apply_node_finished, claim, finished), p.Applied)
-    assert isinstance(apply(db, ex.apply_node_started, claim, started(visit=1)), p.Conflict)
-    assert isinstance(apply(db, ex.apply_node_started, claim, started(visit=2)), p.Applied)
+    assert isinstance(apply(db, ex.apply_node_finished, claim, finished), Applied)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started(visit=1)), Conflict)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started(visit=2)), Applied)
     with db.read() as tx:
         saved = ex.read_saved_run(tx, RUN)
     assert saved is not None and saved.visits == {"work": 2}
@@ -170,9 +170,9 @@ def test_a_failed_visit_is_a_step_with_its_error_text(
     claim = running.claim
     apply(db, ex.apply_node_started, claim, started())
     ok = p.NodeFailed(RUN, "work", 1, 1, Outcome.OK, "no", 2_000)
-    assert isinstance(apply(db, ex.apply_node_failed, claim, ok), p.Conflict)
+    assert isinstance(apply(db, ex.apply_node_failed, claim, ok), Conflict)
     failed = p.NodeFailed(RUN, "work", 1, 1, Outcome.TIMED_OUT, "too slow", 2_000)
-    assert isinstance(apply(db, ex.apply_node_failed, claim, failed), p.Applied)
+    assert isinstance(apply(db, ex.apply_node_failed, claim, failed), Applied)
     with db.read() as tx:
         saved = ex.read_saved_run(tx, RUN)
     assert saved is not None and saved.active is None
@@ -197,7 +197,7 @@ def test_updates_keep_the_latest_record_per_key(db: StateDatabase, running: ex.R
         p.UpdatePublished(RUN, "work", 1, "progress", "test", {"pct": 1}),
     )
     wrong = p.UpdatePublished(RUN, "work", 2, "progress", "build", {})
-    assert isinstance(apply(db, ex.apply_publish_update, claim, wrong), p.Conflict)
+    assert isinstance(apply(db, ex.apply_publish_update, claim, wrong), Conflict)
     with db.read() as tx:
         rows = tx.all(
             "SELECT update_key, update_seq, data_hash FROM workflow_updates ORDER BY update_seq"
@@ -213,10 +213,10 @@ def test_a_notification_is_stored_once_under_its_stable_id(
     apply(db, ex.apply_node_started, claim, started("notify"))
     note_id = identity.notification_id(RUN, "work", 1)
     note = p.NotificationRequested(RUN, "work", 1, note_id, NotifyKind.FINAL, "done")
-    assert isinstance(apply(db, ex.apply_notify, claim, note), p.Applied)
-    assert isinstance(apply(db, ex.apply_notify, claim, note), p.Adopted)
+    assert isinstance(apply(db, ex.apply_notify, claim, note), Applied)
+    assert isinstance(apply(db, ex.apply_notify, claim, note), Adopted)
     other = p.NotificationRequested(RUN, "work", 1, note_id, NotifyKind.FINAL, "other text")
-    assert isinstance(apply(db, ex.apply_notify, claim, other), p.Conflict)
+    assert isinstance(apply(db, ex.apply_notify, claim, other), Conflict)
 
 
 def test_a_request_waits_then_its_rejected_answer_reopens_it(
@@ -228,17 +228,17 @@ def test_a_request_waits_then_its_rejected_answer_reopens_it(
     request = p.InteractionRequested(
         RUN, "work", 1, request_id, p.InteractionKind.AGENT, {"prompt": "p"}, None, 60_000
     )
-    assert isinstance(apply(db, ex.apply_request_interaction, claim, request), p.Applied)
-    assert isinstance(apply(db, ex.apply_request_interaction, claim, request), p.Adopted)
+    assert isinstance(apply(db, ex.apply_request_interaction, claim, request), Applied)
+    assert isinstance(apply(db, ex.apply_request_interaction, claim, request), Adopted)
     assert attempts(db, RUN) == [("work", 1, 1, "waiting")]
     assert isinstance(
-        apply(db, ex.apply_node_started, claim, started("agent", attempt=2)), p.Conflict
+        apply(db, ex.apply_node_started, claim, started("agent", attempt=2)), Conflict
     )
     rejection = p.AnswerRejected(RUN, request_id, "needs a number")
-    assert isinstance(apply(db, ex.apply_reject_answer, claim, rejection), p.Conflict)
+    assert isinstance(apply(db, ex.apply_reject_answer, claim, rejection), Conflict)
     answer(db, {"value": "x"})
-    assert isinstance(apply(db, ex.apply_reject_answer, claim, rejection), p.Applied)
-    assert isinstance(apply(db, ex.apply_reject_answer, claim, rejection), p.Adopted)
+    assert isinstance(apply(db, ex.apply_reject_answer, claim, rejection), Applied)
+    assert isinstance(apply(db, ex.apply_reject_answer, claim, rejection), Adopted)
     with db.read() as tx:
         saved = ex.read_saved_run(tx, RUN)
     assert saved is not None and saved.pending is not None
@@ -248,11 +248,11 @@ def test_a_request_waits_then_its_rejected_answer_reopens_it(
         None,
     )
     finished = p.NodeFinished(RUN, "work", 1, 1, {"value": 1}, 2_000, request_id)
-    assert isinstance(apply(db, ex.apply_node_finished, claim, finished), p.Conflict)
+    assert isinstance(apply(db, ex.apply_node_finished, claim, finished), Conflict)
     answer(db, {"value": 1})
     without_request = p.NodeFinished(RUN, "work", 1, 1, {"value": 1}, 2_000)
-    assert isinstance(apply(db, ex.apply_node_finished, claim, without_request), p.Conflict)
-    assert isinstance(apply(db, ex.apply_node_finished, claim, finished), p.Applied)
+    assert isinstance(apply(db, ex.apply_node_finished, claim, without_request), Conflict)
+    assert isinstance(apply(db, ex.apply_node_finished, claim, finished), Applied)
     with db.read() as tx:
         assert tx.scalar("SELECT status FROM interactive_requests") == "settled"
 
@@ -267,12 +267,12 @@ def test_park_waiting_on_an_answered_request_leaves_the_run_claimable(
     apply(db, ex.apply_request_interaction, claim, request)
     answer(db)
     parked = p.RunParked(RUN, p.ParkReason.WAITING, "work", 1, request_id)
-    assert isinstance(apply(db, ex.apply_park, claim, parked), p.Applied)
+    assert isinstance(apply(db, ex.apply_park, claim, parked), Applied)
     assert (run_status(db, RUN), queue_row(db, RUN)) == ("running", ("parked", None))
     assert claim_is_free(db, RUN)
     with db.write() as tx:
         again = ex.claim_next_run(tx, owner_id="server-a", lease_ms=LEASE_MS)
-    assert again is not None and again.command is RunnerCommand.RESUME
+    assert again is not None and again.command is CommandKind.RESUME
 
 
 def test_finish_closes_everything_still_open_and_releases_the_claim(
@@ -280,13 +280,13 @@ def test_finish_closes_everything_still_open_and_releases_the_claim(
 ) -> None:
     claim = running.claim
     apply(db, ex.apply_node_started, claim, started())
-    assert isinstance(apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1})), p.Applied)
+    assert isinstance(apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1})), Applied)
     done = p.RunFinished(RUN, p.RunStatus.COMPLETED, {"x": 1}, None, "work")
-    assert isinstance(apply(db, ex.apply_finish, claim, done), p.Conflict)
+    assert isinstance(apply(db, ex.apply_finish, claim, done), Conflict)
     waiting = p.RunFinished(RUN, p.RunStatus.WAITING, None, None, "work")
-    assert isinstance(apply(db, ex.apply_finish, claim, waiting), p.Conflict)
+    assert isinstance(apply(db, ex.apply_finish, claim, waiting), Conflict)
     failed = p.RunFinished(RUN, p.RunStatus.FAILED, None, "boom", "work")
-    assert isinstance(apply(db, ex.apply_finish, claim, failed), p.Applied)
+    assert isinstance(apply(db, ex.apply_finish, claim, failed), Applied)
     assert (run_status(db, RUN), queue_row(db, RUN)) == ("failed", ("failed", "nodeFailed"))
     assert attempts(db, RUN) == [("work", 1, 1, "failed")]
     with db.read() as tx:
@@ -307,16 +307,16 @@ def test_a_reservation_checks_its_visit_fingerprint_and_request(
     db: StateDatabase, running: ex.RunLaunch
 ) -> None:
     claim = running.claim
-    assert isinstance(apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1})), p.Conflict)
+    assert isinstance(apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1})), Conflict)
     apply(db, ex.apply_node_started, claim, started())
     forged = reservation({"a": 1})
     forged = p.EffectReservation(**{**forged.__dict__, "request_fingerprint": "0" * 64})
-    assert isinstance(apply(db, ex.apply_reserve_effect, claim, forged), p.Conflict)
-    assert isinstance(apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1})), p.Applied)
+    assert isinstance(apply(db, ex.apply_reserve_effect, claim, forged), Conflict)
+    assert isinstance(apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1})), Applied)
     again = apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1}))
-    assert isinstance(again, p.Conflict) and "applying under this generation" in again.evidence
+    assert isinstance(again, Conflict) and "applying under this generation" in again.evidence
     other = apply(db, ex.apply_reserve_effect, claim, reservation({"a": 2}))
-    assert isinstance(other, p.Conflict) and "another request" in other.evidence
+    assert isinstance(other, Conflict) and "another request" in other.evidence
     with db.read() as tx:
         (effect,) = fx.list_effects(tx, f"run:{RUN}")
     assert (effect.status, effect.attempt_count) == (EffectStatus.APPLYING, 1)
@@ -332,16 +332,15 @@ def test_settlements_adopt_repeats_and_ambiguous_is_final(
     apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1}))
     key = identity.effect_key(RUN, "svc.apply", "work", 1)
     applied = p.EffectSettlement(RUN, key, p.EffectOutcome.APPLIED, {"id": 7})
-    assert isinstance(apply(db, ex.apply_settle_effect, claim, applied), p.Applied)
-    assert isinstance(apply(db, ex.apply_settle_effect, claim, applied), p.Adopted)
+    assert isinstance(apply(db, ex.apply_settle_effect, claim, applied), Applied)
+    assert isinstance(apply(db, ex.apply_settle_effect, claim, applied), Adopted)
     rejected = p.EffectSettlement(RUN, key, p.EffectOutcome.REJECTED, None, "no")
-    assert isinstance(apply(db, ex.apply_settle_effect, claim, rejected), p.Conflict)
+    assert isinstance(apply(db, ex.apply_settle_effect, claim, rejected), Conflict)
     unknown = p.EffectSettlement(RUN, "effect-unknown", p.EffectOutcome.APPLIED)
-    assert isinstance(apply(db, ex.apply_settle_effect, claim, unknown), p.Conflict)
+    assert isinstance(apply(db, ex.apply_settle_effect, claim, unknown), Conflict)
     adopted = apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1}))
-    assert adopted == p.Adopted(
-        revision=revision(db, RUN), settled=p.SettledEffect(p.EffectOutcome.APPLIED, {"id": 7})
-    )
+    settled = p.SettledEffect(p.EffectOutcome.APPLIED, {"id": 7})
+    assert adopted == Adopted(p.Committed(revision(db, RUN), settled=settled))
     # A second effect of the visit settles ambiguous: it is never retried automatically.
     apply(
         db,
@@ -351,17 +350,17 @@ def test_settlements_adopt_repeats_and_ambiguous_is_final(
     )
     other_key = identity.effect_key(RUN, "svc.other", "work", 1)
     uncertain = p.EffectSettlement(RUN, other_key, p.EffectOutcome.AMBIGUOUS, None, "timed out")
-    assert isinstance(apply(db, ex.apply_settle_effect, claim, uncertain), p.Applied)
-    assert isinstance(apply(db, ex.apply_settle_effect, claim, uncertain), p.Adopted)
+    assert isinstance(apply(db, ex.apply_settle_effect, claim, uncertain), Applied)
+    assert isinstance(apply(db, ex.apply_settle_effect, claim, uncertain), Adopted)
     again = apply(
         db,
         ex.apply_reserve_effect,
         claim,
         reservation({"b": 1}, key_type="svc.other", recovery=Recovery.MANUAL),
     )
-    assert again == p.RecoveryRequired("effectAmbiguous")
+    assert again == RecoveryRequired("effectAmbiguous")
     parked = p.RunParked(RUN, p.ParkReason.EFFECT_AMBIGUOUS, "work", 1, None, "timed out")
-    assert isinstance(apply(db, ex.apply_park, claim, parked), p.Applied)
+    assert isinstance(apply(db, ex.apply_park, claim, parked), Applied)
     assert queue_row(db, RUN) == ("parked", "effectAmbiguous")
     with db.read() as tx:
         effects = {e.effect_type: e for e in fx.list_effects(tx, f"run:{RUN}")}
@@ -380,9 +379,9 @@ def test_a_new_generation_retries_an_idempotent_effect_left_applying(
     apply(db, ex.apply_reserve_effect, running.claim, reservation({"a": 1}))
     clock.advance(LEASE_MS + 1)
     claim = takeover(db, RUN)
-    assert isinstance(apply(db, ex.apply_node_started, claim, started(attempt=2)), p.Applied)
+    assert isinstance(apply(db, ex.apply_node_started, claim, started(attempt=2)), Applied)
     result = apply(db, ex.apply_reserve_effect, claim, reservation({"a": 1}))
-    assert result == p.Adopted(revision=revision(db, RUN))
+    assert result == Adopted(p.Committed(revision(db, RUN)))
     with db.read() as tx:
         (effect,) = fx.list_effects(tx, f"run:{RUN}")
         generations = [
@@ -465,7 +464,7 @@ def test_a_stale_claim_is_refused_by_every_message_and_writes_nothing(
     assert raised.value.reason == "generationChanged"
     assert dump(db) == before
     # The same message is valid for the current owner: the refusal was about authority only.
-    assert isinstance(apply(db, case.function, newer, case.message), p.Applied)
+    assert isinstance(apply(db, case.function, newer, case.message), Applied)
 
 
 def test_an_expired_claim_cannot_renew_itself(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from piwf.lifecycle import Conflict
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
 from piwf.state.enums import RunnerMessageOutcome
@@ -132,7 +133,7 @@ def test_a_call_against_another_revision_is_a_conflict_and_changes_nothing(
             lease_ms=LEASE_MS,
         )
     assert reply.outcome is RunnerMessageOutcome.REJECTED
-    assert isinstance(reply.result, p.Conflict)
+    assert isinstance(reply.result, Conflict)
     after = dump(db)
     # Only the stored receipt (and its result blob) and the renewed lease differ.
     changed = {table for table in before if before[table] != after[table]}

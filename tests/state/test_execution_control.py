@@ -8,19 +8,13 @@ import pytest
 from piwf import canonical
 from piwf.clock import FakeClock
 from piwf.errors import ClaimLostError
+from piwf.lifecycle import Adopted, Applied, CommandKind, Conflict, EffectStatus, RecoveryRequired
 from piwf.state import StateDatabase
 from piwf.state import effects as fx
 from piwf.state import execution as ex
-from piwf.state.enums import (
-    EffectOwnerScope,
-    EffectRecovery,
-    EffectStatus,
-    RunnerCommand,
-    RunnerStatus,
-)
+from piwf.state.enums import EffectOwnerScope, EffectRecovery, RunnerStatus
 from piwf.state.execution import runs
 from piwf.state.leases import Claim, read_lease
-from piwf.state.results import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.workflow import identity
 from piwf.workflow import port as p
 from piwf.workflow.engine import execute
@@ -170,7 +164,7 @@ def test_runs_are_claimed_in_availability_order_and_skipped_while_ineligible(
     later = claim_next(db)
     assert later is not None and later.run_id == "run-a"
     assert (first.command, first.generation, first.launch_revision) == (
-        RunnerCommand.START,
+        CommandKind.START,
         1,
         revision(db, "run-d"),
     )
@@ -205,7 +199,7 @@ def test_a_live_claim_keeps_a_run_from_the_scheduler(db: StateDatabase, clock: F
     assert claim_next(db) is None
     clock.advance(10)
     again = claim_next(db)
-    assert again is not None and again.command is RunnerCommand.START
+    assert again is not None and again.command is CommandKind.START
     assert again.generation == launched.generation + 1
 
 
@@ -244,7 +238,7 @@ def test_expired_running_runs_are_found_and_recovered_under_a_new_generation(
     with pytest.raises(ClaimLostError):
         store.node_finished(p.NodeFinished(RUN, "greet", 1, 1, {}, 2))
     again, _, result = run_once(db, workflow)
-    assert again.command is RunnerCommand.RESUME and result.status is p.RunStatus.COMPLETED
+    assert again.command is CommandKind.RESUME and result.status is p.RunStatus.COMPLETED
     assert attempts(db, RUN)[:2] == [("greet", 1, 1, "interrupted"), ("greet", 1, 2, "completed")]
     assert violations(db) == []
 
@@ -439,7 +433,7 @@ def test_pause_releases_the_claim_and_resume_retries_from_the_boundary(db: State
     assert isinstance(resumed, Applied) and not resumed.value.paused
     assert isinstance(resume(db), Adopted)
     again, _, result = run_once(db, workflow)
-    assert again.command is RunnerCommand.RESUME and result.status is p.RunStatus.COMPLETED
+    assert again.command is CommandKind.RESUME and result.status is p.RunStatus.COMPLETED
     assert attempts(db, RUN)[0] == ("greet", 1, 1, "interrupted")
     assert violations(db) == []
 
@@ -451,7 +445,7 @@ def test_a_queued_run_pauses_without_a_runner_and_resumes_queued(db: StateDataba
     assert isinstance(resume(db), Applied)
     assert (run_status(db, RUN), queue_row(db, RUN)) == ("queued", ("queued", None))
     launched = claim_next(db)
-    assert launched is not None and launched.command is RunnerCommand.START
+    assert launched is not None and launched.command is CommandKind.START
 
 
 def test_resume_of_an_ambiguous_run_waits_for_the_operator(db: StateDatabase) -> None:
@@ -481,7 +475,7 @@ def test_resume_of_an_ambiguous_run_waits_for_the_operator(db: StateDatabase) ->
         fx.resolve_ambiguous(tx, effect.effect_id, resolution="retry", actor=OPERATOR)
     assert isinstance(resume(db), Applied)
     relaunched = claim_next(db)
-    assert relaunched is not None and relaunched.command is RunnerCommand.RESUME
+    assert relaunched is not None and relaunched.command is CommandKind.RESUME
 
 
 # Restart ------------------------------------------------------------------------------------
@@ -522,7 +516,7 @@ def test_restart_creates_one_fresh_child_and_a_retry_adopts_it(db: StateDatabase
     assert saved is not None and saved.fresh and saved.steps == () and saved.visits == {}
     assert revision(db, RUN) == parent_revision
     launched = launch(db)
-    assert (launched.command, launched.parent_run_id) == (RunnerCommand.RESTART, RUN)
+    assert (launched.command, launched.parent_run_id) == (CommandKind.RESTART, RUN)
     result = execute(command_for(launched), workflow, StorePort(db, launched))
     assert (result.status, result.output) == (p.RunStatus.COMPLETED, "HELLO ADA")
     assert violations(db) == []

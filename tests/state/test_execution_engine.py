@@ -12,18 +12,11 @@ from typing import Any
 import pytest
 
 from piwf.clock import FakeClock
+from piwf.lifecycle import Adopted, Applied, CommandKind, EffectStatus, RecoveryRequired
 from piwf.state import StateDatabase
 from piwf.state import effects as fx
 from piwf.state import execution as ex
-from piwf.state.enums import (
-    EffectStatus,
-    RunnerCommand,
-    RunnerMessageOutcome,
-    RunnerStatus,
-    SubmissionOutcome,
-    SubmissionSource,
-)
-from piwf.state.results import Applied, RecoveryRequired
+from piwf.state.enums import RunnerMessageOutcome, RunnerStatus, SubmissionOutcome, SubmissionSource
 from piwf.workflow import (
     action,
     checkpoint,
@@ -105,7 +98,7 @@ def test_a_two_node_run_completes_through_the_store(db: StateDatabase) -> None:
     workflow = two_step()
     run_id = create(db, workflow, input={"who": "ada"})
     launched, store, result = run_once(db, workflow)
-    assert launched.command is RunnerCommand.START
+    assert launched.command is CommandKind.START
     assert (result.status, result.output) == (p.RunStatus.COMPLETED, "HELLO ADA")
     assert (run_status(db, run_id), queue_row(db, run_id)) == ("completed", ("done", None))
     assert claim_is_free(db, run_id)
@@ -165,7 +158,7 @@ def test_a_crash_retry_of_an_unfinished_visit_keeps_its_visit_number(db: StateDa
     assert saved is not None and saved.active is not None
     assert (saved.active.path, saved.active.visit, saved.active.attempt) == ("work", 1, 1)
     again, _, result = run_once(db, workflow)
-    assert again.command is RunnerCommand.RESUME
+    assert again.command is CommandKind.RESUME
     assert again.generation == launched.generation + 1
     assert result.status is p.RunStatus.COMPLETED
     assert attempts(db, run_id) == [
@@ -229,8 +222,8 @@ def test_an_interrupted_idempotent_effect_is_retried_under_its_key(db: StateData
     effect = effect_of(db, run_id)
     assert (effect.status, effect.attempt_count) == (EffectStatus.APPLIED, 2)
     assert effect_attempt_outcomes(db, effect.effect_id) == ["interrupted", "applied"]
-    reserve = [r for r in store.replies if isinstance(r.result, p.Adopted)]
-    assert reserve and reserve[0].result == p.Adopted(revision=reserve[0].revision)
+    reserve = [r for r in store.replies if isinstance(r.result, Adopted)]
+    assert reserve and reserve[0].result == Adopted(p.Committed(reserve[0].revision))
     assert body.calls == 2
     assert violations(db) == []
 
@@ -275,7 +268,7 @@ def test_a_new_generation_finding_a_manual_effect_applying_parks_it(
     # No recovery ran (the server died with its runner); a newer generation takes over.
     clock.advance(LEASE_MS + 1)
     claim = takeover(db, run_id)
-    relaunched = ex.RunLaunch(claim, run_id, RunnerCommand.RESUME, revision(db, run_id))
+    relaunched = ex.RunLaunch(claim, run_id, CommandKind.RESUME, revision(db, run_id))
     with db.write() as tx:
         epoch = launched_epoch(db, launched)
         ex.record_runner_exit(tx, epoch, RunnerStatus.ORPHANED)
@@ -322,9 +315,9 @@ def test_a_settled_effect_is_adopted_and_the_action_does_not_run_again(db: State
     assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"receipt": "r-1"})
     assert calls == [1]
     adopted = [
-        r.result for r in again.replies if isinstance(r.result, p.Adopted) and r.result.settled
+        r.result for r in again.replies if isinstance(r.result, Adopted) and r.result.value.settled
     ]
-    assert adopted and adopted[0].settled == p.SettledEffect(
+    assert adopted and adopted[0].value.settled == p.SettledEffect(
         p.EffectOutcome.APPLIED, {"receipt": "r-1"}
     )
     assert effect_of(db, run_id).attempt_count == 1
@@ -349,7 +342,7 @@ def test_a_runner_that_exits_before_progress_is_never_relaunched(db: StateDataba
     with db.write() as tx:
         assert isinstance(ex.resume_run(tx, run_id, actor=OPERATOR), Applied)
     again, _, result = run_once(db, workflow)
-    assert again.command is RunnerCommand.START
+    assert again.command is CommandKind.START
     assert result.status is p.RunStatus.COMPLETED
     assert violations(db) == []
 
@@ -364,7 +357,7 @@ def test_a_runner_orphaned_by_its_server_is_requeued_even_without_progress(
     assert decided.decision is ex.RecoveryDecision.REQUEUED
     assert queue_row(db, run_id) == ("parked", None)
     again = launch(db)
-    assert (again.command, again.generation) == (RunnerCommand.START, launched.generation + 2)
+    assert (again.command, again.generation) == (CommandKind.START, launched.generation + 2)
 
 
 # conformance: X9
@@ -387,7 +380,7 @@ def test_a_runner_that_only_begins_again_makes_no_progress(db: StateDatabase) ->
     result = StorePort(db, second).begin_run(
         p.RunBegun(run_id, p.CommandKind.START, workflow.digest, "two-step")
     )
-    assert isinstance(result, p.Adopted)
+    assert isinstance(result, Adopted)
     assert exit_and_recover(db, second).decision is ex.RecoveryDecision.NO_PROGRESS
 
 

@@ -9,10 +9,10 @@ import pytest
 from piwf import canonical
 from piwf.clock import FakeClock
 from piwf.errors import ClaimLostError
+from piwf.lifecycle import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
 from piwf.state.enums import QueueStatus, RunnerMessageOutcome, RunnerStatus
-from piwf.state.results import Adopted, Applied, Conflict
 from piwf.workflow import port as p
 from piwf.workflow.port_codec import PortCodecError, result_from_json, result_to_json
 
@@ -196,7 +196,7 @@ def test_a_repeated_runner_message_gets_its_stored_answer(db: StateDatabase) -> 
     started = p.NodeStarted(RUN, "greet", 1, 1, "compute", 5, None, None)
     first = send(db, launched, epoch, "m1", started)
     assert (first.outcome, first.replayed) == (RunnerMessageOutcome.ACCEPTED, False)
-    assert first.result == p.Applied(revision=first.revision)
+    assert first.result == Applied(p.Committed(first.revision))
     assert runner_of(db, launched).status is RunnerStatus.RUNNING
     before = dump(db)
     replay = send(db, launched, epoch, "m1", started)
@@ -219,7 +219,7 @@ def test_a_repeated_runner_message_gets_its_stored_answer(db: StateDatabase) -> 
         db, launched, epoch, "m3", p.NodeStarted(RUN, "greet", 3, 1, "compute", 5, None, None)
     )
     assert conflict.outcome is RunnerMessageOutcome.REJECTED and isinstance(
-        conflict.result, p.Conflict
+        conflict.result, Conflict
     )
     assert (
         send(db, launched, "runner-unknown", "m4", started).outcome is RunnerMessageOutcome.REJECTED
@@ -250,11 +250,13 @@ def test_a_runner_that_lost_its_claim_gets_a_stored_claim_lost(
 
 def test_port_results_round_trip_through_their_stored_form() -> None:
     results: list[p.PortResult] = [
-        p.Applied(revision=3),
-        p.Adopted(revision=None),
-        p.Adopted(revision=4, settled=p.SettledEffect(p.EffectOutcome.REJECTED, {"code": 1}, "no")),
-        p.Conflict("why"),
-        p.RecoveryRequired("effectAmbiguous"),
+        Applied(p.Committed(3)),
+        Adopted(p.Committed(None)),
+        Adopted(
+            p.Committed(4, settled=p.SettledEffect(p.EffectOutcome.REJECTED, {"code": 1}, "no"))
+        ),
+        Conflict("why"),
+        RecoveryRequired("effectAmbiguous"),
     ]
     for result in results:
         assert result_from_json(result_to_json(result)) == result

@@ -8,6 +8,7 @@ from enum import Enum
 
 import pytest
 
+from piwf import lifecycle
 from piwf.state import StateDatabase, Transaction, blobs
 from piwf.state import enums as e
 from piwf.state.schema import SCHEMA_SQL
@@ -17,12 +18,12 @@ from .test_execution_support import create, two_step
 MIRRORS: list[tuple[str, str, type[Enum]]] = [
     ("run_queue", "error_code", e.FailureClass),
     ("run_runners", "status", e.RunnerStatus),
-    ("run_runners", "command", e.RunnerCommand),
+    ("run_runners", "command", lifecycle.CommandKind),
     ("runner_messages", "outcome", e.RunnerMessageOutcome),
-    ("interactive_requests", "kind", e.InteractionKind),
+    ("interactive_requests", "kind", lifecycle.InteractionKind),
     ("interactive_requests", "status", e.InteractionStatus),
-    ("interactive_requests", "answered_by", e.AnsweredBy),
-    ("run_notifications", "kind", e.NotificationKind),
+    ("interactive_requests", "answered_by", lifecycle.AnsweredBy),
+    ("run_notifications", "kind", lifecycle.NotifyKind),
     ("human_decisions", "kind", e.DecisionKind),
     ("human_decision_resolutions", "outcome", e.ResolutionOutcome),
     ("human_decision_resolutions", "provenance", e.ResolutionProvenance),

@@ -17,21 +17,14 @@ from typing import Any
 
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError
+from piwf.lifecycle import Adopted, Applied, CommandKind
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
 from piwf.state.diagnostics import Violation, find_violations
-from piwf.state.enums import (
-    ActorType,
-    OwnerType,
-    RunnerCommand,
-    RunnerMessageOutcome,
-    RunnerStatus,
-    SourceType,
-)
+from piwf.state.enums import ActorType, OwnerType, RunnerMessageOutcome, RunnerStatus, SourceType
 from piwf.state.execution import runs
 from piwf.state.leases import Claim
 from piwf.state.records import Actor, claim_resource
-from piwf.state.results import Adopted, Applied
 from piwf.workflow import compute, define_workflow
 from piwf.workflow import port as p
 from piwf.workflow.commands import RestartCommand, ResumeCommand, RunCommand, StartCommand
@@ -125,9 +118,9 @@ def runner_of(db: StateDatabase, launched: ex.RunLaunch) -> ex.RunnerRecord:
 
 
 def command_for(launched: ex.RunLaunch) -> RunCommand:
-    if launched.command is RunnerCommand.START:
+    if launched.command is CommandKind.START:
         return StartCommand(launched.run_id)
-    if launched.command is RunnerCommand.RESTART:
+    if launched.command is CommandKind.RESTART:
         assert launched.parent_run_id is not None
         return RestartCommand(launched.run_id, launched.parent_run_id)
     return ResumeCommand(launched.run_id)

@@ -14,7 +14,8 @@ import pytest
 
 from piwf.clock import FakeClock
 from piwf.errors import InvalidTransitionError
-from piwf.state import Adopted, Applied, StateDatabase
+from piwf.lifecycle import Adopted, Applied
+from piwf.state import StateDatabase
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state import retention as rt

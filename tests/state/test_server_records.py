@@ -10,11 +10,12 @@ import pytest
 from piwf import canonical
 from piwf.clock import FakeClock
 from piwf.errors import ClaimLostError
-from piwf.state import Adopted, Applied, Conflict, StateDatabase
+from piwf.lifecycle import Adopted, Applied, Conflict, RunStatus
+from piwf.state import StateDatabase
 from piwf.state.backup import BackupError, backup_database
 from piwf.state.commands import Fresh, Replay, Reused, lookup_command, store_command
 from piwf.state.diagnostics import find_violations, status_counts
-from piwf.state.enums import ActorType, CommandOutcome, QueueStatus, RunStatus, SourceType
+from piwf.state.enums import ActorType, CommandOutcome, QueueStatus, SourceType
 from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
 from piwf.state.server_epoch import (

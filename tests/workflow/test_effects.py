@@ -108,7 +108,8 @@ def test_the_same_key_with_another_request_is_a_conflict_at_the_port() -> None:
     port.settle_effect(EffectSettlement("run-1", key, EffectOutcome.APPLIED, {"done": True}))
     adopted = reserve({"a": 1})
     assert isinstance(adopted, Adopted)
-    assert adopted.settled is not None and adopted.settled.result == {"done": True}
+    settled = adopted.value.settled
+    assert settled is not None and settled.result == {"done": True}
     conflict = reserve({"a": 2})
     assert isinstance(conflict, Conflict)
     assert "reused with another request" in conflict.evidence

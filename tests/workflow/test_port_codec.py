@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from piwf.protocol.runner_v1 import PORT_OPERATIONS
 from piwf.workflow import port
 from piwf.workflow.context import Outcome
 from piwf.workflow.nodes import Recovery
-from piwf.workflow.port_codec import MESSAGE_TYPES, PortCodecError, from_json, to_json
+from piwf.workflow.port_codec import PortCodecError, from_json, to_json
 
 SAVED = port.SavedRun(
     run_id="run-1",
@@ -41,9 +42,9 @@ def test_messages_round_trip_exactly(message: object) -> None:
     assert from_json(type(message), to_json(message)) == message
 
 
-def test_every_port_method_has_a_message_type() -> None:
+def test_every_port_method_is_a_declared_operation() -> None:
     methods = {name for name in dir(port.WorkflowPort) if not name.startswith("_")}
-    assert set(MESSAGE_TYPES) == methods - {"read_run"}
+    assert methods == {op.name for op in PORT_OPERATIONS}
 
 
 @pytest.mark.parametrize(

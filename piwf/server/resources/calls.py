@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.lifecycle import Conflict
 from piwf.protocol.payloads import RunStartPayload
 from piwf.protocol.resource_v1 import (
     EffectBegin,
@@ -21,7 +22,7 @@ from piwf.protocol.resource_v1 import (
     WorkflowEnsure,
 )
 from piwf.server.runs.handlers import new_run_from
-from piwf.state import Conflict, Transaction
+from piwf.state import Transaction
 from piwf.state.enums import ReconcileOutcome
 from piwf.state.leases import Claim
 from piwf.state.resources import calls as calls

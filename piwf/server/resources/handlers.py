@@ -15,6 +15,7 @@ from typing import Literal
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError
+from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.resource_payloads import (
     ChildRunInfo,
@@ -45,7 +46,7 @@ from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
 from piwf.server.replies import effect_info, error_response, ok, payload_of
-from piwf.state import Adopted, Applied, Conflict, Transaction
+from piwf.state import Transaction
 from piwf.state import effects as fx
 from piwf.state.enums import ActorType
 from piwf.state.records import Actor

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError
+from piwf.lifecycle import Conflict
 from piwf.protocol.resource_v1 import (
     PAYLOADS,
     ChildFrame,
@@ -47,7 +48,7 @@ from piwf.server.children.link import ChildLink
 from piwf.server.children.supervisor import ChildHandle, Supervisor
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.resources.calls import apply_call, conflict_code
-from piwf.state import Conflict, StateDatabase
+from piwf.state import StateDatabase
 from piwf.state.enums import ResourceRunnerStatus
 from piwf.state.leases import Claim, renew_claim
 from piwf.state.resources import calls as calls

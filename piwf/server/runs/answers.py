@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 
 from piwf.errors import AnswerRejectedError, PiwfError, RunCommandError, RunPausedError
+from piwf.lifecycle import Adopted, Conflict
 from piwf.protocol.client_v1 import Request
 from piwf.protocol.payloads import (
     AnswerPayload,
@@ -39,7 +40,7 @@ from piwf.protocol.payloads import (
 from piwf.server.commands import CommandResult
 from piwf.server.content_offer import ContentOffer
 from piwf.server.loop import EventLoop, Timer
-from piwf.state import Adopted, Conflict, StateDatabase, Transaction
+from piwf.state import StateDatabase, Transaction
 from piwf.state import decisions as decision_store
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, SubmissionOutcome, SubmissionSource

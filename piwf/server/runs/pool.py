@@ -42,6 +42,7 @@ from pydantic import ValidationError
 from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
+from piwf.lifecycle import Conflict
 from piwf.processes import is_alive
 from piwf.protocol import content
 from piwf.protocol.runner_v1 import CallResponse, ChildMessage, Command, Launch
@@ -50,7 +51,7 @@ from piwf.server.children.supervisor import ChildHandle, Supervisor
 from piwf.server.failures import RetryDelay, retry_later
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.content_transfer import ContentTransfer
-from piwf.state import Conflict, StateDatabase, Transaction
+from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, RunnerMessageOutcome, RunnerStatus
 from piwf.state.execution import RunLaunch
@@ -65,7 +66,7 @@ from piwf.workflow.commands import (
     StartCommand,
     command_to_json,
 )
-from piwf.workflow.port_codec import result_to_json, to_json
+from piwf.workflow.port_codec import from_json, result_to_json, to_json
 
 log = logging.getLogger("piwf.server")
 
@@ -612,13 +613,16 @@ class Executor:
 
     def _read_run(self, active: ActiveRun, message_id: str, payload: dict[str, Any]) -> None:
         """A runner reads its own run, and a restart also reads the run it restarts."""
-        wanted = payload.get("run_id")
-        if wanted not in (active.run_id, active.launch.parent_run_id) or wanted is None:
+        try:
+            wanted = from_json(port.RunRead, payload).run_id
+        except PiwfError:
+            wanted = None
+        if wanted is None or wanted not in (active.run_id, active.launch.parent_run_id):
             self._respond(active, message_id, "rejected", error="protocolRejected: not this run")
             self._reject_protocol(active, "read_run names another run than the runner's own")
             return
         with self.db.read() as tx:
-            saved = ex.read_saved_run(tx, str(wanted))
+            saved = ex.read_saved_run(tx, wanted)
         self._respond(active, message_id, "accepted", None if saved is None else to_json(saved))
 
     def _reject_protocol(self, active: ActiveRun, detail: str) -> None:

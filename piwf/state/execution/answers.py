@@ -20,19 +20,18 @@ from dataclasses import dataclass
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.lifecycle import Adopted, AnsweredBy, Applied, Conflict, RunStatus
 from piwf.state import blobs, decisions
 from piwf.state.database import Transaction
 from piwf.state.decisions import Decision, Resolution
 from piwf.state.enums import (
     ACCEPTING_PROVENANCES,
-    AnsweredBy,
     FailureClass,
     InteractionStatus,
     OwnerType,
     QueueStatus,
     ResolutionOutcome,
     ResolutionProvenance,
-    RunStatus,
     SubmissionOutcome,
     SubmissionSource,
 )
@@ -44,7 +43,6 @@ from piwf.state.execution.core import (
 )
 from piwf.state.leases import Claim, release_claim
 from piwf.state.records import Actor
-from piwf.state.results import Adopted, Applied, Conflict
 
 _SELECT_REQUEST = """
 SELECT i.request_id, i.run_id, i.kind, i.status, i.content_hash, i.created_at, a.node_path,

@@ -11,6 +11,11 @@ the composition that fences a call cannot differ between them::
         guard: the run revision is ``expected_revision`` (when given), else Conflict
         apply_<operation>(tx, claim, message)    under ``claim``, never one the payload names
 
+The operations and their message types are declared once
+(:data:`piwf.protocol.runner_v1.PORT_OPERATIONS`); each state-changing one is applied by the
+store function named ``apply_<operation>``, found by that name in ``visits``, ``effects`` or
+``outcomes``.
+
 ``claim`` is always the claim of the run the sending runner was launched for; nothing in the
 payload chooses the authority a call is applied under. A refused decode is a protocol violation
 (failure class ``protocolRejected``): the server answers it, stops that runner and parks its run.
@@ -25,45 +30,40 @@ from typing import Any
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError
+from piwf.lifecycle import Conflict
+from piwf.protocol.runner_v1 import PORT_OPERATION, PORT_OPERATIONS
 from piwf.state.database import Transaction
+from piwf.state.execution import effects, outcomes, visits
 from piwf.state.execution.core import run_resource_id
-from piwf.state.execution.effects import apply_reserve_effect, apply_settle_effect
-from piwf.state.execution.outcomes import (
-    apply_finish,
-    apply_park,
-    apply_reject_answer,
-    apply_request_interaction,
-)
 from piwf.state.execution.runners import RunnerReply, apply_runner_message
-from piwf.state.execution.visits import (
-    apply_begin_run,
-    apply_node_failed,
-    apply_node_finished,
-    apply_node_started,
-    apply_notify,
-    apply_publish_update,
-)
 from piwf.state.leases import Claim
 from piwf.state.records import read_revision
 from piwf.workflow import port
-from piwf.workflow.port_codec import MESSAGE_TYPES, from_json
+from piwf.workflow.port_codec import from_json
 
-#: Port operation → the store function that applies it in the caller's transaction.
-_APPLY: dict[str, Callable[..., port.PortResult]] = {
-    "begin_run": apply_begin_run,
-    "node_started": apply_node_started,
-    "node_finished": apply_node_finished,
-    "node_failed": apply_node_failed,
-    "publish_update": apply_publish_update,
-    "notify": apply_notify,
-    "reserve_effect": apply_reserve_effect,
-    "settle_effect": apply_settle_effect,
-    "request_interaction": apply_request_interaction,
-    "reject_answer": apply_reject_answer,
-    "park": apply_park,
-    "finish": apply_finish,
-}
-assert set(_APPLY) == set(MESSAGE_TYPES), "every port operation needs exactly one applier"
+Applier = Callable[..., port.PortResult]
+
+
+def _appliers() -> dict[str, Applier]:
+    """Find ``apply_<name>`` for every state-changing operation of the declaration.
+
+    Each applier lives in exactly one of the store modules that apply runner calls; a missing or
+    doubled one fails at import, so a new operation cannot be declared without its applier.
+    """
+    found: dict[str, Applier] = {}
+    for operation in PORT_OPERATIONS:
+        if not operation.changes_state:
+            continue
+        name = f"apply_{operation.name}"
+        owners = [module for module in (visits, effects, outcomes) if hasattr(module, name)]
+        if len(owners) != 1:
+            raise ImportError(f"{name} must be defined by exactly one store module")
+        found[operation.name] = getattr(owners[0], name)
+    return found
+
+
+#: State-changing port operation → the store function that applies it in the caller's transaction.
+_APPLY: dict[str, Applier] = _appliers()
 
 
 class RunnerCallRejectedError(PiwfError):
@@ -89,11 +89,11 @@ def decode_runner_call(claim: Claim, operation: str | None, payload: JsonValue) 
     run other than the one ``claim`` is on. The fingerprint covers the operation and the
     payload, so a reused message id with another request is told apart.
     """
-    message_type = MESSAGE_TYPES.get(operation or "")
-    if operation is None or message_type is None:
+    declared = PORT_OPERATION.get(operation or "")
+    if operation is None or declared is None or not declared.changes_state:
         raise RunnerCallRejectedError(f"unknown runner operation {str(operation)[:64]!r}")
     try:
-        message = from_json(message_type, payload)
+        message = from_json(declared.message, payload)
     except PiwfError as error:
         raise RunnerCallRejectedError(f"{operation}: {error}") from None
     named = getattr(message, "run_id", None)
@@ -126,7 +126,7 @@ def apply_runner_call(
         if expected_revision is not None:
             current = read_revision(tx, claim.resource_id)
             if current != expected_revision:
-                return port.Conflict(f"run is at revision {current}, not {expected_revision}")
+                return Conflict(f"run is at revision {current}, not {expected_revision}")
         return apply(tx, claim, call.message, lease_ms=lease_ms)
 
     return apply_runner_message(tx, claim, runner_epoch, message_id, call.fingerprint, guarded)

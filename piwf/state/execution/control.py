@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 
 from piwf import canonical
+from piwf.lifecycle import Adopted, Applied, CommandKind, Conflict, RecoveryRequired, RunStatus
 from piwf.state import decisions
 from piwf.state.database import Transaction
 from piwf.state.enums import (
@@ -36,8 +37,6 @@ from piwf.state.enums import (
     OwnerType,
     QueueStatus,
     ResourceType,
-    RunnerCommand,
-    RunStatus,
 )
 from piwf.state.execution import runs
 from piwf.state.execution.core import (
@@ -52,7 +51,6 @@ from piwf.state.execution.core import (
 )
 from piwf.state.leases import Claim, read_lease, release_claim
 from piwf.state.records import Actor, claim_resource, ensure_resource, record_change
-from piwf.state.results import Adopted, Applied, Conflict, RecoveryRequired
 
 # Eligibility of a run for the scheduler, but for its due time; :blocking is a JSON array of
 # blocking error codes and :exclude a JSON array of run ids the caller is already handling.
@@ -184,11 +182,11 @@ def claim_next_run(
     if isinstance(taken, Conflict):  # pragma: no cover - eligibility checked the lease
         return None
     if attempt_count(tx, run.run_id) > 0:
-        command = RunnerCommand.RESUME
+        command = CommandKind.RESUME
     elif run.lineage_kind == "restart":
-        command = RunnerCommand.RESTART
+        command = CommandKind.RESTART
     else:
-        command = RunnerCommand.START
+        command = CommandKind.START
     tx.execute(_START_RUN, (tx.now, run.run_id))
     tx.execute(_START_QUEUE, (tx.now, tx.now, run.run_id))
     return RunLaunch(
@@ -196,7 +194,7 @@ def claim_next_run(
         run_id=run.run_id,
         command=command,
         launch_revision=run.revision + 1,
-        parent_run_id=run.parent_run_id if command is RunnerCommand.RESTART else None,
+        parent_run_id=run.parent_run_id if command is CommandKind.RESTART else None,
     )
 
 

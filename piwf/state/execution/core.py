@@ -23,25 +23,20 @@ from dataclasses import dataclass
 
 from piwf import canonical
 from piwf.errors import ClaimLostError
+from piwf.lifecycle import TERMINAL_RUN_STATUSES, CommandKind, Conflict, EffectStatus, RunStatus
 from piwf.state import blobs, decisions
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
-    TERMINAL_RUN_STATUSES,
     ActorType,
     AttemptStatus,
-    EffectStatus,
     FailureClass,
     OwnerType,
     QueueStatus,
     ResourceType,
-    RunnerCommand,
-    RunStatus,
 )
 from piwf.state.leases import Claim, read_lease, renew_claim, take_claim, verify_claim
 from piwf.state.records import Actor, record_change, resource_id_for
-from piwf.state.results import Conflict
-from piwf.workflow import port
 
 #: The actor of every change a runner proposes; the event's lease generation names the runner.
 RUNNER_ACTOR = Actor(ActorType.RUNNER)
@@ -164,7 +159,7 @@ class RunLaunch:
 
     claim: Claim
     run_id: str
-    command: RunnerCommand
+    command: CommandKind
     launch_revision: int
     parent_run_id: str | None = None
 
@@ -368,24 +363,22 @@ def close_run_dependents(
             fx.cancel_effect(tx, effect.effect_id, actor=actor, claim=claim)
 
 
-def executing_run(tx: Transaction, run_id: str) -> RunRow | port.Conflict:
+def executing_run(tx: Transaction, run_id: str) -> RunRow | Conflict:
     """Return the run when a runner generation holds it, else the port's ``Conflict``."""
     run = load_run(tx, run_id)
     if run is None:
-        return port.Conflict(f"run {run_id} does not exist")
+        return Conflict(f"run {run_id} does not exist")
     if not run.executing:
         queue = "none" if run.queue_status is None else run.queue_status.value
-        return port.Conflict(f"run {run_id} is {run.status.value} (queue {queue}), not executing")
+        return Conflict(f"run {run_id} is {run.status.value} (queue {queue}), not executing")
     return run
 
 
-def visit_attempt(
-    tx: Transaction, run: RunRow, path: str, visit: int
-) -> AttemptRow | port.Conflict:
+def visit_attempt(tx: Transaction, run: RunRow, path: str, visit: int) -> AttemptRow | Conflict:
     """Return the active attempt when it belongs to visit ``visit`` of ``path``, else Conflict."""
     active = active_attempt(tx, run.run_id)
     if active is None or (active.path, active.visit) != (path, visit):
-        return port.Conflict(f"visit {visit} of {path!r} is not the active visit")
+        return Conflict(f"visit {visit} of {path!r} is not the active visit")
     return active
 
 

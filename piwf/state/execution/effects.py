@@ -20,10 +20,11 @@ run event besides the effect's own events, so an effect change always counts as 
 from __future__ import annotations
 
 from piwf import canonical
+from piwf.lifecycle import Adopted, Applied, Conflict, EffectStatus, RecoveryRequired
 from piwf.state import blobs
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
-from piwf.state.enums import EffectOwnerScope, EffectRecovery, EffectStatus
+from piwf.state.enums import EffectOwnerScope, EffectRecovery
 from piwf.state.execution.core import (
     RUNNER_ACTOR,
     RunRow,
@@ -34,8 +35,8 @@ from piwf.state.execution.core import (
 )
 from piwf.state.leases import Claim
 from piwf.state.records import record_change
-from piwf.state.results import Adopted, Applied, Conflict
 from piwf.workflow import port
+from piwf.workflow.port import Committed
 
 _SELECT_EFFECT_BY_KEY = """
 SELECT effect_id FROM effects WHERE source_resource_id = ? AND idempotency_key = ?
@@ -58,12 +59,12 @@ def apply_reserve_effect(
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = load_run(tx, message.run_id)
     if run is None or not run.executing:
-        return port.Conflict(f"run {message.run_id} is not executing")
+        return Conflict(f"run {message.run_id} is not executing")
     active = active_attempt(tx, run.run_id)
     if active is None or (active.path, active.visit) != (message.path, message.visit):
-        return port.Conflict(f"visit {message.visit} of {message.path!r} is not the active visit")
+        return Conflict(f"visit {message.visit} of {message.path!r} is not the active visit")
     if canonical.digest_hex(message.request) != message.request_fingerprint:
-        return port.Conflict("request fingerprint does not match the request")
+        return Conflict("request fingerprint does not match the request")
     recovery = EffectRecovery(message.recovery.value)
     effect_id = fx.effect_id_for(run.resource_id, message.effect_type, message.effect_key)
     reserved = fx.reserve_effect(
@@ -79,28 +80,28 @@ def apply_reserve_effect(
         claim=claim,
     )
     if isinstance(reserved, Conflict):
-        return port.Conflict(f"managed effect key reused with another request: {reserved.evidence}")
+        return Conflict(f"managed effect key reused with another request: {reserved.evidence}")
     effect = reserved.value
     if isinstance(reserved, Applied):
         _begin(tx, effect_id, claim)
         revision = _run_event(tx, run, "effect.reserved", claim, effect, message)
-        return port.Applied(revision=revision)
+        return Applied(Committed(revision))
     if effect.status in (EffectStatus.APPLIED, EffectStatus.REJECTED):
-        return port.Adopted(revision=run.revision, settled=_settled(tx, effect))
+        return Adopted(Committed(run.revision, settled=_settled(tx, effect)))
     if effect.status is EffectStatus.AMBIGUOUS:
-        return port.RecoveryRequired("effectAmbiguous")
+        return RecoveryRequired("effectAmbiguous")
     if effect.status is EffectStatus.CANCELLED:
-        return port.Conflict(f"effect {effect_id} was cancelled")
+        return Conflict(f"effect {effect_id} was cancelled")
     if effect.status is EffectStatus.APPLYING:
         if fx.open_attempt_generation(tx, effect_id) == claim.generation:
-            return port.Conflict(f"effect {effect_id} is applying under this generation")
+            return Conflict(f"effect {effect_id} is applying under this generation")
         recovered = fx.recover_uncertain(tx, effect_id, actor=RUNNER_ACTOR, claim=claim).value
         if recovered.status is EffectStatus.AMBIGUOUS:
             _run_event(tx, run, "effect.ambiguous", claim, recovered, message)
-            return port.RecoveryRequired("effectAmbiguous")
+            return RecoveryRequired("effectAmbiguous")
     _begin(tx, effect_id, claim)
     revision = _run_event(tx, run, "effect.retried", claim, effect, message)
-    return port.Adopted(revision=revision)
+    return Adopted(Committed(revision))
 
 
 def apply_settle_effect(
@@ -116,19 +117,19 @@ def apply_settle_effect(
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = load_run(tx, message.run_id)
     if run is None or not run.executing:
-        return port.Conflict(f"run {message.run_id} is not executing")
+        return Conflict(f"run {message.run_id} is not executing")
     effect_id = tx.scalar(_SELECT_EFFECT_BY_KEY, (run.resource_id, message.effect_key))
     effect = None if effect_id is None else fx.get_effect(tx, str(effect_id))
     if effect is None:
-        return port.Conflict(f"no effect {message.effect_key} is reserved by this run")
+        return Conflict(f"no effect {message.effect_key} is reserved by this run")
     if message.outcome is port.EffectOutcome.AMBIGUOUS:
         if effect.status is EffectStatus.AMBIGUOUS:
-            return port.Adopted(revision=run.revision)
+            return Adopted(Committed(run.revision))
         if effect.status is not EffectStatus.APPLYING:
-            return port.Conflict(f"effect is {effect.status.value}, not applying")
+            return Conflict(f"effect is {effect.status.value}, not applying")
         _settle_ambiguous(tx, effect, message.error, claim)
         revision = _run_event(tx, run, "effect.ambiguous", claim, effect, None)
-        return port.Applied(revision=revision)
+        return Applied(Committed(revision))
     settled = fx.settle_effect(
         tx,
         effect.effect_id,
@@ -140,11 +141,11 @@ def apply_settle_effect(
         claim=claim,
     )
     if isinstance(settled, Conflict):
-        return port.Conflict(settled.evidence)
+        return Conflict(settled.evidence)
     if isinstance(settled, Adopted):
-        return port.Adopted(revision=run.revision)
+        return Adopted(Committed(run.revision))
     revision = _run_event(tx, run, "effect.settled", claim, settled.value, None)
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 def _begin(tx: Transaction, effect_id: str, claim: Claim) -> fx.Effect:

@@ -15,16 +15,15 @@ parked or finished run never keeps a live claim.
 
 from __future__ import annotations
 
+from piwf.lifecycle import Adopted, Applied, Conflict, InteractionKind, RunStatus
 from piwf.state import blobs, decisions
 from piwf.state.database import Transaction
 from piwf.state.enums import (
     AttemptStatus,
     DecisionKind,
     FailureClass,
-    InteractionKind,
     InteractionStatus,
     QueueStatus,
-    RunStatus,
 )
 from piwf.state.execution.core import (
     RUNNER_ACTOR,
@@ -40,6 +39,7 @@ from piwf.state.execution.core import (
 )
 from piwf.state.leases import Claim, release_claim
 from piwf.workflow import port
+from piwf.workflow.port import Committed
 
 _INSERT_REQUEST = """
 INSERT INTO interactive_requests (request_id, run_id, attempt_id, kind, content_hash,
@@ -83,10 +83,10 @@ _DECISION_KINDS = {
 }
 
 _TERMINAL = {
-    port.RunStatus.COMPLETED: (RunStatus.COMPLETED, QueueStatus.DONE, AttemptStatus.FAILED),
-    port.RunStatus.FAILED: (RunStatus.FAILED, QueueStatus.FAILED, AttemptStatus.FAILED),
-    port.RunStatus.TIMED_OUT: (RunStatus.TIMED_OUT, QueueStatus.FAILED, AttemptStatus.TIMED_OUT),
-    port.RunStatus.CANCELLED: (
+    RunStatus.COMPLETED: (RunStatus.COMPLETED, QueueStatus.DONE, AttemptStatus.FAILED),
+    RunStatus.FAILED: (RunStatus.FAILED, QueueStatus.FAILED, AttemptStatus.FAILED),
+    RunStatus.TIMED_OUT: (RunStatus.TIMED_OUT, QueueStatus.FAILED, AttemptStatus.TIMED_OUT),
+    RunStatus.CANCELLED: (
         RunStatus.CANCELLED,
         QueueStatus.CANCELLED,
         AttemptStatus.CANCELLED,
@@ -107,13 +107,13 @@ def apply_request_interaction(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
     kind = InteractionKind(message.kind.value)
     if message.timeout_ms is not None and message.timeout_ms <= 0:
-        return port.Conflict("timeout_ms must be positive")
+        return Conflict("timeout_ms must be positive")
     active = visit_attempt(tx, run, message.path, message.visit)
-    if isinstance(active, port.Conflict):
+    if isinstance(active, Conflict):
         return active
     content_hash = blobs.put_json(tx, message.content)
     on_timeout_hash = None if message.on_timeout is None else blobs.put_json(tx, message.on_timeout)
@@ -127,11 +127,11 @@ def apply_request_interaction(
             and existing["timeout_ms"] == message.timeout_ms
         )
         if same:
-            return port.Adopted(revision=run.revision)
-        return port.Conflict(f"request {message.request_id} exists with other content")
+            return Adopted(Committed(run.revision))
+        return Conflict(f"request {message.request_id} exists with other content")
     other = tx.one(SELECT_OPEN_REQUEST, (active.attempt_id,))
     if other is not None:
-        return port.Conflict(f"visit already has request {other['request_id']}")
+        return Conflict(f"visit already has request {other['request_id']}")
     payload = {"requestId": message.request_id, "kind": kind.value}
     revision = record_run_change(tx, run, "interaction.requested", RUNNER_ACTOR, claim, payload)
     tx.execute(
@@ -161,7 +161,7 @@ def apply_request_interaction(
             actor=RUNNER_ACTOR,
             claim=claim,
         )
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 def apply_reject_answer(
@@ -174,24 +174,24 @@ def apply_reject_answer(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
     request = tx.one(_SELECT_REQUEST, (message.request_id,))
     if request is None or request["run_id"] != run.run_id:
-        return port.Conflict(f"request {message.request_id} is not open")
+        return Conflict(f"request {message.request_id} is not open")
     rejection_hash = blobs.put_text(tx, message.error)
     if request["status"] == InteractionStatus.PENDING.value:
         if optional_bytes(request["rejection_hash"]) == rejection_hash:
-            return port.Adopted(revision=run.revision)
-        return port.Conflict(f"request {message.request_id} has no answer to reject")
+            return Adopted(Committed(run.revision))
+        return Conflict(f"request {message.request_id} has no answer to reject")
     if request["status"] != InteractionStatus.ANSWERED.value:
-        return port.Conflict(f"request {message.request_id} is {request['status']}")
+        return Conflict(f"request {message.request_id} is {request['status']}")
     payload = {"requestId": message.request_id}
     revision = record_run_change(
         tx, run, "interaction.answer_rejected", RUNNER_ACTOR, claim, payload
     )
     tx.execute(_REJECT_ANSWER, (rejection_hash, tx.now, message.request_id))
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 def apply_park(
@@ -211,16 +211,16 @@ def apply_park(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
     active = visit_attempt(tx, run, message.path, message.visit)
-    if isinstance(active, port.Conflict):
+    if isinstance(active, Conflict):
         return active
     payload = {"reason": message.reason.value, "path": message.path, "visit": message.visit}
     if message.reason is port.ParkReason.WAITING:
         request = tx.one(SELECT_OPEN_REQUEST, (active.attempt_id,))
         if request is None or message.request_id not in (None, request["request_id"]):
-            return port.Conflict(f"visit {message.visit} of {message.path!r} has no open request")
+            return Conflict(f"visit {message.visit} of {message.path!r} has no open request")
         answered = request["status"] == InteractionStatus.ANSWERED.value
         event = "run.parked" if answered else "run.waiting"
         revision = record_run_change(tx, run, event, RUNNER_ACTOR, claim, payload)
@@ -229,7 +229,7 @@ def apply_park(
         set_queue(tx, run.run_id, QueueStatus.PARKED, available_now=answered)
     else:
         if not tx.scalar(_HAS_AMBIGUOUS_EFFECT, (run.resource_id,)):
-            return port.Conflict(f"run {run.run_id} has no ambiguous effect")
+            return Conflict(f"run {run.run_id} has no ambiguous effect")
         revision = record_run_change(tx, run, "run.effect_ambiguous", RUNNER_ACTOR, claim, payload)
         set_queue(
             tx,
@@ -239,7 +239,7 @@ def apply_park(
             error_text=message.detail,
         )
     release_claim(tx, claim)
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 def apply_finish(
@@ -256,14 +256,14 @@ def apply_finish(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
     terminal = _TERMINAL.get(message.status)
     if terminal is None:
-        return port.Conflict(f"{message.status.value} is not a terminal status")
+        return Conflict(f"{message.status.value} is not a terminal status")
     status, queue_status, attempt_status = terminal
     if status is RunStatus.COMPLETED and active_attempt(tx, run.run_id) is not None:
-        return port.Conflict(f"run {run.run_id} still has an active visit")
+        return Conflict(f"run {run.run_id} still has an active visit")
     output_hash = None
     error_hash = None
     if status is RunStatus.COMPLETED:
@@ -277,4 +277,4 @@ def apply_finish(
     failure = FailureClass.NODE_FAILED if status is RunStatus.FAILED else None
     set_queue(tx, run.run_id, queue_status, error_code=failure)
     release_claim(tx, claim)
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))

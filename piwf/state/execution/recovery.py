@@ -29,18 +29,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from piwf.lifecycle import Adopted, Applied, Conflict, EffectStatus, RunStatus
 from piwf.state import blobs
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
     CRASH_LOOP_LIMIT,
     EffectRecovery,
-    EffectStatus,
     FailureClass,
     OwnerType,
     QueueStatus,
     RunnerStatus,
-    RunStatus,
 )
 from piwf.state.execution.core import (
     RunRow,
@@ -53,7 +52,6 @@ from piwf.state.execution.core import (
 from piwf.state.execution.runners import RunnerRecord, get_runner
 from piwf.state.leases import Claim, read_lease, release_claim
 from piwf.state.records import Actor
-from piwf.state.results import Adopted, Applied, Conflict
 
 _SELECT_EXPIRED_RUNNING = """
 SELECT r.run_id, coalesce(l.generation, 0) AS generation,

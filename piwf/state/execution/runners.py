@@ -27,15 +27,10 @@ from dataclasses import dataclass
 
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError
+from piwf.lifecycle import Adopted, Applied, CommandKind, Conflict
 from piwf.state import blobs
 from piwf.state.database import Transaction
-from piwf.state.enums import (
-    LIVE_RUNNER_STATUSES,
-    QueueStatus,
-    RunnerCommand,
-    RunnerMessageOutcome,
-    RunnerStatus,
-)
+from piwf.state.enums import LIVE_RUNNER_STATUSES, QueueStatus, RunnerMessageOutcome, RunnerStatus
 from piwf.state.execution.core import (
     RunLaunch,
     record_run_change,
@@ -46,7 +41,6 @@ from piwf.state.execution.core import (
 )
 from piwf.state.leases import Claim, claim_actor
 from piwf.state.records import Actor, read_revision
-from piwf.state.results import Adopted, Applied, Conflict
 from piwf.workflow import port
 from piwf.workflow.port_codec import result_from_json, result_to_json
 
@@ -107,7 +101,7 @@ class RunnerRecord:
     run_id: str
     generation: int
     server_epoch: int
-    command: RunnerCommand
+    command: CommandKind
     launch_envelope_hash: bytes
     launch_revision: int
     ready_revision: int | None
@@ -378,9 +372,9 @@ def apply_runner_message(
 
 
 def _outcome_of(result: port.PortResult) -> RunnerMessageOutcome:
-    if isinstance(result, port.Applied):
+    if isinstance(result, Applied):
         return RunnerMessageOutcome.ACCEPTED
-    if isinstance(result, port.Adopted):
+    if isinstance(result, Adopted):
         return RunnerMessageOutcome.ADOPTED
     return RunnerMessageOutcome.REJECTED
 
@@ -444,7 +438,7 @@ def _runner_from_row(row: sqlite3.Row) -> RunnerRecord:
         run_id=row["run_id"],
         generation=row["generation"],
         server_epoch=row["server_epoch"],
-        command=RunnerCommand(row["command"]),
+        command=CommandKind(row["command"]),
         launch_envelope_hash=bytes(row["launch_envelope_hash"]),
         launch_revision=row["launch_revision"],
         ready_revision=row["ready_revision"],

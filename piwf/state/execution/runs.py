@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from piwf.canonical import JsonValue
 from piwf.errors import BlobConflictError
+from piwf.lifecycle import RunStatus
 from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.enums import (
@@ -29,7 +30,6 @@ from piwf.state.enums import (
     FailureClass,
     QueueStatus,
     ResourceType,
-    RunStatus,
     SourceType,
 )
 from piwf.state.records import Actor, ensure_resource, record_change

@@ -5,12 +5,12 @@ transaction (``with db.write() as tx``), in this order:
 
 1. renew the exact live run claim (X1) or raise :class:`~piwf.errors.ClaimLostError` before
    anything is read or written;
-2. verify the transition against the saved rows; a contradiction is a ``port.Conflict`` and
-   writes nothing (a matching repeat is ``port.Adopted`` and writes nothing);
+2. verify the transition against the saved rows; a contradiction is a ``Conflict`` and
+   writes nothing (a matching repeat is ``Adopted`` and writes nothing);
 3. write blobs, bump the run revision once and append one event (``records.record_change``);
 4. update the domain rows (attempts, steps, requests, updates, notifications, queue, run).
 
-Results are the port's own dataclasses (``port.Applied(revision)`` and friends), so the server
+Results are the port's own dataclasses (``Applied(revision)`` and friends), so the server
 can answer the runner with them unchanged. Visits follow seed 003's identity::
 
     node_started(V, 1)        no active attempt, V = last visit of the path + 1
@@ -24,18 +24,20 @@ Requests, parking and the finish live in :mod:`piwf.state.execution.outcomes`.
 from __future__ import annotations
 
 from piwf import canonical
-from piwf.state import blobs, decisions
-from piwf.state.database import Transaction
-from piwf.state.enums import (
+from piwf.lifecycle import (
+    Adopted,
     AnsweredBy,
-    AttemptStatus,
-    FailureClass,
-    InteractionStatus,
-    NotificationKind,
-    QueueStatus,
-    RunnerCommand,
+    Applied,
+    CommandKind,
+    Conflict,
+    InteractionKind,
+    Lineage,
+    NotifyKind,
     RunStatus,
 )
+from piwf.state import blobs, decisions
+from piwf.state.database import Transaction
+from piwf.state.enums import AttemptStatus, FailureClass, InteractionStatus, QueueStatus
 from piwf.state.execution.core import (
     RUNNER_ACTOR,
     SELECT_OPEN_REQUEST,
@@ -54,6 +56,7 @@ from piwf.state.execution.core import (
 from piwf.state.leases import Claim
 from piwf.workflow import port
 from piwf.workflow.context import Outcome
+from piwf.workflow.port import Committed
 
 _SELECT_STEPS = """
 SELECT a.node_path, a.visit, a.attempt_number, a.status, a.output_hash, a.error_hash,
@@ -179,7 +182,7 @@ def read_saved_run(tx: Transaction, run_id: str) -> port.SavedRun | None:
         run_id=run.run_id,
         status=_saved_status(run, attempt_count(tx, run_id)),
         input=blobs.read_json(tx, run.input_hash),
-        lineage=port.Lineage.RESTART if run.lineage_kind == "restart" else port.Lineage.ROOT,
+        lineage=Lineage.RESTART if run.lineage_kind == "restart" else Lineage.ROOT,
         parent_run_id=run.parent_run_id,
         restart_number=run.restart_number,
         definition_digest=run.definition_digest.hex(),
@@ -212,27 +215,27 @@ def apply_begin_run(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
     if message.definition_digest != run.definition_digest.hex():
-        return port.Conflict("definition digest differs from the run's")
-    command = RunnerCommand(message.command.value)
+        return Conflict("definition digest differs from the run's")
+    command = CommandKind(message.command.value)
     fresh = attempt_count(tx, run.run_id) == 0
-    if command in (RunnerCommand.START, RunnerCommand.RESTART):
-        lineage = "restart" if command is RunnerCommand.RESTART else None
+    if command in (CommandKind.START, CommandKind.RESTART):
+        lineage = "restart" if command is CommandKind.RESTART else None
         if not fresh:
-            return port.Conflict(f"{command.value}: run {run.run_id} has already executed")
+            return Conflict(f"{command.value}: run {run.run_id} has already executed")
         if run.lineage_kind != lineage:
-            return port.Conflict(f"{command.value}: run {run.run_id} has another lineage")
+            return Conflict(f"{command.value}: run {run.run_id} has another lineage")
     elif fresh:
-        return port.Conflict(f"{command.value}: run {run.run_id} has not started")
+        return Conflict(f"{command.value}: run {run.run_id} has not started")
     # A title given when the run was started wins; the resolved one only fills an empty title.
     if message.title is None or run.title is not None:
-        return port.Adopted(revision=run.revision)
+        return Adopted(Committed(run.revision))
     payload = {"command": command.value}
     revision = record_run_change(tx, run, "run.begun", RUNNER_ACTOR, claim, payload)
     tx.execute(_SET_TITLE, (message.title, tx.now, run.run_id))
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 _MOVE_PROGRESS_BASELINE = """
@@ -253,26 +256,24 @@ def apply_node_started(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
     active = active_attempt(tx, run.run_id)
     interrupted: AttemptRow | None = None
     if active is not None:
         if (active.path, active.visit) != (message.path, message.visit):
-            return port.Conflict(f"visit {active.visit} of {active.path!r} is still active")
+            return Conflict(f"visit {active.visit} of {active.path!r} is still active")
         if message.attempt == active.attempt:
-            return port.Adopted(revision=run.revision)
+            return Adopted(Committed(run.revision))
         if message.attempt != active.attempt + 1:
-            return port.Conflict(
-                f"attempt {message.attempt} does not follow attempt {active.attempt}"
-            )
+            return Conflict(f"attempt {message.attempt} does not follow attempt {active.attempt}")
         if active.status is AttemptStatus.WAITING:
-            return port.Conflict(f"visit {active.visit} of {active.path!r} waits on a request")
+            return Conflict(f"visit {active.visit} of {active.path!r} waits on a request")
         interrupted = active
     else:
         last = int(tx.scalar(_SELECT_LAST_VISIT, (run.run_id, message.path)))
         if (message.visit, message.attempt) != (last + 1, 1):
-            return port.Conflict(
+            return Conflict(
                 f"visit {message.visit} attempt {message.attempt} of {message.path!r} is not next"
             )
     payload = {"path": message.path, "visit": message.visit, "attempt": message.attempt}
@@ -299,7 +300,7 @@ def apply_node_started(
             tx.now,
         ),
     )
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 def apply_node_finished(
@@ -312,19 +313,19 @@ def apply_node_finished(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
     active = _exact_active(tx, run, message.path, message.visit, message.attempt)
-    if isinstance(active, port.Conflict):
+    if isinstance(active, Conflict):
         return active
     request = tx.one(SELECT_OPEN_REQUEST, (active.attempt_id,))
     if request is not None:
         if request["request_id"] != message.request_id:
-            return port.Conflict(f"request {request['request_id']} is still open")
+            return Conflict(f"request {request['request_id']} is still open")
         if request["status"] != InteractionStatus.ANSWERED.value:
-            return port.Conflict(f"request {request['request_id']} has no answer")
+            return Conflict(f"request {request['request_id']} has no answer")
     elif message.request_id is not None:
-        return port.Conflict(f"request {message.request_id} is not open")
+        return Conflict(f"request {message.request_id} is not open")
     output_hash = blobs.put_json(tx, message.output)
     payload = {"path": message.path, "visit": message.visit, "attempt": message.attempt}
     revision = record_run_change(tx, run, "node.finished", RUNNER_ACTOR, claim, payload)
@@ -343,7 +344,7 @@ def apply_node_finished(
         tx.execute(_SETTLE_REQUEST, (tx.now, request["request_id"]))
     tx.execute(_APPEND_STEP, (run.run_id, run.run_id, active.attempt_id))
     tx.execute(_RESET_CRASHES, (run.run_id,))  # a finished node ends a crash streak
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 def apply_node_failed(
@@ -356,13 +357,13 @@ def apply_node_failed(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
     status = _FAILURE_STATUS.get(message.outcome)
     if status is None:
-        return port.Conflict(f"outcome {message.outcome.value} is not a failure")
+        return Conflict(f"outcome {message.outcome.value} is not a failure")
     active = _exact_active(tx, run, message.path, message.visit, message.attempt)
-    if isinstance(active, port.Conflict):
+    if isinstance(active, Conflict):
         return active
     error_hash = blobs.put_text(tx, message.error)
     payload = {
@@ -382,7 +383,7 @@ def apply_node_failed(
         (status.value, None, error_hash, message.finished_at_ms, tx.now, active.attempt_id),
     )
     tx.execute(_APPEND_STEP, (run.run_id, run.run_id, active.attempt_id))
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 def apply_publish_update(
@@ -395,17 +396,17 @@ def apply_publish_update(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
     if not (1 <= len(message.update_type) <= 256 and 1 <= len(message.key) <= 256):
-        return port.Conflict("update type and key must have 1..256 characters")
+        return Conflict("update type and key must have 1..256 characters")
     active = visit_attempt(tx, run, message.path, message.visit)
-    if isinstance(active, port.Conflict):
+    if isinstance(active, Conflict):
         return active
     data_hash = blobs.put_json(tx, message.data)
     existing = tx.one(_SELECT_UPDATE, (active.attempt_id, message.update_type, message.key))
     if existing is not None and bytes(existing["data_hash"]) == data_hash:
-        return port.Adopted(revision=run.revision)
+        return Adopted(Committed(run.revision))
     payload = {"path": message.path, "visit": message.visit, "updateType": message.update_type}
     revision = record_run_change(tx, run, "node.update", RUNNER_ACTOR, claim, payload)
     sequence = int(tx.scalar(_NEXT_UPDATE_SEQ, (active.attempt_id,)))
@@ -427,7 +428,7 @@ def apply_publish_update(
                 tx.now,
             ),
         )
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 def apply_notify(
@@ -440,9 +441,9 @@ def apply_notify(
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
-    if isinstance(run, port.Conflict):
+    if isinstance(run, Conflict):
         return run
-    kind = NotificationKind(message.kind.value)
+    kind = NotifyKind(message.kind.value)
     existing = tx.one(_SELECT_NOTIFICATION, (message.notification_id,))
     if existing is not None:
         same = (
@@ -452,10 +453,10 @@ def apply_notify(
             and bytes(existing["message_hash"]) == blobs.put_text(tx, message.message)
         )
         if same:
-            return port.Adopted(revision=run.revision)
-        return port.Conflict(f"notification {message.notification_id} has other content")
+            return Adopted(Committed(run.revision))
+        return Conflict(f"notification {message.notification_id} has other content")
     active = visit_attempt(tx, run, message.path, message.visit)
-    if isinstance(active, port.Conflict):
+    if isinstance(active, Conflict):
         return active
     message_hash = blobs.put_text(tx, message.message)
     payload = {"notificationId": message.notification_id, "kind": kind.value}
@@ -474,17 +475,17 @@ def apply_notify(
             tx.now,
         ),
     )
-    return port.Applied(revision=revision)
+    return Applied(Committed(revision))
 
 
 def _exact_active(
     tx: Transaction, run: RunRow, path: str, visit: int, attempt: int
-) -> AttemptRow | port.Conflict:
+) -> AttemptRow | Conflict:
     active = visit_attempt(tx, run, path, visit)
-    if isinstance(active, port.Conflict):
+    if isinstance(active, Conflict):
         return active
     if active.attempt != attempt:
-        return port.Conflict(f"attempt {attempt} is not the active attempt {active.attempt}")
+        return Conflict(f"attempt {attempt} is not the active attempt {active.attempt}")
     return active
 
 
@@ -498,13 +499,13 @@ def _pending_request(tx: Transaction, active: AttemptRow) -> port.PendingRequest
         request_id=row["request_id"],
         path=active.path,
         visit=active.visit,
-        kind=port.InteractionKind(row["kind"]),
+        kind=InteractionKind(row["kind"]),
         content=blobs.read_json(tx, bytes(row["content_hash"])),
         answered=answered,
         answer=None if answer_hash is None else blobs.read_json(tx, answer_hash),
         answered_by=None
         if row["answered_by"] is None
-        else port.AnsweredBy(AnsweredBy(row["answered_by"]).value),
+        else AnsweredBy(AnsweredBy(row["answered_by"]).value),
     )
 
 
@@ -528,12 +529,12 @@ def _steps(tx: Transaction, run_id: str) -> list[port.StepRecord]:
     return steps
 
 
-def _saved_status(run: RunRow, attempts: int) -> port.RunStatus:
+def _saved_status(run: RunRow, attempts: int) -> RunStatus:
     if run.status in (RunStatus.QUEUED, RunStatus.RUNNING) and attempts == 0:
-        return port.RunStatus.QUEUED
+        return RunStatus.QUEUED
     if run.status is RunStatus.RUNNING and run.queue_status is QueueStatus.PARKED:
-        return port.RunStatus.PARKED
-    return port.RunStatus(run.status.value)
+        return RunStatus.PARKED
+    return RunStatus(run.status.value)
 
 
 def _park_reason(run: RunRow) -> port.ParkReason | None:

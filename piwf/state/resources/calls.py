@@ -27,22 +27,15 @@ from typing import Literal
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.lifecycle import Applied, Conflict, EffectStatus, RunStatus
 from piwf.state import blobs
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
-from piwf.state.enums import (
-    ActorType,
-    EffectOwnerScope,
-    EffectRecovery,
-    EffectStatus,
-    ResourceQueueReason,
-    RunStatus,
-)
+from piwf.state.enums import ActorType, EffectOwnerScope, EffectRecovery, ResourceQueueReason
 from piwf.state.execution import runs as run_store
 from piwf.state.leases import Claim, renew_claim
 from piwf.state.records import Actor, read_revision, record_change
 from piwf.state.resources.managed import enqueue, get_resource_by_uid
-from piwf.state.results import Applied, Conflict
 
 _OTHER_KIND = """
 SELECT effect_id FROM effects

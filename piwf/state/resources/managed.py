@@ -25,12 +25,12 @@ from typing import Any
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.enums import ResourceQueueReason, ResourceType
 from piwf.state.leases import read_lease
 from piwf.state.records import Actor, ensure_resource, read_revision, record_change, resource_id_for
-from piwf.state.results import Adopted, Applied, Conflict
 
 _SELECT_RESOURCE = """
 SELECT m.uid, m.resource_id, m.manager_name, m.resource_key, m.project_path, m.source_path,

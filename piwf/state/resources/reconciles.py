@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.lifecycle import Conflict, EffectStatus
 from piwf.state import blobs
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
     ActorType,
-    EffectStatus,
     OwnerType,
     ReconcileOutcome,
     ResourceQueueReason,
@@ -50,7 +50,6 @@ from piwf.state.resources.runners import (
     record_reconcile_exit,
 )
 from piwf.state.resources.status import StatusPatch, write_status_patch
-from piwf.state.results import Conflict
 
 #: The error backoff: ``min(60 s, 1 s · 2^min(errors, 6))``.
 BACKOFF_BASE_MS = 1000
