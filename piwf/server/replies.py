@@ -55,7 +55,7 @@ def run_result(result: object, run_id: str) -> CommandResult:
         return CommandResult.failed("rejected", RunCommandError(result.reason), run_id=run_id)
     assert isinstance(result, (Applied, Adopted))
     view = result.value
-    assert isinstance(view, run_store.RunView)
+    assert isinstance(view, run_store.RunRow)
     receipt = RunReceipt(run=run_info(view)).to_wire()
     return CommandResult.accepted(receipt, run_id=view.run_id, revision=view.revision)
 
@@ -77,7 +77,7 @@ def run_id_of(request: Request) -> str:
     return request.run_id
 
 
-def run_info(view: run_store.RunView) -> RunInfo:
+def run_info(view: run_store.RunRow) -> RunInfo:
     """The wire form of a run view."""
     return RunInfo.model_validate(view.to_json())
 

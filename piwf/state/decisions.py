@@ -240,6 +240,14 @@ def get_decision(tx: Transaction, decision_id: str) -> Decision | None:
     return None if row is None else _decision(tx, row)
 
 
+def list_run_decisions(tx: Transaction, run_id: str) -> list[Decision]:
+    """Return every decision of the run, oldest first."""
+    rows = tx.all(
+        _SELECT_DECISION + " WHERE run_id = ? ORDER BY created_at, decision_id", (run_id,)
+    )
+    return [_decision(tx, row) for row in rows]
+
+
 def get_resolution(tx: Transaction, decision_id: str) -> Resolution | None:
     """Return the winner of the decision, or None while it is unresolved."""
     row = tx.one(_SELECT_RESOLUTION, (decision_id,))

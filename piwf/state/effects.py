@@ -20,7 +20,9 @@ Every change bumps the effect's own revision and writes its event in the same tr
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,6 +40,11 @@ SELECT e.effect_id, e.resource_id, e.source_resource_id, e.source_revision, e.ef
        e.attempt_count, e.result_hash, e.error_hash, e.external_ref, e.created_at,
        e.updated_at, e.settled_at, r.revision
 FROM effects e JOIN resources r ON r.resource_id = e.resource_id
+"""
+
+_COUNT_IN_STATUSES = """
+SELECT count(*) FROM effects
+WHERE source_resource_id = ? AND status IN (SELECT value FROM json_each(?))
 """
 
 _INSERT_EFFECT = """
@@ -113,6 +120,24 @@ def list_effects(tx: Transaction, source_resource_id: str) -> list[Effect]:
         (source_resource_id,),
     )
     return [_effect_from_row(row) for row in rows]
+
+
+def find_effect(tx: Transaction, source_resource_id: str, idempotency_key: str) -> Effect | None:
+    """Return the source aggregate's effect reserved under ``idempotency_key`` (oldest), or None."""
+    row = tx.one(
+        _SELECT_EFFECT + " WHERE e.source_resource_id = ? AND e.idempotency_key = ?"
+        " ORDER BY e.created_at, e.effect_id LIMIT 1",
+        (source_resource_id, idempotency_key),
+    )
+    return None if row is None else _effect_from_row(row)
+
+
+def count_effects(
+    tx: Transaction, source_resource_id: str, statuses: Iterable[EffectStatus]
+) -> int:
+    """Return how many effects of one source aggregate have one of ``statuses``."""
+    wanted = json.dumps(sorted(status.value for status in statuses))
+    return int(tx.scalar(_COUNT_IN_STATUSES, (source_resource_id, wanted)))
 
 
 def list_attempts(tx: Transaction, effect_id: str) -> list[EffectAttempt]:

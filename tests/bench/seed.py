@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from piwf.state import StateDatabase
-from piwf.state.execution.core import attempt_id_for
+from piwf.state.execution.attempts import attempt_id_for
 from tests.bench.common import BenchError, poll
 from tests.bench.piwf_side import (
     PiwfServer,

@@ -517,7 +517,7 @@ def test_child_runs_are_found_by_key_and_their_end_enqueues_the_parent(
         )
         assert calls.notify_finished_children(tx) == [launch.uid]
         assert calls.notify_finished_children(tx) == []  # once per child
-        assert run_store.get_run(tx, created.run_id).status is RunStatus.COMPLETED  # type: ignore[union-attr]
+        assert run_store.load_run(tx, created.run_id).status is RunStatus.COMPLETED  # type: ignore[union-attr]
     queue = view(db).queue
     assert queue is not None
     assert queue.reason is ResourceQueueReason.CHILD_FINISHED

@@ -56,7 +56,7 @@ def cancel(
     *,
     claim: Claim | None = None,
     expected_revision: int | None = None,
-) -> Applied[runs.RunView] | Adopted[runs.RunView] | Conflict:
+) -> Applied[runs.RunRow] | Adopted[runs.RunRow] | Conflict:
     with db.write() as tx:
         return ex.cancel_run(
             tx,
@@ -75,7 +75,7 @@ def pause(
     *,
     claim: Claim | None = None,
     expected_revision: int | None = None,
-) -> Applied[runs.RunView] | Adopted[runs.RunView] | Conflict:
+) -> Applied[runs.RunRow] | Adopted[runs.RunRow] | Conflict:
     with db.write() as tx:
         return ex.pause_run(
             tx,
@@ -90,7 +90,7 @@ def pause(
 
 def resume(
     db: StateDatabase, run_id: str = RUN
-) -> Applied[runs.RunView] | Adopted[runs.RunView] | Conflict | RecoveryRequired:
+) -> Applied[runs.RunRow] | Adopted[runs.RunRow] | Conflict | RecoveryRequired:
     with db.write() as tx:
         return ex.resume_run(tx, run_id, actor=OPERATOR)
 

@@ -167,7 +167,7 @@ def test_a_snapshot_must_match_its_digest(db: StateDatabase) -> None:
     with pytest.raises(Exception, match="digest"), db.write() as tx:
         run_store.create_run(tx, "run-1", bad, CLIENT)
     with db.read() as tx:
-        assert run_store.get_run(tx, "run-1") is None
+        assert run_store.load_run(tx, "run-1") is None
 
 
 def test_runs_list_newest_first_with_a_cursor(db: StateDatabase, clock: FakeClock) -> None:
@@ -257,7 +257,7 @@ def test_backup_is_verified_private_and_never_overwrites(db: StateDatabase, tmp_
     assert stat.S_IMODE(destination.stat().st_mode) == 0o600
     assert sorted(p.name for p in destination.parent.iterdir()) == ["backup.sqlite"]
     with StateDatabase(destination, mode="read-only") as copy, copy.read() as tx:
-        assert run_store.get_run(tx, "run-1") is not None
+        assert run_store.load_run(tx, "run-1") is not None
         assert find_violations(tx) == []
     with pytest.raises(BackupError, match="already exists"):
         backup_database(db, destination)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +51,7 @@ from piwf.state import StateDatabase
 from piwf.state.enums import ResourceRunnerStatus
 from piwf.state.leases import Claim, renew_claim
 from piwf.state.resources import calls as calls
+from piwf.state.resources import managed
 from piwf.state.resources import reconciles as rc
 from piwf.state.resources import runners as runners
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
@@ -160,7 +160,7 @@ class Reconciler:
         if self.active:
             return True
         with self.db.read() as tx:
-            return bool(tx.scalar("SELECT count(*) FROM managed_resource_queue"))
+            return managed.has_queued(tx)
 
     def renew_claims(self) -> None:
         """Renew every open reconcile claim; a lost claim stops its child without a failure."""
@@ -225,7 +225,7 @@ class Reconciler:
             manager=launch.manager,
             project_path=launch.project_path,
             state_home=str(self.home),
-            deadline_ms=int(time.time() * 1000) + launch.timeout_ms,
+            deadline_ms=self.db.clock.now_ms() + launch.timeout_ms,
             resource=launch.snapshot,
         )
         project = launch.project_path

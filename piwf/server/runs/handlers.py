@@ -49,6 +49,7 @@ from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, SourceType
+from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
 
@@ -157,7 +158,7 @@ class RunHandlers:
         self, tx: Transaction, new_run: run_store.NewRun, chosen_run_id: str | None
     ) -> CommandResult:
         run_id = chosen_run_id or run_store.new_run_id()
-        if run_store.get_run(tx, run_id) is not None:
+        if run_store.load_run(tx, run_id) is not None:
             return CommandResult.failed("conflict", RunCommandError(f"run {run_id} already exists"))
         view = run_store.create_run(tx, run_id, new_run, Actor(ActorType.CLIENT))
         receipt = RunReceipt(run=run_info(view)).to_wire()
@@ -181,7 +182,7 @@ class RunHandlers:
         payload_of(request, EmptyPayload)
         run_id = run_id_of(request)
         with self.context.db.read() as tx:
-            view = run_store.get_run(tx, run_id)
+            view = run_store.load_run(tx, run_id)
             detail = None if view is None else run_detail(tx, view)
         if view is None or detail is None:
             reply(not_found(request, run_id))
@@ -213,7 +214,7 @@ class RunHandlers:
         context = self.context
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.get_run(tx, run_id) is None:
+            if run_store.load_run(tx, run_id) is None:
                 return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
             result = transition(
                 tx,
@@ -238,7 +239,7 @@ class RunHandlers:
         run_id = run_id_of(request)
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.get_run(tx, run_id) is None:
+            if run_store.load_run(tx, run_id) is None:
                 return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
             result = ex.resume_run(
                 tx,
@@ -257,7 +258,7 @@ class RunHandlers:
         run_id = run_id_of(request)
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.get_run(tx, run_id) is None:
+            if run_store.load_run(tx, run_id) is None:
                 return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
             result = ex.restart_run(
                 tx, run_id, new_run_id=run_store.new_run_id(), actor=Actor(ActorType.CLIENT)
@@ -272,7 +273,7 @@ class RunHandlers:
         run_id = run_id_of(request)
         answer_now = None
         with self.context.db.read() as tx:
-            view = run_store.get_run(tx, run_id)
+            view = run_store.load_run(tx, run_id)
             if view is not None and (view.finished_at is not None or payload.timeout_ms == 0):
                 answer_now = wait_receipt(tx, view, timed_out=view.finished_at is None)
         if view is None:
@@ -303,7 +304,7 @@ class RunHandlers:
             return
         try:
             with self.context.db.read() as tx:
-                view = run_store.get_run(tx, run_id)
+                view = run_store.load_run(tx, run_id)
                 if view is None or view.finished_at is None:
                     return
                 receipt = wait_receipt(tx, view, timed_out=False).to_wire()
@@ -317,7 +318,7 @@ class RunHandlers:
 
     def _answer_wait(self, request: Request, reply: Reply, run_id: str, *, timed_out: bool) -> None:
         with self.context.db.read() as tx:
-            view = run_store.get_run(tx, run_id)
+            view = run_store.load_run(tx, run_id)
             receipt = None if view is None else wait_receipt(tx, view, timed_out=timed_out)
         if receipt is None:
             reply(not_found(request, run_id))
@@ -325,7 +326,7 @@ class RunHandlers:
         reply(ok(request, receipt))
 
 
-def run_detail(tx: Transaction, view: run_store.RunView) -> RunDetail:
+def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
     """The ``run.get`` receipt of ``view``, read inside ``tx``; large values go by content
     reference (:class:`~piwf.server.content_offer.ContentOffer`)."""
     run_id = view.run_id
@@ -351,11 +352,11 @@ def run_detail(tx: Transaction, view: run_store.RunView) -> RunDetail:
         error_ref=error.ref,
         waiting_on=answers.waiting_on(tx, run_id, offer),
         decisions=answers.decision_infos(tx, run_id, offer),
-        parked_reason=run_store.read_queue_reason(tx, run_id) if view.needs_action else None,
+        parked_reason=run_queue.read_queue_reason(tx, run_id) if view.needs_action else None,
     )
 
 
-def wait_receipt(tx: Transaction, view: run_store.RunView, *, timed_out: bool) -> RunWaitReceipt:
+def wait_receipt(tx: Transaction, view: run_store.RunRow, *, timed_out: bool) -> RunWaitReceipt:
     """The ``run.wait`` answer: the run and, once terminal, its output or error (inline or by
     content reference)."""
     if view.finished_at is None:

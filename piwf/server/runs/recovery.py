@@ -53,12 +53,6 @@ from piwf.state.records import Actor
 
 log = logging.getLogger("piwf.server")
 
-_ORPHANED_RUNNERS = """
-SELECT runner_epoch, run_id, pid, process_start_identity FROM run_runners
-WHERE status IN ('starting', 'ready', 'running') AND server_epoch < ?
-ORDER BY started_at
-"""
-
 
 def recover_previous_server(
     db: StateDatabase,
@@ -75,26 +69,32 @@ def recover_previous_server(
         if expired:
             log.info("recovery: ended %d claim(s) of the previous server", expired)
     with db.read() as tx:
-        orphans = [tuple(row) for row in tx.all(_ORPHANED_RUNNERS, (epoch,))]
+        orphans = ex.orphaned_runners(tx, epoch)
     actor = Actor(ActorType.SERVER, owner_id)
     kill_orphan_groups(
-        [pid for _, _, pid, identity in orphans if identity is not None and is_alive(identity)]
+        [
+            runner.pid
+            for runner in orphans
+            if runner.pid is not None
+            and runner.process_start_identity is not None
+            and is_alive(runner.process_start_identity)
+        ]
     )
-    for runner_epoch, run_id, _, _ in orphans:
+    for runner in orphans:
         faults.point("recovery.after_each_fix")
         try:
             with db.write() as tx:
-                ex.record_runner_exit(tx, runner_epoch, RunnerStatus.ORPHANED)
-                ex.recover_after_runner_exit(
+                ex.close_runner_and_recover(
                     tx,
-                    run_id,
-                    runner_epoch=runner_epoch,
+                    runner.run_id,
+                    runner.runner_epoch,
+                    RunnerStatus.ORPHANED,
                     actor=actor,
                     owner_id=owner_id,
                     lease_ms=lease_ms,
                 )
         except PiwfError as error:
-            log.warning("recovery: run %s was not recovered: %s", run_id, error)
+            log.warning("recovery: run %s was not recovered: %s", runner.run_id, error)
     if orphans:
         log.info("recovery: closed %d runner(s) of an earlier server", len(orphans))
     # Runs claimed by the previous server that never got a runner row (it died between the

@@ -71,12 +71,12 @@ from piwf.state.execution.outcomes import (
     apply_reject_answer,
     apply_request_interaction,
 )
+from piwf.state.execution.queue import ExpiredRun, expired_running_runs
 from piwf.state.execution.recovery import (
-    ExpiredRun,
     RecoveryDecision,
     RunRecovery,
+    close_runner_and_recover,
     crash_backoff_ms,
-    expired_running_runs,
     park_for_no_progress,
     park_for_source_change,
     recover_after_runner_exit,
@@ -89,6 +89,7 @@ from piwf.state.execution.runners import (
     list_runners,
     live_runner,
     mark_runner_ready,
+    orphaned_runners,
     record_runner_exit,
     record_runner_launch,
     record_runner_process,
@@ -133,6 +134,7 @@ __all__ = [
     "apply_settle_effect",
     "cancel_run",
     "claim_next_run",
+    "close_runner_and_recover",
     "count_runnable",
     "crash_backoff_ms",
     "decode_runner_call",
@@ -144,6 +146,7 @@ __all__ = [
     "list_runners",
     "live_runner",
     "mark_runner_ready",
+    "orphaned_runners",
     "park_for_no_progress",
     "park_for_source_change",
     "pause_run",

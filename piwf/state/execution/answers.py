@@ -35,50 +35,10 @@ from piwf.state.enums import (
     SubmissionOutcome,
     SubmissionSource,
 )
-from piwf.state.execution.core import (
-    load_run,
-    record_run_change,
-    set_queue,
-    take_run_authority,
-)
+from piwf.state.execution import queue, requests, runs
+from piwf.state.execution.core import record_run_change, take_run_authority
 from piwf.state.leases import Claim, release_claim
 from piwf.state.records import Actor
-
-_SELECT_REQUEST = """
-SELECT i.request_id, i.run_id, i.kind, i.status, i.content_hash, i.created_at, a.node_path,
-       a.visit
-FROM interactive_requests i JOIN node_attempts a ON a.attempt_id = i.attempt_id
-"""
-
-_SELECT_REQUEST_STATUS = "SELECT status FROM interactive_requests WHERE request_id = ?"
-
-_SELECT_PAUSED_RUN_OF_REQUEST = """
-SELECT r.run_id FROM interactive_requests i JOIN runs r ON r.run_id = i.run_id
-WHERE i.request_id = ? AND r.paused = 1
-"""
-
-_ANSWER_REQUEST = """
-UPDATE interactive_requests
-SET status = 'answered', answer_hash = ?, answered_by = ?, rejection_hash = NULL, updated_at = ?
-WHERE request_id = ? AND status = 'pending'
-"""
-
-_RESUME_WAITING_RUN = """
-UPDATE runs SET status = 'running', updated_at = ? WHERE run_id = ? AND status = 'waiting'
-"""
-
-_SELECT_OPEN_DECISION_REQUESTS = (
-    _SELECT_REQUEST
-    + """
-WHERE i.status = 'pending' AND i.kind IN ('checkpoint', 'human_decision')
-  AND (:run_id IS NULL OR i.run_id = :run_id)
-ORDER BY i.created_at, i.request_id
-"""
-)
-
-_SELECT_RUN_DECISION_IDS = """
-SELECT decision_id FROM human_decisions WHERE run_id = ? ORDER BY created_at, decision_id
-"""
 
 #: How each winning provenance is written on the request row.
 _ANSWERED_BY = {
@@ -189,7 +149,7 @@ def answer_request(
     """
     decision = decisions.get_decision(tx, request_id)
     if decision is None:
-        if tx.one(_SELECT_REQUEST + " WHERE i.request_id = ?", (request_id,)) is None:
+        if requests.get_request(tx, request_id) is None:
             return None
         return Conflict(f"request {request_id} is not a checkpoint or decision")
     earlier = decisions.get_submission(tx, request_id, submission_id)
@@ -248,8 +208,11 @@ def paused_run_of_request(tx: Transaction, request_id: str) -> str | None:
     Every way of settling an open request from outside (answers today; submissions and updates
     of agent requests) is refused while this returns a run id.
     """
-    found = tx.scalar(_SELECT_PAUSED_RUN_OF_REQUEST, (request_id,))
-    return None if found is None else str(found)
+    request = requests.get_request(tx, request_id)
+    if request is None:
+        return None
+    run = runs.load_run(tx, request.run_id)
+    return None if run is None or not run.paused else run.run_id
 
 
 def expire_due_decisions(
@@ -266,7 +229,7 @@ def expire_due_decisions(
     """
     settled: list[AnswerOutcome] = []
     for decision in decisions.due_decisions(tx):
-        run = load_run(tx, decision.run_id)
+        run = runs.load_run(tx, decision.run_id)
         if run is None or run.status is not RunStatus.WAITING:
             continue
         authority = take_run_authority(
@@ -307,22 +270,21 @@ def expire_due_decisions(
 
 def list_open_requests(tx: Transaction, run_id: str | None = None) -> list[OpenRequest]:
     """Return the pending checkpoints and decisions (of one run, or of all), oldest first."""
-    rows = tx.all(_SELECT_OPEN_DECISION_REQUESTS, {"run_id": run_id})
     found = []
-    for row in rows:
-        decision = decisions.get_decision(tx, row["request_id"])
+    for request in requests.pending_decision_requests(tx, run_id):
+        decision = decisions.get_decision(tx, request.request_id)
         found.append(
             OpenRequest(
-                request_id=row["request_id"],
-                run_id=row["run_id"],
-                kind=row["kind"],
-                path=row["node_path"],
-                visit=row["visit"],
-                content_hash=bytes(row["content_hash"]),
+                request_id=request.request_id,
+                run_id=request.run_id,
+                kind=request.kind.value,
+                path=request.path,
+                visit=request.visit,
+                content_hash=request.content_hash,
                 choices=None if decision is None else decision.choices,
                 deadline_at=None if decision is None else decision.deadline_at,
                 has_default=False if decision is None else decision.has_default,
-                created_at=row["created_at"],
+                created_at=request.created_at,
             )
         )
     return found
@@ -331,9 +293,7 @@ def list_open_requests(tx: Transaction, run_id: str | None = None) -> list[OpenR
 def run_decision_audit(tx: Transaction, run_id: str) -> list[DecisionAudit]:
     """Return every decision of the run with its winner and submissions, oldest first."""
     audits = []
-    for row in tx.all(_SELECT_RUN_DECISION_IDS, (run_id,)):
-        decision = decisions.get_decision(tx, row["decision_id"])
-        assert decision is not None
+    for decision in decisions.list_run_decisions(tx, run_id):
         audits.append(
             DecisionAudit(
                 decision=decision,
@@ -351,8 +311,9 @@ def _refusal(
         return f"a {source.value} answer cannot settle a request"
     if decision.protected and source is not SubmissionSource.HUMAN:
         return "a protected decision accepts only a human answer (decision.answer)"
-    status = tx.scalar(_SELECT_REQUEST_STATUS, (decision.decision_id,))
-    if status != InteractionStatus.PENDING.value:
+    request = requests.get_request(tx, decision.decision_id)
+    status = None if request is None else request.status
+    if status is not InteractionStatus.PENDING:
         return f"request {decision.decision_id} is {status}"
     return decisions.check_candidate(decision, response)
 
@@ -363,18 +324,17 @@ def _apply_winner(
     """Write the winner onto the request and make a waiting run eligible (one run change)."""
     answer = winner.response if winner.provenance in ACCEPTING_PROVENANCES else None
     answered_by = _ANSWERED_BY[winner.provenance]
-    tx.execute(
-        _ANSWER_REQUEST,
-        (blobs.put_json(tx, answer), answered_by.value, tx.now, decision.decision_id),
+    requests.answer(
+        tx, decision.decision_id, answer_hash=blobs.put_json(tx, answer), answered_by=answered_by
     )
-    run = load_run(tx, decision.run_id)
+    run = runs.load_run(tx, decision.run_id)
     if run is None or run.status is not RunStatus.WAITING:
         return  # the runner has not parked yet: its park sees the answered request
     payload = {"requestId": decision.decision_id, "provenance": winner.provenance.value}
     record_run_change(tx, run, "interaction.answered", actor, claim, payload)
-    tx.execute(_RESUME_WAITING_RUN, (tx.now, run.run_id))
+    runs.resume_waiting(tx, run.run_id)
     error_code = None if run.error_code is None else FailureClass(run.error_code)
-    set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=error_code, available_now=True)
+    queue.set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=error_code, available_now=True)
 
 
 def _same(left: JsonValue, right: JsonValue) -> bool:

@@ -34,8 +34,8 @@ from piwf.lifecycle import Conflict
 from piwf.protocol.runner_v1 import PORT_OPERATION, PORT_OPERATIONS
 from piwf.state.database import Transaction
 from piwf.state.execution import effects, outcomes, visits
-from piwf.state.execution.core import run_resource_id
 from piwf.state.execution.runners import RunnerReply, apply_runner_message
+from piwf.state.execution.runs import run_resource_id
 from piwf.state.leases import Claim
 from piwf.state.records import read_revision
 from piwf.workflow import port

@@ -25,23 +25,13 @@ from piwf.state import blobs
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import EffectOwnerScope, EffectRecovery
-from piwf.state.execution.core import (
-    RUNNER_ACTOR,
-    RunRow,
-    active_attempt,
-    load_run,
-    record_run_change,
-    require_run_claim,
-)
+from piwf.state.execution import attempts
+from piwf.state.execution.core import RUNNER_ACTOR, record_run_change, require_run_claim
+from piwf.state.execution.runs import RunRow, load_run
 from piwf.state.leases import Claim
 from piwf.state.records import record_change
 from piwf.workflow import port
 from piwf.workflow.port import Committed
-
-_SELECT_EFFECT_BY_KEY = """
-SELECT effect_id FROM effects WHERE source_resource_id = ? AND idempotency_key = ?
-ORDER BY created_at, effect_id LIMIT 1
-"""
 
 
 def apply_reserve_effect(
@@ -60,12 +50,12 @@ def apply_reserve_effect(
     run = load_run(tx, message.run_id)
     if run is None or not run.executing:
         return Conflict(f"run {message.run_id} is not executing")
-    active = active_attempt(tx, run.run_id)
+    active = attempts.active_attempt(tx, run.run_id)
     if active is None or (active.path, active.visit) != (message.path, message.visit):
         return Conflict(f"visit {message.visit} of {message.path!r} is not the active visit")
     if canonical.digest_hex(message.request) != message.request_fingerprint:
         return Conflict("request fingerprint does not match the request")
-    recovery = EffectRecovery(message.recovery.value)
+    recovery = EffectRecovery(message.recovery.value)  # a workflow's recovery, as stored
     effect_id = fx.effect_id_for(run.resource_id, message.effect_type, message.effect_key)
     reserved = fx.reserve_effect(
         tx,
@@ -118,8 +108,7 @@ def apply_settle_effect(
     run = load_run(tx, message.run_id)
     if run is None or not run.executing:
         return Conflict(f"run {message.run_id} is not executing")
-    effect_id = tx.scalar(_SELECT_EFFECT_BY_KEY, (run.resource_id, message.effect_key))
-    effect = None if effect_id is None else fx.get_effect(tx, str(effect_id))
+    effect = fx.find_effect(tx, run.resource_id, message.effect_key)
     if effect is None:
         return Conflict(f"no effect {message.effect_key} is reserved by this run")
     if message.outcome is port.EffectOutcome.AMBIGUOUS:

@@ -1,7 +1,7 @@
 """How a runner's command stops: interactive requests, parking and the terminal finish.
 
 Same transaction contract as :mod:`piwf.state.execution.visits` (claim renewed first, one run
-revision and one event per change, ``port`` results). The request lifecycle here is the minimal
+revision and one event per change, the shared results). The request lifecycle here is the minimal
 one later decision and submission features build on::
 
     request_interaction ─▶ pending ─(answer, timeout policy)─▶ answered ─node_finished─▶ settled
@@ -25,56 +25,18 @@ from piwf.state.enums import (
     InteractionStatus,
     QueueStatus,
 )
+from piwf.state.execution import attempts, queue, requests, runs
 from piwf.state.execution.core import (
     RUNNER_ACTOR,
-    SELECT_OPEN_REQUEST,
-    active_attempt,
     close_run_dependents,
     executing_run,
-    optional_bytes,
     record_run_change,
     require_run_claim,
-    set_queue,
     visit_attempt,
 )
 from piwf.state.leases import Claim, release_claim
 from piwf.workflow import port
 from piwf.workflow.port import Committed
-
-_INSERT_REQUEST = """
-INSERT INTO interactive_requests (request_id, run_id, attempt_id, kind, content_hash,
-                                  on_timeout_hash, timeout_ms, status, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)
-"""
-
-_SET_ATTEMPT_WAITING = """
-UPDATE node_attempts SET status = 'waiting', updated_at = ?
-WHERE attempt_id = ? AND status IN ('pending', 'running')
-"""
-
-_REJECT_ANSWER = """
-UPDATE interactive_requests
-SET status = 'pending', answer_hash = NULL, answered_by = NULL, rejection_hash = ?,
-    updated_at = ?
-WHERE request_id = ? AND status = 'answered'
-"""
-
-_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?"
-
-_FINISH_RUN = """
-UPDATE runs SET status = ?, final_output_hash = ?, error_hash = ?, finished_at = ?, updated_at = ?
-WHERE run_id = ? AND status NOT IN ('completed', 'failed', 'timed_out', 'cancelled')
-"""
-
-_HAS_AMBIGUOUS_EFFECT = """
-SELECT EXISTS (SELECT 1 FROM effects WHERE source_resource_id = ? AND status = 'ambiguous')
-"""
-
-_SELECT_REQUEST = """
-SELECT request_id, run_id, attempt_id, kind, content_hash, on_timeout_hash, timeout_ms, status,
-       answer_hash, answered_by, rejection_hash
-FROM interactive_requests WHERE request_id = ?
-"""
 
 #: Requests a person (or a client, for a checkpoint) answers get an audited decision row.
 _DECISION_KINDS = {
@@ -109,7 +71,7 @@ def apply_request_interaction(
     run = executing_run(tx, message.run_id)
     if isinstance(run, Conflict):
         return run
-    kind = InteractionKind(message.kind.value)
+    kind = message.kind
     if message.timeout_ms is not None and message.timeout_ms <= 0:
         return Conflict("timeout_ms must be positive")
     active = visit_attempt(tx, run, message.path, message.visit)
@@ -117,38 +79,34 @@ def apply_request_interaction(
         return active
     content_hash = blobs.put_json(tx, message.content)
     on_timeout_hash = None if message.on_timeout is None else blobs.put_json(tx, message.on_timeout)
-    existing = tx.one(_SELECT_REQUEST, (message.request_id,))
+    existing = requests.get_request(tx, message.request_id)
     if existing is not None:
         same = (
-            existing["attempt_id"] == active.attempt_id
-            and existing["kind"] == kind.value
-            and bytes(existing["content_hash"]) == content_hash
-            and optional_bytes(existing["on_timeout_hash"]) == on_timeout_hash
-            and existing["timeout_ms"] == message.timeout_ms
+            existing.attempt_id == active.attempt_id
+            and existing.kind is kind
+            and existing.content_hash == content_hash
+            and existing.on_timeout_hash == on_timeout_hash
+            and existing.timeout_ms == message.timeout_ms
         )
         if same:
             return Adopted(Committed(run.revision))
         return Conflict(f"request {message.request_id} exists with other content")
-    other = tx.one(SELECT_OPEN_REQUEST, (active.attempt_id,))
+    other = requests.open_request(tx, active.attempt_id)
     if other is not None:
-        return Conflict(f"visit already has request {other['request_id']}")
+        return Conflict(f"visit already has request {other.request_id}")
     payload = {"requestId": message.request_id, "kind": kind.value}
     revision = record_run_change(tx, run, "interaction.requested", RUNNER_ACTOR, claim, payload)
-    tx.execute(
-        _INSERT_REQUEST,
-        (
-            message.request_id,
-            run.run_id,
-            active.attempt_id,
-            kind.value,
-            content_hash,
-            on_timeout_hash,
-            message.timeout_ms,
-            tx.now,
-            tx.now,
-        ),
+    requests.insert_request(
+        tx,
+        request_id=message.request_id,
+        run_id=run.run_id,
+        attempt_id=active.attempt_id,
+        kind=kind,
+        content_hash=content_hash,
+        on_timeout_hash=on_timeout_hash,
+        timeout_ms=message.timeout_ms,
     )
-    tx.execute(_SET_ATTEMPT_WAITING, (tx.now, active.attempt_id))
+    attempts.set_waiting(tx, active.attempt_id)
     decision_kind = _DECISION_KINDS.get(kind)
     if decision_kind is not None:
         decisions.open_decision_in(
@@ -176,21 +134,21 @@ def apply_reject_answer(
     run = executing_run(tx, message.run_id)
     if isinstance(run, Conflict):
         return run
-    request = tx.one(_SELECT_REQUEST, (message.request_id,))
-    if request is None or request["run_id"] != run.run_id:
+    request = requests.get_request(tx, message.request_id)
+    if request is None or request.run_id != run.run_id:
         return Conflict(f"request {message.request_id} is not open")
     rejection_hash = blobs.put_text(tx, message.error)
-    if request["status"] == InteractionStatus.PENDING.value:
-        if optional_bytes(request["rejection_hash"]) == rejection_hash:
+    if request.status is InteractionStatus.PENDING:
+        if request.rejection_hash == rejection_hash:
             return Adopted(Committed(run.revision))
         return Conflict(f"request {message.request_id} has no answer to reject")
-    if request["status"] != InteractionStatus.ANSWERED.value:
-        return Conflict(f"request {message.request_id} is {request['status']}")
+    if request.status is not InteractionStatus.ANSWERED:
+        return Conflict(f"request {message.request_id} is {request.status.value}")
     payload = {"requestId": message.request_id}
     revision = record_run_change(
         tx, run, "interaction.answer_rejected", RUNNER_ACTOR, claim, payload
     )
-    tx.execute(_REJECT_ANSWER, (rejection_hash, tx.now, message.request_id))
+    requests.reject_answer(tx, message.request_id, rejection_hash)
     return Applied(Committed(revision))
 
 
@@ -218,20 +176,20 @@ def apply_park(
         return active
     payload = {"reason": message.reason.value, "path": message.path, "visit": message.visit}
     if message.reason is port.ParkReason.WAITING:
-        request = tx.one(SELECT_OPEN_REQUEST, (active.attempt_id,))
-        if request is None or message.request_id not in (None, request["request_id"]):
+        request = requests.open_request(tx, active.attempt_id)
+        if request is None or message.request_id not in (None, request.request_id):
             return Conflict(f"visit {message.visit} of {message.path!r} has no open request")
-        answered = request["status"] == InteractionStatus.ANSWERED.value
+        answered = request.status is InteractionStatus.ANSWERED
         event = "run.parked" if answered else "run.waiting"
         revision = record_run_change(tx, run, event, RUNNER_ACTOR, claim, payload)
         if not answered:
-            tx.execute(_SET_RUN_STATUS, (RunStatus.WAITING.value, tx.now, run.run_id))
-        set_queue(tx, run.run_id, QueueStatus.PARKED, available_now=answered)
+            runs.set_status(tx, run.run_id, RunStatus.WAITING)
+        queue.set_queue(tx, run.run_id, QueueStatus.PARKED, available_now=answered)
     else:
-        if not tx.scalar(_HAS_AMBIGUOUS_EFFECT, (run.resource_id,)):
+        if not run.has_ambiguous_effect:
             return Conflict(f"run {run.run_id} has no ambiguous effect")
         revision = record_run_change(tx, run, "run.effect_ambiguous", RUNNER_ACTOR, claim, payload)
-        set_queue(
+        queue.set_queue(
             tx,
             run.run_id,
             QueueStatus.PARKED,
@@ -262,7 +220,7 @@ def apply_finish(
     if terminal is None:
         return Conflict(f"{message.status.value} is not a terminal status")
     status, queue_status, attempt_status = terminal
-    if status is RunStatus.COMPLETED and active_attempt(tx, run.run_id) is not None:
+    if status is RunStatus.COMPLETED and attempts.active_attempt(tx, run.run_id) is not None:
         return Conflict(f"run {run.run_id} still has an active visit")
     output_hash = None
     error_hash = None
@@ -273,8 +231,8 @@ def apply_finish(
     payload = {"status": status.value, "path": message.path}
     revision = record_run_change(tx, run, f"run.{status.value}", RUNNER_ACTOR, claim, payload)
     close_run_dependents(tx, run, attempt_status=attempt_status, actor=RUNNER_ACTOR, claim=claim)
-    tx.execute(_FINISH_RUN, (status.value, output_hash, error_hash, tx.now, tx.now, run.run_id))
+    runs.finish(tx, run.run_id, status, output_hash=output_hash, error_hash=error_hash)
     failure = FailureClass.NODE_FAILED if status is RunStatus.FAILED else None
-    set_queue(tx, run.run_id, queue_status, error_code=failure)
+    queue.set_queue(tx, run.run_id, queue_status, error_code=failure)
     release_claim(tx, claim)
     return Applied(Committed(revision))

@@ -27,62 +27,30 @@ needs an explicit resume.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
-from piwf.lifecycle import Adopted, Applied, Conflict, EffectStatus, RunStatus
-from piwf.state import blobs
+from piwf.lifecycle import Adopted, Applied, Conflict, EffectStatus, RunStatus, StrEnum
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
     CRASH_LOOP_LIMIT,
     EffectRecovery,
     FailureClass,
+    InteractionStatus,
     OwnerType,
     QueueStatus,
     RunnerStatus,
 )
-from piwf.state.execution.core import (
-    RunRow,
-    active_attempt,
-    record_run_change,
-    require_run,
-    set_queue,
-    take_run_authority,
+from piwf.state.execution import attempts, queue, requests, runs
+from piwf.state.execution.core import record_run_change, take_run_authority
+from piwf.state.execution.runners import (
+    RunnerRecord,
+    get_runner,
+    latest_runner_of_generation,
+    record_runner_exit,
 )
-from piwf.state.execution.runners import RunnerRecord, get_runner
+from piwf.state.execution.runs import RunRow, require_run
 from piwf.state.leases import Claim, read_lease, release_claim
 from piwf.state.records import Actor
-
-_SELECT_EXPIRED_RUNNING = """
-SELECT r.run_id, coalesce(l.generation, 0) AS generation,
-       (SELECT w.runner_epoch FROM run_runners w WHERE w.run_id = r.run_id
-        ORDER BY w.started_at DESC, w.rowid DESC LIMIT 1) AS runner_epoch
-FROM run_queue q
-JOIN runs r ON r.run_id = q.run_id
-LEFT JOIN leases l ON l.resource_id = r.resource_id
-WHERE q.status IN ('starting', 'running') AND r.status = 'running'
-  AND (l.owner_id IS NULL OR l.expires_at <= :now)
-ORDER BY q.available_at, q.created_at, r.run_id
-"""
-
-_SELECT_GENERATION_RUNNER = """
-SELECT runner_epoch FROM run_runners WHERE run_id = ? AND generation = ?
-ORDER BY started_at DESC, rowid DESC LIMIT 1
-"""
-
-_HAS_PENDING_REQUEST = """
-SELECT EXISTS (SELECT 1 FROM interactive_requests WHERE attempt_id = ? AND status = 'pending')
-"""
-
-_SET_RUN_STATUS = "UPDATE runs SET status = ?, updated_at = ? WHERE run_id = ?"
-
-_COUNT_CRASH = "UPDATE run_queue SET consecutive_errors = consecutive_errors + 1 WHERE run_id = ?"
-
-_CRASHES = "SELECT consecutive_errors FROM run_queue WHERE run_id = ?"
-
-_DELAY_QUEUE = "UPDATE run_queue SET available_at = ? WHERE run_id = ?"
-
-_BLOCK_CRASH_LOOP = "UPDATE run_queue SET error_hash = ? WHERE run_id = ?"
 
 
 def crash_backoff_ms(consecutive_crashes: int) -> int:
@@ -92,7 +60,7 @@ def crash_backoff_ms(consecutive_crashes: int) -> int:
     return int(min(30_000, 1_000 * 2 ** (consecutive_crashes - 2)))
 
 
-class RecoveryDecision(str, Enum):
+class RecoveryDecision(StrEnum):
     """What a server-side recovery transition decided for a run."""
 
     REQUEUED = "requeued"  # claimable again from the last durable boundary
@@ -111,25 +79,6 @@ class RunRecovery:
     run_id: str
     decision: RecoveryDecision
     revision: int
-
-
-@dataclass(frozen=True)
-class ExpiredRun:
-    """A run still marked executing whose claim is absent or expired (its server is gone)."""
-
-    run_id: str
-    generation: int
-    runner_epoch: str | None
-
-
-def expired_running_runs(tx: Transaction) -> list[ExpiredRun]:
-    """Return runs marked starting/running whose claim is absent or expired, oldest first.
-
-    Startup recovery closes their runner rows (``record_runner_exit``, e.g. ``orphaned``) and
-    then calls :func:`recover_after_runner_exit` for each. Read-only; any transaction.
-    """
-    rows = tx.all(_SELECT_EXPIRED_RUNNING, {"now": tx.now})
-    return [ExpiredRun(row["run_id"], row["generation"], row["runner_epoch"]) for row in rows]
 
 
 def recover_after_runner_exit(
@@ -195,8 +144,9 @@ def recover_after_runner_exit(
         or (effect.status is EffectStatus.APPLYING and effect.recovery is EffectRecovery.MANUAL)
         for effect in effects
     )
-    active = active_attempt(tx, run.run_id)
-    waiting = active is not None and bool(tx.scalar(_HAS_PENDING_REQUEST, (active.attempt_id,)))
+    active = attempts.active_attempt(tx, run.run_id)
+    request = None if active is None else requests.open_request(tx, active.attempt_id)
+    waiting = request is not None and request.status is InteractionStatus.PENDING
     payload = {"runnerEpoch": None if runner is None else runner.runner_epoch}
     if protocol_rejection is not None:
         decision = RecoveryDecision.PROTOCOL_REJECTED
@@ -213,7 +163,7 @@ def recover_after_runner_exit(
     for effect in applying:
         fx.recover_uncertain(tx, effect.effect_id, actor=actor, claim=authority)
     if decision is RecoveryDecision.PROTOCOL_REJECTED:
-        set_queue(
+        queue.set_queue(
             tx,
             run.run_id,
             QueueStatus.PARKED,
@@ -221,17 +171,58 @@ def recover_after_runner_exit(
             error_text=protocol_rejection,
         )
     elif decision is RecoveryDecision.EFFECT_AMBIGUOUS:
-        set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=FailureClass.EFFECT_AMBIGUOUS)
+        queue.set_queue(
+            tx, run.run_id, QueueStatus.PARKED, error_code=FailureClass.EFFECT_AMBIGUOUS
+        )
     elif decision is RecoveryDecision.WAITING:
-        tx.execute(_SET_RUN_STATUS, (RunStatus.WAITING.value, tx.now, run.run_id))
-        set_queue(tx, run.run_id, QueueStatus.PARKED)
+        runs.set_status(tx, run.run_id, RunStatus.WAITING)
+        queue.set_queue(tx, run.run_id, QueueStatus.PARKED)
     else:
         failure = _exit_failure(runner)
-        set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=failure, available_now=True)
+        queue.set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=failure, available_now=True)
         if failure is not None:
             _count_crash(tx, run.run_id)
     release_claim(tx, authority)
     return Applied(RunRecovery(run_id, decision, revision))
+
+
+def close_runner_and_recover(
+    tx: Transaction,
+    run_id: str,
+    runner_epoch: str | None,
+    outcome: RunnerStatus,
+    *,
+    actor: Actor,
+    owner_id: str,
+    lease_ms: int,
+    exit_code: int | None = None,
+    signal: str | None = None,
+    diagnostic: str | None = None,
+    claim: Claim | None = None,
+    protocol_rejection: str | None = None,
+) -> Applied[RunRecovery] | Adopted[RunRecovery] | Conflict:
+    """Close a runner row with its one ``outcome``, then decide its run, in one transaction.
+
+    What every end of a runner (its exit, a rescue of an expired claim, startup recovery of a
+    dead server's runners) commits: :func:`~piwf.state.execution.runners.record_runner_exit`
+    (``exit_code``, ``signal``, ``diagnostic``) unless ``runner_epoch`` is None (the server died
+    before it recorded a launch), then :func:`recover_after_runner_exit` with the rest. Claim
+    loss stays a handoff: for a run a newer generation holds, the decision is ``UNCHANGED``.
+    """
+    if runner_epoch is not None:
+        record_runner_exit(
+            tx, runner_epoch, outcome, exit_code=exit_code, signal=signal, diagnostic=diagnostic
+        )
+    return recover_after_runner_exit(
+        tx,
+        run_id,
+        runner_epoch=runner_epoch,
+        actor=actor,
+        owner_id=owner_id,
+        lease_ms=lease_ms,
+        claim=claim,
+        protocol_rejection=protocol_rejection,
+    )
 
 
 def park_for_no_progress(
@@ -334,7 +325,7 @@ def _park_blocked(
 ) -> Applied[RunRecovery]:
     payload = {"runnerEpoch": None if runner is None else runner.runner_epoch}
     revision = record_run_change(tx, run, _EVENT_OF[failure], actor, authority, payload)
-    set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=failure, error_text=detail)
+    queue.set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=failure, error_text=detail)
     release_claim(tx, authority)
     return Applied(RunRecovery(run.run_id, _DECISION_OF[failure], revision))
 
@@ -346,26 +337,25 @@ def _count_crash(tx: Transaction, run_id: str) -> None:
     :data:`CRASH_LOOP_LIMIT` the scheduler stops claiming the run (``claim_next_run`` checks the
     count) and the error text says how many crashes happened and what to do.
     """
-    tx.execute(_COUNT_CRASH, (run_id,))
-    crashes = int(tx.scalar(_CRASHES, (run_id,)))
+    crashes = queue.count_crash(tx, run_id)
     if crashes >= CRASH_LOOP_LIMIT:
         detail = (
             f"the runner crashed {crashes} times in a row without finishing a node; "
             f"fix the cause, then resume the run (piwf run resume {run_id})"
         )
-        tx.execute(_BLOCK_CRASH_LOOP, (blobs.put_text(tx, detail), run_id))
+        queue.set_error_text(tx, run_id, detail)
     else:
-        tx.execute(_DELAY_QUEUE, (tx.now + crash_backoff_ms(crashes), run_id))
+        queue.delay(tx, run_id, tx.now + crash_backoff_ms(crashes))
 
 
 def _runner_for(tx: Transaction, run: RunRow, runner_epoch: str | None) -> RunnerRecord | None:
     if runner_epoch is None:
         lease = read_lease(tx, run.resource_id)
         generation = 0 if lease is None else lease.generation
-        found = tx.scalar(_SELECT_GENERATION_RUNNER, (run.run_id, generation))
+        found = latest_runner_of_generation(tx, run.run_id, generation)
         if found is None:
             return None
-        runner_epoch = str(found)
+        runner_epoch = found
     runner = get_runner(tx, runner_epoch)
     if runner is None or runner.run_id != run.run_id:
         raise LookupError(f"run {run.run_id} has no runner {runner_epoch}")

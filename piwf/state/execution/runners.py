@@ -1,5 +1,7 @@
 """Runner processes (``run_runners``) and the receipts of their messages (``runner_messages``).
 
+The one module that writes either table.
+
 One runner row per process launched for a run generation, recorded *before* the spawn::
 
     starting ──process──▶ starting(pid) ──ready──▶ ready ──first accepted message──▶ running
@@ -31,14 +33,9 @@ from piwf.lifecycle import Adopted, Applied, CommandKind, Conflict
 from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.enums import LIVE_RUNNER_STATUSES, QueueStatus, RunnerMessageOutcome, RunnerStatus
-from piwf.state.execution.core import (
-    RunLaunch,
-    record_run_change,
-    require_run,
-    require_run_claim,
-    run_resource_id,
-    set_queue,
-)
+from piwf.state.execution import queue
+from piwf.state.execution.core import RunLaunch, record_run_change, require_run_claim
+from piwf.state.execution.runs import require_run, run_resource_id
 from piwf.state.leases import Claim, claim_actor
 from piwf.state.records import Actor, read_revision
 from piwf.workflow import port
@@ -49,6 +46,16 @@ SELECT runner_epoch, run_id, generation, server_epoch, command, launch_envelope_
        launch_revision, ready_revision, pid, process_start_identity, status, started_at,
        ready_at, finished_at, exit_code, signal
 FROM run_runners
+"""
+
+_SELECT_ORPHANED = (
+    _SELECT_RUNNER
+    + " WHERE status IN ('starting', 'ready', 'running') AND server_epoch < ? ORDER BY started_at"
+)
+
+_SELECT_GENERATION_RUNNER = """
+SELECT runner_epoch FROM run_runners WHERE run_id = ? AND generation = ?
+ORDER BY started_at DESC, rowid DESC LIMIT 1
 """
 
 _SELECT_LIVE_RUNNER = (
@@ -79,6 +86,11 @@ _CLOSE_RUNNER = """
 UPDATE run_runners
 SET status = ?, finished_at = ?, exit_code = ?, signal = ?, diagnostic_hash = ?
 WHERE runner_epoch = ? AND status IN ('starting', 'ready', 'running')
+"""
+
+_MOVE_PROGRESS_BASELINE = """
+UPDATE run_runners SET ready_revision = ?
+WHERE run_id = ? AND status IN ('ready', 'running')
 """
 
 _SELECT_RECEIPT = """
@@ -158,6 +170,17 @@ def live_runner(tx: Transaction, run_id: str) -> RunnerRecord | None:
     """Return the run's live runner (at most one exists), or None."""
     row = tx.one(_SELECT_LIVE_RUNNER, (run_id,))
     return None if row is None else _runner_from_row(row)
+
+
+def orphaned_runners(tx: Transaction, epoch: int) -> list[RunnerRecord]:
+    """Return the runner rows still live from servers older than ``epoch``, oldest first."""
+    return [_runner_from_row(row) for row in tx.all(_SELECT_ORPHANED, (epoch,))]
+
+
+def latest_runner_of_generation(tx: Transaction, run_id: str, generation: int) -> str | None:
+    """Return the epoch of the run's latest runner of claim ``generation``, or None."""
+    found = tx.scalar(_SELECT_GENERATION_RUNNER, (run_id, generation))
+    return None if found is None else str(found)
 
 
 def record_runner_launch(
@@ -271,8 +294,17 @@ def mark_runner_ready(
     payload = {"runnerEpoch": runner_epoch, "generation": runner.generation}
     revision = record_run_change(tx, run, "runner.ready", actor, claim, payload)
     tx.execute(_SET_READY, (tx.now, revision, runner_epoch))
-    set_queue(tx, run.run_id, QueueStatus.RUNNING)
+    queue.set_queue(tx, run.run_id, QueueStatus.RUNNING)
     return Applied(_require_runner(tx, runner_epoch))
+
+
+def move_progress_baseline(tx: Transaction, run_id: str, revision: int) -> None:
+    """Count the run's changes up to ``revision`` as bookkeeping for its ready runner.
+
+    The no-progress rule compares the run revision with this stamp, so a change that is not
+    progress (reopening a crashed visit) never lets a runner that dies again look productive.
+    """
+    tx.execute(_MOVE_PROGRESS_BASELINE, (revision, run_id))
 
 
 def record_runner_exit(

@@ -277,7 +277,7 @@ def create_child_run(
 
 def child_run(tx: Transaction, request_key: str, run_id: str) -> ChildRun:
     """The state of one child run, with its output (when small) or error."""
-    view = run_store.get_run(tx, run_id)
+    view = run_store.load_run(tx, run_id)
     if view is None:
         raise LookupError(f"no run {run_id}")
     output: JsonValue = None

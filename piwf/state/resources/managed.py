@@ -66,6 +66,34 @@ SET available_at = min(available_at, :now), reason = :reason,
     queue_version = queue_version + 1, updated_at = :now
 """
 
+# A result-driven schedule sets the due time exactly (a backoff must not be shortened by min()).
+_SCHEDULE = """
+INSERT INTO managed_resource_queue (uid, available_at, reason, queue_version,
+                                    consecutive_errors, last_error_hash, created_at, updated_at)
+VALUES (:uid, :at, :reason, 1, :errors, :error, :now, :now)
+ON CONFLICT (uid) DO UPDATE
+SET available_at = :at, reason = :reason, queue_version = queue_version + 1,
+    consecutive_errors = :errors, last_error_hash = :error, updated_at = :now
+"""
+
+_DEQUEUE = "DELETE FROM managed_resource_queue WHERE uid = ? AND queue_version = ?"
+
+_COUNT_DUE = "SELECT count(*) FROM managed_resource_queue WHERE available_at <= ?"
+
+_HAS_QUEUED = "SELECT EXISTS (SELECT 1 FROM managed_resource_queue)"
+
+_SET_STATUS = """
+UPDATE managed_resources SET status_hash = ?, conditions_hash = ?, observed_generation = ?,
+       updated_at = ?
+WHERE uid = ?
+"""
+
+_DELETE_FINALIZERS = "DELETE FROM managed_resource_finalizers WHERE uid = ?"
+
+_INSERT_FINALIZER = """
+INSERT INTO managed_resource_finalizers (uid, finalizer, position) VALUES (?, ?, ?)
+"""
+
 _SELECT_QUEUE = """
 SELECT available_at, reason, queue_version, consecutive_errors, last_error_hash
 FROM managed_resource_queue WHERE uid = ?
@@ -392,11 +420,58 @@ def request_reconcile(tx: Transaction, row: ResourceRow) -> ResourceRow:
     return row
 
 
+def schedule(
+    tx: Transaction,
+    uid: str,
+    reason: ResourceQueueReason,
+    available_at: int,
+    *,
+    errors: int,
+    error: str | None = None,
+) -> None:
+    """Make the resource due exactly at ``available_at`` with this error streak (a result's or a
+    failure's schedule: a backoff is never shortened); the queue version grows."""
+    tx.execute(
+        _SCHEDULE,
+        {
+            "uid": uid,
+            "at": available_at,
+            "reason": reason.value,
+            "errors": errors,
+            "error": None if error is None else blobs.put_text(tx, error[:4000]),
+            "now": tx.now,
+        },
+    )
+
+
+def dequeue(tx: Transaction, uid: str, queue_version: int) -> bool:
+    """Drop the resource's queue row if it is still at ``queue_version`` (nothing newer was
+    enqueued meanwhile); return whether it was dropped."""
+    return tx.execute(_DEQUEUE, (uid, queue_version)).rowcount == 1
+
+
 def count_ready(tx: Transaction) -> int:
     """How many queue rows are due now (claimed or not)."""
-    return int(
-        tx.scalar("SELECT count(*) FROM managed_resource_queue WHERE available_at <= ?", (tx.now,))
-    )
+    return int(tx.scalar(_COUNT_DUE, (tx.now,)))
+
+
+def has_queued(tx: Transaction) -> bool:
+    """Whether any resource has a queue row (due now or later): reconcile work is scheduled."""
+    return bool(tx.scalar(_HAS_QUEUED))
+
+
+def write_status(
+    tx: Transaction, uid: str, *, status_hash: bytes, conditions_hash: bytes, observed: int
+) -> None:
+    """Store a reconcile's status, conditions and observed generation (inside its change)."""
+    tx.execute(_SET_STATUS, (status_hash, conditions_hash, observed, tx.now, uid))
+
+
+def replace_finalizers(tx: Transaction, uid: str, finalizers: list[str]) -> None:
+    """Replace the resource's finalizer list (order kept)."""
+    tx.execute(_DELETE_FINALIZERS, (uid,))
+    for position, name in enumerate(finalizers):
+        tx.execute(_INSERT_FINALIZER, (uid, name, position))
 
 
 def spec_size(spec: object) -> int:

@@ -36,12 +36,15 @@ from piwf.state.enums import (
 )
 from piwf.state.leases import Claim, release_claim, renew_claim, take_claim
 from piwf.state.records import Actor, read_revision
+from piwf.state.resources import runners
 from piwf.state.resources.managed import (
     ResourceRow,
+    dequeue,
     get_resource_by_uid,
     read_finalizers,
     read_queue,
     remove_resource,
+    schedule,
 )
 from piwf.state.resources.runners import (
     RunnerRow,
@@ -72,21 +75,6 @@ _SELECT_NEXT_READY = (
 )
 
 _COUNT_READY = "SELECT count(*) " + _READY_FROM
-
-# A result-driven schedule sets the due time exactly (a backoff must not be shortened by min()).
-_SCHEDULE = """
-INSERT INTO managed_resource_queue (uid, available_at, reason, queue_version,
-                                    consecutive_errors, last_error_hash, created_at, updated_at)
-VALUES (:uid, :at, :reason, 1, :errors, :error, :now, :now)
-ON CONFLICT (uid) DO UPDATE
-SET available_at = :at, reason = :reason, queue_version = queue_version + 1,
-    consecutive_errors = :errors, last_error_hash = :error, updated_at = :now
-"""
-
-_APPLYING_EFFECTS = """
-SELECT effect_id FROM effects WHERE source_resource_id = ? AND status = 'applying'
-ORDER BY created_at, effect_id
-"""
 
 
 @dataclass(frozen=True)
@@ -231,7 +219,7 @@ def finish_reconcile(
     row = get_resource_by_uid(tx, runner.uid)
     if row is None or read_revision(tx, row.resource_id) != runner.resource_version:
         if row is not None:
-            _schedule(tx, row.uid, ResourceQueueReason.CONFLICT, tx.now, errors=0)
+            schedule(tx, row.uid, ResourceQueueReason.CONFLICT, tx.now, errors=0)
         return _close(tx, claim, runner, ReconcileOutcome.CONFLICT)
     actor = Actor(ActorType.RESOURCE_MANAGER, row.manager)
     write_status_patch(tx, row, runner, result.patch, actor, claim)
@@ -243,14 +231,14 @@ def finish_reconcile(
     if result.kind is ReconcileOutcome.SETTLED:
         queue = read_queue(tx, row.uid)
         if queue is not None and queue.queue_version == runner.queue_version:
-            tx.execute("DELETE FROM managed_resource_queue WHERE uid = ?", (row.uid,))
+            dequeue(tx, row.uid, runner.queue_version)
         elif queue is not None:
-            _schedule(tx, row.uid, queue.reason, tx.now, errors=0)
+            schedule(tx, row.uid, queue.reason, tx.now, errors=0)
     elif result.kind is ReconcileOutcome.REQUEUE:
-        _schedule(tx, row.uid, ResourceQueueReason.REQUEUE, tx.now, errors=0)
+        schedule(tx, row.uid, ResourceQueueReason.REQUEUE, tx.now, errors=0)
     else:
         after = result.after_ms or 0
-        _schedule(tx, row.uid, ResourceQueueReason.REQUEUE_AFTER, tx.now + after, errors=0)
+        schedule(tx, row.uid, ResourceQueueReason.REQUEUE_AFTER, tx.now + after, errors=0)
     return _close(tx, claim, runner, result.kind)
 
 
@@ -281,13 +269,10 @@ def fail_reconcile(
         errors = 0 if queue is None else queue.consecutive_errors
         if count_error:
             due = tx.now + backoff_ms(errors)
-            _schedule(tx, row.uid, ResourceQueueReason.ERROR, due, errors=errors + 1, error=error)
+            schedule(tx, row.uid, ResourceQueueReason.ERROR, due, errors=errors + 1, error=error)
         else:
-            _schedule(tx, row.uid, ResourceQueueReason.INTERRUPTED, due, errors=errors, error=error)
-    tx.execute(
-        "UPDATE managed_resource_runners SET error_hash = ? WHERE reconcile_id = ?",
-        (blobs.put_text(tx, error[:4000]), reconcile_id),
-    )
+            schedule(tx, row.uid, ResourceQueueReason.INTERRUPTED, due, errors=errors, error=error)
+    runners.record_error(tx, reconcile_id, error)
     _close(tx, claim, runner, ReconcileOutcome.FAILED)
     return due
 
@@ -298,10 +283,12 @@ def recover_applying_effects(
     """Turn every ``applying`` effect of the resource ``ambiguous`` (recovery ``observe``):
     nobody knows whether its apply happened, so the next reconcile observes before acting."""
     decided = []
-    for (effect_id,) in tx.all(_APPLYING_EFFECTS, (resource_id,)):
-        recovered = fx.recover_uncertain(tx, str(effect_id), actor=actor, claim=claim).value
+    for effect in fx.list_effects(tx, resource_id):
+        if effect.status is not EffectStatus.APPLYING:
+            continue
+        recovered = fx.recover_uncertain(tx, effect.effect_id, actor=actor, claim=claim).value
         if recovered.status is EffectStatus.AMBIGUOUS:
-            decided.append(str(effect_id))
+            decided.append(effect.effect_id)
     return decided
 
 
@@ -322,39 +309,14 @@ def recover_orphaned_reconcile(
     if row is not None:
         queue = read_queue(tx, row.uid)
         errors = 0 if queue is None else queue.consecutive_errors
-        _schedule(tx, row.uid, ResourceQueueReason.INTERRUPTED, tx.now, errors=errors)
+        schedule(tx, row.uid, ResourceQueueReason.INTERRUPTED, tx.now, errors=errors)
     release_claim(tx, claim)
     return True
-
-
-def _schedule(
-    tx: Transaction,
-    uid: str,
-    reason: ResourceQueueReason,
-    available_at: int,
-    *,
-    errors: int,
-    error: str | None = None,
-) -> None:
-    tx.execute(
-        _SCHEDULE,
-        {
-            "uid": uid,
-            "at": available_at,
-            "reason": reason.value,
-            "errors": errors,
-            "error": None if error is None else blobs.put_text(tx, error[:4000]),
-            "now": tx.now,
-        },
-    )
 
 
 def _close(
     tx: Transaction, claim: Claim, runner: RunnerRow, outcome: ReconcileOutcome
 ) -> ReconcileOutcome:
-    tx.execute(
-        "UPDATE managed_resource_runners SET result = ? WHERE reconcile_id = ?",
-        (outcome.value, runner.reconcile_id),
-    )
+    runners.record_result(tx, runner.reconcile_id, outcome)
     release_claim(tx, claim)
     return outcome

@@ -4,7 +4,8 @@ A row is written before the spawn (``starting``), gets the pid and start identit
 process exists, becomes ``running`` when the child reported ``ready`` (with the SHA-256 of the
 manager file it loaded) and is closed with one outcome (``exited``, ``timedOut``, ``crashed``,
 ``claimLost``, ``orphaned``). ``result`` records what the reconcile's result did. Writing a
-row never changes the resource version; at most one row per resource is live.
+row never changes the resource version; at most one row per resource is live. The one module
+that writes ``managed_resource_runners``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.enums import ReconcileOutcome, ResourceRunnerStatus
 from piwf.state.leases import Claim, renew_claim
@@ -22,6 +24,25 @@ INSERT INTO managed_resource_runners (reconcile_id, resource_id, uid, claim_gene
     started_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'starting', ?)
 """
+
+_SET_PROCESS = """
+UPDATE managed_resource_runners SET pid = ?, process_start_identity = ?
+WHERE reconcile_id = ? AND status = 'starting'
+"""
+
+_SET_RUNNING = """
+UPDATE managed_resource_runners SET status = 'running', source_digest = ?
+WHERE reconcile_id = ? AND status = 'starting'
+"""
+
+_CLOSE = """
+UPDATE managed_resource_runners SET status = ?, finished_at = ?, exit_code = ?, signal = ?
+WHERE reconcile_id = ? AND status IN ('starting', 'running')
+"""
+
+_SET_ERROR = "UPDATE managed_resource_runners SET error_hash = ? WHERE reconcile_id = ?"
+
+_SET_RESULT = "UPDATE managed_resource_runners SET result = ? WHERE reconcile_id = ?"
 
 _SELECT_RUNNER = """
 SELECT reconcile_id, resource_id, uid, claim_generation, server_epoch, resource_version,
@@ -88,11 +109,7 @@ def record_reconcile_process(
 ) -> Claim:
     """Record the spawned process's pid and start identity under the live claim."""
     claim = renew_claim(tx, claim, lease_ms)
-    tx.execute(
-        "UPDATE managed_resource_runners SET pid = ?, process_start_identity = ?"
-        " WHERE reconcile_id = ? AND status = 'starting'",
-        (pid, identity, reconcile_id),
-    )
+    tx.execute(_SET_PROCESS, (pid, identity, reconcile_id))
     return claim
 
 
@@ -101,11 +118,7 @@ def mark_reconcile_running(
 ) -> Claim:
     """The runner loaded its manager (``ready``): record the source it runs, mark it running."""
     claim = renew_claim(tx, claim, lease_ms)
-    tx.execute(
-        "UPDATE managed_resource_runners SET status = 'running', source_digest = ?"
-        " WHERE reconcile_id = ? AND status = 'starting'",
-        (source_digest, reconcile_id),
-    )
+    tx.execute(_SET_RUNNING, (source_digest, reconcile_id))
     return claim
 
 
@@ -136,12 +149,18 @@ def record_reconcile_exit(
 
     A supervision record: needs no claim and changes no resource version.
     """
-    cursor = tx.execute(
-        "UPDATE managed_resource_runners SET status = ?, finished_at = ?, exit_code = ?,"
-        " signal = ? WHERE reconcile_id = ? AND status IN ('starting', 'running')",
-        (status.value, tx.now, exit_code, signal, reconcile_id),
-    )
+    cursor = tx.execute(_CLOSE, (status.value, tx.now, exit_code, signal, reconcile_id))
     return cursor.rowcount == 1
+
+
+def record_error(tx: Transaction, reconcile_id: str, error: str) -> None:
+    """Keep why a reconcile failed (text blob, cut to 4000 characters) on its runner row."""
+    tx.execute(_SET_ERROR, (blobs.put_text(tx, error[:4000]), reconcile_id))
+
+
+def record_result(tx: Transaction, reconcile_id: str, outcome: ReconcileOutcome) -> None:
+    """Record what the reconcile's result did (its one outcome) on its runner row."""
+    tx.execute(_SET_RESULT, (outcome.value, reconcile_id))
 
 
 def orphaned_runners(tx: Transaction, epoch: int) -> list[RunnerRow]:

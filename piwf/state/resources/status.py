@@ -1,8 +1,9 @@
 """The status part of a reconcile result: patch, condition merge, finalizer list.
 
-Written only by :func:`piwf.state.resources.reconciles.finish_reconcile`, inside its one
-transaction, after the resource-version check. A patch that changes nothing writes nothing, so
-an idle periodic reconcile does not move the resource version.
+Applied only by :func:`piwf.state.resources.reconciles.finish_reconcile`, inside its one
+transaction, after the resource-version check; the rows are written by
+:mod:`piwf.state.resources.managed`, which owns them. A patch that changes nothing writes
+nothing, so an idle periodic reconcile does not move the resource version.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.leases import Claim
 from piwf.state.records import Actor, record_change
-from piwf.state.resources.managed import ResourceRow, read_finalizers
+from piwf.state.resources.managed import (
+    ResourceRow,
+    read_finalizers,
+    replace_finalizers,
+    write_status,
+)
 from piwf.state.resources.runners import RunnerRow
 
 
@@ -70,19 +76,11 @@ def write_status_patch(
         claim=claim,
         payload={"reconcileId": runner.reconcile_id, "observedGeneration": observed},
     )
-    tx.execute(
-        "UPDATE managed_resources SET status_hash = ?, conditions_hash = ?,"
-        " observed_generation = ?, updated_at = ? WHERE uid = ?",
-        (status_hash, conditions_hash, observed, tx.now, row.uid),
+    write_status(
+        tx, row.uid, status_hash=status_hash, conditions_hash=conditions_hash, observed=observed
     )
     if finalizers != old_finalizers:
-        tx.execute("DELETE FROM managed_resource_finalizers WHERE uid = ?", (row.uid,))
-        for position, name in enumerate(finalizers):
-            tx.execute(
-                "INSERT INTO managed_resource_finalizers (uid, finalizer, position)"
-                " VALUES (?, ?, ?)",
-                (row.uid, name, position),
-            )
+        replace_finalizers(tx, row.uid, finalizers)
 
 
 def merge_conditions(

@@ -1,0 +1,514 @@
+"""One runner session: the server's whole conversation with one run generation's child.
+
+The pool (:mod:`piwf.server.runs.pool`) claims a run, records the launch, starts the child and
+hands it to a :class:`RunnerSession`, which from then on owns everything that child says and
+everything said to it::
+
+    launch envelope ─▶ child
+    child ─ready──────────▶ mark ready (one run change) ─▶ the one command ─▶ child
+    child ─sourceChanged──▶ park the run sourceChanged
+    child ─call───────────▶ content.read | content.part    parts of values too large for a frame
+                            read_run                      the run's own saved state (or a parent's)
+                            a state change                decode_runner_call + apply_runner_call,
+                                                          under this generation's own claim
+    child ─exiting────────▶ noted; the exit itself comes from the supervisor
+    child exits ──────────▶ record its one outcome and decide the run, in one transaction
+
+Every message is checked for this run, generation and runner epoch before its payload is read:
+another run is a protocol violation (the child is killed, the run parks ``protocolRejected``);
+another generation is a stale runner (one ``claimLost`` answer, then it is stopped). Deadlines:
+the child must report ``ready`` in time, and a node still running a grace period past its
+deadline is killed (the engine's own timeout comes first).
+
+While the database cannot serve (``StateUnavailableError``) a call, the ready report or the exit
+record is retried after a growing delay instead of being answered or dropped: the child waits and
+keeps its slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import selectors
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from piwf import canonical, faults
+from piwf.canonical import JsonValue
+from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
+from piwf.lifecycle import CommandKind, Conflict
+from piwf.protocol import content
+from piwf.protocol.runner_v1 import CONTENT_OPERATIONS, CallResponse, ChildMessage, Command
+from piwf.server.children.pipes import PipeClosedError, PipeOverflowError
+from piwf.server.children.supervisor import ChildHandle
+from piwf.server.failures import RetryDelay
+from piwf.server.loop import EventLoop, Timer
+from piwf.server.runs.content_transfer import ContentTransfer
+from piwf.state import StateDatabase
+from piwf.state import execution as ex
+from piwf.state.enums import ActorType, RunnerMessageOutcome, RunnerStatus
+from piwf.state.execution import attempts
+from piwf.state.execution.core import RunLaunch
+from piwf.state.leases import Claim
+from piwf.state.records import Actor, read_revision
+from piwf.workflow import port
+from piwf.workflow.commands import RestartCommand, ResumeCommand, StartCommand, command_to_json
+from piwf.workflow.port_codec import from_json, result_to_json, to_json
+
+log = logging.getLogger("piwf.server")
+
+#: How long past a node's deadline the server waits for the engine's own timeout before it
+#: kills the child.
+DEADLINE_GRACE_S = 2.0
+
+
+class SessionHost(Protocol):
+    """What a session needs from the pool that runs it."""
+
+    db: StateDatabase
+    loop: EventLoop
+
+    @property
+    def owner_id(self) -> str:
+        """The lease owner id of this server's run claims."""
+        ...
+
+    @property
+    def lease_ms(self) -> int:
+        """How long a run claim lasts between renewals."""
+        ...
+
+    def verify_server_claim(self, tx: Any) -> None:
+        """Raise unless this server still holds its epoch (inside ``tx``)."""
+        ...
+
+    def is_current(self, session: RunnerSession) -> bool:
+        """Whether ``session`` is still the generation the pool executes for its run."""
+        ...
+
+    def stop(self, session: RunnerSession, reason: RunnerStatus, *, kill: bool = False) -> None:
+        """Stop the session's child (``kill``: at once) and remember why."""
+        ...
+
+    def retry_later(
+        self,
+        session: RunnerSession,
+        what: str,
+        error: StateUnavailableError,
+        again: Callable[[], object],
+    ) -> None:
+        """Run ``again`` after a growing delay while ``session`` is still current."""
+        ...
+
+    def run_changed(self, run_id: str) -> None:
+        """Tell the clients waiting on ``run_id`` that it changed."""
+        ...
+
+    def ended(self, session: RunnerSession) -> None:
+        """The session's exit is recorded: free its slot and schedule the next run."""
+        ...
+
+
+@dataclass(eq=False)
+class RunnerSession:
+    """One run generation the server is executing, and its child's conversation."""
+
+    host: SessionHost
+    launch: RunLaunch
+    claim: Claim
+    runner_epoch: str
+    #: Values too large for one frame moving to and from this child.
+    transfer: ContentTransfer
+    handle: ChildHandle | None = None
+    ready: bool = False
+    ended: bool = False
+    stop_reason: RunnerStatus | None = None
+    #: True once this server's own claim check failed for this runner (expired, or another
+    #: owner has the run now); the exit then decides the run only if no newer generation does.
+    server_lost_claim: bool = False
+    #: Set when the runner broke the runner protocol: the broken rule, never a payload value.
+    protocol_rejection: str | None = None
+    ready_timer: Timer | None = None
+    #: Delays between retries of this generation's writes while the database cannot serve.
+    state_retry: RetryDelay = field(default_factory=RetryDelay)
+
+    @property
+    def run_id(self) -> str:
+        """The run this generation executes."""
+        return self.launch.run_id
+
+    # -- the child's pipe ------------------------------------------------------------------
+
+    def attach(self, handle: ChildHandle, envelope: bytes, ready_timeout_s: float) -> None:
+        """Watch the started child's pipe, start its ready deadline, send its launch envelope."""
+        self.handle = handle
+        self.host.loop.selector.register(handle.channel.fd, selectors.EVENT_READ, self._io())
+        self.ready_timer = self.host.loop.call_later(ready_timeout_s, self._ready_overdue)
+        self._send(envelope)
+
+    def _io(self) -> Callable[[int], None]:
+        """The selector callback of the child's pipe: flush queued output, then read."""
+
+        def on_event(mask: int) -> None:
+            if mask & selectors.EVENT_WRITE:
+                self._flush()
+            if mask & selectors.EVENT_READ:
+                self._readable()
+
+        return on_event
+
+    def _readable(self) -> None:
+        handle = self.handle
+        assert handle is not None
+        try:
+            messages = handle.channel.read_messages()
+        except PipeClosedError:
+            self.unregister()
+            return
+        except PipeOverflowError:
+            self.unregister()
+            self._reject_protocol("the runner sent a frame over the 1 MiB frame limit")
+            return
+        for raw in messages:
+            if self.stop_reason is not None:
+                # Being stopped (claim loss, protocol violation, deadline, cancel, shutdown):
+                # nothing it sends from now on is applied, even what was already in the pipe.
+                return
+            self._serve(raw)
+
+    def _send(self, data: bytes) -> None:
+        handle = self.handle
+        if handle is None or handle.exited:
+            return
+        try:
+            handle.channel.send(data)
+        except (PipeClosedError, PipeOverflowError):
+            self.unregister()
+            return
+        self._watch_output()
+
+    def _flush(self) -> None:
+        handle = self.handle
+        if handle is None or handle.exited:
+            return
+        try:
+            handle.channel.flush()
+        except PipeClosedError:
+            self.unregister()
+            return
+        self._watch_output()
+
+    def _watch_output(self) -> None:
+        """Ask the selector for writability only while output waits (a large frame)."""
+        handle = self.handle
+        assert handle is not None
+        events = selectors.EVENT_READ
+        if handle.channel.wants_write:
+            events |= selectors.EVENT_WRITE
+        with contextlib.suppress(KeyError, ValueError):
+            self.host.loop.selector.modify(handle.channel.fd, events, self._io())
+
+    def unregister(self) -> None:
+        """Stop watching the child's pipe (it closed, or the child is being stopped)."""
+        if self.handle is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.host.loop.selector.unregister(self.handle.channel.fd)
+
+    # -- serving the child -----------------------------------------------------------------
+
+    def _serve(self, raw: bytes) -> None:
+        try:
+            message = ChildMessage.model_validate(canonical.decode(raw))
+        except (PiwfError, ValidationError):
+            self._reject_protocol("the runner sent a message that is not runner.v1")
+            return
+        if message.run_id != self.run_id:
+            if message.kind == "call" and message.message_id:
+                self._respond(
+                    message.message_id, "rejected", error="protocolRejected: not this run"
+                )
+            self._reject_protocol("a runner message named another run than its own")
+            return
+        if (
+            message.generation != self.launch.generation
+            or message.runner_epoch != self.runner_epoch
+        ):
+            if message.kind == "call" and message.message_id:
+                self._respond(message.message_id, "claimLost", error="stale generation")
+            self.host.stop(self, RunnerStatus.CLAIM_LOST)
+            return
+        if message.kind == "ready":
+            self._ready()
+        elif message.kind == "sourceChanged":
+            self._source_changed(message.files or [])
+        elif message.kind == "call":
+            self._call(message)
+        elif message.kind == "exiting":
+            self.ended = True
+
+    def _ready(self) -> None:
+        if self.ready_timer is not None:
+            self.ready_timer.cancel()
+        try:
+            self._send_command()
+        except StateUnavailableError as error:  # the child waits for its command meanwhile
+            self.host.retry_later(self, "marking it ready", error, self._ready)
+
+    def _send_command(self) -> None:
+        """Mark the runner ready (a repeat is adopted) and send its one command."""
+        try:
+            with self.host.db.write() as tx:
+                result = ex.mark_runner_ready(
+                    tx, self.claim, self.runner_epoch, lease_ms=self.host.lease_ms
+                )
+        except ClaimLostError:
+            self.server_lost_claim = True
+            self.host.stop(self, RunnerStatus.CLAIM_LOST)
+            return
+        if isinstance(result, Conflict):
+            log.warning("run %s: runner not ready: %s", self.run_id, result.evidence)
+            self.host.stop(self, RunnerStatus.CRASHED)
+            return
+        self.ready = True
+        launch = self.launch
+        command: Any
+        if launch.command is CommandKind.START:
+            command = StartCommand(launch.run_id)
+        elif launch.command is CommandKind.RESTART:
+            assert launch.parent_run_id is not None
+            command = RestartCommand(launch.run_id, launch.parent_run_id)
+        else:
+            command = ResumeCommand(launch.run_id)
+        with self.host.db.read() as tx:
+            revision = read_revision(tx, self.claim.resource_id) or 0
+        self._send(Command(command=command_to_json(command), revision=revision).encode())
+
+    def _source_changed(self, files: list[str]) -> None:
+        log.warning("run %s: %d source file(s) changed; parked", self.run_id, len(files))
+        try:
+            with self.host.db.write() as tx:
+                ex.park_for_source_change(
+                    tx,
+                    self.run_id,
+                    runner_epoch=self.runner_epoch,
+                    actor=Actor(ActorType.SERVER, self.host.owner_id),
+                    owner_id=self.host.owner_id,
+                    lease_ms=self.host.lease_ms,
+                    claim=self.claim,
+                    detail=", ".join(files)[:1000],
+                )
+        except PiwfError as error:
+            log.warning("run %s: parking for a source change failed: %s", self.run_id, error)
+        self.ended = True
+        self.host.run_changed(self.run_id)
+
+    def _call(self, message: ChildMessage) -> None:
+        """Serve one call; while the database cannot serve, the child waits for its answer
+        and the same call is served again later (it committed nothing)."""
+        try:
+            self._serve_call(message)
+        except StateUnavailableError as error:
+            what = f"serving {message.operation}"
+            self.host.retry_later(self, what, error, lambda: self._call(message))
+
+    def _serve_call(self, message: ChildMessage) -> None:
+        assert message.message_id is not None
+        operation = message.operation
+        payload = message.payload or {}
+        if operation in CONTENT_OPERATIONS:
+            self._content(message.message_id, operation, payload)
+            return
+        try:
+            payload = self.transfer.resolve(payload)
+        except StateUnavailableError:
+            raise
+        except PiwfError as error:
+            self._respond(message.message_id, "rejected", error=str(error))
+            return
+        if operation == "read_run":
+            self._read_run(message.message_id, payload)
+            return
+        # The authority is always the claim this runner was launched with: a payload naming
+        # another run is a protocol violation, never a way into that run.
+        try:
+            call = ex.decode_runner_call(self.claim, operation, payload)
+        except ex.RunnerCallRejectedError as error:
+            self._respond(message.message_id, "rejected", error=f"{error.code}: {error}")
+            self._reject_protocol(str(error))
+            return
+        try:
+            with self.host.db.write() as tx:
+                self.host.verify_server_claim(tx)
+                reply = ex.apply_runner_call(
+                    tx,
+                    self.claim,
+                    self.runner_epoch,
+                    message.message_id,
+                    call,
+                    expected_revision=message.expected_revision,
+                    lease_ms=self.host.lease_ms,
+                )
+        except ClaimLostError:
+            self._respond(message.message_id, "claimLost", error="claim lost")
+            self.server_lost_claim = True
+            self.host.stop(self, RunnerStatus.CLAIM_LOST)
+            return
+        except StateUnavailableError:
+            raise
+        except PiwfError as error:
+            self._respond(message.message_id, "rejected", error=str(error))
+            return
+        faults.point("runner.after_message_commit")
+        result = None if reply.result is None else result_to_json(reply.result)
+        self._respond(message.message_id, reply.outcome.value, result, reply.error)
+        if reply.outcome is RunnerMessageOutcome.CLAIM_LOST:
+            self.server_lost_claim = True
+            self.host.stop(self, RunnerStatus.CLAIM_LOST)
+        elif isinstance(call.message, (port.RunParked, port.RunFinished)) and reply.outcome in (
+            RunnerMessageOutcome.ACCEPTED,
+            RunnerMessageOutcome.ADOPTED,
+        ):
+            # The command is over: the child exits next, and its exit is not a crash.
+            self.ended = True
+            self.host.run_changed(self.run_id)
+        elif isinstance(call.message, port.NodeStarted):
+            self._watch_deadline(call.message)
+
+    def _read_run(self, message_id: str, payload: dict[str, Any]) -> None:
+        """A runner reads its own run, and a restart also reads the run it restarts."""
+        try:
+            wanted = from_json(port.RunRead, payload).run_id
+        except PiwfError:
+            wanted = None
+        if wanted is None or wanted not in (self.run_id, self.launch.parent_run_id):
+            self._respond(message_id, "rejected", error="protocolRejected: not this run")
+            self._reject_protocol("read_run names another run than the runner's own")
+            return
+        with self.host.db.read() as tx:
+            saved = ex.read_saved_run(tx, wanted)
+        self._respond(message_id, "accepted", None if saved is None else to_json(saved))
+
+    def _content(self, message_id: str, operation: str, payload: dict[str, Any]) -> None:
+        """Serve ``content.read`` parts of offered values; take ``content.part`` uploads."""
+        try:
+            if operation == "content.read":
+                result = self.transfer.read_part(payload)
+            else:
+                self.transfer.receive_part(payload)
+                result = {"received": True}
+        except StateUnavailableError:
+            raise
+        except PiwfError as error:
+            self._respond(message_id, "rejected", error=str(error))
+            return
+        self._respond(message_id, "accepted", result)
+
+    def _reject_protocol(self, detail: str) -> None:
+        """Stop a runner that broke the runner protocol; its run parks ``protocolRejected``.
+
+        ``detail`` names the broken rule, never a payload value; it becomes the queue's error
+        text, so ``piwf run show`` can say why the run stopped.
+        """
+        log.warning("run %s: its runner broke the runner protocol; stopped", self.run_id)
+        if self.protocol_rejection is None:
+            self.protocol_rejection = detail[:500]
+        self.host.stop(self, RunnerStatus.CRASHED, kill=True)
+
+    def _respond(
+        self,
+        message_id: str,
+        outcome: str,
+        result: JsonValue = None,
+        error: str | None = None,
+    ) -> None:
+        response = CallResponse(
+            messageId=message_id,
+            outcome=outcome,  # type: ignore[arg-type]
+            result=result,
+            error=None if error is None else error[:1000],
+        )
+        data = response.encode()
+        if len(data) > content.INLINE_LIMIT:
+            # Too large for one frame: the child reads it back in parts.
+            reference = self.transfer.offer(result)
+            data = response.model_copy(update={"result": reference}).encode()
+        self._send(data)
+
+    # -- deadlines -------------------------------------------------------------------------
+
+    def _watch_deadline(self, started: port.NodeStarted) -> None:
+        """Back up the engine's own node timeout: a child still on this attempt a grace period
+        after its deadline (frozen, or stuck where the engine cannot interrupt it) is killed."""
+        if started.deadline_ms is None:
+            return
+        now_ms = self.host.db.clock.now_ms()
+        delay_s = max(0.0, (started.deadline_ms - now_ms) / 1000) + DEADLINE_GRACE_S
+        attempt = (started.path, started.visit, started.attempt)
+
+        def overdue() -> None:
+            if not self.host.is_current(self) or self.ended:
+                return
+            with self.host.db.read() as tx:
+                running = attempts.running_attempt(tx, self.run_id)
+            if running is not None and (running.path, running.visit, running.attempt) == attempt:
+                log.warning("run %s: node %s overran its deadline", self.run_id, attempt[0])
+                self.host.stop(self, RunnerStatus.TIMED_OUT, kill=True)
+
+        self.host.loop.call_later(delay_s, overdue)
+
+    def _ready_overdue(self) -> None:
+        if not self.ready:
+            log.warning("run %s: its runner did not report ready in time", self.run_id)
+            self.host.stop(self, RunnerStatus.TIMED_OUT, kill=True)
+
+    # -- the exit --------------------------------------------------------------------------
+
+    def exited(self, handle: ChildHandle) -> None:
+        """Record the child's one outcome and decide its run, then free the slot.
+
+        While the database cannot serve, the slot and the claim (renewed meanwhile) are kept
+        and the record is retried.
+        """
+        status = self._outcome(handle)
+        code = handle.returncode
+        try:
+            with self.host.db.write() as tx:
+                # Claim loss is a handoff: when a newer generation owns the run, the recovery
+                # is a no-op (it checks the generation). When this server's own claim merely
+                # expired (the server was stopped or starved past the run lease), no one else
+                # holds the run: recovery takes a new claim (generation + 1) and decides the
+                # run from its effects, as startup recovery would.
+                ex.close_runner_and_recover(
+                    tx,
+                    self.run_id,
+                    self.runner_epoch,
+                    status,
+                    exit_code=code if code is not None and code >= 0 else None,
+                    signal=None if code is None or code >= 0 else f"signal {-code}",
+                    diagnostic="output flood" if handle.flooded else self.protocol_rejection,
+                    actor=Actor(ActorType.SERVER, self.host.owner_id),
+                    owner_id=self.host.owner_id,
+                    lease_ms=self.host.lease_ms,
+                    claim=None if self.server_lost_claim else self.claim,
+                    protocol_rejection=self.protocol_rejection,
+                )
+        except StateUnavailableError as error:
+            again = lambda: self.exited(handle)  # noqa: E731
+            self.host.retry_later(self, "recording its runner exit", error, again)
+            return
+        except PiwfError as error:
+            log.warning("run %s: recording its runner exit failed: %s", self.run_id, error)
+        faults.point("runner.after_exit_commit")
+        self.host.ended(self)
+
+    def _outcome(self, handle: ChildHandle) -> RunnerStatus:
+        if self.stop_reason is not None:
+            return self.stop_reason
+        if handle.flooded:
+            return RunnerStatus.CRASHED
+        if handle.returncode == 0 and self.ended:
+            return RunnerStatus.EXITED
+        return RunnerStatus.CRASHED

@@ -1,0 +1,236 @@
+"""Node attempts (``node_attempts``) and a run's step order (``run_steps``): their one writer.
+
+One attempt per (run, node path, visit, attempt number), with a deterministic id; at most one
+attempt of a run is unfinished (a partial unique index holds it)::
+
+    running ─request─▶ waiting ─┐
+       │                        ├─finish─▶ completed | failed | timed_out | cancelled (+ a step)
+       └────────────────────────┘
+    running ─crash retry─▶ interrupted (the next attempt of the same visit opens)
+
+Every finished visit appends one ``run_steps`` row, so the steps replay in order. Writers run
+inside the caller's one change and never commit; their ``WHERE`` clause states the state they
+expect.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from piwf import canonical
+from piwf.state.database import Transaction
+from piwf.state.enums import AttemptStatus
+
+#: The columns :func:`_attempt` reads; queries append their own WHERE clause.
+_SELECT_ATTEMPT = """
+SELECT attempt_id, run_id, node_path, visit, attempt_number, node_type, status,
+       lease_generation, output_hash, error_hash, started_at, deadline_at, finished_at
+FROM node_attempts
+"""
+
+_SELECT_ACTIVE = (
+    _SELECT_ATTEMPT + " WHERE run_id = ? AND status IN ('pending', 'running', 'waiting')"
+)
+
+_SELECT_STEPS = """
+SELECT a.attempt_id, a.run_id, a.node_path, a.visit, a.attempt_number, a.node_type, a.status,
+       a.lease_generation, a.output_hash, a.error_hash, a.started_at, a.deadline_at,
+       a.finished_at
+FROM run_steps s JOIN node_attempts a ON a.attempt_id = s.attempt_id
+WHERE s.run_id = ? ORDER BY s.step_index
+"""
+
+_COUNT = "SELECT count(*) FROM node_attempts WHERE run_id = ?"
+
+_SELECT_VISITS = """
+SELECT node_path, max(visit) AS visit FROM node_attempts WHERE run_id = ? GROUP BY node_path
+"""
+
+_SELECT_LAST_VISIT = """
+SELECT coalesce(max(visit), 0) FROM node_attempts WHERE run_id = ? AND node_path = ?
+"""
+
+_INSERT = """
+INSERT INTO node_attempts (attempt_id, run_id, node_path, visit, attempt_number, node_type,
+                           status, lease_generation, started_at, deadline_at, created_at,
+                           updated_at)
+VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)
+"""
+
+_INTERRUPT = """
+UPDATE node_attempts SET status = 'interrupted', finished_at = ?, updated_at = ?
+WHERE attempt_id = ? AND status IN ('pending', 'running')
+"""
+
+_SET_WAITING = """
+UPDATE node_attempts SET status = 'waiting', updated_at = ?
+WHERE attempt_id = ? AND status IN ('pending', 'running')
+"""
+
+_CLOSE = """
+UPDATE node_attempts
+SET status = ?, output_hash = ?, error_hash = ?, finished_at = ?, updated_at = ?
+WHERE attempt_id = ? AND status IN ('pending', 'running', 'waiting')
+"""
+
+_CLOSE_ACTIVE = """
+UPDATE node_attempts SET status = ?, finished_at = ?, updated_at = ?
+WHERE run_id = ? AND status IN ('pending', 'running', 'waiting')
+"""
+
+_APPEND_STEP = """
+INSERT INTO run_steps (run_id, step_index, attempt_id)
+VALUES (?, (SELECT coalesce(max(step_index) + 1, 0) FROM run_steps WHERE run_id = ?), ?)
+"""
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One ``node_attempts`` row."""
+
+    attempt_id: str
+    run_id: str
+    path: str
+    visit: int
+    attempt: int
+    node_type: str
+    status: AttemptStatus
+    lease_generation: int
+    output_hash: bytes | None
+    error_hash: bytes | None
+    started_at: int | None
+    deadline_at: int | None
+    finished_at: int | None
+
+
+def attempt_id_for(run_id: str, path: str, visit: int, attempt: int) -> str:
+    """Return the deterministic id of one attempt of one node visit."""
+    digest = canonical.digest_hex(["piwf.attempt.v1", run_id, path, visit, attempt])
+    return f"attempt-{digest[:40]}"
+
+
+# Reads -------------------------------------------------------------------------------------
+
+
+def active_attempt(tx: Transaction, run_id: str) -> AttemptRow | None:
+    """Return the run's one unfinished attempt (pending, running or waiting), or None."""
+    row = tx.one(_SELECT_ACTIVE, (run_id,))
+    return None if row is None else _attempt(row)
+
+
+def running_attempt(tx: Transaction, run_id: str) -> AttemptRow | None:
+    """Return the run's unfinished attempt when it is executing (not waiting on a request)."""
+    active = active_attempt(tx, run_id)
+    if active is None or active.status is AttemptStatus.WAITING:
+        return None
+    return active
+
+
+def attempt_count(tx: Transaction, run_id: str) -> int:
+    """Return how many node attempts the run has (0 means nothing has executed)."""
+    return int(tx.scalar(_COUNT, (run_id,)))
+
+
+def last_visit(tx: Transaction, run_id: str, path: str) -> int:
+    """Return the highest visit number of ``path`` in the run (0 before its first visit)."""
+    return int(tx.scalar(_SELECT_LAST_VISIT, (run_id, path)))
+
+
+def visits_by_path(tx: Transaction, run_id: str) -> dict[str, int]:
+    """Return the highest visit number of every node path the run has visited."""
+    return {row["node_path"]: row["visit"] for row in tx.all(_SELECT_VISITS, (run_id,))}
+
+
+def list_steps(tx: Transaction, run_id: str) -> list[AttemptRow]:
+    """Return the attempts that finished the run's visits, in step order."""
+    return [_attempt(row) for row in tx.all(_SELECT_STEPS, (run_id,))]
+
+
+# Writes (inside the caller's one change) ---------------------------------------------------
+
+
+def open_attempt(
+    tx: Transaction,
+    *,
+    run_id: str,
+    path: str,
+    visit: int,
+    attempt: int,
+    node_type: str,
+    lease_generation: int,
+    started_at: int,
+    deadline_at: int | None,
+) -> str:
+    """Insert a ``running`` attempt and return its id."""
+    attempt_id = attempt_id_for(run_id, path, visit, attempt)
+    tx.execute(
+        _INSERT,
+        (
+            attempt_id,
+            run_id,
+            path,
+            visit,
+            attempt,
+            node_type,
+            lease_generation,
+            started_at,
+            deadline_at,
+            tx.now,
+            tx.now,
+        ),
+    )
+    return attempt_id
+
+
+def interrupt(tx: Transaction, attempt_id: str) -> None:
+    """Close a pending or running attempt ``interrupted`` (a crash retry opens the next one)."""
+    tx.execute(_INTERRUPT, (tx.now, tx.now, attempt_id))
+
+
+def set_waiting(tx: Transaction, attempt_id: str) -> None:
+    """A pending or running attempt waits on its request."""
+    tx.execute(_SET_WAITING, (tx.now, attempt_id))
+
+
+def finish_attempt(
+    tx: Transaction,
+    attempt: AttemptRow,
+    status: AttemptStatus,
+    *,
+    finished_at: int,
+    output_hash: bytes | None = None,
+    error_hash: bytes | None = None,
+) -> None:
+    """Close an unfinished attempt with ``status`` and append its step to the run's order."""
+    tx.execute(
+        _CLOSE, (status.value, output_hash, error_hash, finished_at, tx.now, attempt.attempt_id)
+    )
+    tx.execute(_APPEND_STEP, (attempt.run_id, attempt.run_id, attempt.attempt_id))
+
+
+def close_active(tx: Transaction, run_id: str, status: AttemptStatus) -> None:
+    """Close the run's unfinished attempt (if any) with ``status``; no step is appended."""
+    tx.execute(_CLOSE_ACTIVE, (status.value, tx.now, tx.now, run_id))
+
+
+def _attempt(row: sqlite3.Row) -> AttemptRow:
+    return AttemptRow(
+        attempt_id=row["attempt_id"],
+        run_id=row["run_id"],
+        path=row["node_path"],
+        visit=row["visit"],
+        attempt=row["attempt_number"],
+        node_type=row["node_type"],
+        status=AttemptStatus(row["status"]),
+        lease_generation=row["lease_generation"],
+        output_hash=_optional_bytes(row["output_hash"]),
+        error_hash=_optional_bytes(row["error_hash"]),
+        started_at=row["started_at"],
+        deadline_at=row["deadline_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+def _optional_bytes(value: bytes | None) -> bytes | None:
+    return None if value is None else bytes(value)
