@@ -12,6 +12,7 @@ One ``multiprocessing.connection`` pipe per child; every message is canonical JS
                                 revision}
     child → server   call      {schema, kind: "call", runId, generation, runnerEpoch,
                                 messageId, expectedRevision?, operation, payload}
+                                (operation: one of OPERATIONS, declared below)
     server → child   response  {schema, kind: "response", messageId, outcome, result?, error?}
     child → server   exiting   {schema, kind: "exiting", runId, generation, runnerEpoch,
                                 status}

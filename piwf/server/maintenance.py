@@ -37,7 +37,7 @@ from piwf.server.children.resolvers import ResolverJobs
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.pool import Executor
 from piwf.server.settings import ServerSettings
-from piwf.state import StateDatabase, Transaction, retention
+from piwf.state import StateDatabase, Transaction, compaction, retention
 from piwf.state import execution as ex
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 
@@ -60,7 +60,7 @@ class RetentionSettings:
     days: int = retention.DEFAULT_RETENTION_DAYS
     retry_s: float = 300.0
     interval_s: float = 86_400.0
-    vacuum_min_bytes: int = retention.VACUUM_MIN_BYTES
+    vacuum_min_bytes: int = compaction.VACUUM_MIN_BYTES
 
     @classmethod
     def from_server(cls, settings: ServerSettings) -> RetentionSettings:
@@ -221,7 +221,7 @@ class RetentionSweeper:
     def _compact(self) -> None:
         """Give space back after deletions; a failure here leaves them committed."""
         try:
-            done = retention.compact(
+            done = compaction.compact(
                 self.db, still_idle=self.idle, min_bytes=self.settings.vacuum_min_bytes
             )
         except Exception as error:  # best effort: the deletions are committed either way
@@ -313,6 +313,6 @@ def _report(
 def compact_after_prune(db: StateDatabase, still_idle: Callable[[], bool]) -> None:
     """Truncate the WAL after an applied prune and VACUUM under the automatic rule."""
     try:
-        retention.compact(db, still_idle=still_idle)
+        compaction.compact(db, still_idle=still_idle)
     except Exception as error:  # best effort: the deletions are committed either way
         log.warning("prune: compaction skipped: %s", _diagnostic(error))

@@ -15,7 +15,7 @@ import pytest
 from piwf.clock import FakeClock
 from piwf.errors import InvalidTransitionError
 from piwf.lifecycle import Adopted, Applied
-from piwf.state import StateDatabase
+from piwf.state import StateDatabase, compaction
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state import retention as rt
@@ -489,12 +489,12 @@ def test_compaction_vacuums_only_past_both_thresholds_and_while_idle(
     clock.advance(31 * DAY)
     for index in range(3):
         assert isinstance(delete(db, clock, f"run-{index}"), Applied)
-    kept = rt.compact(db, still_idle=lambda: True)  # the 64 MiB default is far away
+    kept = compaction.compact(db, still_idle=lambda: True)  # the 64 MiB default is far away
     assert kept.wal_truncated and not kept.vacuumed
     assert kept.before.free_pages > 0 and kept.before.free_ratio >= 0.2
-    busy = rt.compact(db, still_idle=lambda: False, min_bytes=1)
+    busy = compaction.compact(db, still_idle=lambda: False, min_bytes=1)
     assert not busy.vacuumed
-    done = rt.compact(db, still_idle=lambda: True, min_bytes=1)
+    done = compaction.compact(db, still_idle=lambda: True, min_bytes=1)
     assert done.vacuumed and done.after.free_pages == 0
     assert done.after.page_count < done.before.page_count
     assert violations(db) == []
@@ -502,7 +502,7 @@ def test_compaction_vacuums_only_past_both_thresholds_and_while_idle(
 
 def test_compaction_refuses_to_run_inside_a_transaction(db: StateDatabase) -> None:
     with db.write(), pytest.raises(InvalidTransitionError):
-        rt.compact(db, still_idle=lambda: True)
+        compaction.compact(db, still_idle=lambda: True)
 
 
 def test_any_constraint_refusal_mid_delete_leaves_the_tree_whole(

@@ -47,7 +47,7 @@ from piwf.server.children.supervisor import ChildHandle
 from piwf.server.failures import RetryDelay
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.content_transfer import ContentTransfer
-from piwf.state import StateDatabase
+from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, RunnerMessageOutcome, RunnerStatus
 from piwf.state.execution import attempts
@@ -81,7 +81,7 @@ class SessionHost(Protocol):
         """How long a run claim lasts between renewals."""
         ...
 
-    def verify_server_claim(self, tx: Any) -> None:
+    def verify_server_claim(self, tx: Transaction) -> None:
         """Raise unless this server still holds its epoch (inside ``tx``)."""
         ...
 

@@ -10,25 +10,39 @@ live run claim, bumps the run revision once, writes one event and returns a type
     runner message ─decode_runner_call─▶ apply_runner_call(receipt, the runner's own claim)
       ─▶ apply_begin_run | apply_node_started | ...
       | apply_reserve_effect | apply_settle_effect | ... | apply_park | apply_finish
-    runner exit ─record_runner_exit─▶ recover_after_runner_exit (no-progress rule, effects)
+    runner exit ─close_runner_and_recover─▶ record_runner_exit + recover_after_runner_exit
+      (no-progress rule, effects)
     client control ─cancel_run | pause_run | resume_run | restart_run
 
 This package is the public surface; the functions live in its modules, which import one
-another by full path (``piwf.state.execution.core``), never through this facade:
+another by full path (``piwf.state.execution.core``), never through this facade. The stores
+each write their own tables and nothing else; the transitions hold no SQL and compose the
+stores (and ``leases``, ``records``, ``effects``, ``decisions``) into one guarded change:
 
 ==================  ======================================================================
-module              contents
+store               tables it writes (and the row type it reads them as)
 ==================  ======================================================================
-``core``            run/attempt rows, claim checks, :class:`RunLaunch`
-``runs``            runs and queue rows: creation, typed reads, display status
-``runners``         ``run_runners`` rows and ``runner_messages`` receipts
+``runs``            runs, run_sources, run_bindings, projects, workflow_definitions
+                    (:class:`~piwf.state.execution.runs.RunRow`, with the queue row)
+``queue``           run_queue; the scheduler's eligibility queries
+``attempts``        node_attempts, run_steps (``AttemptRow``)
+``requests``        interactive_requests (``RequestRow``)
+``updates``         workflow_updates, run_notifications
+``runners``         run_runners, runner_messages (``RunnerRecord``, ``RunnerReply``)
+==================  ======================================================================
+
+==================  ======================================================================
+transition          contents
+==================  ======================================================================
+``core``            run authority, the run change, :class:`RunLaunch`, closing a run
 ``calls``           one runner call decoded and applied under the runner's own claim
 ``visits``          :func:`read_saved_run`, begin, node started/finished/failed, updates,
                     notifications
 ``effects``         effect reservation and settlement
 ``outcomes``        interactive requests, park, finish
 ``control``         scheduling claim, cancel, pause, resume, restart
-``recovery``        recovery after a runner exit, no-progress and source-change parks
+``recovery``        a runner's end (exit row and run decision), no-progress and
+                    source-change parks
 ``answers``         answers to checkpoints and decisions, decision deadlines, audits
 ==================  ======================================================================
 
