@@ -60,6 +60,9 @@ from piwf.workflow.port import (
     UpdatePublished,
 )
 
+#: The answer to a repeat of a committed change (the in-memory port names no revision for it).
+_UNCHANGED: Adopted[Committed] = Adopted(Committed())
+
 
 @dataclass
 class EffectRecord:
@@ -242,7 +245,7 @@ class MemoryPort:
                 if (active.path, active.visit) != (message.path, message.visit):
                     return Conflict(f"visit {active.visit} of {active.path!r} is still active")
                 if message.attempt == active.attempt:
-                    return Adopted(Committed())
+                    return _UNCHANGED
                 if message.attempt < active.attempt:
                     return Conflict(f"attempt {message.attempt} is older than {active.attempt}")
             elif message.visit != run.visits.get(message.path, 0) + 1 or message.attempt != 1:
@@ -343,7 +346,7 @@ class MemoryPort:
             if record.status is EffectStatus.APPLYING and record.recovery is Recovery.IDEMPOTENT:
                 record.attempts += 1
                 self.messages.append(message)
-                return Adopted(Committed())
+                return _UNCHANGED
             record.status = EffectStatus.AMBIGUOUS
             return RecoveryRequired(f"effectAmbiguous: effect {record.key} may have applied")
 
@@ -358,9 +361,7 @@ class MemoryPort:
                     message.outcome.value,
                     message.result,
                 )
-                return (
-                    Adopted(Committed()) if same else Conflict(f"effect is {record.status.value}")
-                )
+                return _UNCHANGED if same else Conflict(f"effect is {record.status.value}")
             record.status = EffectStatus(message.outcome.value)
             record.result, record.error = message.result, message.error
             return self._accept(message)
@@ -385,11 +386,7 @@ class MemoryPort:
                 return run
             existing = self.notifications.get(message.notification_id)
             if existing is not None:
-                return (
-                    Adopted(Committed())
-                    if existing == message
-                    else Conflict("another notification")
-                )
+                return _UNCHANGED if existing == message else Conflict("another notification")
             self.notifications[message.notification_id] = message
             return self._accept(message)
 
@@ -404,11 +401,7 @@ class MemoryPort:
                 return active
             existing = self.requests.get(message.request_id)
             if existing is not None:
-                return (
-                    Adopted(Committed())
-                    if existing == message
-                    else Conflict("another request content")
-                )
+                return _UNCHANGED if existing == message else Conflict("another request content")
             self.requests[message.request_id] = message
             run.pending = PendingRequest(
                 message.request_id, message.path, message.visit, message.kind, message.content
@@ -445,9 +438,7 @@ class MemoryPort:
                 return Conflict(f"run {message.run_id} does not exist")
             if run.status.terminal:
                 same = (run.status, run.output) == (message.status, message.output)
-                return (
-                    Adopted(Committed()) if same else Conflict(f"run is already {run.status.value}")
-                )
+                return _UNCHANGED if same else Conflict(f"run is already {run.status.value}")
             run.status, run.output, run.error = message.status, message.output, message.error
             run.active, run.pending, run.park_reason = None, None, None
             return self._accept(message)
