@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from piwf.state import StateDatabase
+from piwf.state import StateDatabase, compaction
 from piwf.state import retention as rt
 from piwf.state.diagnostics import find_violations
 from tests.server.harness import ServerFactory, raw_client, wait_for
@@ -93,7 +93,7 @@ def test_a_kill_before_vacuum_keeps_the_committed_deletions(
         with db.read() as tx:
             completed_at = rt.read_status(tx).last_completed_at
         assert completed_at is not None, "the sweep completed before compaction"
-        assert rt.space(db).free_pages > 0, "free pages stay reusable without VACUUM"
+        assert compaction.space(db).free_pages > 0, "free pages stay reusable without VACUUM"
     survivor = servers.start(env={**FAST, **VACUUM_NOW})
     assert survivor.ready["ok"] is True
     with raw_client(survivor) as client:
