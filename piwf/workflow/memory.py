@@ -1,11 +1,14 @@
 """An in-memory :class:`~piwf.workflow.port.WorkflowPort` for tests and dry runs.
 
-It applies the same rules the server's store applies, minus persistence: one active visit per
-run, visit numbers that only grow, effects keyed by the engine's derived key with a request
-fingerprint check (same key + same request adopts, another request conflicts), an applying
-effect found again after a crash goes back to pending (idempotent) or becomes ambiguous
-(manual), and terminal runs accept nothing more. Test helpers create runs and restarts, answer
-requests (as a person or by a decision's timeout policy) and resolve ambiguous effects.
+It gives every port call the typed answer the server's execution store gives, minus
+persistence, claims and a scheduler (``tests/contract`` runs one suite on both to keep it so):
+one active visit per run, visit numbers that only grow, a retry attempt that follows the active
+one, effects keyed by the engine's derived key with a request fingerprint check (same key + same
+request adopts, another request conflicts), an effect applying under the active attempt is a
+conflict while one found by a later attempt (its runner died) runs again (idempotent) or becomes
+ambiguous (manual), equal repeats are adopted, and terminal runs accept nothing more. Test
+helpers create runs and restarts, answer requests (as a person, by a decision's timeout policy or
+by its deadline passing) and resolve ambiguous effects.
 
 Nothing here survives the process; a "crash" in a test is an exception that escapes
 :func:`~piwf.workflow.engine.execute` and leaves the port as the dead runner left it.
