@@ -11,7 +11,9 @@ import pytest
 from piwf.clock import FakeClock
 from piwf.state import StateDatabase
 
-from .ports import MemoryUnderTest, PortUnderTest, StoreUnderTest
+from .memory_side import MemoryUnderTest
+from .ports import PortUnderTest
+from .store_side import StoreUnderTest
 
 
 @pytest.fixture(params=["memory", "store"])
