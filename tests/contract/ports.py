@@ -71,13 +71,10 @@ from piwf.workflow.commands import RunCommand
 from piwf.workflow.compiler import CompiledWorkflow
 from piwf.workflow.context import CancellationSignal
 from piwf.workflow.engine import ExecutionResult, execute
+from tests.state.test_execution_support import Crash
 
 RUN = "run-1"
 M = TypeVar("M")
-
-
-class Crash(BaseException):
-    """Stands for the runner process dying: it escapes the engine like a kill would."""
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,11 @@ from piwf.workflow import (
     compute,
     define_workflow,
     idempotent_effect,
-    manual_effect,
     notify,
 )
 from piwf.workflow import port as p
 from piwf.workflow.engine import execute
+from tests.contract.workflows import CrashOnFirstCall, single_action
 
 from .test_execution_support import (
     LEASE_MS,
@@ -58,34 +58,6 @@ from .test_execution_support import (
     two_step,
     violations,
 )
-
-
-class CrashOnFirstCall:
-    """A node body that dies like a killed runner the first time it runs."""
-
-    def __init__(self, output: Any = None) -> None:
-        self.calls = 0
-        self.output = output
-
-    def __call__(self, ctx: Any) -> Any:
-        self.calls += 1
-        if self.calls == 1:
-            raise Crash("killed while running")
-        return self.output if self.output is not None else {"visit": ctx.visit}
-
-
-def single_action(body: Any, recovery: str = "idempotent") -> Any:
-    effect = (
-        idempotent_effect("svc.apply") if recovery == "idempotent" else manual_effect("svc.apply")
-    )
-    return compiled(
-        define_workflow(
-            name="single",
-            start_at="apply",
-            nodes={"apply": action(effect=effect, run=body)},
-            edges=[],
-        )
-    )
 
 
 def effect_of(db: StateDatabase, run_id: str) -> fx.Effect:
