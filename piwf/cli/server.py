@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
 
@@ -147,14 +146,14 @@ def server_run(
     Example:
       piwf server run --max-workers 2 --idle-exit 0
     """
-    # The one edge from the CLI into the server package (DESIGN.md §2): its entry point,
-    # imported by name when this command runs so that no other command loads the server.
+    # The one edge from the CLI into the server package (DESIGN.md §2, allowed by name in
+    # tests/unit/test_import_rules.py): its entry point, imported when this command runs so
+    # that no other command loads the server.
     try:
-        settings_module = importlib.import_module("piwf.server.settings")
-        settings = settings_module.ServerSettings.from_environment(
-            max_workers=max_workers, idle_exit_s=idle_exit_s
-        )
-        lifecycle = importlib.import_module("piwf.server.lifecycle")
+        from piwf.server.settings import ServerSettings
+
+        settings = ServerSettings.from_environment(max_workers=max_workers, idle_exit_s=idle_exit_s)
+        from piwf.server import lifecycle
     except (ImportError, ValueError) as error:
         message = f"the piwf server cannot start: {error}"
         _report_start_failure(ready_fd, message)

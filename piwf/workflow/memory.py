@@ -1,11 +1,14 @@
 """An in-memory :class:`~piwf.workflow.port.WorkflowPort` for tests and dry runs.
 
-It applies the same rules the server's store applies, minus persistence: one active visit per
-run, visit numbers that only grow, effects keyed by the engine's derived key with a request
-fingerprint check (same key + same request adopts, another request conflicts), an applying
-effect found again after a crash goes back to pending (idempotent) or becomes ambiguous
-(manual), and terminal runs accept nothing more. Test helpers create runs and restarts, answer
-requests (as a person or by a decision's timeout policy) and resolve ambiguous effects.
+It gives every port call the typed answer the server's execution store gives, minus
+persistence, claims and a scheduler (``tests/contract`` runs one suite on both to keep it so):
+one active visit per run, visit numbers that only grow, a retry attempt that follows the active
+one, effects keyed by the engine's derived key with a request fingerprint check (same key + same
+request adopts, another request conflicts), an effect applying under the active attempt is a
+conflict while one found by a later attempt (its runner died) runs again (idempotent) or becomes
+ambiguous (manual), equal repeats are adopted, and terminal runs accept nothing more. Test
+helpers create runs and restarts, answer requests (as a person, by a decision's timeout policy or
+by its deadline passing) and resolve ambiguous effects.
 
 Nothing here survives the process; a "crash" in a test is an exception that escapes
 :func:`~piwf.workflow.engine.execute` and leaves the port as the dead runner left it.
@@ -23,6 +26,7 @@ from piwf.lifecycle import (
     Adopted,
     AnsweredBy,
     Applied,
+    CommandKind,
     Conflict,
     EffectStatus,
     Lineage,
@@ -34,6 +38,7 @@ from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.context import CancellationSignal, Outcome
 from piwf.workflow.definition import WorkflowDefinition
 from piwf.workflow.engine import ExecutionResult, execute
+from piwf.workflow.identity import request_fingerprint
 from piwf.workflow.invoke import to_json
 from piwf.workflow.nodes import Recovery
 from piwf.workflow.port import (
@@ -80,6 +85,7 @@ class EffectRecord:
     result: JsonValue = None
     error: str | None = None
     attempts: int = 1
+    applying_attempt: int = 1  # the visit attempt whose action may be running right now
 
 
 @dataclass
@@ -109,6 +115,7 @@ class MemoryPort:
         self._runs: dict[str, _Run] = {}
         self.effects: dict[str, EffectRecord] = {}
         self.updates: dict[tuple[str, str, str], UpdatePublished] = {}
+        self._update_attempts: dict[tuple[str, str, str], ActiveVisit] = {}
         self.notifications: dict[str, NotificationRequested] = {}
         self.requests: dict[str, InteractionRequested] = {}
         self.rejections: list[AnswerRejected] = []
@@ -175,6 +182,22 @@ class MemoryPort:
                 request_id, policy["response"], answered_by=AnsweredBy.TIMEOUT_POLICY
             )
 
+    def expire_request(self, request_id: str) -> str:
+        """The decision's deadline passes unanswered; return the run id.
+
+        Its ``on_timeout`` default becomes the answer (``timeout_policy``); without a default the
+        request is closed ``expired`` and the visit ends ``timed_out``, as the server's deadline
+        pass does. Raises ``ValueError`` for a request without a deadline.
+        """
+        with self._lock:
+            request = self.requests.get(request_id)
+            policy = request.on_timeout if request is not None else None
+            if not isinstance(policy, Mapping) or "afterMs" not in policy:
+                raise ValueError(f"request {request_id} has no deadline")
+            if "response" in policy:
+                return self.answer_by_timeout_policy(request_id)
+            return self.answer(request_id, None, answered_by=AnsweredBy.EXPIRED)
+
     def resolve_effect(
         self,
         effect_key: str,
@@ -198,14 +221,19 @@ class MemoryPort:
     # The port -----------------------------------------------------------------------------
 
     def read_run(self, run_id: str) -> SavedRun | None:
-        """Return a snapshot of the saved run, or ``None``."""
+        """Return a snapshot of the saved run, or ``None``.
+
+        A run that has begun but opened no visit yet still reads ``queued`` (it is fresh, so a
+        start fits again after its runner died), as the server's store reads it.
+        """
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:
                 return None
+            begun_only = run.status is RunStatus.RUNNING and not run.visits
             return SavedRun(
                 run_id=run.run_id,
-                status=run.status,
+                status=RunStatus.QUEUED if begun_only else run.status,
                 input=run.input,
                 lineage=run.lineage,
                 parent_run_id=run.parent_run_id,
@@ -221,21 +249,36 @@ class MemoryPort:
             )
 
     def begin_run(self, message: RunBegun) -> PortResult:
-        """Mark the run running for the accepted command."""
+        """Mark the run running for a command that fits it (``Adopted`` when nothing is new).
+
+        Start and restart need a run of that lineage with no visit yet; resume and continue a
+        run that has one. Only an empty title is filled. The status change is the scheduler's
+        part on the server, so it does not count as something new here either.
+        """
         with self._lock:
             run = self._runs.get(message.run_id)
             if run is None or run.status.terminal:
                 return Conflict(f"run {message.run_id} is missing or terminal")
             if run.definition_digest not in (None, message.definition_digest):
                 return Conflict("definition digest differs from the run's")
+            command, fresh = message.command.value, not run.visits
+            if message.command in (CommandKind.START, CommandKind.RESTART):
+                restart = message.command is CommandKind.RESTART
+                if not fresh:
+                    return Conflict(f"{command}: run {run.run_id} has already executed")
+                if (run.lineage is Lineage.RESTART) is not restart:
+                    return Conflict(f"{command}: run {run.run_id} has another lineage")
+            elif fresh:
+                return Conflict(f"{command}: run {run.run_id} has not started")
             run.definition_digest = message.definition_digest
-            if message.title is not None:
-                run.title = message.title
             run.status, run.park_reason = RunStatus.RUNNING, None
+            if message.title is None or run.title is not None:
+                return _UNCHANGED
+            run.title = message.title
             return self._accept(message)
 
     def node_started(self, message: NodeStarted) -> PortResult:
-        """Open a visit, or the next attempt of the unfinished one."""
+        """Open a visit, or the next attempt of the unfinished one (not while it waits)."""
         with self._lock:
             run = self._running(message.run_id)
             if isinstance(run, Conflict):
@@ -246,8 +289,10 @@ class MemoryPort:
                     return Conflict(f"visit {active.visit} of {active.path!r} is still active")
                 if message.attempt == active.attempt:
                     return _UNCHANGED
-                if message.attempt < active.attempt:
-                    return Conflict(f"attempt {message.attempt} is older than {active.attempt}")
+                if message.attempt != active.attempt + 1:
+                    return Conflict(f"attempt {message.attempt} does not follow {active.attempt}")
+                if run.pending is not None:
+                    return Conflict(f"visit {active.visit} of {active.path!r} waits on a request")
             elif message.visit != run.visits.get(message.path, 0) + 1 or message.attempt != 1:
                 return Conflict(f"visit {message.visit} attempt {message.attempt} is not next")
             run.active = ActiveVisit(
@@ -261,12 +306,12 @@ class MemoryPort:
             return self._accept(message)
 
     def node_finished(self, message: NodeFinished) -> PortResult:
-        """Close the active visit ``ok`` (closing its answered request when named)."""
+        """Close the active attempt ``ok`` (closing its answered request, which it must name)."""
         with self._lock:
             run = self._running(message.run_id)
             if isinstance(run, Conflict):
                 return run
-            active = self._active(run, message.path, message.visit)
+            active = self._active(run, message.path, message.visit, message.attempt)
             if isinstance(active, Conflict):
                 return active
             pending = run.pending
@@ -280,12 +325,14 @@ class MemoryPort:
             return self._accept(message)
 
     def node_failed(self, message: NodeFailed) -> PortResult:
-        """Close the active visit with a failure outcome (dropping any open request)."""
+        """Close the active attempt with a failure outcome (dropping any open request)."""
         with self._lock:
             run = self._running(message.run_id)
             if isinstance(run, Conflict):
                 return run
-            active = self._active(run, message.path, message.visit)
+            if message.outcome is Outcome.OK:
+                return Conflict("outcome ok is not a failure")
+            active = self._active(run, message.path, message.visit, message.attempt)
             if isinstance(active, Conflict):
                 return active
             self._close_visit(run, active, message, message.outcome, None, message.error)
@@ -315,7 +362,12 @@ class MemoryPort:
         run.active, run.pending = None, None
 
     def reserve_effect(self, message: EffectReservation) -> PortResult:
-        """Reserve, adopt, refuse or send to recovery, by key and request fingerprint."""
+        """Reserve, adopt, refuse or send to recovery, by key and request fingerprint.
+
+        An effect still applying under the active attempt is a ``Conflict`` (its action may be
+        running); found by a later attempt (the runner died) it runs again (idempotent) or
+        becomes ambiguous (manual), as the server's recovery would have decided.
+        """
         with self._lock:
             run = self._running(message.run_id)
             if isinstance(run, Conflict):
@@ -323,6 +375,8 @@ class MemoryPort:
             active = self._active(run, message.path, message.visit)
             if isinstance(active, Conflict):
                 return active
+            if request_fingerprint(message.request) != message.request_fingerprint:
+                return Conflict("request fingerprint does not match the request")
             record = self.effects.get(message.effect_key)
             if record is None:
                 self.effects[message.effect_key] = EffectRecord(
@@ -334,25 +388,35 @@ class MemoryPort:
                     recovery=message.recovery,
                     request=message.request,
                     fingerprint=message.request_fingerprint,
+                    applying_attempt=active.attempt,
                 )
                 return self._accept(message)
-            if record.fingerprint != message.request_fingerprint:
+            if (record.fingerprint, record.recovery) != (
+                message.request_fingerprint,
+                message.recovery,
+            ):
                 return Conflict(f"managed effect key {record.key} was reused with another request")
             if record.status in (EffectStatus.APPLIED, EffectStatus.REJECTED):
                 outcome = EffectOutcome(record.status.value)
                 return Adopted(
                     Committed(settled=SettledEffect(outcome, record.result, record.error))
                 )
-            if record.status is EffectStatus.APPLYING and record.recovery is Recovery.IDEMPOTENT:
-                record.attempts += 1
-                self.messages.append(message)
-                return _UNCHANGED
-            record.status = EffectStatus.AMBIGUOUS
-            return RecoveryRequired(f"effectAmbiguous: effect {record.key} may have applied")
+            if record.status is EffectStatus.APPLYING:
+                if record.applying_attempt == active.attempt:
+                    return Conflict(f"effect {record.key} is applying under this attempt")
+                if record.recovery is Recovery.IDEMPOTENT:
+                    record.attempts += 1
+                    record.applying_attempt = active.attempt
+                    return _UNCHANGED
+                record.status = EffectStatus.AMBIGUOUS
+            return RecoveryRequired("effectAmbiguous")
 
     def settle_effect(self, message: EffectSettlement) -> PortResult:
-        """Settle the applying effect attempt."""
+        """Settle the applying effect attempt (a repeat of the same settlement is adopted)."""
         with self._lock:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
             record = self.effects.get(message.effect_key)
             if record is None or record.run_id != message.run_id:
                 return Conflict(f"effect {message.effect_key} is not reserved by this run")
@@ -367,19 +431,24 @@ class MemoryPort:
             return self._accept(message)
 
     def publish_update(self, message: UpdatePublished) -> PortResult:
-        """Keep the latest update per ``(run, type, key)``."""
+        """Keep the latest update per ``(run, type, key)``; the same data again is adopted."""
         with self._lock:
             run = self._running(message.run_id)
             if isinstance(run, Conflict):
                 return run
+            if not (1 <= len(message.update_type) <= 256 and 1 <= len(message.key) <= 256):
+                return Conflict("update type and key must have 1..256 characters")
             active = self._active(run, message.path, message.visit)
             if isinstance(active, Conflict):
                 return active
-            self.updates[(message.run_id, message.update_type, message.key)] = message
+            slot = (message.run_id, message.update_type, message.key)
+            if (self.updates.get(slot), self._update_attempts.get(slot)) == (message, active):
+                return _UNCHANGED
+            self.updates[slot], self._update_attempts[slot] = message, active
             return self._accept(message)
 
     def notify(self, message: NotificationRequested) -> PortResult:
-        """Store a notification once per stable id."""
+        """Store a notification of the active visit once per stable id."""
         with self._lock:
             run = self._running(message.run_id)
             if isinstance(run, Conflict):
@@ -387,11 +456,14 @@ class MemoryPort:
             existing = self.notifications.get(message.notification_id)
             if existing is not None:
                 return _UNCHANGED if existing == message else Conflict("another notification")
+            active = self._active(run, message.path, message.visit)
+            if isinstance(active, Conflict):
+                return active
             self.notifications[message.notification_id] = message
             return self._accept(message)
 
     def request_interaction(self, message: InteractionRequested) -> PortResult:
-        """Open the request of the active visit (adopting an identical repeat)."""
+        """Open the one request of the active visit (adopting an identical repeat)."""
         with self._lock:
             run = self._running(message.run_id)
             if isinstance(run, Conflict):
@@ -402,6 +474,8 @@ class MemoryPort:
             existing = self.requests.get(message.request_id)
             if existing is not None:
                 return _UNCHANGED if existing == message else Conflict("another request content")
+            if run.pending is not None:
+                return Conflict(f"visit already has request {run.pending.request_id}")
             self.requests[message.request_id] = message
             run.pending = PendingRequest(
                 message.request_id, message.path, message.visit, message.kind, message.content
@@ -409,29 +483,46 @@ class MemoryPort:
             return self._accept(message)
 
     def reject_answer(self, message: AnswerRejected) -> PortResult:
-        """Refuse the answer and reopen the same request."""
+        """Refuse the answer of an answered request and reopen it (a repeat is adopted)."""
         with self._lock:
-            run = self._runs.get(message.run_id)
-            pending = run.pending if run is not None else None
-            if run is None or pending is None or pending.request_id != message.request_id:
+            run = self._running(message.run_id)
+            if isinstance(run, Conflict):
+                return run
+            pending = run.pending
+            if pending is None or pending.request_id != message.request_id:
                 return Conflict(f"request {message.request_id} is not open")
+            if not pending.answered:
+                if self.rejections and self.rejections[-1] == message:
+                    return _UNCHANGED
+                return Conflict(f"request {message.request_id} has no answer to reject")
             run.pending = replace(pending, answered=False, answer=None, answered_by=None)
             self.rejections.append(message)
             return self._accept(message)
 
     def park(self, message: RunParked) -> PortResult:
-        """Park the run ``waiting`` or ``parked``."""
+        """Park the run ``waiting`` on its open request, or ``parked`` on an ambiguous effect."""
         with self._lock:
             run = self._running(message.run_id)
             if isinstance(run, Conflict):
                 return run
+            active = self._active(run, message.path, message.visit)
+            if isinstance(active, Conflict):
+                return active
             waiting = message.reason is ParkReason.WAITING
+            if waiting and (
+                run.pending is None or message.request_id not in (None, run.pending.request_id)
+            ):
+                return Conflict(f"visit {message.visit} of {message.path!r} has no open request")
+            if not waiting and not any(
+                record.status is EffectStatus.AMBIGUOUS for record in self.effects_of(run.run_id)
+            ):
+                return Conflict(f"run {run.run_id} has no ambiguous effect")
             run.status = RunStatus.WAITING if waiting else RunStatus.PARKED
             run.park_reason = message.reason
             return self._accept(message)
 
     def finish(self, message: RunFinished) -> PortResult:
-        """Give the run its terminal status."""
+        """Give the run its terminal status; an effect still applying becomes ambiguous."""
         with self._lock:
             run = self._runs.get(message.run_id)
             if run is None:
@@ -439,6 +530,13 @@ class MemoryPort:
             if run.status.terminal:
                 same = (run.status, run.output) == (message.status, message.output)
                 return _UNCHANGED if same else Conflict(f"run is already {run.status.value}")
+            if not message.status.terminal:
+                return Conflict(f"{message.status.value} is not a terminal status")
+            if message.status is RunStatus.COMPLETED and run.active is not None:
+                return Conflict(f"run {run.run_id} still has an active visit")
+            for record in self.effects_of(run.run_id):
+                if record.status is EffectStatus.APPLYING:
+                    record.status = EffectStatus.AMBIGUOUS
             run.status, run.output, run.error = message.status, message.output, message.error
             run.active, run.pending, run.park_reason = None, None, None
             return self._accept(message)
@@ -458,10 +556,14 @@ class MemoryPort:
         return run
 
     @staticmethod
-    def _active(run: _Run, path: str, visit: int) -> ActiveVisit | Conflict:
+    def _active(
+        run: _Run, path: str, visit: int, attempt: int | None = None
+    ) -> ActiveVisit | Conflict:
         active = run.active
         if active is None or (active.path, active.visit) != (path, visit):
             return Conflict(f"visit {visit} of {path!r} is not the active visit")
+        if attempt is not None and attempt != active.attempt:
+            return Conflict(f"attempt {attempt} is not the active attempt {active.attempt}")
         return active
 
     def _run_with_request(self, request_id: str) -> _Run:

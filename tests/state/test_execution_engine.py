@@ -1,8 +1,10 @@
-"""The real engine against the real execution store: runs, crashes, retries and effects.
+"""The server's side of a run on the real store: rows, claims, runners and recovery decisions.
 
-Each test drives :func:`piwf.workflow.engine.execute` through :class:`StorePort` (one
-``db.write()`` per port call, behind runner-message receipts) and plays the server's part in
-between: launch, runner exit, recovery decision, operator actions.
+What the engine sees through the port (outputs, steps, visits, effects, requests) is tested in
+the contract suite, ``tests/contract``, on this store and on the memory port alike. The tests
+here drive :func:`piwf.workflow.engine.execute` through :class:`StorePort` too, and check what
+only the store has: queue rows and failure codes, claims and generations, runner rows and their
+receipts, and what recovery decides after a runner exits.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from piwf.workflow import (
     compute,
     define_workflow,
     idempotent_effect,
-    manual_effect,
     notify,
 )
 from piwf.workflow import port as p
 from piwf.workflow.engine import execute
+from tests.contract.workflows import CrashOnFirstCall, single_action
 
 from .test_execution_support import (
     LEASE_MS,
@@ -51,34 +53,6 @@ from .test_execution_support import (
 )
 
 
-class CrashOnFirstCall:
-    """A node body that dies like a killed runner the first time it runs."""
-
-    def __init__(self, output: Any = None) -> None:
-        self.calls = 0
-        self.output = output
-
-    def __call__(self, ctx: Any) -> Any:
-        self.calls += 1
-        if self.calls == 1:
-            raise Crash("killed while running")
-        return self.output if self.output is not None else {"visit": ctx.visit}
-
-
-def single_action(body: Any, recovery: str = "idempotent") -> Any:
-    effect = (
-        idempotent_effect("svc.apply") if recovery == "idempotent" else manual_effect("svc.apply")
-    )
-    return compiled(
-        define_workflow(
-            name="single",
-            start_at="apply",
-            nodes={"apply": action(effect=effect, run=body)},
-            edges=[],
-        )
-    )
-
-
 def effect_of(db: StateDatabase, run_id: str) -> fx.Effect:
     with db.read() as tx:
         (effect,) = fx.list_effects(tx, f"run:{run_id}")
@@ -94,30 +68,19 @@ def effect_attempt_outcomes(db: StateDatabase, effect_id: str) -> list[str | Non
 
 
 # conformance: X1
-def test_a_two_node_run_completes_through_the_store(db: StateDatabase) -> None:
+def test_a_finished_run_leaves_its_rows_done_and_its_claim_free(db: StateDatabase) -> None:
     workflow = two_step()
     run_id = create(db, workflow, input={"who": "ada"})
     launched, store, result = run_once(db, workflow)
     assert launched.command is CommandKind.START
-    assert (result.status, result.output) == (p.RunStatus.COMPLETED, "HELLO ADA")
+    assert result.status is p.RunStatus.COMPLETED
     assert (run_status(db, run_id), queue_row(db, run_id)) == ("completed", ("done", None))
     assert claim_is_free(db, run_id)
     assert attempts(db, run_id) == [("greet", 1, 1, "completed"), ("shout", 1, 1, "completed")]
     with db.read() as tx:
-        saved = ex.read_saved_run(tx, run_id)
         runner = ex.list_runners(tx, run_id)[0]
-    assert saved is not None
-    assert saved.status is p.RunStatus.COMPLETED and saved.output == "HELLO ADA"
-    assert [(s.path, s.visit, s.attempt, s.outcome.value) for s in saved.steps] == [
-        ("greet", 1, 1, "ok"),
-        ("shout", 1, 1, "ok"),
-    ]
-    assert saved.steps[0].output == {"greeting": "hello ada"}
     assert runner.status is RunnerStatus.RUNNING
-    assert {reply.outcome for reply in store.replies} <= {
-        RunnerMessageOutcome.ACCEPTED,
-        RunnerMessageOutcome.ADOPTED,
-    }
+    assert {reply.outcome for reply in store.replies} == {RunnerMessageOutcome.ACCEPTED}
     assert violations(db) == []
 
 
@@ -135,7 +98,9 @@ def test_the_runner_of_a_finished_run_exits_and_recovery_changes_nothing(
 
 
 # conformance: X18
-def test_a_crash_retry_of_an_unfinished_visit_keeps_its_visit_number(db: StateDatabase) -> None:
+def test_a_crashed_visit_is_requeued_and_retried_by_the_next_generation(
+    db: StateDatabase,
+) -> None:
     body = CrashOnFirstCall({"done": True})
     workflow = compiled(
         define_workflow(
@@ -153,10 +118,6 @@ def test_a_crash_retry_of_an_unfinished_visit_keeps_its_visit_number(db: StateDa
     assert decided.decision is ex.RecoveryDecision.REQUEUED
     assert queue_row(db, run_id) == ("parked", "runnerCrashed")
     assert run_status(db, run_id) == "running"
-    with db.read() as tx:
-        saved = ex.read_saved_run(tx, run_id)
-    assert saved is not None and saved.active is not None
-    assert (saved.active.path, saved.active.visit, saved.active.attempt) == ("work", 1, 1)
     again, _, result = run_once(db, workflow)
     assert again.command is CommandKind.RESUME
     assert again.generation == launched.generation + 1
@@ -166,49 +127,12 @@ def test_a_crash_retry_of_an_unfinished_visit_keeps_its_visit_number(db: StateDa
         ("work", 1, 1, "interrupted"),
         ("work", 1, 2, "completed"),
     ]
-    assert body.calls == 2
-    assert violations(db) == []
-
-
-# conformance: X18
-def test_re_entering_a_node_gets_the_next_visit(db: StateDatabase) -> None:
-    workflow = compiled(
-        define_workflow(
-            name="loop",
-            start_at="count",
-            nodes={
-                "count": compute(lambda ctx: {"n": ctx.visit}),
-                "again": compute(lambda ctx: {"again": ctx.outputs["count"]["n"] < 3}),
-                "end": compute(lambda ctx: ctx.outputs["count"]),
-            },
-            edges=[
-                {"from": "count", "to": "again"},
-                {
-                    "from": "again",
-                    "switch": {"on": "$output.again", "cases": {"true": "count", "false": "end"}},
-                },
-            ],
-        )
-    )
-    run_id = create(db, workflow)
-    _, _, result = run_once(db, workflow)
-    assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"n": 3})
-    counted = [row for row in attempts(db, run_id) if row[0] == "count"]
-    assert counted == [
-        ("count", 1, 1, "completed"),
-        ("count", 2, 1, "completed"),
-        ("count", 3, 1, "completed"),
-    ]
-    with db.read() as tx:
-        saved = ex.read_saved_run(tx, run_id)
-    assert saved is not None and saved.visits["count"] == 3
     assert violations(db) == []
 
 
 # conformance: X7
-def test_an_interrupted_idempotent_effect_is_retried_under_its_key(db: StateDatabase) -> None:
-    body = CrashOnFirstCall({"deployed": True})
-    workflow = single_action(body)
+def test_recovery_returns_an_interrupted_idempotent_effect_to_pending(db: StateDatabase) -> None:
+    workflow = single_action(CrashOnFirstCall({"deployed": True}))
     run_id = create(db, workflow)
     launched = launch(db)
     with pytest.raises(Crash):
@@ -217,21 +141,17 @@ def test_an_interrupted_idempotent_effect_is_retried_under_its_key(db: StateData
     decided = exit_and_recover(db, launched)
     assert decided.decision is ex.RecoveryDecision.REQUEUED
     assert effect_of(db, run_id).status is EffectStatus.PENDING
-    _, store, result = run_once(db, workflow)
-    assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"deployed": True})
+    _, _, result = run_once(db, workflow)
+    assert result.status is p.RunStatus.COMPLETED
     effect = effect_of(db, run_id)
     assert (effect.status, effect.attempt_count) == (EffectStatus.APPLIED, 2)
     assert effect_attempt_outcomes(db, effect.effect_id) == ["interrupted", "applied"]
-    reserve = [r for r in store.replies if isinstance(r.result, Adopted)]
-    assert reserve and reserve[0].result == Adopted(p.Committed(reserve[0].revision))
-    assert body.calls == 2
     assert violations(db) == []
 
 
 # conformance: X7
-def test_an_interrupted_manual_effect_parks_the_run_ambiguous(db: StateDatabase) -> None:
-    body = CrashOnFirstCall({"deployed": True})
-    workflow = single_action(body, recovery="manual")
+def test_recovery_parks_a_run_whose_manual_effect_was_interrupted(db: StateDatabase) -> None:
+    workflow = single_action(CrashOnFirstCall({"deployed": True}), recovery="manual")
     run_id = create(db, workflow)
     launched = launch(db)
     with pytest.raises(Crash):
@@ -245,14 +165,11 @@ def test_an_interrupted_manual_effect_parks_the_run_ambiguous(db: StateDatabase)
         assert ex.claim_next_run(tx, owner_id="server-a", lease_ms=LEASE_MS) is None
         refused = ex.resume_run(tx, run_id, actor=OPERATOR)
     assert refused == RecoveryRequired("effectAmbiguous")
-    # The operator saw the deployment happen: the effect is applied and the run resumes.
     with db.write() as tx:
         fx.resolve_ambiguous(tx, effect.effect_id, resolution="applied", actor=OPERATOR)
     with db.write() as tx:
         assert isinstance(ex.resume_run(tx, run_id, actor=OPERATOR), Applied)
-    _, _, result = run_once(db, workflow)
-    assert result.status is p.RunStatus.COMPLETED
-    assert body.calls == 1
+    assert queue_row(db, run_id) == ("parked", None)
     assert violations(db) == []
 
 
@@ -294,34 +211,6 @@ def test_a_new_generation_finding_a_manual_effect_applying_parks_it(
 def launched_epoch(db: StateDatabase, launched: ex.RunLaunch) -> str:
     with db.read() as tx:
         return ex.list_runners(tx, launched.run_id)[-1].runner_epoch
-
-
-def test_a_settled_effect_is_adopted_and_the_action_does_not_run_again(db: StateDatabase) -> None:
-    calls: list[int] = []
-
-    def deploy(ctx: Any) -> Any:
-        calls.append(ctx.attempt)
-        return {"receipt": "r-1"}
-
-    workflow = single_action(deploy)
-    run_id = create(db, workflow)
-    launched = launch(db)
-    store = StorePort(db, launched)
-    store.crash_after = p.EffectSettlement
-    with pytest.raises(Crash):
-        execute(command_for(launched), workflow, store)
-    assert exit_and_recover(db, launched).decision is ex.RecoveryDecision.REQUEUED
-    _, again, result = run_once(db, workflow)
-    assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"receipt": "r-1"})
-    assert calls == [1]
-    adopted = [
-        r.result for r in again.replies if isinstance(r.result, Adopted) and r.result.value.settled
-    ]
-    assert adopted and adopted[0].value.settled == p.SettledEffect(
-        p.EffectOutcome.APPLIED, {"receipt": "r-1"}
-    )
-    assert effect_of(db, run_id).attempt_count == 1
-    assert violations(db) == []
 
 
 # conformance: X9
@@ -398,16 +287,10 @@ def test_a_checkpoint_parks_the_run_waiting_and_releases_the_claim(db: StateData
     )
     run_id = create(db, workflow)
     launched, _, result = run_once(db, workflow)
-    assert (result.status, result.park_reason) == (p.RunStatus.WAITING, p.ParkReason.WAITING)
+    assert result.status is p.RunStatus.WAITING
     assert (run_status(db, run_id), queue_row(db, run_id)) == ("waiting", ("parked", None))
     assert claim_is_free(db, run_id)
-    with db.read() as tx:
-        saved = ex.read_saved_run(tx, run_id)
-        notes = tx.all("SELECT kind, node_path FROM run_notifications WHERE run_id = ?", (run_id,))
-    assert saved is not None and saved.pending is not None
-    assert (saved.pending.kind, saved.pending.answered) == (p.InteractionKind.CHECKPOINT, False)
-    assert saved.pending.content == {"summary": "ready?", "content": None}
-    assert [tuple(row) for row in notes] == [("progress", "note")]
+    assert attempts(db, run_id) == [("note", 1, 1, "completed"), ("gate", 1, 1, "waiting")]
     assert (
         exit_and_recover(db, launched, RunnerStatus.EXITED).decision
         is ex.RecoveryDecision.UNCHANGED
@@ -417,7 +300,9 @@ def test_a_checkpoint_parks_the_run_waiting_and_releases_the_claim(db: StateData
     assert violations(db) == []
 
 
-def test_an_answered_request_is_consumed_by_a_resume(db: StateDatabase) -> None:
+def test_recovery_makes_a_run_that_died_before_parking_wait_for_its_answer(
+    db: StateDatabase,
+) -> None:
     workflow = compiled(
         define_workflow(
             name="gate",
@@ -438,6 +323,7 @@ def test_an_answered_request_is_consumed_by_a_resume(db: StateDatabase) -> None:
     # The request committed but the run never parked: recovery makes it wait for its answer.
     assert exit_and_recover(db, launched).decision is ex.RecoveryDecision.WAITING
     assert (run_status(db, run_id), queue_row(db, run_id)) == ("waiting", ("parked", None))
+    assert claim_is_free(db, run_id)
     # The answer makes the run claimable again (running, parked, available now).
     with db.write() as tx:
         request_id = tx.scalar(
@@ -454,7 +340,7 @@ def test_an_answered_request_is_consumed_by_a_resume(db: StateDatabase) -> None:
     assert isinstance(answered, Applied) and answered.value.outcome is SubmissionOutcome.WON
     assert (run_status(db, run_id), queue_row(db, run_id)) == ("running", ("parked", None))
     _, _, result = run_once(db, workflow)
-    assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"ok": True})
+    assert result.status is p.RunStatus.COMPLETED
     with db.read() as tx:
         status = tx.scalar("SELECT status FROM interactive_requests WHERE run_id = ?", (run_id,))
     assert status == "settled"

@@ -80,10 +80,24 @@ def create(
 
 def launch(db: StateDatabase, *, owner: str = SERVER_ID, ready: bool = True) -> ex.RunLaunch:
     """Claim the next run and record its runner up to ``ready`` (as the server does)."""
+    launched = launch_if_runnable(db, owner=owner, ready=ready)
+    assert launched is not None, "nothing was claimable"
+    return launched
+
+
+def launch_if_runnable(
+    db: StateDatabase,
+    *,
+    owner: str = SERVER_ID,
+    ready: bool = True,
+    exclude: tuple[str, ...] = (),
+) -> ex.RunLaunch | None:
+    """Like :func:`launch`, but None when the scheduler would start nothing (``exclude`` aside)."""
     epoch = f"runner-{next(_RUNNER_EPOCHS)}"
     with db.write() as tx:
-        claimed = ex.claim_next_run(tx, owner_id=owner, lease_ms=LEASE_MS)
-        assert claimed is not None, "nothing was claimable"
+        claimed = ex.claim_next_run(tx, owner_id=owner, lease_ms=LEASE_MS, exclude=exclude)
+        if claimed is None:
+            return None
         envelope = {"runId": claimed.run_id, "generation": claimed.generation, "epoch": epoch}
         recorded = ex.record_runner_launch(
             tx,
