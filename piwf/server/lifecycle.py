@@ -40,10 +40,10 @@ from piwf.server.listener import bind_listener, check_socket_path
 from piwf.server.lock import InstanceLock
 from piwf.server.loop import ClientListener, EventLoop
 from piwf.server.maintenance import RetentionSettings, RetentionSweeper
+from piwf.server.recovery import recover_previous_server
 from piwf.server.resources.reconciler import Reconciler, ReconcileSettings
 from piwf.server.runs.answers import DecisionDeadlines
 from piwf.server.runs.pool import ExecutionSettings, Executor
-from piwf.server.runs.recovery import recover_previous_server
 from piwf.server.server_log import server_log_handler
 from piwf.server.settings import ServerSettings
 from piwf.state import StateDatabase

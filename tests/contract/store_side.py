@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from piwf.state.results import Applied as StateApplied
+from piwf.lifecycle import Applied as StateApplied
 
 from piwf.canonical import JsonValue
 from piwf.clock import FakeClock

@@ -126,7 +126,7 @@ def test_a_crash_retry_of_an_idempotent_effect_runs_again_under_the_same_key(
     assert attempts(subject, "apply") == [(1, 1), (1, 2)]
     # The retry's reservation found the unsettled effect: adopted, nothing settled to reuse.
     retried = subject.results(p.EffectReservation)[1]
-    assert isinstance(retried, p.Adopted) and retried.settled is None
+    assert isinstance(retried, p.Adopted) and retried.value.settled is None
     assert body.calls == 2
 
 
@@ -147,7 +147,7 @@ def test_a_settled_effect_is_adopted_and_its_action_does_not_run_again(
     assert calls == [1]
     second = subject.results(p.EffectReservation)[1]
     assert isinstance(second, p.Adopted)
-    assert second.settled == p.SettledEffect(p.EffectOutcome.APPLIED, {"receipt": "r-1"})
+    assert second.value.settled == p.SettledEffect(p.EffectOutcome.APPLIED, {"receipt": "r-1"})
     assert subject.effect() == _view(KEY, "applied", 1, {"receipt": "r-1"})
     assert [(m.visit, m.attempt) for m in subject.sent(p.NodeFinished)] == [(1, 2)]
 
@@ -166,8 +166,8 @@ def test_a_rejected_settlement_is_adopted_as_the_same_failure(subject: PortUnder
     assert (result.status, result.error) == (p.RunStatus.FAILED, "PermissionError: denied")
     assert calls == [1]
     second = subject.results(p.EffectReservation)[1]
-    assert isinstance(second, p.Adopted) and second.settled is not None
-    assert (second.settled.outcome, second.settled.error) == (
+    assert isinstance(second, p.Adopted) and second.value.settled is not None
+    assert (second.value.settled.outcome, second.value.settled.error) == (
         p.EffectOutcome.REJECTED,
         "PermissionError: denied",
     )

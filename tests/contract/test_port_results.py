@@ -301,7 +301,7 @@ def test_settlements_adopt_repeats_and_an_ambiguous_effect_needs_an_operator(
         ) == ["Conflict", "Applied", "Adopted", "Conflict", "Conflict"]
         adopted = port.reserve_effect(reservation({"a": 1}))
         assert isinstance(adopted, p.Adopted)
-        assert adopted.settled == p.SettledEffect(p.EffectOutcome.APPLIED, {"id": 7})
+        assert adopted.value.settled == p.SettledEffect(p.EffectOutcome.APPLIED, {"id": 7})
         assert kinds(
             port.reserve_effect(manual),
             port.settle_effect(uncertain),

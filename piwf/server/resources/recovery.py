@@ -1,7 +1,7 @@
 """Startup recovery of the reconciles a killed server left behind.
 
 Runs once, after this server took its epoch and before it listens (called from
-:func:`piwf.server.runs.recovery.recover_previous_server`):
+:func:`piwf.server.recovery.recover_previous_server`):
 
 1. end the reconcile claims the previous server held (it is proven dead);
 2. for every resource-runner row still live from an older epoch, kill its process group if that

@@ -193,7 +193,7 @@ class Executor:
         then recovers the run. A run marked executing that no child of this server executes is
         recovered here at once: a live runner row left behind is closed ``orphaned`` (its exact
         process killed if it still runs) and the run is decided from its effects under a new
-        claim, exactly as :func:`~piwf.server.runs.recovery.recover_previous_server` does at
+        claim, exactly as :func:`~piwf.server.recovery.recover_previous_server` does at
         startup. Claim loss to a newer generation stays a handoff: recovery changes nothing
         for a run another owner holds.
         """

@@ -1,40 +1,10 @@
-"""Startup recovery of what the previous server left behind (seed 001 "Recovery").
+"""Startup recovery of the runs a previous server left behind (steps 2 to 6 of seed 001
+"Recovery"; :mod:`piwf.server.recovery` lists all twelve and runs this before the reconciles).
 
-The seed's twelve steps, in order, and where piwf does each:
-
-1. *take the global server epoch*: :func:`piwf.server.lifecycle.run_server` takes the
-   single-instance lock, then ``epoch + 1`` in ``server_state`` (fault ``server.after_epoch``);
-   every later command and runner transaction checks that epoch.
-2. *reap runner records that match an exact stale process identity*: below, every runner row
-   still live from an older epoch; its process group is killed only if that exact process
-   (start identity, never a bare pid) still runs, and the row is closed ``orphaned``.
-3. *find expired running runs and active attempts*: below, the previous server's claims end
-   (it is proven dead: this server holds the lock), and runs it claimed but never launched are
-   found by ``expired_running_runs``.
-4. *read managed effect state before deciding whether work may repeat*, 5. *park uncertain
-   effects for review*, 6. *make pure and settled work claimable*: each run goes through
-   ``recover_after_runner_exit``, one transaction per run: an ``applying`` idempotent effect
-   returns to ``pending``, an ``applying`` manual one becomes ``ambiguous`` and parks the run
-   ``effectAmbiguous``; otherwise the run is claimable from its last committed boundary (a
-   pure compute visit may run again). An ``orphaned`` runner counts no crash.
-7. *restore pending requests, decisions and scheduled resource work*: requests and decisions
-   are rows that survive as they are (a run with a pending request is ``waiting``); the
-   :class:`~piwf.server.runs.answers.DecisionDeadlines` pass runs right after startup, so a deadline
-   that passed while no server ran is settled at once; resource reconciles of the dead server
-   are recovered by :mod:`piwf.server.resources.recovery` and due queue rows are admitted by
-   the scheduler.
-8. *supervised timeout recovery of interactive requests during a reported model turn*: piwf
-   has no sessions or model turns yet; waiting and server downtime consume no node timeout.
-9. *resume provisional validating submissions in a new supervised child*: an answer commits
-   with its request ``answered`` and the run eligible, so the next runner child consumes and
-   (for an agent node) validates it; the server never runs ``validate``.
-10., 11. *branch reports and model turns*: no sessions yet; nothing to wait for.
-12. *request a retention sweep once idle*: ``run_server`` calls
-    :meth:`~piwf.server.maintenance.RetentionSweeper.request` after recovery.
-
-Claim loss is a handoff, never a failure: the old owner writes nothing after it. Recovery is
-idempotent: a crash half-way (fault ``recovery.after_each_fix``) leaves rows the next start
-recovers the same way.
+Every runner row still live from an older epoch is closed ``orphaned`` (its process group
+killed only if that exact process still runs) and its run decided from its effects and
+requests; then the runs the previous server claimed but never launched. Idempotent: a crash
+half-way (fault ``recovery.after_each_fix``) leaves rows the next start recovers the same way.
 """
 
 from __future__ import annotations
@@ -44,7 +14,6 @@ import logging
 from piwf import faults
 from piwf.errors import PiwfError
 from piwf.processes import is_alive, kill_orphan_groups
-from piwf.server.resources.recovery import recover_reconciles
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, OwnerType, RunnerStatus
@@ -54,7 +23,7 @@ from piwf.state.records import Actor
 log = logging.getLogger("piwf.server")
 
 
-def recover_previous_server(
+def recover_runs(
     db: StateDatabase,
     *,
     epoch: int,
@@ -62,7 +31,7 @@ def recover_previous_server(
     owner_id: str,
     lease_ms: int,
 ) -> int:
-    """Recover runners of older epochs; return how many runner rows were closed."""
+    """Recover the runners and runs of older epochs; return how many were closed or decided."""
     if previous_server_id is not None:
         with db.write() as tx:
             expired = expire_claims_of(tx, OwnerType.SERVER, previous_server_id)
@@ -115,11 +84,4 @@ def recover_previous_server(
                 )
         except PiwfError as error:
             log.warning("recovery: run %s was not recovered: %s", run_id, error)
-    reconciles = recover_reconciles(
-        db,
-        epoch=epoch,
-        previous_server_id=previous_server_id,
-        owner_id=owner_id,
-        lease_ms=lease_ms,
-    )
-    return len(orphans) + len(stranded) + reconciles
+    return len(orphans) + len(stranded)
