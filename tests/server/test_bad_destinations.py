@@ -26,7 +26,7 @@ import pytest
 from piwf.client import Client
 from piwf.errors import BackupFailedError
 from piwf.state import StateDatabase
-from tests.server.harness import ServerFactory, ServerProcess, raw_client
+from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.mounts import tmpfs
 
 PIWF = Path(sys.executable).parent / "piwf"
@@ -90,6 +90,13 @@ def completed_run(server: ServerProcess) -> tuple[str, int]:
         assert finished.receipt is not None and finished.receipt["run"]["status"] == "completed"
     with StateDatabase(server.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
         cutoff = int(tx.scalar("SELECT max(finished_at) FROM runs")) + 1
+    # The run is terminal before its runner row closes (the child exits after it finished):
+    # until then retention protects the tree. Wait until a prune would really take it.
+    with Client(server.home, autostart=False) as client:
+        wait_for(
+            lambda: client.prune_preview(cutoff).tree_count == 1,
+            what="the finished run's tree to be prunable",
+        )
     return run_id, cutoff
 
 
