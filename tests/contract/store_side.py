@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from piwf.lifecycle import Applied as StateApplied
-
 from piwf.canonical import JsonValue
 from piwf.clock import FakeClock
+from piwf.lifecycle import Applied as StateApplied
 from piwf.state import StateDatabase, blobs
 from piwf.state import effects as fx
 from piwf.state import execution as ex
