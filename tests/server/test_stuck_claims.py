@@ -149,4 +149,3 @@ def test_sigstop_past_the_run_lease_under_load_converges_without_a_restart(
     # committed after it (its clock reading is older than the commit) is a race of the test;
     # tests/server/test_epoch_loss.py proves the re-take itself.
     assert sorted(set(sink.read_text().split())) == sorted(str(n) for n in range(RUNS))
-

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError
+from piwf.processes import ChildKind
 from piwf.protocol.resource_v1 import (
     PAYLOADS,
     ChildFrame,
@@ -44,7 +45,7 @@ from piwf.protocol.resource_v1 import (
     WorkflowEnsure,
 )
 from piwf.server.children.link import ChildLink
-from piwf.server.children.supervisor import ChildHandle, Supervisor
+from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.resources.calls import apply_call, conflict_code
 from piwf.state import Conflict, StateDatabase
@@ -56,8 +57,6 @@ from piwf.state.resources import runners as runners
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 
 log = logging.getLogger("piwf.server")
-
-RESOURCE_RUNNER_MODULE = "piwf.runner.resource_runner"
 
 
 @dataclass(frozen=True)
@@ -229,10 +228,12 @@ class Reconciler:
         )
         project = launch.project_path
         handle = self.supervisor.start(
-            reconcile_id,
-            RESOURCE_RUNNER_MODULE,
-            cwd=Path(project) if project else None,
-            on_exit=lambda finished: self._exited(active, finished),
+            ChildSpec(
+                reconcile_id,
+                ChildKind.RESOURCE_RUNNER,
+                cwd=Path(project) if project else None,
+                on_exit=lambda finished: self._exited(active, finished),
+            )
         )
         active.handle = handle
         try:

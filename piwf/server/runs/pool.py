@@ -42,11 +42,11 @@ from pydantic import ValidationError
 from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
-from piwf.processes import is_alive
+from piwf.processes import ChildKind, is_alive
 from piwf.protocol import content
 from piwf.protocol.runner_v1 import CallResponse, ChildMessage, Command, Launch
 from piwf.server.children.pipes import PipeClosedError, PipeOverflowError
-from piwf.server.children.supervisor import ChildHandle, Supervisor
+from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.failures import RetryDelay, retry_later
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.content_transfer import ContentTransfer
@@ -69,7 +69,6 @@ from piwf.workflow.port_codec import result_to_json, to_json
 
 log = logging.getLogger("piwf.server")
 
-RUNNER_MODULE = "piwf.runner.workflow_runner"
 #: How long past a node's deadline the server waits for the engine's own timeout before it
 #: kills the child.
 DEADLINE_GRACE_S = 2.0
@@ -136,7 +135,7 @@ class Executor:
         db: StateDatabase,
         loop: EventLoop,
         server_claim: Callable[[], ServerClaim],
-        log_dir: Path,
+        supervisor: Supervisor,
         settings: ExecutionSettings,
         run_changed: Callable[[str], None],
     ) -> None:
@@ -147,7 +146,7 @@ class Executor:
         self.run_changed = run_changed
         #: Called after every runner exit (the server asks for a retention sweep there).
         self.on_runner_exit: Callable[[], None] = lambda: None
-        self.supervisor = Supervisor(loop, log_dir)
+        self.supervisor = supervisor
         self.active: dict[str, ActiveRun] = {}
         #: The resource reconciles sharing this pool's capacity (set by the lifecycle).
         self.reconciler: ReconcileAdmission | None = None
@@ -156,7 +155,6 @@ class Executor:
         loop.every(settings.poll_s, self.schedule)
         loop.every(settings.poll_s, self.rescue_stranded_runs)
         loop.every(settings.renew_s, self.renew_claims)
-        loop.every(0.25, self.supervisor.poll)
 
     @property
     def owner_id(self) -> str:
@@ -346,10 +344,12 @@ class Executor:
         project = envelope.project_path
         try:
             handle = self.supervisor.start(
-                runner_epoch,
-                RUNNER_MODULE,
-                cwd=Path(project) if project else None,
-                on_exit=lambda finished: self._exited(active, finished),
+                ChildSpec(
+                    runner_epoch,
+                    ChildKind.WORKFLOW_RUNNER,
+                    cwd=Path(project) if project else None,
+                    on_exit=lambda finished: self._exited(active, finished),
+                )
             )
         except OSError as error:
             # No child: the slot is freed and the claimed run waits for its claim to expire.

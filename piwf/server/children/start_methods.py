@@ -1,0 +1,231 @@
+"""How child processes start: one ``multiprocessing`` context, ``forkserver`` or ``spawn``.
+
+``forkserver`` (the default where the platform has it, Linux) starts one fork server, a fresh
+interpreter that imports :data:`~piwf.processes.FORKSERVER_PRELOAD` once, never opens SQLite and
+runs no thread, and forks each child from it in a few milliseconds: spawn's guarantees (no
+descriptor, lock or connection of the server is ever inherited) at a fork's cost. ``spawn``
+(``PIWF_START_METHOD=spawn``, and the default elsewhere) starts a fresh interpreter per child.
+Either way the ``Process`` target is :func:`~piwf.processes.enter_child` with plain values and
+connections as its arguments; nothing else is pickled.
+
+The standard library's helpers, the fork server and the resource tracker, are children of the
+server in its process group. They end with it: the fork server at end-of-file on its "alive"
+pipe, whose only other holders, the forked children, close their copies first thing
+(:mod:`piwf.runner.bootstrap`); the resource tracker once the server, the fork server and the
+children have all closed its pipe. Their standard output and error (and a child's, before its
+first act moves its own) go to one descriptor the supervisor captures (``helpers.log``).
+
+``Process.start()`` blocks until the fork server has forked (it reads the child's pid), so it
+runs under a deadline (:data:`START_TIMEOUT_S`): a fork server that does not answer (stopped,
+wedged) costs one failed start, not the server's loop, and is replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from enum import Enum
+from multiprocessing import forkserver, resource_tracker
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+import psutil
+
+from piwf.processes import FORKSERVER_PRELOAD, enter_child
+
+#: The longest a start may take: well above a fork server's first imports on a loaded machine,
+#: far below the leases a stalled loop would put at risk.
+START_TIMEOUT_S = 5.0
+_FORKSERVER_COMMAND = "from multiprocessing.forkserver import main"
+#: How long a killed fork server may take to be dead.
+_REPLACE_WAIT_S = 1.0
+
+
+class StartMethod(str, Enum):
+    """How children start (``PIWF_START_METHOD``)."""
+
+    FORKSERVER = "forkserver"
+    SPAWN = "spawn"
+
+
+def default_start_method() -> StartMethod:
+    """``forkserver`` on Linux, where it has been tested and is cheapest; ``spawn`` elsewhere."""
+    if sys.platform.startswith("linux") and "forkserver" in multiprocessing.get_all_start_methods():
+        return StartMethod.FORKSERVER
+    return StartMethod.SPAWN
+
+
+def start_method_from(text: str) -> StartMethod:
+    """The start method named by ``text``; raise ``ValueError`` saying what to set instead when
+    it is unknown or this platform lacks it."""
+    names = ", ".join(method.value for method in StartMethod)
+    try:
+        method = StartMethod(text)
+    except ValueError:
+        raise ValueError(f"PIWF_START_METHOD must be one of {names}, not {text!r}") from None
+    if method.value not in multiprocessing.get_all_start_methods():
+        raise ValueError(
+            f"PIWF_START_METHOD={method.value} is not available on this platform;"
+            f" set PIWF_START_METHOD={StartMethod.SPAWN.value}"
+        )
+    return method
+
+
+class ChildStartError(OSError):
+    """A child could not be started; nothing of it runs (its descriptors are the caller's)."""
+
+
+class ChildStarter:
+    """Starts children through one ``multiprocessing`` context.
+
+    ``helpers_output`` is the descriptor the standard library's helper processes get as their
+    standard output and error (see the module docstring); None leaves them the server's.
+    """
+
+    def __init__(self, method: StartMethod, helpers_output: int | None = None) -> None:
+        self.method = method
+        self.context: ForkServerContext | SpawnContext = (
+            multiprocessing.get_context("forkserver")
+            if method is StartMethod.FORKSERVER
+            else multiprocessing.get_context("spawn")
+        )
+        self.helpers_output = helpers_output
+        if method is StartMethod.FORKSERVER:
+            forkserver.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+
+    def start_helpers(self) -> None:
+        """Start the resource tracker and, with ``forkserver``, the fork server now, so the
+        first child does not wait for their imports (they run while the server serves)."""
+        with self._helpers_streams():
+            resource_tracker.ensure_running()
+            if self.method is StartMethod.FORKSERVER:
+                forkserver.ensure_running()
+
+    def start(
+        self,
+        *,
+        name: str,
+        kind: str,
+        directory: str,
+        environment: dict[str, str | None],
+        connections: tuple[Connection, Connection, Connection],
+    ) -> BaseProcess:
+        """Start one child: ``enter_child(kind, *connections, directory, environment)``.
+
+        ``connections`` are the child's ends of its channel and of its stdout and stderr pipes
+        (the child holds its own copies once this returns). Raises :class:`ChildStartError`.
+        """
+        channel, stdout, stderr = connections
+        process = self.context.Process(
+            target=enter_child,
+            args=(kind, channel, stdout, stderr, directory, environment),
+            name=name,
+        )
+        try:
+            with self._helpers_streams(), _deadline(START_TIMEOUT_S):
+                process.start()
+        except _StartTimeoutError:
+            self._replace_fork_server()
+            raise ChildStartError(
+                errno.ETIMEDOUT, f"the child did not start in {START_TIMEOUT_S:g} s"
+            ) from None
+        except EOFError:  # the fork server ended while it was asked for this child
+            raise ChildStartError(errno.EPIPE, "the fork server went away") from None
+        except OSError as error:
+            raise ChildStartError(error.errno or errno.EIO, error.strerror or "") from None
+        except ValueError as error:  # too many descriptors to pass, a closed connection
+            raise ChildStartError(errno.EINVAL, str(error)) from None
+        return process
+
+    @contextlib.contextmanager
+    def _helpers_streams(self) -> Iterator[None]:
+        """Point descriptors 1 and 2 at :attr:`helpers_output` while a helper may be started
+        (the server's loop is its only thread, so nothing else writes there meanwhile)."""
+        if self.helpers_output is None:
+            yield
+            return
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        saved = [_dup_or_none(1), _dup_or_none(2)]
+        try:
+            os.dup2(self.helpers_output, 1)
+            os.dup2(self.helpers_output, 2)
+            yield
+        finally:
+            for target, copy in zip((1, 2), saved, strict=True):
+                if copy is None:
+                    with contextlib.suppress(OSError):
+                        os.close(target)
+                else:
+                    os.dup2(copy, target)
+                    os.close(copy)
+
+    def _replace_fork_server(self) -> None:
+        """Kill the fork server that did not answer and wait (bounded) until it is dead, so the
+        next start finds it gone and launches a new one.
+
+        It is not reaped here: ``forkserver.ensure_running`` reaps it itself, and fails on a
+        fork server someone else reaped.
+        """
+        if self.method is not StartMethod.FORKSERVER:
+            return
+        killed = []
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process().children():
+                with contextlib.suppress(psutil.Error):
+                    if any(_FORKSERVER_COMMAND in part for part in child.cmdline()):
+                        child.kill()
+                        killed.append(child)
+        deadline = time.monotonic() + _REPLACE_WAIT_S
+        while killed and time.monotonic() < deadline:
+            killed = [child for child in killed if not _is_zombie_or_gone(child)]
+            if killed:
+                time.sleep(0.01)  # a bounded poll of a process that must not be reaped here
+
+
+class _StartTimeoutError(Exception):
+    """Raised by the deadline's SIGALRM handler inside a blocked ``Process.start()``."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`_StartTimeoutError` in the block once ``seconds`` have passed (the main
+    thread only: elsewhere the block runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(_number: int, _frame: FrameType | None) -> None:
+        raise _StartTimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _is_zombie_or_gone(process: psutil.Process) -> bool:
+    try:
+        return bool(process.status() == psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return True
+
+
+def _dup_or_none(descriptor: int) -> int | None:
+    try:
+        return os.dup(descriptor)
+    except OSError:
+        return None
