@@ -140,6 +140,31 @@ def kill_orphan_groups(pids: list[int], timeout_s: float = 2.0) -> None:
             time.sleep(0.01)  # a bounded poll of processes we cannot wait on
 
 
+def kill_own_children(command: str, timeout_s: float) -> None:
+    """SIGKILL every child of this process whose command line contains ``command`` and wait
+    (bounded) until each is dead, without reaping it: its zombie is left to whoever started it
+    (a standard-library helper is reaped by the module that launched it)."""
+    killed = []
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if any(command in part for part in child.cmdline()):
+                    child.kill()
+                    killed.append(child)
+    deadline = time.monotonic() + timeout_s
+    while killed and time.monotonic() < deadline:
+        killed = [child for child in killed if not _dead(child)]
+        if killed:
+            time.sleep(0.01)  # a bounded poll of processes that must not be reaped here
+
+
+def _dead(process: psutil.Process) -> bool:
+    try:
+        return bool(process.status() == psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return True
+
+
 # -- process trees ------------------------------------------------------------------------------
 #
 # A tree is walked from a root whose identity is proven, and every process in it is held as a

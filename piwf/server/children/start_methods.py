@@ -29,7 +29,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from enum import Enum
 from multiprocessing import forkserver, resource_tracker
@@ -38,9 +37,7 @@ from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
-import psutil
-
-from piwf.processes import FORKSERVER_PRELOAD, enter_child
+from piwf.processes import FORKSERVER_PRELOAD, enter_child, kill_own_children
 
 #: The longest a start may take: well above a fork server's first imports on a loaded machine,
 #: far below the leases a stalled loop would put at risk.
@@ -171,26 +168,13 @@ class ChildStarter:
                     os.close(copy)
 
     def _replace_fork_server(self) -> None:
-        """Kill the fork server that did not answer and wait (bounded) until it is dead, so the
-        next start finds it gone and launches a new one.
+        """Kill the fork server that did not answer; the next start launches a new one.
 
-        It is not reaped here: ``forkserver.ensure_running`` reaps it itself, and fails on a
-        fork server someone else reaped.
+        It is left for ``forkserver.ensure_running`` to reap, which fails on a fork server
+        someone else reaped.
         """
-        if self.method is not StartMethod.FORKSERVER:
-            return
-        killed = []
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process().children():
-                with contextlib.suppress(psutil.Error):
-                    if any(_FORKSERVER_COMMAND in part for part in child.cmdline()):
-                        child.kill()
-                        killed.append(child)
-        deadline = time.monotonic() + _REPLACE_WAIT_S
-        while killed and time.monotonic() < deadline:
-            killed = [child for child in killed if not _is_zombie_or_gone(child)]
-            if killed:
-                time.sleep(0.01)  # a bounded poll of a process that must not be reaped here
+        if self.method is StartMethod.FORKSERVER:
+            kill_own_children(_FORKSERVER_COMMAND, _REPLACE_WAIT_S)
 
 
 class _StartTimeoutError(Exception):
@@ -215,13 +199,6 @@ def _deadline(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
-
-
-def _is_zombie_or_gone(process: psutil.Process) -> bool:
-    try:
-        return bool(process.status() == psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return True
 
 
 def _dup_or_none(descriptor: int) -> int | None:
