@@ -34,7 +34,9 @@ class OutputCapture:
         *,
         label: str,
         on_flood: Callable[[], None] = lambda: None,
+        fresh: bool = False,
     ) -> None:
+        """``fresh``: start the log empty (else captured output is appended to it)."""
         self.loop = loop
         self.log_path = log_path
         self.cap = cap
@@ -43,9 +45,8 @@ class OutputCapture:
         self.captured = 0
         self.flooded = False
         self.streams: list[int] = []
-        descriptor = os.open(
-            log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE
-        )
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        descriptor = os.open(log_path, flags | (os.O_TRUNC if fresh else 0), FILE_MODE)
         os.close(descriptor)
 
     def watch(self, descriptor: int) -> None:

@@ -157,8 +157,13 @@ class Supervisor:
             return
         ensure_private_dir(self.log_dir)
         reader, writer = os.pipe()
+        # One server's helpers' output, bounded like a child's: the file starts empty.
         self._helpers = OutputCapture(
-            self.loop, self.log_dir / HELPERS_LOG, self.output_cap, label="the start helpers"
+            self.loop,
+            self.log_dir / HELPERS_LOG,
+            self.output_cap,
+            label="the start helpers",
+            fresh=True,
         )
         self._helpers.watch(reader)
         self._helpers_writer = writer
