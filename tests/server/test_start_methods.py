@@ -28,6 +28,7 @@ import psutil
 import pytest
 
 from piwf.server.children.start_methods import START_TIMEOUT_S
+from tests.server import harness
 from tests.server.children import (
     FAST,
     HELLO,
@@ -465,3 +466,24 @@ def test_the_bootstrap_refuses_a_kind_that_is_not_an_entry_before_it_acts() -> N
     )
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_server_started_by_the_console_script_never_reruns_it_in_a_child(
+    servers: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """``multiprocessing`` prepares a child by re-running its parent's main script; the
+    ``piwf`` script would cost every child an import of the CLI."""
+    script = str(Path(sys.executable).parent / "piwf")
+    monkeypatch.setattr(harness, "SERVER_COMMAND", [script, "server", "run"])
+    server = start_server(servers, method)
+    assert psutil.Process(server.process.pid).cmdline()[1].endswith("piwf")
+    out = tmp_path / "modules.json"
+    report = f"""
+            pathlib.Path({str(out)!r}).write_text(json.dumps(sorted(sys.modules)))"""
+    workflow = facts_workflow(tmp_path, "modules", tmp_path / "facts.json", then=report.strip())
+    with raw_client(server) as client:
+        assert wait_run(client, start(client, workflow, {}, "modules"))["status"] == "completed"
+    modules = json.loads(out.read_text())
+    assert "piwf.runner.workflow_runner" in modules
+    assert "piwf.cli" not in modules and "click" not in modules

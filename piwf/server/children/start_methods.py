@@ -6,7 +6,8 @@ runs no thread, and forks each child from it in a few milliseconds: spawn's guar
 descriptor, lock or connection of the server is ever inherited) at a fork's cost. ``spawn``
 (``PIWF_START_METHOD=spawn``, and the default elsewhere) starts a fresh interpreter per child.
 Either way the ``Process`` target is :func:`~piwf.processes.enter_child` with plain values and
-connections as its arguments; nothing else is pickled.
+connections as its arguments; nothing else is pickled. A child never re-runs the server's main
+script (see :func:`spare_children_the_main_script`).
 
 The standard library's helpers, the fork server and the resource tracker, are children of the
 server in its process group. They end with it: the fork server at end-of-file on its "alive"
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.machinery
 import multiprocessing
 import os
 import signal
@@ -96,6 +98,7 @@ class ChildStarter:
             else multiprocessing.get_context("spawn")
         )
         self.helpers_output = helpers_output
+        spare_children_the_main_script()
         if method is StartMethod.FORKSERVER:
             forkserver.set_forkserver_preload(list(FORKSERVER_PRELOAD))
 
@@ -175,6 +178,23 @@ class ChildStarter:
         """
         if self.method is StartMethod.FORKSERVER:
             kill_own_children(_FORKSERVER_COMMAND, _REPLACE_WAIT_S)
+
+
+def spare_children_the_main_script() -> None:
+    """Name the server's main module as ``piwf.__main__`` when it is piwf's console script.
+
+    Both start methods prepare a child by re-running the parent's main script (as
+    ``__mp_main__``), so that objects defined there can be unpickled; a package's
+    ``__main__`` module is never re-run. A server started as ``python -m piwf`` has that
+    name already; one started by the ``piwf`` console script (``from piwf.cli import main``)
+    would make every child import the CLI again, about 50 ms each. The two are the same program
+    (``piwf/__main__.py``), and nothing a child unpickles is defined in either.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return
+    if getattr(getattr(main, "main", None), "__module__", None) == "piwf.cli":
+        main.__spec__ = importlib.machinery.ModuleSpec("piwf.__main__", None)
 
 
 class _StartTimeoutError(Exception):

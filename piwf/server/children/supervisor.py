@@ -40,6 +40,7 @@ When the server dies, each child's lifeline ends it (:mod:`piwf.runner.lifeline`
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import selectors
 import signal
@@ -67,6 +68,9 @@ from piwf.server.children.capture import OutputCapture
 from piwf.server.children.pipes import PipeChannel
 from piwf.server.children.start_methods import ChildStarter, StartMethod, default_start_method
 from piwf.server.loop import EventLoop, Timer
+from piwf.state.failures import os_reason
+
+log = logging.getLogger("piwf.server")
 
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 #: What the standard library's helper processes print (and a child before its first act).
@@ -171,7 +175,10 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, self._record_child_signal)
         signal.siginterrupt(signal.SIGCHLD, False)
         self.loop.on_wake.append(self._reap_signalled)
-        self._starter.start_helpers()
+        try:
+            self._starter.start_helpers()
+        except OSError as error:  # the first start tries again, and fails on its own
+            log.warning("the start helpers could not be started: %s", os_reason(error))
 
     def start(self, spec: ChildSpec) -> ChildHandle:
         """Start the child ``spec`` describes; the caller talks to it through

@@ -227,14 +227,21 @@ class Reconciler:
             resource=launch.snapshot,
         )
         project = launch.project_path
-        handle = self.supervisor.start(
-            ChildSpec(
-                reconcile_id,
-                ChildKind.RESOURCE_RUNNER,
-                cwd=Path(project) if project else None,
-                on_exit=lambda finished: self._exited(active, finished),
+        try:
+            handle = self.supervisor.start(
+                ChildSpec(
+                    reconcile_id,
+                    ChildKind.RESOURCE_RUNNER,
+                    cwd=Path(project) if project else None,
+                    on_exit=lambda finished: self._exited(active, finished),
+                )
             )
-        )
+        except OSError as error:
+            # No child: the slot is freed and the claimed reconcile waits for its claim to
+            # expire, as a run's does.
+            log.warning("reconcile %s: its runner could not be started: %s", reconcile_id, error)
+            self.active.pop(launch.uid, None)
+            return
         active.handle = handle
         try:
             with self.db.write() as tx:
