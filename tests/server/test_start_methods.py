@@ -230,27 +230,28 @@ def test_a_killed_fork_server_takes_its_running_child_along_and_a_new_one_serves
 
 
 def test_a_fork_server_that_does_not_answer_costs_one_start_and_is_replaced(
-    servers: ServerFactory,
+    servers: ServerFactory, tmp_path: Path
 ) -> None:
     server = start_server(servers, "forkserver")
     (stuck,) = fork_servers(server)
-    stuck.suspend()  # alive, but it will never fork
+    # Each start below needs a resolver child: a workflow file it has not resolved yet.
+    fresh = [tmp_path / f"hello_{n}.py" for n in range(3)]
+    for path in fresh:
+        path.write_text(Path(HELLO).read_text())
     try:
         with raw_client(server) as client:
-            refused = client.request(
-                "run.start", {"workflow": HELLO, "input": {"who": "z"}}, key="a"
-            )
+            warm = start(client, str(fresh[0]), {"who": "z"}, "warm")
+            assert wait_run(client, warm)["status"] == "completed"
+            stuck.suspend()  # it has forked before; now alive, but it will never fork again
+            payload = {"workflow": str(fresh[1]), "input": {"who": "z"}}
+            refused = client.request("run.start", payload, key="refused")
             assert refused.outcome == "unavailable", refused
             assert refused.error is not None and refused.error.code == "resolverFailed"
             assert f"did not start in {START_TIMEOUT_S:g} s" in refused.error.message
             assert client.request("server.status").outcome == "accepted"
             wait_for(lambda: gone(stuck), what="the fork server that did not answer to be killed")
-            answer = client.request(
-                "run.start", {"workflow": HELLO, "input": {"who": "z"}}, key="b"
-            )
-            assert answer.outcome == "accepted", answer
-            assert answer.receipt is not None
-            assert wait_run(client, answer.receipt["run"]["runId"])["status"] == "completed"
+            after = start(client, str(fresh[2]), {"who": "z"}, "after")
+            assert wait_run(client, after)["status"] == "completed"
     finally:
         with suppress(psutil.Error):
             stuck.kill()

@@ -17,8 +17,10 @@ children have all closed its pipe. Their standard output and error (and a child'
 first act moves its own) go to one descriptor the supervisor captures (``helpers.log``).
 
 ``Process.start()`` blocks until the fork server has forked (it reads the child's pid), so it
-runs under a deadline (:data:`START_TIMEOUT_S`): a fork server that does not answer (stopped,
-wedged) costs one failed start, not the server's loop, and is replaced.
+runs under a deadline: a fork server that does not answer (stopped, wedged) costs one failed
+start, not the server's loop, and is replaced. The deadline is :data:`START_TIMEOUT_S` once the
+fork server has forked a child, :data:`FIRST_START_TIMEOUT_S` before that (a new fork server
+answers only once its imports are done, slow on a loaded machine).
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ from types import FrameType
 
 from piwf.processes import FORKSERVER_PRELOAD, enter_child, kill_own_children
 
-#: The longest a start may take: well above a fork server's first imports on a loaded machine,
+#: The longest a start may take from a fork server that has forked before: far above a fork,
 #: far below the leases a stalled loop would put at risk.
 START_TIMEOUT_S = 5.0
+#: The same for a fork server that has not forked yet: its imports come first.
+FIRST_START_TIMEOUT_S = 30.0
 _FORKSERVER_COMMAND = "from multiprocessing.forkserver import main"
 #: How long a killed fork server may take to be dead.
 _REPLACE_WAIT_S = 1.0
@@ -98,6 +102,8 @@ class ChildStarter:
             else multiprocessing.get_context("spawn")
         )
         self.helpers_output = helpers_output
+        #: Whether the current fork server has forked a child (its imports are done).
+        self.proven = False
         spare_children_the_main_script()
         if method is StartMethod.FORKSERVER:
             forkserver.set_forkserver_preload(list(FORKSERVER_PRELOAD))
@@ -130,20 +136,24 @@ class ChildStarter:
             args=(kind, channel, stdout, stderr, directory, environment),
             name=name,
         )
+        timeout_s = START_TIMEOUT_S if self.proven else FIRST_START_TIMEOUT_S
         try:
-            with self._helpers_streams(), _deadline(START_TIMEOUT_S):
+            with self._helpers_streams(), _deadline(timeout_s):
                 process.start()
         except _StartTimeoutError:
+            self.proven = False
             self._replace_fork_server()
             raise ChildStartError(
-                errno.ETIMEDOUT, f"the child did not start in {START_TIMEOUT_S:g} s"
+                errno.ETIMEDOUT, f"the child did not start in {timeout_s:g} s"
             ) from None
         except EOFError:  # the fork server ended while it was asked for this child
+            self.proven = False
             raise ChildStartError(errno.EPIPE, "the fork server went away") from None
         except OSError as error:
             raise ChildStartError(error.errno or errno.EIO, error.strerror or "") from None
         except ValueError as error:  # too many descriptors to pass, a closed connection
             raise ChildStartError(errno.EINVAL, str(error)) from None
+        self.proven = True
         return process
 
     @contextlib.contextmanager
