@@ -488,3 +488,29 @@ def test_a_server_started_by_the_console_script_never_reruns_it_in_a_child(
     modules = json.loads(out.read_text())
     assert "piwf.runner.workflow_runner" in modules
     assert "piwf.cli" not in modules and "click" not in modules
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_what_a_child_wrote_before_it_exited_is_delivered_before_its_exit(
+    tmp_path: Path, method: str
+) -> None:
+    """On the supervisor itself (tests/server/exit_order_driver.py): the child answers and
+    exits while the loop does not turn, so its answer, its sentinel and (spawned) the SIGCHLD
+    are all ready at the next turn; the answer still comes first."""
+    repository = str(Path(__file__).resolve().parents[2])
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.server.exit_order_driver", method, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=repository,
+        start_new_session=True,
+    )
+    try:
+        out, err = driver.communicate(timeout=120)
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+    assert driver.returncode == 0, err
+    assert json.loads(out) == {"messagesBeforeExit": 1, "exitCode": 0}

@@ -153,6 +153,7 @@ class Supervisor:
         self._helpers: OutputCapture | None = None
         self._helpers_writer: int | None = None
         self._child_signalled = False
+        self._poll_scheduled = False
 
     def prepare(self) -> None:
         """Install the exit wake-up and start the helper processes now (see
@@ -251,7 +252,8 @@ class Supervisor:
         self._kill_tree(handle)
 
     def poll(self) -> None:
-        """Finish every child that has ended (a SIGCHLD, or an end-of-file, asked for it)."""
+        """Finish every child that has ended now (the loop does it after a sentinel or a
+        SIGCHLD; callers may at any time)."""
         for handle in list(self.children.values()):
             if not handle.exited and handle.process.exitcode is not None:
                 self._finish(handle)
@@ -282,15 +284,12 @@ class Supervisor:
     # -- exits ------------------------------------------------------------------------------
 
     def _sentinel_ready(self, handle: ChildHandle) -> None:
-        if handle.exited:
-            return
-        if handle.process.exitcode is not None:
-            self._finish(handle)
-            return
-        # A spawned child closed its end of its own sentinel (workflow code closing
-        # descriptors): the sentinel can tell nothing more; SIGCHLD still does.
+        # Either way the sentinel can tell nothing more: the child ended, or (spawned) it
+        # closed its end of its own sentinel, and then SIGCHLD tells.
         with contextlib.suppress(KeyError, ValueError):
             self.loop.selector.unregister(handle.process.sentinel)
+        if not handle.exited and handle.process.exitcode is not None:
+            self._poll_after_io()
 
     def _record_child_signal(self, _number: int, _frame: FrameType | None) -> None:
         self._child_signalled = True
@@ -298,7 +297,18 @@ class Supervisor:
     def _reap_signalled(self) -> None:
         if self._child_signalled:
             self._child_signalled = False
-            self.poll()
+            self._poll_after_io()
+
+    def _poll_after_io(self) -> None:
+        """Finish ended children once this loop turn's I/O is done: what a child wrote before
+        it exited is in its pipe, readable in the same turn, and is served before its end."""
+        if not self._poll_scheduled:
+            self._poll_scheduled = True
+            self.loop.call_later(0, self._scheduled_poll)
+
+    def _scheduled_poll(self) -> None:
+        self._poll_scheduled = False
+        self.poll()
 
     def _wait_exited(self, handles: list[ChildHandle], timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until every handle's process has ended; True if all did."""
