@@ -4,9 +4,9 @@ Duties, driven by the server loop (the :class:`~piwf.server.runs.pool.Executor` 
 :meth:`Reconciler.admit` with workflow-run admission and counts :meth:`busy_slots` toward the
 one shared capacity)::
 
-    admit      claim the next due resource (generation + 1), record the runner row, spawn
-               ``python -m piwf.runner.resource_runner --fd N`` in its own process group,
-               send the launch envelope
+    admit      claim the next due resource (generation + 1), record the runner row, start
+               a resource-runner child (``ChildKind.RESOURCE_RUNNER``) in its own process
+               group, send the launch envelope
     serve      check reconcileId and generation of every child message before its payload;
                answer effect, workflow and result calls, each one fenced transaction
     renew      the server renews each open reconcile claim on a timer
