@@ -514,3 +514,31 @@ def test_what_a_child_wrote_before_it_exited_is_delivered_before_its_exit(
         driver.wait(timeout=10)
     assert driver.returncode == 0, err
     assert json.loads(out) == {"messagesBeforeExit": 1, "exitCode": 0}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_childs_output_is_captured_privately_capped_and_a_flood_kills_it(
+    servers: ServerFactory, tmp_path: Path, method: str
+) -> None:
+    server = start_server(servers, method)
+    out, flooded = tmp_path / "facts.json", tmp_path / "flooded"
+    flood = f"""
+            if not pathlib.Path({str(flooded)!r}).exists():
+                pathlib.Path({str(flooded)!r}).touch()
+                print("before the flood", flush=True)
+                for _ in range(200):
+                    sys.stdout.write("x" * 65536)
+                    sys.stdout.flush()"""
+    workflow = facts_workflow(tmp_path, "flood", out, then=flood.strip())
+    with raw_client(server) as client:
+        assert wait_run(client, start(client, workflow, {}, "flood"))["status"] == "completed"
+    rows = "SELECT status, runner_epoch FROM run_runners ORDER BY started_at"
+    wait_for(
+        lambda: [row[0] for row in query(server, rows)] == ["crashed", "exited"],
+        what="the flooded runner killed and its run finished by the next",
+    )
+    epoch = query(server, rows)[0][1]
+    log = server.home / "server" / "runners" / f"{epoch}.log"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert log.stat().st_size == 1024 * 1024
+    assert log.read_bytes().startswith(b"before the flood\nxxxx")
