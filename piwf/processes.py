@@ -1,20 +1,76 @@
-"""Process identity: a pid plus its start time and the boot id, never a bare pid; and the
-process trees of children, walked from such an identity.
+"""What the server and its children share about processes: which children exist and how one
+is entered, start identities (a pid plus its start time and the boot id, never a bare pid), and
+the process trees of children, walked from such an identity.
 
 A pid is reused by the kernel; ``pid:create_time:boot_id`` is not, so a registry keyed by it
 never signals an unrelated process that inherited a dead child's pid. Used by the server's
 supervisor and recovery and by the children's lifeline (:mod:`piwf.runner.lifeline`).
+
+Children are started through ``multiprocessing`` (docs/EXECUTION.md, "How children start"). The
+server must not import the child packages (DESIGN.md §2), so the target of every child's
+``Process`` is :func:`enter_child` here: pickled by reference, it imports the child bootstrap
+(:data:`CHILD_BOOTSTRAP`) only once it runs, in the child.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import time
+from enum import Enum
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import psutil
+
+#: The module whose ``main`` performs a child's first act and runs its entry module.
+CHILD_BOOTSTRAP = "piwf.runner.bootstrap"
+
+
+class ChildKind(str, Enum):
+    """The children the server may start; each value is the entry module it runs (the only
+    modules a child may run, whatever the server asks)."""
+
+    WORKFLOW_RUNNER = "piwf.runner.workflow_runner"
+    RESOURCE_RUNNER = "piwf.runner.resource_runner"
+    RESOLVER = "piwf.runner.resolver"
+
+
+#: What a fork server imports once, so that no forked child pays for it: the bootstrap, every
+#: entry module, and the modules those import only when they run.
+FORKSERVER_PRELOAD: tuple[str, ...] = (
+    CHILD_BOOTSTRAP,
+    *(kind.value for kind in ChildKind),
+    "piwf.workflow.commands",
+    "piwf.workflow.engine",
+    "piwf.workflow.sources",
+    "piwf.runner.resource_resolve",
+    "piwf.resource.discovery",
+    "setproctitle",
+)
+
+
+def enter_child(
+    kind: str,
+    channel: Connection,
+    stdout: Connection,
+    stderr: Connection,
+    directory: str,
+    environment: dict[str, str | None],
+) -> None:
+    """The ``Process`` target of every child: hand its arguments (plain values and
+    connections, nothing else is pickled) to the child bootstrap, which never returns.
+
+    ``kind`` is a :class:`ChildKind` value, ``channel`` the child's end of its duplex pipe,
+    ``stdout``/``stderr`` the write ends of its capture pipes, ``directory`` its working
+    directory and ``environment`` the variables to set (``None``: remove) before any child
+    code runs.
+    """
+    bootstrap = importlib.import_module(CHILD_BOOTSTRAP)
+    bootstrap.main(kind, channel, stdout, stderr, directory, environment)
+
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
@@ -82,6 +138,31 @@ def kill_orphan_groups(pids: list[int], timeout_s: float = 2.0) -> None:
                 pending.discard(pid)
         if pending:
             time.sleep(0.01)  # a bounded poll of processes we cannot wait on
+
+
+def kill_own_children(command: str, timeout_s: float) -> None:
+    """SIGKILL every child of this process whose command line contains ``command`` and wait
+    (bounded) until each is dead, without reaping it: its zombie is left to whoever started it
+    (a standard-library helper is reaped by the module that launched it)."""
+    killed = []
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if any(command in part for part in child.cmdline()):
+                    child.kill()
+                    killed.append(child)
+    deadline = time.monotonic() + timeout_s
+    while killed and time.monotonic() < deadline:
+        killed = [child for child in killed if not _dead(child)]
+        if killed:
+            time.sleep(0.01)  # a bounded poll of processes that must not be reaped here
+
+
+def _dead(process: psutil.Process) -> bool:
+    try:
+        return bool(process.status() == psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return True
 
 
 # -- process trees ------------------------------------------------------------------------------

@@ -1,25 +1,20 @@
-"""What every child entry point shares: its arguments, exit codes, the lifeline, the title.
+"""What every entry module shares: exit codes, serving the channel, the process title.
 
-A child is started as ``python -m <module> --fd N [--lifeline-fd L] [--parent-pid P]``: N is
-its channel to the server, L the read end of the server's lifeline pipe (end-of-file when the
-server dies), P the pid that started it (the server, or the zygote that forked it). Its
-``main`` is :func:`serve_channel` around its own ``run_child(connection, lifeline)``: the
-lifeline begins before anything else (:mod:`piwf.runner.lifeline`), the server's end of the
-channel going away is an ordinary ending (nothing is left to report to), a
-:class:`~piwf.errors.PiwfError` is reported on stderr (captured, bounded, never shown to
-clients) and both end with :data:`EXIT_PROTOCOL`. However it ends, every process it started
-is ended before it returns.
+An entry module (:class:`~piwf.processes.ChildKind`) exposes ``run_child(connection, lifeline)
+-> int``; :mod:`piwf.runner.bootstrap` performs the child's first act and then runs it through
+:func:`serve_channel`: the server's end of the channel going away is an ordinary ending (nothing
+is left to report to), a :class:`~piwf.errors.PiwfError` is reported on stderr (captured,
+bounded, never shown to clients) and both end with :data:`EXIT_PROTOCOL`. However it ends,
+every process it started is ended before it returns.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from piwf.errors import PiwfError
-from piwf.runner import lifeline
 from piwf.runner.lifeline import Lifeline
 
 EXIT_OK = 0
@@ -27,32 +22,15 @@ EXIT_CLAIM_LOST = 3
 EXIT_PROTOCOL = 4
 
 
-def parse_child_arguments(argv: list[str] | None, *, prog: str) -> argparse.Namespace:
-    """``--fd N`` (required), ``--lifeline-fd L`` and ``--parent-pid P`` (optional)."""
-    parser = argparse.ArgumentParser(prog=prog)
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--lifeline-fd", type=int, default=None)
-    parser.add_argument("--parent-pid", type=int, default=None)
-    return parser.parse_args(argv)
-
-
-def begin_child(arguments: argparse.Namespace) -> Lifeline:
-    """The child's first act: tie its life, and its descendants', to the server's."""
-    return lifeline.begin(arguments.lifeline_fd, arguments.parent_pid)
-
-
 def serve_channel(
-    argv: list[str] | None,
+    connection: Connection,
+    life: Lifeline,
     *,
-    prog: str,
     label: str,
     run_child: Callable[[Connection, Lifeline], int],
 ) -> int:
-    """Parse the arguments, begin the lifeline, run ``run_child`` on the channel, end every
-    remaining descendant and return the exit code."""
-    arguments = parse_child_arguments(argv, prog=prog)
-    life = begin_child(arguments)
-    connection = Connection(arguments.fd)
+    """Run ``run_child`` on the channel, end every remaining descendant, close the channel and
+    return the exit code."""
     try:
         return run_child(connection, life)
     except (EOFError, OSError):

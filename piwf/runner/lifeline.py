@@ -8,13 +8,15 @@
                                (signal.set_wakeup_fd) and the Python one does too, so the
                                thread hears it even while the main thread is in a blocking call
     the lifeline thread        a daemon thread polling the watched descriptor and the wake pipe
-    parent-death signal        SIGTERM when the parent (server or zygote) ends (Linux)
+    parent-death signal        SIGTERM when the parent (the server, or its fork server) ends
+                               (Linux)
 
 The *watched descriptor* is a parameter: anything that becomes readable at end-of-file (or
-hangs up) when the server dies and never carries data. Today it is the read end of the
-supervisor's lifeline pipe, whose only write end the server holds (so neither the zygote nor
-any sibling keeps it open); ``multiprocessing.parent_process().sentinel`` is the same kind of
-descriptor.
+hangs up) when the server dies and never carries data. A child watches
+``multiprocessing.parent_process().sentinel`` (:mod:`piwf.runner.bootstrap`): the read end of
+the pipe its start data came through, whose write end only the server keeps, with ``spawn``
+and with ``forkserver`` alike (the fork server never holds it), so it ends with the server and
+not with the fork server.
 
 When the lifeline fires (server gone, SIGTERM, parent gone) the child ends itself::
 

@@ -7,7 +7,7 @@
   double-forked, ``setsid``-ed daemon) is reparented to this process instead of to init, and
   stays in its tree where it can be found and ended.
 
-Neither starts a thread, so the zygote uses them too.
+Neither starts a thread.
 """
 
 from __future__ import annotations

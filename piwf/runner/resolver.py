@@ -1,8 +1,9 @@
 """The source resolver child: load one workflow file, return its snapshot, digest and sources.
 
-The server never imports workflow code; it starts this child like the runners (``python -m
-piwf.runner.resolver --fd N`` in its own process group, forked by the zygote when one is ready),
-sends one request over descriptor N and reads one reply, both canonical JSON frames::
+The server never imports workflow code; it starts this child like the runners
+(:mod:`piwf.runner.bootstrap`: its own session and process group, its lifeline, then
+:func:`run_child`), sends one request over its channel and reads one reply, both canonical JSON
+frames::
 
     request  {"workflow": str, "projectPath": str | null, "stateHome": str}
              (or a resource-manager request: :mod:`piwf.runner.resource_resolve`)
@@ -18,8 +19,6 @@ whatever the import started ends with it.
 
 from __future__ import annotations
 
-import os
-import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -27,28 +26,14 @@ from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
-from piwf.runner.entry import (
-    EXIT_OK,
-    EXIT_PROTOCOL,
-    begin_child,
-    name_process,
-    parse_child_arguments,
-)
+from piwf.runner.entry import EXIT_OK, name_process
+from piwf.runner.lifeline import Lifeline
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m piwf.runner.resolver --fd N [--lifeline-fd L]
-    [--parent-pid P]``."""
-    arguments = parse_child_arguments(argv, prog="piwf-resolver")
-    lifeline = begin_child(arguments)
-    connection = Connection(arguments.fd)
-    try:
-        resolver_main(connection)
-    except (EOFError, OSError):
-        return EXIT_PROTOCOL  # the server went away; nothing to report to
-    finally:
-        lifeline.end_descendants()
-        connection.close()
+def run_child(connection: Connection, _lifeline: Lifeline) -> int:
+    """Serve one request over ``connection``; return the process exit code (the processes the
+    import started are ended when it returns, by :func:`~piwf.runner.entry.serve_channel`)."""
+    resolver_main(connection)
     return EXIT_OK
 
 
@@ -102,8 +87,3 @@ def resolve(request: JsonValue) -> dict[str, JsonValue]:
 
 def _bounded(text: str, limit: int = 1000) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-if __name__ == "__main__":
-    os.umask(0o077)
-    sys.exit(main())

@@ -1,7 +1,8 @@
 """The resource runner child: one reconcile of one managed resource, then exit.
 
-Started by the server as ``python -m piwf.runner.resource_runner --fd N`` in its own process
-group (like the workflow runner), speaking ``piwf.resource.v1`` over descriptor N::
+Started by the server like every child (:mod:`piwf.runner.bootstrap`: its own session and
+process group, its lifeline, then :func:`run_child`), speaking ``piwf.resource.v1`` over its
+channel::
 
     receive launch -> discover and load the manager (by name, from the launch's project and
       state home) -> ready {sourceDigest} -> receive start -> reconcile(ctx, resource) with a
@@ -17,7 +18,6 @@ reconcile, so it backs off like any other error. The child never opens SQLite.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 import threading
 import time
@@ -40,12 +40,7 @@ from piwf.resource.context import (
     WorkflowState,
 )
 from piwf.resource.definition import ReconcileResult
-from piwf.runner.entry import (
-    EXIT_CLAIM_LOST,
-    EXIT_OK,
-    name_process,
-    serve_channel,
-)
+from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, name_process
 from piwf.runner.lifeline import Lifeline
 from piwf.workflow.context import CancellationSignal
 
@@ -175,7 +170,8 @@ def _resolve_workflow(workflow: str, launch: ReconcileLaunch) -> dict[str, JsonV
 
 def run_child(connection: Connection, _lifeline: Lifeline) -> int:
     """Run one reconcile over ``connection``; return the process exit code (the processes
-    the reconcile started are ended when it returns, by :func:`serve_channel`)."""
+    the reconcile started are ended when it returns, by
+    :func:`~piwf.runner.entry.serve_channel`)."""
     launch = ReconcileLaunch.model_validate(
         canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES))
     )
@@ -256,15 +252,3 @@ def _reconcile(
     except resource_errors.ResourceError as error:
         # The server refused the result and recorded the reconcile as failed (it backs off).
         print(f"piwf resource runner: result refused: {error}", file=sys.stderr)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m piwf.runner.resource_runner --fd N``."""
-    return serve_channel(
-        argv, prog="piwf-resource-runner", label="piwf resource runner", run_child=run_child
-    )
-
-
-if __name__ == "__main__":
-    os.umask(0o077)
-    sys.exit(main())

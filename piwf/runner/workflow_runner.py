@@ -1,7 +1,8 @@
 """The workflow runner child: one run generation, one explicit command, then exit.
 
-Started by the server as ``python -m piwf.runner.workflow_runner --fd N`` in its own process
-group, with one end of a socket pair as descriptor N. Its life::
+Started by the server like every child (:mod:`piwf.runner.bootstrap`: its own session and
+process group, its lifeline, then :func:`run_child`), with one end of a duplex pipe as its
+channel. Its life::
 
     receive launch -> verify every source hash (before importing anything of the workflow)
       -> load and compile -> compare the loaded sources and digest with the launch
@@ -21,8 +22,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
-import os
-import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -41,12 +40,7 @@ from piwf.protocol.runner_v1 import (
     Command,
     Launch,
 )
-from piwf.runner.entry import (
-    EXIT_CLAIM_LOST,
-    EXIT_OK,
-    name_process,
-    serve_channel,
-)
+from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, name_process
 from piwf.runner.lifeline import Lifeline
 from piwf.workflow import port
 from piwf.workflow.port_codec import from_json, result_from_json, to_json
@@ -254,13 +248,3 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
         return EXIT_CLAIM_LOST
     send("exiting", status=result.status.value)
     return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m piwf.runner.workflow_runner --fd N``."""
-    return serve_channel(argv, prog="piwf-runner", label="piwf runner", run_child=run_child)
-
-
-if __name__ == "__main__":
-    os.umask(0o077)
-    sys.exit(main())

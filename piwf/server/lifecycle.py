@@ -32,7 +32,7 @@ from piwf.lifecycle import Applied
 from piwf.processes import is_alive, own_identity
 from piwf.protocol.client_v1 import Hello
 from piwf.server.children.resolvers import ResolverJobs
-from piwf.server.children.zygote import ZygoteForker
+from piwf.server.children.supervisor import Supervisor
 from piwf.server.commands import DurableCommands
 from piwf.server.context import ServerContext
 from piwf.server.handlers import Handlers
@@ -130,11 +130,18 @@ class Server:
         self.loop.install_signal_handlers()
         self.commands = DurableCommands(db, claim, on_epoch_lost=self._epoch_lost)
         self.clients: ClientListener
+        # Every child (runners, reconciles, resolvers) starts through the one supervisor, with
+        # the configured start method; its helpers (the fork server) start now, not with the
+        # first child, so that child does not wait for their imports.
+        supervisor = Supervisor(
+            self.loop, settings.paths.server_dir / "runners", method=settings.start_method
+        )
+        supervisor.prepare()
         self.executor = Executor(
             db=db,
             loop=self.loop,
             server_claim=lambda: self.claim,
-            log_dir=settings.paths.server_dir / "runners",
+            supervisor=supervisor,
             settings=ExecutionSettings(
                 max_workers=settings.max_workers,
                 run_lease_ms=settings.run_lease_ms,
@@ -144,16 +151,11 @@ class Server:
             ),
             run_changed=self._run_changed,
         )
-        # Every child (runners, reconciles, resolvers) starts through the one supervisor; with
-        # the zygote on, by a fork of an interpreter that has imported everything already.
-        supervisor = self.executor.supervisor
-        if settings.zygote:
-            supervisor.forker = ZygoteForker(self.loop, supervisor)
         self.resolvers = ResolverJobs(self.loop, supervisor, settings.resolver_timeout_s)
         self.reconciler = Reconciler(
             db=db,
             loop=self.loop,
-            supervisor=self.executor.supervisor,
+            supervisor=supervisor,
             server_claim=lambda: self.claim,
             home=settings.paths.home,
             settings=ReconcileSettings(
@@ -233,7 +235,7 @@ class Server:
         """Close clients and children; the caller releases the epoch and the lock."""
         self.reconciler.stop_all()
         self.resolvers.stop_all()
-        self.executor.stop_all()  # every child of the supervisor, the zygote last
+        self.executor.stop_all()  # every child of the supervisor
         self.clients.close_all()
         self.loop.close()
 

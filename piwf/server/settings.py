@@ -6,6 +6,11 @@ import os
 from dataclasses import dataclass, field
 
 from piwf.config import ServerPaths, state_home
+from piwf.server.children.start_methods import (
+    StartMethod,
+    default_start_method,
+    start_method_from,
+)
 
 DEFAULT_MAX_WORKERS = 4
 DEFAULT_IDLE_EXIT_S = 300.0
@@ -21,13 +26,11 @@ def _env_int(name: str, default: int) -> int:
     return number
 
 
-def _env_flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
+def _env_start_method() -> StartMethod:
+    value = os.environ.get("PIWF_START_METHOD")
     if value is None or value == "":
-        return default
-    if value not in ("0", "1"):
-        raise ValueError(f"{name} must be 0 or 1, not {value!r}")
-    return value == "1"
+        return default_start_method()
+    return start_method_from(value)
 
 
 def _env_float(name: str, default: float) -> float:
@@ -73,8 +76,8 @@ class ServerSettings:
     retention_retry_s: float = 300.0
     retention_interval_s: float = 86_400.0
     retention_vacuum_min_bytes: int = 64 * 1024 * 1024
-    #: Start children by forking a pre-imported zygote (docs/EXECUTION.md); off: spawn each.
-    zygote: bool = True
+    #: How children start (docs/EXECUTION.md): forked by a fork server, or spawned.
+    start_method: StartMethod = field(default_factory=default_start_method)
     #: At most this long on ``PRAGMA quick_check`` when the database opens (0: skip it).
     quick_check_s: float = 2.0
 
@@ -86,7 +89,9 @@ class ServerSettings:
         ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
         ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RETENTION_DAYS``, ``RETENTION_RETRY_S``,
         ``RETENTION_INTERVAL_S``, ``RETENTION_VACUUM_MIN_BYTES``, ``RECONCILE_GRACE_S``,
-        ``ZYGOTE`` (``0`` or ``1``), ``QUICK_CHECK_S``); ``overrides`` win."""
+        ``START_METHOD`` (``forkserver`` or ``spawn``), ``QUICK_CHECK_S``); ``overrides`` win.
+
+        Raises ``ValueError`` naming the variable for a value it cannot use."""
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
@@ -109,7 +114,7 @@ class ServerSettings:
             "retention_vacuum_min_bytes": _env_int(
                 "PIWF_RETENTION_VACUUM_MIN_BYTES", 64 * 1024 * 1024
             ),
-            "zygote": _env_flag("PIWF_ZYGOTE", True),
+            "start_method": _env_start_method(),
             "quick_check_s": _env_float("PIWF_QUICK_CHECK_S", 2.0),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})

@@ -1,6 +1,7 @@
 """How long a SIGKILLed server's children outlive it: one figure per start path and node kind.
 
-For each start path (forked by the zygote, spawned with ``PIWF_ZYGOTE=0``) and each node kind
+For each start path (forked: ``PIWF_START_METHOD=forkserver``, or the zygote of older
+versions; spawned: ``PIWF_START_METHOD=spawn``, or ``PIWF_ZYGOTE=0``) and each node kind
 (``sleep``: blocked in ``time.sleep``; ``busy``: a pure Python loop), it starts a real server in
 a temporary home, starts a one-node run, waits until the node runs, takes the server's whole
 process tree with psutil, SIGKILLs the server and measures how long until every process of that
@@ -40,7 +41,11 @@ NODES = {
     "sleep": "time.sleep(LIFETIME)",
     "busy": "deadline = time.monotonic() + LIFETIME\nwhile time.monotonic() < deadline:\n    pass",
 }
-PATHS = {"forked": "1", "spawned": "0"}
+#: Each version reads the variable it knows and ignores the other.
+PATHS = {
+    "forked": {"PIWF_START_METHOD": "forkserver", "PIWF_ZYGOTE": "1"},
+    "spawned": {"PIWF_START_METHOD": "spawn", "PIWF_ZYGOTE": "0"},
+}
 
 
 def workflow_source(kind: str, entered: Path, lifetime_s: float) -> str:
@@ -87,16 +92,12 @@ def one_lifetime(path: str, kind: str, cap_s: float) -> float | None:
     factory = ServerFactory(root / "h")
     tree: list[psutil.Process] = []
     try:
-        server = factory.start(env={**FAST, "PIWF_ZYGOTE": PATHS[path]})
+        server = factory.start(env={**FAST, **PATHS[path]})
         assert server.ready.get("ok") is True, server.ready
         if path == "forked":
-            # The first run's children are spawned while the zygote comes up; wait until it is.
+            # A zygote (older versions) comes up with the first run; a fork server at start.
             start_run(server, HELLO, "warm")
-            wait_for(
-                lambda: "zygote ready" in _log(server),
-                timeout_s=30,
-                what="the zygote to be ready",
-            )
+            wait_for(lambda: _fork_helper(server), timeout_s=30, what="the fork helper")
         entered = root / "entered"
         workflow = root / "held.py"
         workflow.write_text(workflow_source(kind, entered, cap_s + 20))
@@ -119,9 +120,17 @@ def one_lifetime(path: str, kind: str, cap_s: float) -> float | None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _log(server: ServerProcess) -> str:
+def _fork_helper(server: ServerProcess) -> bool:
+    """Whether the server can fork children: its fork server runs, or (older versions) its
+    zygote reported ready."""
     log = server.home / "server" / "server.log"
-    return log.read_text() if log.exists() else ""
+    if log.exists() and "zygote ready" in log.read_text():
+        return True
+    for child in psutil.Process(server.process.pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "multiprocessing.forkserver" in " ".join(child.cmdline()):
+                return True
+    return False
 
 
 def describe(samples: list[float | None], cap_s: float) -> str:

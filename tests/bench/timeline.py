@@ -1,6 +1,7 @@
 """Where the time of one piwf run goes, read from the server's own timestamps.
 
-``python -m tests.bench.timeline [--runs N] [--nodes K]`` starts a server, runs N sequential
+``python -m tests.bench.timeline [--runs N] [--nodes K] [--env NAME=VALUE ...]`` starts a server
+(on piwf's defaults, plus each ``--env``, e.g. ``PIWF_START_METHOD=spawn``), runs N sequential
 runs of a K-node compute chain (K=2: the two-node workflow of figures 1 and 2) and prints the
 median of each phase, taken from the rows the server committed (epoch milliseconds) plus the
 client's own clock for the two ends::
@@ -52,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.timeline")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="a server variable"
+    )
     args = parser.parse_args(argv)
+    env = dict(item.split("=", 1) for item in args.env)
     phases: dict[str, list[float]] = {}
 
     def add(name: str, value: float) -> None:
@@ -60,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with scratch_dir() as workdir:
         workflow = chain_workflow(workdir, args.nodes)
-        with PiwfServer(workdir / "h") as server, server.client() as client:
+        with PiwfServer(workdir / "h", env=env) as server, server.client() as client:
             completed(client, client.start_run(workflow).run_id)
             measured: list[tuple[str, float, float, float]] = []
             for _ in range(args.runs):
@@ -86,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                         add("run finished -> runner exit recorded", exited - finished)
                         add("request -> run.wait answered (total)", waited - sent)
     width = max(len(name) for name in phases)
-    print(f"median over {args.runs} runs of a {args.nodes}-node chain (ms):")
+    settings = "".join(f" {name}={value}" for name, value in env.items())
+    print(f"median over {args.runs} runs of a {args.nodes}-node chain (ms){settings}:")
     for name, values in phases.items():
         print(f"  {name.ljust(width)}  {statistics.median(values):8.1f}")
     return 0

@@ -193,7 +193,7 @@ def test_restore_replaces_a_crashed_database_and_moves_its_wal_aside(
     server = cli.json("server", "status")
     assert server["state"] == "running"
     # Crash the server: its -wal and -shm stay beside the database.
-    (pid,) = {p.pid for p in processes_of(cli.home) if "server" in " ".join(p.cmdline())}
+    (pid,) = {p.pid for p in processes_of(cli.home) if "server run" in " ".join(p.cmdline())}
     os.kill(pid, signal.SIGKILL)
     assert wait_gone(pid, 15)
     database = cli.home / "state.sqlite"
@@ -254,7 +254,7 @@ def test_restore_into_a_home_without_a_database_creates_it(cli: Piwf, tmp_path: 
 def stopped_home(cli: Piwf) -> Piwf:
     """A home with a database and a crashed server's -wal and -shm."""
     start_hello(cli, "Ada")
-    (pid,) = {p.pid for p in processes_of(cli.home) if "server" in " ".join(p.cmdline())}
+    (pid,) = {p.pid for p in processes_of(cli.home) if "server run" in " ".join(p.cmdline())}
     os.kill(pid, signal.SIGKILL)
     assert wait_gone(pid, 15)
     return cli

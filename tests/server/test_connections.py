@@ -33,8 +33,9 @@ HALF_FRAME = b'{"clientId":'
 
 
 def start(servers: ServerFactory, **env: str) -> ServerProcess:
-    """A server without a zygote (its descriptors stay put) and with ``env`` on top."""
-    settings = {"PIWF_IDLE_EXIT_S": "0", "PIWF_ZYGOTE": "0", "PIWF_FRAME_DEADLINE_S": "60"}
+    """A server with ``env`` on top (its start helpers run from its start: its descriptors
+    stay put)."""
+    settings = {"PIWF_IDLE_EXIT_S": "0", "PIWF_FRAME_DEADLINE_S": "60"}
     started = servers.start(env={**settings, **env})
     assert started.ready.get("ok") is True, started.ready
     return started

@@ -84,9 +84,9 @@ def runner_children(server: ServerProcess) -> list[psutil.Process]:
     found = []
     for child in children:
         try:
-            command = " ".join(child.cmdline())
-            # setproctitle renames a runner once it has read its launch envelope.
-            if "piwf.runner.workflow_runner" in command or command.startswith("piwf runner"):
+            # A runner names itself in its first act (a child the fork server forked a moment
+            # ago still shows the fork server's command line, which names every entry module).
+            if " ".join(child.cmdline()).startswith("piwf runner"):
                 found.append(child)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue

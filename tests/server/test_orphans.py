@@ -6,8 +6,8 @@ Real servers, real children, real signals. Two families:
   spins, waits on a subprocess of its own or left a ``setsid`` daemon behind, and while a
   resolver or a reconcile runs user code: every process of that server's tree, taken with
   psutil before the kill (runner by its ``run_runners``/``managed_resource_runners`` identity,
-  the zygote, grandchildren, daemons), is gone within :data:`BOUND_S` of the kill, with the
-  zygote (forked children) and without it (spawned children).
+  the fork server and the resource tracker, grandchildren, daemons), is gone within
+  :data:`BOUND_S` of the kill, with either start method (forked by the fork server, spawned).
 - **The run ends** while a node's double-forked ``setsid`` daemon sleeps: the node completes,
   the run is cancelled, or the node overruns its deadline frozen and the server kills its
   runner. The daemon is gone each time, though it left the runner's process group.
@@ -29,10 +29,10 @@ import pytest
 
 from piwf.client import Client
 from piwf.processes import is_alive
+from tests.server.children import METHODS, fork_servers, gone, resource_trackers, start_server
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_execution import query, start, wait_run, write_workflow
 from tests.server.test_resources import project_with
-from tests.server.test_zygote import FAST, zygote_pids
 
 #: The brief's bound: every child stops within 2 s of its server's death...
 DEATH_BOUND_S = 2.0
@@ -127,20 +127,6 @@ def read_report(path: Path) -> dict[str, Any]:
     return facts
 
 
-def start_server(servers: ServerFactory, zygote: bool) -> ServerProcess:
-    """A server that forks its children from a ready zygote, or spawns every one."""
-    server = servers.start(env={**FAST, "PIWF_ZYGOTE": "1" if zygote else "0"})
-    assert server.ready["ok"] is True, server.ready
-    if zygote:
-        hello = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
-        with raw_client(server, "warm-up") as client:
-            assert wait_run(client, start(client, hello, {"who": "z"}, "warm"))["status"] == (
-                "completed"
-            )
-        wait_for(lambda: zygote_pids(server.home), timeout_s=30, what="the zygote to be ready")
-    return server
-
-
 def recorded_process(server: ServerProcess, table: str, pid: int) -> psutil.Process:
     """The live child ``pid`` as ``table`` records it (pid and exact start identity)."""
 
@@ -156,17 +142,11 @@ def recorded_process(server: ServerProcess, table: str, pid: int) -> psutil.Proc
 
 
 def server_tree(server: ServerProcess) -> list[psutil.Process]:
-    """Every live process below the server now (zygote, children, grandchildren, daemons
-    adopted by a runner)."""
-    return [p for p in psutil.Process(server.process.pid).children(recursive=True) if not gone(p)]
-
-
-def gone(process: psutil.Process) -> bool:
-    """Ended, a zombie, or its pid now names another process."""
-    try:
-        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
+    """Every live process below the server now (the fork server, the resource tracker,
+    children, grandchildren, daemons adopted by a runner)."""
+    tree = [p for p in psutil.Process(server.process.pid).children(recursive=True) if not gone(p)]
+    assert set(resource_trackers(server)) <= set(tree)
+    return tree
 
 
 def kill_and_time_the_tree(server: ServerProcess, tree: list[psutil.Process]) -> float:
@@ -186,12 +166,12 @@ def kill_and_time_the_tree(server: ServerProcess, tree: list[psutil.Process]) ->
 # -- the server dies -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("zygote", [True, False], ids=["forked", "spawned"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("blocker", sorted(_BLOCKERS))
 def test_a_runner_and_everything_it_started_end_with_a_killed_server(
-    servers: ServerFactory, tmp_path: Path, zygote: bool, blocker: str
+    servers: ServerFactory, tmp_path: Path, method: str, blocker: str
 ) -> None:
-    server = start_server(servers, zygote)
+    server = start_server(servers, method)
     marker, daemon = tmp_path / "node.json", tmp_path / "daemon.json"
     workflow = blocking_workflow(tmp_path, blocker, marker, daemon)
     with raw_client(server) as client:
@@ -201,11 +181,11 @@ def test_a_runner_and_everything_it_started_end_with_a_killed_server(
     tree = server_tree(server)
     pids = {process.pid for process in tree}
     assert runner.pid in pids
-    if zygote:
-        (zygote_pid,) = zygote_pids(server.home)
-        assert runner.ppid() == zygote_pid and zygote_pid in pids
+    if method == "forkserver":
+        (fork_server,) = fork_servers(server)
+        assert runner.ppid() == fork_server.pid and fork_server.pid in pids
     else:
-        assert runner.ppid() == server.process.pid and not zygote_pids(server.home)
+        assert runner.ppid() == server.process.pid and not fork_servers(server)
     if blocker == "subprocess":
         assert facts["child"] in pids, "the node's subprocess is in the tree"
     if blocker == "daemon":
@@ -251,27 +231,27 @@ manager = define_resource_manager(
 )
 
 
-@pytest.mark.parametrize("zygote", [True, False], ids=["forked", "spawned"])
+@pytest.mark.parametrize("method", METHODS)
 def test_a_resolver_running_import_time_code_ends_with_a_killed_server(
-    servers: ServerFactory, tmp_path: Path, zygote: bool
+    servers: ServerFactory, tmp_path: Path, method: str
 ) -> None:
-    server = start_server(servers, zygote)
+    server = start_server(servers, method)
     marker = tmp_path / "resolver.json"
     workflow = write_workflow(tmp_path, "slow_import", _IMPORT_BLOCKS.format(marker=str(marker)))
     with raw_client(server) as client:
         client.send("run.start", {"workflow": workflow, "input": {}}, key="slow")
         resolver = psutil.Process(read_report(marker)["pid"])
         tree = server_tree(server)
-        assert resolver in tree, "the resolver is a child of this server (or of its zygote)"
+        assert resolver in tree, "the resolver is a child of this server (or its fork server)"
         elapsed = kill_and_time_the_tree(server, tree)
     assert elapsed <= BOUND_S, f"the resolver's tree ended {elapsed:.2f} s after the kill"
 
 
-@pytest.mark.parametrize("zygote", [True, False], ids=["forked", "spawned"])
+@pytest.mark.parametrize("method", METHODS)
 def test_a_resource_runner_ends_with_a_killed_server(
-    servers: ServerFactory, tmp_path: Path, zygote: bool
+    servers: ServerFactory, tmp_path: Path, method: str
 ) -> None:
-    server = start_server(servers, zygote)
+    server = start_server(servers, method)
     marker = tmp_path / "reconcile.json"
     project = project_with(tmp_path, sleepy=_RECONCILE_BLOCKS)
     with Client(home=server.home, autostart=False) as client:
@@ -329,7 +309,7 @@ def adopted_daemon(daemon: Path, runner_pid: int | None = None) -> str:
 def test_a_nodes_daemon_is_gone_before_the_node_is_recorded_finished(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
-    server = start_server(servers, zygote=True)
+    server = start_server(servers, "forkserver")
     daemon, marker = tmp_path / "daemon.json", tmp_path / "node.json"
     workflow = daemon_workflow(tmp_path, daemon, marker, then="pass", timeout_ms=None)
     with raw_client(server) as client:
@@ -338,14 +318,14 @@ def test_a_nodes_daemon_is_gone_before_the_node_is_recorded_finished(
         # Checked at once, not waited for: the node's processes end before its result is sent.
         assert not is_alive(adopted_daemon(daemon, read_report(marker)["pid"]))
     statuses = "SELECT status FROM run_runners ORDER BY started_at"
-    wait_for(lambda: query(server, statuses) == [("exited",), ("exited",)], what="two clean exits")
+    wait_for(lambda: query(server, statuses) == [("exited",)], what="a clean exit")
 
 
-@pytest.mark.parametrize("zygote", [True, False], ids=["forked", "spawned"])
+@pytest.mark.parametrize("method", METHODS)
 def test_a_nodes_daemon_ends_when_the_run_is_cancelled(
-    servers: ServerFactory, tmp_path: Path, zygote: bool
+    servers: ServerFactory, tmp_path: Path, method: str
 ) -> None:
-    server = start_server(servers, zygote)
+    server = start_server(servers, method)
     daemon, marker = tmp_path / "daemon.json", tmp_path / "node.json"
     workflow = daemon_workflow(tmp_path, daemon, marker, then="time.sleep(60)", timeout_ms=None)
     with raw_client(server) as client:
@@ -365,7 +345,7 @@ def test_a_frozen_nodes_daemon_ends_when_the_server_kills_its_runner_at_the_dead
 ) -> None:
     """The runner is stopped (SIGSTOP) past its node's deadline, so it can end nothing itself:
     the server's kill freezes and walks the tree and takes the daemon too."""
-    server = start_server(servers, zygote=True)
+    server = start_server(servers, "forkserver")
     daemon, marker = tmp_path / "daemon.json", tmp_path / "node.json"
     freeze = "os.kill(os.getpid(), signal.SIGSTOP)  # the whole runner, engine included"
     workflow = daemon_workflow(tmp_path, daemon, marker, then=freeze, timeout_ms=300)

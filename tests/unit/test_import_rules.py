@@ -74,12 +74,7 @@ CLI_TO_SERVER = frozenset(
 
 #: Edges that break a rule today, each with the change that removes it. An entry that no longer
 #: matches an import fails too, so the list cannot outlive its reason.
-PENDING: dict[tuple[str, str], str] = {
-    ("piwf.server.children.zygote", "piwf.runner.zygote"): (
-        "the server reads the zygote's allow-list; the zygote goes with the move to "
-        "multiprocessing's start methods (issue 14)"
-    ),
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 #: The only modules that may import psutil or setproctitle: the supervisor, processes.py and
 #: the child entry points (a child's first acts: its lifeline and its title).

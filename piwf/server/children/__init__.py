@@ -3,9 +3,10 @@
 ==================  ==========================================================================
 module              contents
 ==================  ==========================================================================
-``supervisor``      start, watch and stop children, each in its own process group, with bounded
-                    output capture and the process registry
-``zygote``          the server's end of the fork server (:mod:`piwf.runner.zygote`)
+``supervisor``      the launcher: start children (each in its own session and process group),
+                    report their exits to the loop, stop and kill their trees; the registry
+``start_methods``   the ``multiprocessing`` context (``forkserver`` or ``spawn``), its helpers
+``capture``         bounded capture of children's stdout and stderr into private log files
 ``pipes``           non-blocking ``multiprocessing.connection`` framing for child pipes
 ``link``            framed, non-blocking I/O with one supervised child
 ``resolvers``       supervised source-resolver children (load and digest a workflow source)

@@ -1,13 +1,13 @@
 """Supervised source-resolver children, driven by the server loop without blocking it.
 
-One child per resolution, started by the supervisor like a runner (``python -m
-piwf.runner.resolver --fd N`` in its own process group, forked by the zygote when one is
-ready): the server sends one request frame on the child's channel and waits (in the selector)
-for one reply frame, the child's exit or a deadline. A child that overruns its deadline, exits
-without an answer, or sends an oversized or malformed reply is killed and the resolution fails
-with :class:`ResolverFailedError` (the caller answers ``unavailable`` and stores no receipt);
-the server itself never imports the workflow. A resolver's captured output is kept in
-``$PIWF_HOME/server/runners/resolver-*.log`` only when it wrote something.
+One child per resolution (``ChildKind.RESOLVER``), started by the supervisor like a runner,
+in its own session and process group: the server sends one request frame on the child's
+channel and waits (in the selector) for one reply frame, the child's exit or a deadline. A
+child that overruns its deadline, exits without an answer, or sends an oversized or malformed
+reply is killed and the resolution fails with :class:`ResolverFailedError` (the caller answers
+``unavailable`` and stores no receipt); the server itself never imports the workflow. A
+resolver's captured output is kept in ``$PIWF_HOME/server/runners/resolver-*.log`` only when it
+wrote something.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from pathlib import Path
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError, WorkflowLoadError
+from piwf.processes import ChildKind
 from piwf.server.children.link import ChildLink
 from piwf.server.children.pipes import PipeClosedError, PipeOverflowError
-from piwf.server.children.supervisor import ChildHandle, Supervisor
+from piwf.server.children.start_methods import ChildStartError
+from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.loop import EventLoop, Timer
 from piwf.state.failures import os_reason
 
 log = logging.getLogger("piwf.server")
-
-RESOLVER_MODULE = "piwf.runner.resolver"
 
 Done = Callable[[dict[str, JsonValue] | PiwfError], None]
 
@@ -72,13 +72,15 @@ class ResolverJobs:
         project = request.get("projectPath")
         try:
             handle = self.supervisor.start(
-                f"resolver-{secrets.token_hex(6)}",
-                RESOLVER_MODULE,
-                cwd=Path(project) if isinstance(project, str) else None,
-                on_exit=lambda exited: self._exited(job, exited),
+                ChildSpec(
+                    f"resolver-{secrets.token_hex(6)}",
+                    ChildKind.RESOLVER,
+                    cwd=Path(project) if isinstance(project, str) else None,
+                    on_exit=lambda exited: self._exited(job, exited),
+                )
             )
         except OSError as error:  # its text names the project directory: a payload field
-            reason = os_reason(error)
+            reason = error.strerror if isinstance(error, ChildStartError) else os_reason(error)
             log.warning("a resolver child could not be started: %s", reason)
             failure = ResolverFailedError(f"the resolver could not be started: {reason}")
             self.loop.call_later(0, lambda: self._finish(job, failure))

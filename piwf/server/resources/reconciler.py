@@ -4,9 +4,9 @@ Duties, driven by the server loop (the :class:`~piwf.server.runs.pool.Executor` 
 :meth:`Reconciler.admit` with workflow-run admission and counts :meth:`busy_slots` toward the
 one shared capacity)::
 
-    admit      claim the next due resource (generation + 1), record the runner row, spawn
-               ``python -m piwf.runner.resource_runner --fd N`` in its own process group,
-               send the launch envelope
+    admit      claim the next due resource (generation + 1), record the runner row, start
+               a resource-runner child (``ChildKind.RESOURCE_RUNNER``) in its own process
+               group, send the launch envelope
     serve      check reconcileId and generation of every child message before its payload;
                answer effect, workflow and result calls, each one fenced transaction
     renew      the server renews each open reconcile claim on a timer
@@ -35,6 +35,7 @@ from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError
 from piwf.lifecycle import Conflict
+from piwf.processes import ChildKind
 from piwf.protocol.resource_v1 import (
     PAYLOADS,
     ChildFrame,
@@ -44,7 +45,7 @@ from piwf.protocol.resource_v1 import (
     WorkflowEnsure,
 )
 from piwf.server.children.link import ChildLink
-from piwf.server.children.supervisor import ChildHandle, Supervisor
+from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.resources.calls import apply_call, conflict_code
 from piwf.state import StateDatabase
@@ -57,8 +58,6 @@ from piwf.state.resources import runners as runners
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 
 log = logging.getLogger("piwf.server")
-
-RESOURCE_RUNNER_MODULE = "piwf.runner.resource_runner"
 
 
 @dataclass(frozen=True)
@@ -229,12 +228,21 @@ class Reconciler:
             resource=launch.snapshot,
         )
         project = launch.project_path
-        handle = self.supervisor.start(
-            reconcile_id,
-            RESOURCE_RUNNER_MODULE,
-            cwd=Path(project) if project else None,
-            on_exit=lambda finished: self._exited(active, finished),
-        )
+        try:
+            handle = self.supervisor.start(
+                ChildSpec(
+                    reconcile_id,
+                    ChildKind.RESOURCE_RUNNER,
+                    cwd=Path(project) if project else None,
+                    on_exit=lambda finished: self._exited(active, finished),
+                )
+            )
+        except OSError as error:
+            # No child: the slot is freed and the claimed reconcile waits for its claim to
+            # expire, as a run's does.
+            log.warning("reconcile %s: its runner could not be started: %s", reconcile_id, error)
+            self.active.pop(launch.uid, None)
+            return
         active.handle = handle
         try:
             with self.db.write() as tx:

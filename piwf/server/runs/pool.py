@@ -36,9 +36,9 @@ from typing import Protocol
 from piwf import faults
 from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
 from piwf.lifecycle import Conflict
-from piwf.processes import is_alive
+from piwf.processes import ChildKind, is_alive
 from piwf.protocol.runner_v1 import Launch
-from piwf.server.children.supervisor import Supervisor
+from piwf.server.children.supervisor import ChildSpec, Supervisor
 from piwf.server.failures import retry_later
 from piwf.server.loop import EventLoop
 from piwf.server.runs.content_transfer import ContentTransfer
@@ -54,7 +54,6 @@ from piwf.state.server_epoch import ServerClaim, verify_server_claim
 
 log = logging.getLogger("piwf.server")
 
-RUNNER_MODULE = "piwf.runner.workflow_runner"
 
 
 class ReconcileAdmission(Protocol):
@@ -90,7 +89,7 @@ class Executor:
         db: StateDatabase,
         loop: EventLoop,
         server_claim: Callable[[], ServerClaim],
-        log_dir: Path,
+        supervisor: Supervisor,
         settings: ExecutionSettings,
         run_changed: Callable[[str], None],
     ) -> None:
@@ -101,7 +100,7 @@ class Executor:
         self.run_changed = run_changed
         #: Called after every runner exit (the server asks for a retention sweep there).
         self.on_runner_exit: Callable[[], None] = lambda: None
-        self.supervisor = Supervisor(loop, log_dir)
+        self.supervisor = supervisor
         self.active: dict[str, RunnerSession] = {}
         #: The resource reconciles sharing this pool's capacity (set by the lifecycle).
         self.reconciler: ReconcileAdmission | None = None
@@ -110,7 +109,6 @@ class Executor:
         loop.every(settings.poll_s, self.schedule)
         loop.every(settings.poll_s, self.rescue_stranded_runs)
         loop.every(settings.renew_s, self.renew_claims)
-        loop.every(0.25, self.supervisor.poll)
 
     @property
     def owner_id(self) -> str:
@@ -313,10 +311,12 @@ class Executor:
         project = envelope.project_path
         try:
             handle = self.supervisor.start(
-                runner_epoch,
-                RUNNER_MODULE,
-                cwd=Path(project) if project else None,
-                on_exit=lambda finished: active.exited(finished),
+                ChildSpec(
+                    runner_epoch,
+                    ChildKind.WORKFLOW_RUNNER,
+                    cwd=Path(project) if project else None,
+                    on_exit=lambda finished: active.exited(finished),
+                )
             )
         except OSError as error:
             # No child: the slot is freed and the claimed run waits for its claim to expire.

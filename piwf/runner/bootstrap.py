@@ -1,0 +1,141 @@
+"""A child's first act, before any workflow, manager or import-time user code, then its entry.
+
+The server starts every child as a ``multiprocessing`` process (forked by the fork server, or
+spawned) whose target is :func:`piwf.processes.enter_child`, which calls :func:`main` here. By
+then the standard library has only unpickled the preparation data and the ``Process`` object
+(plain values and connections) and imported this module. :func:`main` then, in this order::
+
+    os.setsid()                  its own session and process group: stop and kill reach every
+                                 process it starts with one signal to the group
+    stdout/stderr                onto the capture pipes the supervisor reads (descriptors 1, 2)
+    inherited descriptors        a forked child closes every one it was not given on purpose
+                                 (the fork server's "alive" pipe among them, so the fork server
+                                 ends the moment the server does, not with its last child)
+    environment                  the children's variables (fault injection: PIWF_CHILD_FAULTS
+                                 becomes PIWF_FAULTS), faults re-armed, umask 0077
+    lifeline                     watches multiprocessing.parent_process().sentinel: end-of-file
+                                 when the server (not the fork server) is gone
+    title, directory, argv       ``piwf runner`` …; its project directory; ``sys.argv`` as
+                                 ``[entry module file, "--fd", channel]``
+    entry                        ``run_child(channel, lifeline)`` of the :class:`ChildKind`
+                                 module, through :func:`~piwf.runner.entry.serve_channel`
+
+The exit code becomes the process's through ``SystemExit`` (``multiprocessing`` reports it as
+``Process.exitcode``). Nothing here imports the server or SQLite.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import sys
+from multiprocessing import forkserver, resource_tracker
+from multiprocessing import process as mp_process
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import NoReturn
+
+from piwf import faults
+from piwf.processes import ChildKind
+from piwf.runner import lifeline
+from piwf.runner.entry import name_process, serve_channel
+
+#: The title and the error label of each kind of child (its module may refine the title).
+_NAMES: dict[ChildKind, tuple[str, str]] = {
+    ChildKind.WORKFLOW_RUNNER: ("piwf runner", "piwf runner"),
+    ChildKind.RESOURCE_RUNNER: ("piwf reconcile", "piwf resource runner"),
+    ChildKind.RESOLVER: ("piwf resolver", "piwf resolver"),
+}
+
+
+def main(
+    kind: str,
+    channel: Connection,
+    stdout: Connection,
+    stderr: Connection,
+    directory: str,
+    environment: dict[str, str | None],
+) -> NoReturn:
+    """Become a supervised child of kind ``kind`` and run it; never returns.
+
+    Raises ``SystemExit`` with the entry's exit code (see :mod:`piwf.runner.entry`); an unknown
+    ``kind`` is refused before anything of a child runs.
+    """
+    entry = ChildKind(kind)
+    os.setsid()
+    _capture_output(stdout, stderr)
+    parent = multiprocessing.parent_process()
+    sentinel = parent.sentinel if parent is not None else None
+    _close_inherited_descriptors({channel.fileno(), *([] if sentinel is None else [sentinel])})
+    _apply_environment(environment)
+    os.umask(0o077)
+    life = lifeline.begin(sentinel, None)
+    title, label = _NAMES[entry]
+    name_process(title)
+    _enter_directory(directory)
+    module = importlib.import_module(entry.value)
+    sys.argv = [str(module.__file__), "--fd", str(channel.fileno())]
+    raise SystemExit(serve_channel(channel, life, label=label, run_child=module.run_child))
+
+
+def _capture_output(stdout: Connection, stderr: Connection) -> None:
+    """Put the capture pipes on descriptors 1 and 2 (inherited by what the child starts)."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os.dup2(stdout.fileno(), 1)
+    os.dup2(stderr.fileno(), 2)
+    stdout.close()
+    stderr.close()
+
+
+def _close_inherited_descriptors(keep: set[int]) -> None:
+    """In a child of the fork server, close every descriptor but 0-2, ``keep`` and the
+    resource tracker's pipe.
+
+    The fork server hands each child a copy of its "alive" pipe, whose end-of-file is how the
+    fork server learns that its server is gone; a child holding it would keep the fork server
+    running after the server's death until the child itself ended. A spawned child got from
+    ``exec`` only what the standard library passed on purpose, among them the write end of the
+    pipe that is the server's ``Process.sentinel``: it must stay open, so nothing is closed.
+    """
+    if forkserver.get_inherited_fds() is None:
+        return
+    tracker = resource_tracker.getfd()
+    kept = sorted({0, 1, 2, *keep, *([] if tracker is None else [tracker])})
+    for low, high in zip(kept, [*kept[1:], _descriptor_limit()], strict=True):
+        if high > low + 1:
+            os.closerange(low + 1, high)
+
+
+def _apply_environment(environment: dict[str, str | None]) -> None:
+    """Set (or, for ``None``, remove) each variable, then arm the fault points it names: a
+    forked child inherited the fork server's environment and armed points."""
+    for name, value in environment.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    faults.arm(os.environ.get("PIWF_FAULTS", ""))
+
+
+def _enter_directory(directory: str) -> None:
+    """Change to ``directory`` (``/`` when it is not usable).
+
+    ``sys.path`` is the server's; its first entry is the directory the server was started in
+    (``python -m``), and a child's is its own, as if it had been started there.
+    """
+    try:
+        os.chdir(directory)
+    except OSError:
+        os.chdir("/")
+    if sys.path and sys.path[0] == getattr(mp_process, "ORIGINAL_DIR", None):
+        sys.path[0] = str(Path.cwd())
+
+
+def _descriptor_limit() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (ValueError, OSError):
+        return 65536

@@ -1,0 +1,238 @@
+"""How child processes start: one ``multiprocessing`` context, ``forkserver`` or ``spawn``.
+
+``forkserver`` (the default where the platform has it, Linux) starts one fork server, a fresh
+interpreter that imports :data:`~piwf.processes.FORKSERVER_PRELOAD` once, never opens SQLite and
+runs no thread, and forks each child from it in a few milliseconds: spawn's guarantees (no
+descriptor, lock or connection of the server is ever inherited) at a fork's cost. ``spawn``
+(``PIWF_START_METHOD=spawn``, and the default elsewhere) starts a fresh interpreter per child.
+Either way the ``Process`` target is :func:`~piwf.processes.enter_child` with plain values and
+connections as its arguments; nothing else is pickled. A child never re-runs the server's main
+script (see :func:`spare_children_the_main_script`).
+
+The standard library's helpers, the fork server and the resource tracker, are children of the
+server in its process group. They end with it: the fork server at end-of-file on its "alive"
+pipe, whose only other holders, the forked children, close their copies first thing
+(:mod:`piwf.runner.bootstrap`); the resource tracker once the server, the fork server and the
+children have all closed its pipe. Their standard output and error (and a child's, before its
+first act moves its own) go to one descriptor the supervisor captures (``helpers.log``).
+
+``Process.start()`` blocks until the fork server has forked (it reads the child's pid), so it
+runs under a deadline: a fork server that does not answer (stopped, wedged) costs one failed
+start, not the server's loop, and is replaced. The deadline is :data:`START_TIMEOUT_S` once the
+fork server has forked a child, :data:`FIRST_START_TIMEOUT_S` before that (a new fork server
+answers only once its imports are done, slow on a loaded machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib.machinery
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from enum import Enum
+from multiprocessing import forkserver, resource_tracker
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+from piwf.processes import FORKSERVER_PRELOAD, enter_child, kill_own_children
+
+#: The longest a start may take from a fork server that has forked before: far above a fork,
+#: far below the leases a stalled loop would put at risk.
+START_TIMEOUT_S = 5.0
+#: The same for a fork server that has not forked yet: its imports come first.
+FIRST_START_TIMEOUT_S = 30.0
+_FORKSERVER_COMMAND = "from multiprocessing.forkserver import main"
+#: How long a killed fork server may take to be dead.
+_REPLACE_WAIT_S = 1.0
+
+
+class StartMethod(str, Enum):
+    """How children start (``PIWF_START_METHOD``)."""
+
+    FORKSERVER = "forkserver"
+    SPAWN = "spawn"
+
+
+def default_start_method() -> StartMethod:
+    """``forkserver`` on Linux, where it has been tested and is cheapest; ``spawn`` elsewhere."""
+    if sys.platform.startswith("linux") and "forkserver" in multiprocessing.get_all_start_methods():
+        return StartMethod.FORKSERVER
+    return StartMethod.SPAWN
+
+
+def start_method_from(text: str) -> StartMethod:
+    """The start method named by ``text``; raise ``ValueError`` saying what to set instead when
+    it is unknown or this platform lacks it."""
+    names = ", ".join(method.value for method in StartMethod)
+    try:
+        method = StartMethod(text)
+    except ValueError:
+        raise ValueError(f"PIWF_START_METHOD must be one of {names}, not {text!r}") from None
+    if method.value not in multiprocessing.get_all_start_methods():
+        raise ValueError(
+            f"PIWF_START_METHOD={method.value} is not available on this platform;"
+            f" set PIWF_START_METHOD={StartMethod.SPAWN.value}"
+        )
+    return method
+
+
+class ChildStartError(OSError):
+    """A child could not be started; nothing of it runs (its descriptors are the caller's)."""
+
+
+class ChildStarter:
+    """Starts children through one ``multiprocessing`` context.
+
+    ``helpers_output`` is the descriptor the standard library's helper processes get as their
+    standard output and error (see the module docstring); None leaves them the server's.
+    """
+
+    def __init__(self, method: StartMethod, helpers_output: int | None = None) -> None:
+        self.method = method
+        self.context: ForkServerContext | SpawnContext = (
+            multiprocessing.get_context("forkserver")
+            if method is StartMethod.FORKSERVER
+            else multiprocessing.get_context("spawn")
+        )
+        self.helpers_output = helpers_output
+        #: Whether the current fork server has forked a child (its imports are done).
+        self.proven = False
+        spare_children_the_main_script()
+        if method is StartMethod.FORKSERVER:
+            forkserver.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+
+    def start_helpers(self) -> None:
+        """Start the resource tracker and, with ``forkserver``, the fork server now, so the
+        first child does not wait for their imports (they run while the server serves)."""
+        with self._helpers_streams():
+            resource_tracker.ensure_running()
+            if self.method is StartMethod.FORKSERVER:
+                forkserver.ensure_running()
+
+    def start(
+        self,
+        *,
+        name: str,
+        kind: str,
+        directory: str,
+        environment: dict[str, str | None],
+        connections: tuple[Connection, Connection, Connection],
+    ) -> BaseProcess:
+        """Start one child: ``enter_child(kind, *connections, directory, environment)``.
+
+        ``connections`` are the child's ends of its channel and of its stdout and stderr pipes
+        (the child holds its own copies once this returns). Raises :class:`ChildStartError`.
+        """
+        channel, stdout, stderr = connections
+        process = self.context.Process(
+            target=enter_child,
+            args=(kind, channel, stdout, stderr, directory, environment),
+            name=name,
+        )
+        timeout_s = START_TIMEOUT_S if self.proven else FIRST_START_TIMEOUT_S
+        try:
+            with self._helpers_streams(), _deadline(timeout_s):
+                process.start()
+        except _StartTimeoutError:
+            self.proven = False
+            self._replace_fork_server()
+            raise ChildStartError(
+                errno.ETIMEDOUT, f"the child did not start in {timeout_s:g} s"
+            ) from None
+        except EOFError:  # the fork server ended while it was asked for this child
+            self.proven = False
+            raise ChildStartError(errno.EPIPE, "the fork server went away") from None
+        except OSError as error:
+            raise ChildStartError(error.errno or errno.EIO, error.strerror or "") from None
+        except ValueError as error:  # too many descriptors to pass, a closed connection
+            raise ChildStartError(errno.EINVAL, str(error)) from None
+        self.proven = True
+        return process
+
+    @contextlib.contextmanager
+    def _helpers_streams(self) -> Iterator[None]:
+        """Point descriptors 1 and 2 at :attr:`helpers_output` while a helper may be started
+        (the server's loop is its only thread, so nothing else writes there meanwhile)."""
+        if self.helpers_output is None:
+            yield
+            return
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        saved = [_dup_or_none(1), _dup_or_none(2)]
+        try:
+            os.dup2(self.helpers_output, 1)
+            os.dup2(self.helpers_output, 2)
+            yield
+        finally:
+            for target, copy in zip((1, 2), saved, strict=True):
+                if copy is None:
+                    with contextlib.suppress(OSError):
+                        os.close(target)
+                else:
+                    os.dup2(copy, target)
+                    os.close(copy)
+
+    def _replace_fork_server(self) -> None:
+        """Kill the fork server that did not answer; the next start launches a new one.
+
+        It is left for ``forkserver.ensure_running`` to reap, which fails on a fork server
+        someone else reaped.
+        """
+        if self.method is StartMethod.FORKSERVER:
+            kill_own_children(_FORKSERVER_COMMAND, _REPLACE_WAIT_S)
+
+
+def spare_children_the_main_script() -> None:
+    """Name the server's main module as ``piwf.__main__`` when it is piwf's console script.
+
+    Both start methods prepare a child by re-running the parent's main script (as
+    ``__mp_main__``), so that objects defined there can be unpickled; a package's
+    ``__main__`` module is never re-run. A server started as ``python -m piwf`` has that
+    name already; one started by the ``piwf`` console script (``from piwf.cli import main``)
+    would make every child import the CLI again, about 50 ms each. The two are the same program
+    (``piwf/__main__.py``), and nothing a child unpickles is defined in either.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return
+    if getattr(getattr(main, "main", None), "__module__", None) == "piwf.cli":
+        main.__spec__ = importlib.machinery.ModuleSpec("piwf.__main__", None)
+
+
+class _StartTimeoutError(Exception):
+    """Raised by the deadline's SIGALRM handler inside a blocked ``Process.start()``."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`_StartTimeoutError` in the block once ``seconds`` have passed (the main
+    thread only: elsewhere the block runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(_number: int, _frame: FrameType | None) -> None:
+        raise _StartTimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _dup_or_none(descriptor: int) -> int | None:
+    try:
+        return os.dup(descriptor)
+    except OSError:
+        return None

@@ -1,0 +1,59 @@
+"""Shared pieces of the tests of children: servers per start method, and finding the standard
+library's helper processes (the fork server, the resource tracker) of a server by what they
+are, a child of that server running the module's ``main``."""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from pathlib import Path
+
+import psutil
+
+from tests.server.harness import ServerFactory, ServerProcess
+
+FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S": "0.2"}
+METHODS = ("forkserver", "spawn")
+HELLO = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
+
+_FORKSERVER = "from multiprocessing.forkserver import main"
+_RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
+
+
+def start_server(
+    servers: ServerFactory, method: str, env: dict[str, str] | None = None
+) -> ServerProcess:
+    """A server whose children start with ``method`` (``PIWF_START_METHOD``)."""
+    server = servers.start(env={**FAST, "PIWF_START_METHOD": method, **(env or {})})
+    assert server.ready["ok"] is True, server.ready
+    return server
+
+
+def helpers_of(pid: int, command: str) -> list[psutil.Process]:
+    """Live children of ``pid`` whose command line runs ``command``."""
+    found = []
+    with suppress(psutil.Error):
+        for child in psutil.Process(pid).children():
+            with suppress(psutil.Error):
+                if child.status() != psutil.STATUS_ZOMBIE and any(
+                    command in part for part in child.cmdline()
+                ):
+                    found.append(child)
+    return found
+
+
+def fork_servers(server: ServerProcess) -> list[psutil.Process]:
+    """The server's live fork servers (one, with ``forkserver``; none with ``spawn``)."""
+    return helpers_of(server.process.pid, _FORKSERVER)
+
+
+def resource_trackers(server: ServerProcess) -> list[psutil.Process]:
+    """The server's live ``multiprocessing`` resource trackers."""
+    return helpers_of(server.process.pid, _RESOURCE_TRACKER)
+
+
+def gone(process: psutil.Process) -> bool:
+    """Ended, a zombie, or its pid now names another process."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True

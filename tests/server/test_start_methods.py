@@ -1,0 +1,544 @@
+"""Children on ``multiprocessing``'s start methods: forked by a fork server, or spawned.
+
+Real servers, real children, real signals, with both ``PIWF_START_METHOD`` values where the
+property holds for both: a runner begins in its own session with its start identity recorded
+and nothing of the server or the fork server in its hands; a killed runner is a crash that its
+run recovers from, even when a process it forked still holds its pipes; a killed fork server
+takes its child along and is replaced; a fork server that does not answer costs one start; a
+killed server leaves no helper nor child, and a child ends by its parent sentinel (the server's,
+not the fork server's). Workflow code reports what it saw in marker files; every wait polls a
+condition against a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from piwf.server.children.start_methods import START_TIMEOUT_S
+from tests.server import harness
+from tests.server.children import (
+    FAST,
+    HELLO,
+    METHODS,
+    fork_servers,
+    gone,
+    resource_trackers,
+    start_server,
+)
+from tests.server.harness import ServerFactory, raw_client, wait_for
+from tests.server.test_execution import query, start, wait_run, write_workflow
+
+#: How long after its server's SIGKILL a child may still run (the 2 s rule plus scheduling).
+DEATH_BOUND_S = 3.0
+
+
+def descriptor_targets(pid: int) -> dict[int, str]:
+    """What each open descriptor of ``pid`` points at (``pipe:[N]``, ``socket:[N]``, a path)."""
+    targets = {}
+    for entry in Path(f"/proc/{pid}/fd").iterdir():
+        with suppress(OSError):
+            targets[int(entry.name)] = str(entry.readlink())
+    return targets
+
+
+def facts_workflow(directory: Path, name: str, out: Path, then: str = "pass") -> str:
+    """A one-node workflow whose node writes what its process looks like to ``out`` (whole,
+    then renamed), then runs ``then``."""
+    return write_workflow(
+        directory,
+        name,
+        f"""
+        import json, os, pathlib, sys, time
+        from piwf.processes import start_identity
+        from piwf.workflow import compute, define_workflow
+
+        def target(fd):
+            try:
+                return os.readlink(f"/proc/self/fd/{{fd}}")
+            except OSError:
+                return None  # the descriptor of the directory listing, closed by now
+
+        def facts(ctx):
+            pid = os.getpid()
+            record = {{
+                "pid": pid, "ppid": os.getppid(), "pgid": os.getpgid(0), "sid": os.getsid(0),
+                "identity": start_identity(pid), "argv": sys.argv, "cwd": os.getcwd(),
+                "fds": {{fd: target(fd) for fd in os.listdir("/proc/self/fd")}},
+                "faults": os.environ.get("PIWF_FAULTS"),
+            }}
+            pathlib.Path({str(out)!r} + ".tmp").write_text(json.dumps(record))
+            os.replace({str(out)!r} + ".tmp", {str(out)!r})
+            {then}
+            return {{"ok": True}}
+
+        workflow = define_workflow(
+            name={name!r}, start_at="a", nodes={{"a": compute(facts)}}, edges=[]
+        )
+        """,
+    )
+
+
+def read_facts(path: Path) -> dict[str, Any]:
+    wait_for(path.exists, timeout_s=30, what=path.name)
+    facts: dict[str, Any] = json.loads(path.read_text())
+    return facts
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_runner_begins_in_its_own_session_holding_nothing_of_the_server(
+    servers: ServerFactory, tmp_path: Path, method: str
+) -> None:
+    # The server's own fault points are not the child's (it gets PIWF_CHILD_FAULTS instead).
+    server = start_server(servers, method, env={"PIWF_FAULTS": "runner.after_exit_commit@99=kill"})
+    out, project = tmp_path / "facts.json", tmp_path / "project"
+    project.mkdir()
+    workflow = facts_workflow(tmp_path, "facts", out)
+    with raw_client(server) as client:
+        response = client.request(
+            "run.start",
+            {"workflow": workflow, "input": {}, "projectPath": str(project)},
+            key="facts",
+        )
+        assert response.outcome == "accepted", response
+        assert response.receipt is not None
+        assert wait_run(client, str(response.receipt["run"]["runId"]))["status"] == "completed"
+    facts = read_facts(out)
+    if method == "forkserver":
+        (fork_server,) = fork_servers(server)
+        assert facts["ppid"] == fork_server.pid, "forked by the server's fork server"
+    else:
+        assert facts["ppid"] == server.process.pid, "spawned by the server itself"
+        assert fork_servers(server) == []
+    assert facts["pgid"] == facts["pid"] == facts["sid"], "its own session and group"
+    assert facts["cwd"] == str(project)
+    assert facts["faults"] is None
+    assert facts["argv"][0].endswith("workflow_runner.py")
+    assert facts["argv"][1] == "--fd"
+    descriptors = {int(fd): target for fd, target in facts["fds"].items() if target is not None}
+    channel = int(facts["argv"][2])
+    assert descriptors[channel].startswith("socket:")
+    # Its channel is its only socket (nothing of the listener or of clients), no database.
+    assert [fd for fd, t in descriptors.items() if t.startswith("socket:")] == [channel]
+    assert not any("sqlite" in target for target in descriptors.values()), descriptors
+    if method == "forkserver":
+        # Of the fork server's descriptors it shares only the resource tracker's pipe: not
+        # the fork server's "alive" pipe, whose end-of-file ends the fork server.
+        shared = set(descriptors.values()) & set(descriptor_targets(fork_server.pid).values())
+        (tracker,) = resource_trackers(server)
+        assert shared <= set(descriptor_targets(tracker.pid).values()), shared
+    runners = "SELECT pid, process_start_identity, status FROM run_runners"
+    wait_for(
+        lambda: query(server, runners) == [(facts["pid"], facts["identity"], "exited")],
+        what="the runner's row: its pid, its start identity and a clean exit",
+    )
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_killed_runner_is_seen_ended_although_a_process_it_forked_holds_its_pipes(
+    servers: ServerFactory, tmp_path: Path, method: str
+) -> None:
+    """The node forks a sleeper (no exec, same group: it holds every descriptor the runner
+    had, its sentinel's write end under spawn among them), then the runner SIGKILLs itself.
+    The exit is still seen at once, the sleeper ends with the group, the run recovers."""
+    server = start_server(servers, method)
+    sleeper, killed = tmp_path / "sleeper", tmp_path / "killed"
+    workflow = write_workflow(
+        tmp_path,
+        "killed",
+        f"""
+        import os, pathlib, signal, time
+        from piwf.workflow import compute, define_workflow
+
+        def first(ctx):
+            return {{"step": 1}}
+
+        def die(ctx):
+            marker = pathlib.Path({str(killed)!r})
+            if not marker.exists():
+                marker.touch()
+                child = os.fork()
+                if child == 0:
+                    time.sleep(60)  # holds the runner's descriptors; ends with its group
+                    os._exit(0)
+                pathlib.Path({str(sleeper)!r}).write_text(str(child))
+                os.kill(os.getpid(), signal.SIGKILL)
+            return {{"step": 2}}
+
+        workflow = define_workflow(
+            name="killed", start_at="first",
+            nodes={{"first": compute(first), "die": compute(die)}},
+            edges=[{{"from": "first", "to": "die"}}],
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "killed")
+        wait_for(sleeper.exists, timeout_s=30, what="the sleeper")
+        forked = psutil.Process(int(sleeper.read_text()))
+        assert wait_run(client, run_id, timeout_ms=20_000)["status"] == "completed"
+    assert gone(forked), "the sleeper ended with its runner's group"
+    rows = "SELECT status, exit_code, signal FROM run_runners ORDER BY started_at"
+    wait_for(lambda: query(server, rows)[-1][0] == "exited", what="the second runner's exit")
+    assert query(server, rows)[0] == ("crashed", None, "signal 9")
+
+
+def test_a_killed_fork_server_takes_its_running_child_along_and_a_new_one_serves(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = start_server(servers, "forkserver")
+    (first,) = fork_servers(server)
+    out, gate = tmp_path / "facts.json", tmp_path / "gate"
+    hold = f"""
+            while not pathlib.Path({str(gate)!r}).exists():
+                time.sleep(0.01)"""
+    workflow = facts_workflow(tmp_path, "held", out, then=hold.strip())
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "held")
+        runner = read_facts(out)["pid"]
+        assert psutil.Process(runner).ppid() == first.pid
+        # The fork server dies under a running child: the kernel sends the child SIGTERM (its
+        # parent-death signal), the server reads end-of-file where the status would come
+        # (status unknown), kills what is left of the tree, and the run gets a new runner.
+        runner_process = psutil.Process(runner)
+        first.kill()
+        wait_for(lambda: gone(runner_process), what="the fork server's child to end")
+        wait_for(
+            lambda: (
+                query(server, "SELECT status FROM run_runners WHERE pid = ?", (runner,))
+                == [("crashed",)]
+            ),
+            what="the child's end seen (its status is unknown: crashed)",
+        )
+        gate.touch()
+        assert wait_run(client, run_id)["status"] == "completed"
+    (second,) = fork_servers(server)
+    assert second.pid != first.pid and gone(first)
+    assert read_facts(out)["ppid"] == second.pid, "the next runner came from the new one"
+
+
+def test_a_fork_server_that_does_not_answer_costs_one_start_and_is_replaced(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = start_server(servers, "forkserver")
+    (stuck,) = fork_servers(server)
+    # Each start below needs a resolver child: a workflow file it has not resolved yet.
+    fresh = [tmp_path / f"hello_{n}.py" for n in range(3)]
+    for path in fresh:
+        path.write_text(Path(HELLO).read_text())
+    try:
+        with raw_client(server) as client:
+            warm = start(client, str(fresh[0]), {"who": "z"}, "warm")
+            assert wait_run(client, warm)["status"] == "completed"
+            stuck.suspend()  # it has forked before; now alive, but it will never fork again
+            payload = {"workflow": str(fresh[1]), "input": {"who": "z"}}
+            refused = client.request("run.start", payload, key="refused")
+            assert refused.outcome == "unavailable", refused
+            assert refused.error is not None and refused.error.code == "resolverFailed"
+            assert f"did not start in {START_TIMEOUT_S:g} s" in refused.error.message
+            assert client.request("server.status").outcome == "accepted"
+            wait_for(lambda: gone(stuck), what="the fork server that did not answer to be killed")
+            after = start(client, str(fresh[2]), {"who": "z"}, "after")
+            assert wait_run(client, after)["status"] == "completed"
+    finally:
+        with suppress(psutil.Error):
+            stuck.kill()
+    (replacement,) = fork_servers(server)
+    assert replacement.pid != stuck.pid
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_killed_server_leaves_no_helper_nor_child_and_its_run_is_recovered(
+    servers: ServerFactory, tmp_path: Path, method: str
+) -> None:
+    server = start_server(servers, method)
+    out, entered = tmp_path / "facts.json", tmp_path / "entered"
+    hold = f"""
+            marker = pathlib.Path({str(entered)!r})
+            if not marker.exists():
+                marker.touch()
+                time.sleep(60)  # the runner's lifeline ends it here"""
+    workflow = facts_workflow(tmp_path, "orphan", out, then=hold.strip())
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "orphan")
+    runner = psutil.Process(read_facts(out)["pid"])
+    helpers = resource_trackers(server) + fork_servers(server)
+    assert len(helpers) == (2 if method == "forkserver" else 1)
+    server.kill()
+    for process in [runner, *helpers]:
+        wait_for(lambda p=process: gone(p), timeout_s=DEATH_BOUND_S, what=f"{process} to end")
+    second = start_server(servers, method)
+    with raw_client(second) as client:
+        assert wait_run(client, run_id)["status"] == "completed"
+    statuses = "SELECT status FROM run_runners ORDER BY started_at"
+    wait_for(
+        lambda: query(second, statuses)[-2:] == [("orphaned",), ("exited",)],
+        what="the orphan closed by recovery and the run finished by a new runner",
+    )
+
+
+def test_a_forked_child_ends_by_its_parent_sentinel_when_its_server_is_killed(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    """The node clears its own parent-death signal, so neither the fork server's end nor any
+    signal can end it: only its lifeline, watching ``parent_process().sentinel``, can."""
+    server = start_server(servers, "forkserver")
+    out = tmp_path / "facts.json"
+    no_parent_death_signal = """
+            import ctypes
+            assert ctypes.CDLL(None).prctl(1, 0, 0, 0, 0) == 0  # PR_SET_PDEATHSIG: none
+            pathlib.Path(__file__ + ".cleared").touch()
+            time.sleep(60)"""
+    workflow = facts_workflow(tmp_path, "sentinel", out, then=no_parent_death_signal.strip())
+    with raw_client(server) as client:
+        start(client, workflow, {}, "sentinel")
+    runner = psutil.Process(read_facts(out)["pid"])
+    wait_for(Path(workflow + ".cleared").exists, what="the node to clear its signal")
+    server.kill()
+    wait_for(lambda: gone(runner), timeout_s=DEATH_BOUND_S, what="the runner to end by itself")
+
+
+#: A stand-in for the server: it starts one forkserver child that answers, on request, whether
+#: its parent sentinel is at end-of-file, and relays the answers on its stdout.
+_SENTINEL_DRIVER = """
+import json, multiprocessing, sys
+from tests.server.sentinel_child import serve
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("forkserver")
+    ours, theirs = context.Pipe()
+    child = context.Process(target=serve, args=(theirs, sys.argv[1]))
+    child.start()
+    theirs.close()
+    assert ours.recv_bytes() == b"ready"
+    print(json.dumps({"child": child.pid}), flush=True)
+    for _ in sys.stdin:  # one question per line, until the test kills this process
+        ours.send_bytes(b"?")
+        print(ours.recv_bytes().decode(), flush=True)
+"""
+
+
+@pytest.fixture
+def sentinel_driver(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    script = tmp_path / "driver.py"
+    script.write_text(_SENTINEL_DRIVER)
+    repository = str(Path(__file__).resolve().parents[2])
+    driver = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "eof")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=repository,
+        env={**os.environ, "PYTHONPATH": repository},
+        start_new_session=True,
+    )
+    try:
+        yield driver
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        for stream in (driver.stdin, driver.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def test_under_forkserver_the_parent_sentinel_ends_with_the_server_not_the_fork_server(
+    sentinel_driver: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """What the lifeline relies on, checked on the standard library itself: the driver plays
+    the server; its fork server dies first, then the driver."""
+    assert sentinel_driver.stdin is not None and sentinel_driver.stdout is not None
+    child = psutil.Process(json.loads(sentinel_driver.stdout.readline())["child"])
+    (fork_server,) = [
+        p
+        for p in psutil.Process(sentinel_driver.pid).children()
+        if any("multiprocessing.forkserver" in part for part in p.cmdline())
+    ]
+    assert child.ppid() == fork_server.pid
+    try:
+        sentinel_driver.stdin.write("?\n")
+        sentinel_driver.stdin.flush()
+        assert sentinel_driver.stdout.readline().strip() == "open"
+        fork_server.kill()
+        wait_for(lambda: gone(fork_server), what="the fork server to be gone")
+        sentinel_driver.stdin.write("?\n")
+        sentinel_driver.stdin.flush()
+        assert sentinel_driver.stdout.readline().strip() == "open", "not the fork server's"
+        assert not gone(child)
+        sentinel_driver.kill()
+        wait_for(lambda: gone(child), what="the child to see its sentinel end and return")
+        assert (tmp_path / "eof").read_text() == "eof"
+    finally:
+        with suppress(psutil.Error):
+            child.kill()
+
+
+def test_an_unknown_start_method_is_refused_before_anything_changes(
+    servers: ServerFactory,
+) -> None:
+    server = servers.start(env={**FAST, "PIWF_START_METHOD": "thread"})
+    assert server.ready["ok"] is False
+    assert server.ready["error"]["code"] == "serverStart"
+    message = server.ready["error"]["message"]
+    assert "PIWF_START_METHOD must be one of forkserver, spawn, not 'thread'" in message
+    assert server.process.wait(timeout=10) != 0
+    assert not (servers.home / "state.sqlite").exists()
+
+
+def test_a_restarted_helper_is_captured_in_the_private_helpers_log(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = start_server(servers, "forkserver")
+    (tracker,) = resource_trackers(server)
+    tracker.kill()
+    wait_for(lambda: gone(tracker), what="the resource tracker to end")
+    with raw_client(server) as client:
+        answer = client.request(
+            "run.start", {"workflow": HELLO, "input": {"who": "z"}}, key="after"
+        )
+        assert answer.outcome == "accepted", answer
+        assert answer.receipt is not None
+        assert wait_run(client, answer.receipt["run"]["runId"])["status"] == "completed"
+    (replacement,) = resource_trackers(server)
+    assert replacement.pid != tracker.pid
+    log = server.home / "server" / "runners" / "helpers.log"
+    wait_for(lambda: "resource_tracker" in log.read_text(), what="the relaunch warning")
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+
+
+def test_a_resolver_that_dies_answers_unavailable_and_stores_nothing(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = start_server(servers, "forkserver")
+    workflow = write_workflow(
+        tmp_path,
+        "dies_resolving",
+        """
+        import os, sys
+        from piwf.workflow import compute, define_workflow
+
+        if sys.argv[0].endswith("resolver.py"):  # only inside the resolver child
+            os._exit(1)
+
+        workflow = define_workflow(
+            name="dies_resolving", start_at="a", nodes={"a": compute(lambda ctx: 1)}, edges=[]
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        response = client.request("run.start", {"workflow": workflow, "input": {}}, key="dies")
+        again = client.request("run.start", {"workflow": workflow, "input": {}}, key="dies")
+    for answer in (response, again):
+        assert answer.outcome == "unavailable", answer
+        assert answer.error is not None and answer.error.code == "resolverFailed"
+    assert query(server, "SELECT count(*) FROM runs") == [(0,)]
+    receipts = "SELECT count(*) FROM server_commands WHERE idempotency_key = 'dies'"
+    assert query(server, receipts) == [(0,)]
+
+
+def test_the_bootstrap_refuses_a_kind_that_is_not_an_entry_before_it_acts() -> None:
+    program = textwrap.dedent(
+        """
+        import os, sys
+        from multiprocessing.connection import Pipe
+        from piwf.runner import bootstrap
+
+        ours, theirs = Pipe()
+        session = os.getsid(0)
+        try:
+            bootstrap.main("os", theirs, theirs, theirs, "/", {})
+        except ValueError:
+            sys.exit(0 if os.getsid(0) == session else 2)
+        sys.exit(1)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_server_started_by_the_console_script_never_reruns_it_in_a_child(
+    servers: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """``multiprocessing`` prepares a child by re-running its parent's main script; the
+    ``piwf`` script would cost every child an import of the CLI."""
+    script = str(Path(sys.executable).parent / "piwf")
+    monkeypatch.setattr(harness, "SERVER_COMMAND", [script, "server", "run"])
+    server = start_server(servers, method)
+    assert psutil.Process(server.process.pid).cmdline()[1].endswith("piwf")
+    out = tmp_path / "modules.json"
+    report = f"""
+            pathlib.Path({str(out)!r}).write_text(json.dumps(sorted(sys.modules)))"""
+    workflow = facts_workflow(tmp_path, "modules", tmp_path / "facts.json", then=report.strip())
+    with raw_client(server) as client:
+        assert wait_run(client, start(client, workflow, {}, "modules"))["status"] == "completed"
+    modules = json.loads(out.read_text())
+    assert "piwf.runner.workflow_runner" in modules
+    assert "piwf.cli" not in modules and "click" not in modules
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_what_a_child_wrote_before_it_exited_is_delivered_before_its_exit(
+    tmp_path: Path, method: str
+) -> None:
+    """On the supervisor itself (tests/server/exit_order_driver.py): the child answers and
+    exits while the loop does not turn, so its answer, its sentinel and (spawned) the SIGCHLD
+    are all ready at the next turn; the answer still comes first."""
+    repository = str(Path(__file__).resolve().parents[2])
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.server.exit_order_driver", method, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=repository,
+        start_new_session=True,
+    )
+    try:
+        out, err = driver.communicate(timeout=120)
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+    assert driver.returncode == 0, err
+    assert json.loads(out) == {"messagesBeforeExit": 1, "exitCode": 0}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_childs_output_is_captured_privately_capped_and_a_flood_kills_it(
+    servers: ServerFactory, tmp_path: Path, method: str
+) -> None:
+    server = start_server(servers, method)
+    out, flooded = tmp_path / "facts.json", tmp_path / "flooded"
+    flood = f"""
+            if not pathlib.Path({str(flooded)!r}).exists():
+                pathlib.Path({str(flooded)!r}).touch()
+                print("before the flood", flush=True)
+                for _ in range(200):
+                    sys.stdout.write("x" * 65536)
+                    sys.stdout.flush()"""
+    workflow = facts_workflow(tmp_path, "flood", out, then=flood.strip())
+    with raw_client(server) as client:
+        assert wait_run(client, start(client, workflow, {}, "flood"))["status"] == "completed"
+    rows = "SELECT status, runner_epoch FROM run_runners ORDER BY started_at"
+    wait_for(
+        lambda: [row[0] for row in query(server, rows)] == ["crashed", "exited"],
+        what="the flooded runner killed and its run finished by the next",
+    )
+    epoch = query(server, rows)[0][1]
+    log = server.home / "server" / "runners" / f"{epoch}.log"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert log.stat().st_size == 1024 * 1024
+    assert log.read_bytes().startswith(b"before the flood\nxxxx")
