@@ -55,7 +55,6 @@ from piwf.state.server_epoch import ServerClaim, verify_server_claim
 log = logging.getLogger("piwf.server")
 
 
-
 class ReconcileAdmission(Protocol):
     """The other kind of work that shares the pool's slots (resource reconciles)."""
 
