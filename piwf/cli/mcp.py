@@ -1,0 +1,41 @@
+"""``piwf mcp``: serve the model-facing workflow tool over MCP on stdin/stdout."""
+
+from __future__ import annotations
+
+import click
+
+from piwf.cli.common import command, json_option
+from piwf.errors import MissingExtraError
+
+MISSING_SDK = "piwf mcp needs the MCP SDK: pip install 'piwf[mcp]'"
+
+
+@click.command("mcp")
+@click.option(
+    "--request",
+    "request_id",
+    default=None,
+    metavar="REQUEST_ID",
+    help="Offer only update and submit, bound to this one agent request.",
+)
+@json_option
+@command
+def mcp_command(request_id: str | None, as_json: bool) -> None:
+    """Serve the workflow tool to an MCP client over stdio (extra: piwf[mcp]).
+
+    Tools: list, status, start, pause, resume, cancel, answer (checkpoints only), update and
+    submit (agent requests). A protected human decision is never answerable through it. With
+    --request, only update and submit are offered, for that request (what a headless agent
+    command is given through PIWF_MCP_CONFIG). stdout carries the protocol; see docs/MCP.md.
+
+    \b
+    Example:
+      piwf mcp --request request-5d1e...
+    """
+    try:
+        from piwf.mcp.server import serve
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != "mcp":
+            raise
+        raise MissingExtraError(MISSING_SDK) from None
+    serve(request_id=request_id)
