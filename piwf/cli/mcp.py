@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from piwf.cli.common import command, json_option
 from piwf.errors import MissingExtraError
 
 MISSING_SDK = "piwf mcp needs the MCP SDK: pip install 'piwf[mcp]'"
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
+
+
+def _check_request_id(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    if value is not None and not _REQUEST_ID.fullmatch(value):
+        raise click.BadParameter("a request id is 1 to 256 printable ASCII characters, no spaces")
+    return value
 
 
 @click.command("mcp")
@@ -16,6 +27,7 @@ MISSING_SDK = "piwf mcp needs the MCP SDK: pip install 'piwf[mcp]'"
     "request_id",
     default=None,
     metavar="REQUEST_ID",
+    callback=_check_request_id,
     help="Offer only update and submit, bound to this one agent request.",
 )
 @json_option

@@ -59,8 +59,8 @@ DESCRIPTIONS: Final[dict[str, str]] = {
         "List recent workflow runs (newest first) and every request that waits for an answer. "
         "Pass `limit` (1-200, default 20) for more runs. Returns {runs: [{runId, workflowName, "
         "status, displayStatus, paused, needsAction, ...}], requests: [{requestId, runId, kind, "
-        "path, choices, inputs, ...}]}; kind 'checkpoint' can be answered with `answer`, "
-        "'human_decision' only by a person."
+        "path, choices, inputs, ...}]}; a 'checkpoint' is answered with `answer`, an 'agent' "
+        "request with `submit`, and a 'human_decision' only by a person."
     ),
     "status": (
         "Show one run by its `run_id`: its status, the request it waits on (`waitingOn`, with "

@@ -34,6 +34,11 @@ def test_without_the_sdk_piwf_mcp_exits_1_naming_the_extra(tmp_path: Path) -> No
     assert json.loads(as_json.stdout) == {"error": {"code": "missingExtra", "message": MESSAGE}}
 
 
+def test_a_malformed_request_id_is_a_usage_error() -> None:
+    result = run(sys.executable, "-c", WITHOUT_SDK, "mcp", "--request", "has space")
+    assert result.returncode == 2 and "a request id is 1 to 256 printable" in result.stderr
+
+
 @pytest.mark.skipif(importlib.util.find_spec("mcp") is not None, reason="the MCP SDK is installed")
 def test_the_installed_script_without_the_extra() -> None:
     result = run(str(Path(sys.executable).parent / "piwf"), "mcp")
