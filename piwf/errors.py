@@ -34,6 +34,7 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── ContentNotFoundError    contentNotFound    (not a stored value of that owner)
     │   └── ContentMismatchError    contentMismatch    (parts differ from their reference)
     ├── InternalError               internalError      (a server bug; nothing was changed)
+    ├── MissingExtraError           missingExtra       (a command needs an optional extra)
     ├── ServerError
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
     │   ├── ServerStartError        serverStart        (the server could not start; says why)
@@ -282,6 +283,13 @@ class InternalError(PiwfError):
     was stored. The message names the operation and the exception class, never its text."""
 
     code = "internalError"
+
+
+class MissingExtraError(PiwfError):
+    """A command needs an optional extra that is not installed; the message names the
+    ``pip install 'piwf[...]'`` that brings it."""
+
+    code = "missingExtra"
 
 
 class ServerError(PiwfError):

@@ -7,7 +7,7 @@ Exit codes are a protocol: 0 success, 1 runtime error, 2 usage error. Every comm
     piwf run show --json           -> {"error":{"code":"usage","message":"..."}}      exit 2
 
 Commands live in :mod:`.server`, :mod:`.runs`, :mod:`.state`, :mod:`.effects`,
-:mod:`.requests` and :mod:`.resources`; output in :mod:`.render`;
+:mod:`.requests`, :mod:`.resources` and :mod:`.mcp`; output in :mod:`.render`;
 the shared flag, error handling and client in :mod:`.common`. docs/CLI.md documents each one.
 """
 
@@ -77,6 +77,7 @@ def cli() -> None:
 def _register() -> None:
     # Imported here: the command modules import this package's siblings while it initialises.
     from piwf.cli.effects import effect_group
+    from piwf.cli.mcp import mcp_command
     from piwf.cli.requests import answer_command, requests_command
     from piwf.cli.resources import resource_group
     from piwf.cli.runs import run_group
@@ -87,6 +88,7 @@ def _register() -> None:
         cli.add_command(group)
     cli.add_command(requests_command)
     cli.add_command(answer_command)
+    cli.add_command(mcp_command)
 
 
 _register()

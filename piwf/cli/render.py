@@ -19,6 +19,7 @@ from piwf import canonical
 from piwf.protocol.payloads import (
     AnswerReceipt,
     BackupReceipt,
+    ChoiceInputInfo,
     ContentRef,
     DecisionInfo,
     OpenRequestInfo,
@@ -188,11 +189,23 @@ def run_detail(detail: RunDetail) -> str:
     return "\n".join(lines)
 
 
-def choices_text(choices: dict[str, str] | None) -> str:
-    """Declared choices as ``name (label), ...``; '-' for a checkpoint (any JSON answer)."""
+def choices_text(
+    choices: dict[str, str] | None, inputs: dict[str, ChoiceInputInfo] | None = None
+) -> str:
+    """Declared choices as ``name (label), ...``; '-' for a checkpoint (any JSON answer).
+
+    A choice that carries a text input shows the key its text goes under and its prompt:
+    ``replan (Replan; +"instructions": What should change?)``.
+    """
     if not choices:
         return "-"
-    return ", ".join(f"{name} ({label})" for name, label in choices.items())
+    needs = inputs or {}
+    return ", ".join(
+        f"{name} ({label}; +{canonical.encode_text(needs[name].name)}: {needs[name].prompt})"
+        if name in needs
+        else f"{name} ({label})"
+        for name, label in choices.items()
+    )
 
 
 def request_fields(request: OpenRequestInfo) -> str:
@@ -202,10 +215,23 @@ def request_fields(request: OpenRequestInfo) -> str:
             ("request", request.request_id),
             ("kind", request.kind),
             ("node", f"{request.path} (visit {request.visit})"),
-            ("choices", choices_text(request.choices) if request.choices else None),
+            ("choices", choices_text(request.choices, request.inputs) if request.choices else None),
+            ("answer", _answer_shape(request)),
             ("content", value_preview(request.content, request.content_ref)),
             ("deadline", _deadline(request.deadline_at, request.has_default)),
         ]
+    )
+
+
+def _answer_shape(request: OpenRequestInfo) -> str | None:
+    """How to answer a decision whose choices carry inputs, one example per such choice."""
+    if not request.inputs:
+        return None
+    return "; ".join(
+        f"piwf answer {request.request_id} '"
+        + canonical.encode_text({"choice": name, item.name: "..."})
+        + f"' (at most {item.max_chars} characters)"
+        for name, item in request.inputs.items()
     )
 
 
@@ -219,7 +245,7 @@ def request_table(requests: Sequence[OpenRequestInfo]) -> str:
             item.kind,
             item.run_id,
             item.path,
-            choices_text(item.choices),
+            choices_text(item.choices, item.inputs),
             _deadline(item.deadline_at, item.has_default) or "-",
         ]
         for item in requests

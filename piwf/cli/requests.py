@@ -39,12 +39,14 @@ def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
     """Answer one exact pending request as a person (decision.answer).
 
     RESPONSE_JSON is the answer as JSON text; a decision takes {"choice": NAME, ...} with one
-    of its declared choices. The first valid answer wins; a later different answer reports the
-    recorded winner (already_resolved) and changes nothing.
+    of its declared choices, plus the text input that choice carries, if any (piwf requests
+    shows it). The first valid answer wins; a later different answer reports the recorded
+    winner (already_resolved) and changes nothing.
 
     \b
     Example:
       piwf answer req-5d1e '{"choice": "ship"}'
+      piwf answer req-5d1e '{"choice": "replan", "instructions": "split step 2"}'
     """
     response = parse_json(response_json, "RESPONSE_JSON")
     with open_client() as client:

@@ -199,6 +199,15 @@ class EffectInfo(WireModel):
     attempt_count: int
 
 
+class ChoiceInputInfo(WireModel):
+    """The text input a decision's choice carries: the answer holds it under ``name``."""
+
+    kind: Literal["text"]
+    name: str
+    prompt: str
+    max_chars: int
+
+
 class OpenRequestInfo(WireModel):
     """A pending checkpoint or decision: what a waiting run waits on."""
 
@@ -210,6 +219,8 @@ class OpenRequestInfo(WireModel):
     content: Any = None
     content_ref: ContentRef | None = None
     choices: dict[str, str] | None = None
+    #: The choices that carry a text input, each with it; None when none does.
+    inputs: dict[str, ChoiceInputInfo] | None = None
     deadline_at: int | None = None
     has_default: bool = False
     created_at: int
@@ -245,6 +256,7 @@ class DecisionInfo(WireModel):
     decision_id: str
     kind: str
     choices: dict[str, str] | None = None
+    inputs: dict[str, ChoiceInputInfo] | None = None
     deadline_at: int | None = None
     has_default: bool = False
     resolution: ResolutionInfo | None = None

@@ -9,6 +9,9 @@ request id) in the transaction that commits the request. Competing outcomes race
     explicit cancel ──────┤
     no-default expiry ────┘
 
+A decision's choices are stored as one blob mapping each choice name to its label, or to
+``{"label", "input"}`` for a choice that carries a text input (:mod:`piwf.decision_answers`).
+
 The resolution is immutable (a trigger refuses updates). Every candidate is kept in
 ``human_decision_submissions`` with its outcome: ``won`` (it made the resolution), ``adopted``
 (equal to the winner), ``already_resolved`` (another winner exists) or ``rejected`` (invalid,
@@ -23,9 +26,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from piwf.canonical import JsonValue
+from piwf.decision_answers import TextInput, check_decision_answer
 from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.enums import (
@@ -121,6 +125,12 @@ class Decision:
     default_response: JsonValue
     deadline_at: int | None
     created_at: int
+    #: The choices that carry a text input, each with it (empty for most decisions).
+    inputs: Mapping[str, TextInput] = field(default_factory=dict)
+
+    def inputs_json(self) -> dict[str, JsonValue] | None:
+        """Return ``{choice: input}`` in wire form, or None when no choice carries one."""
+        return {name: item.to_json() for name, item in self.inputs.items()} or None
 
     @property
     def protected(self) -> bool:
@@ -192,12 +202,13 @@ def open_decision_in(
 ) -> Decision:
     """Create the decision of a just-committed request (event ``decision.opened``).
 
-    ``content`` is the request content the engine stored (a decision's ``choices`` map is read
-    from it); ``on_timeout`` is ``{"afterMs", "response"?}`` or None. The deadline is absolute:
-    ``tx.now + afterMs``, so a restart keeps it exact. Runs inside the request's transaction.
+    ``content`` is the request content the engine stored (a decision's ``choices`` map and its
+    optional ``inputs`` map are read from it); ``on_timeout`` is ``{"afterMs", "response"?}``
+    or None. The deadline is absolute: ``tx.now + afterMs``, so a restart keeps it exact. Runs
+    inside the request's transaction.
     """
     resource_id = ensure_resource(tx, ResourceType.DECISION, request_id)
-    choices = _choices(content) if kind is DecisionKind.HUMAN_DECISION else None
+    choices = _stored_choices(content) if kind is DecisionKind.HUMAN_DECISION else None
     deadline_at: int | None = None
     default_hash: bytes | None = None
     if kind is DecisionKind.HUMAN_DECISION and isinstance(on_timeout, Mapping):
@@ -294,17 +305,12 @@ def check_candidate(decision: Decision, response: JsonValue) -> str | None:
     """Return why ``response`` does not fit the declared choices, or None when it does.
 
     A checkpoint takes any JSON value. A decision's answer is an object whose ``choice`` is one
-    of the declared choice names (the same rule the engine applies when it consumes it).
+    of the declared choice names, with the text input that choice carries, if any
+    (:func:`piwf.decision_answers.check_decision_answer`, the rule the engine applies too).
     """
     if decision.kind is DecisionKind.CHECKPOINT:
         return None
-    names = tuple(decision.choices or {})
-    if not isinstance(response, Mapping):
-        return "a decision answer must be an object with a 'choice'"
-    choice = response.get("choice")
-    if choice not in names:
-        return f"choice {choice!r} is not one of {', '.join(names)}"
-    return None
+    return check_decision_answer(tuple(decision.choices or {}), decision.inputs, response)
 
 
 def resolve_in(
@@ -445,27 +451,55 @@ def _insert_submission(
     )
 
 
-def _choices(content: JsonValue) -> dict[str, str]:
-    choices = content.get("choices") if isinstance(content, Mapping) else None
+def _stored_choices(content: JsonValue) -> dict[str, JsonValue]:
+    """The choices blob of a request's content: each label, or ``{label, input}``."""
+    if not isinstance(content, Mapping):
+        return {}
+    choices, inputs = content.get("choices"), content.get("inputs")
     if not isinstance(choices, Mapping):
         return {}
-    return {str(name): str(label) for name, label in choices.items()}
+    stored: dict[str, JsonValue] = {}
+    for name, label in choices.items():
+        declared = TextInput.from_json(inputs.get(name)) if isinstance(inputs, Mapping) else None
+        stored[str(name)] = (
+            str(label) if declared is None else {"label": str(label), "input": declared.to_json()}
+        )
+    return stored
+
+
+def _read_choices(stored: JsonValue) -> tuple[dict[str, str], dict[str, TextInput]]:
+    """Split a choices blob into labels and the inputs of the choices that carry one."""
+    labels: dict[str, str] = {}
+    inputs: dict[str, TextInput] = {}
+    for name, value in (stored if isinstance(stored, Mapping) else {}).items():
+        if isinstance(value, Mapping):
+            labels[name] = str(value.get("label"))
+            declared = TextInput.from_json(value.get("input"))
+            if declared is not None:
+                inputs[name] = declared
+        else:
+            labels[name] = str(value)
+    return labels, inputs
 
 
 def _decision(tx: Transaction, row: sqlite3.Row) -> Decision:
     choices_hash = row["choices_hash"]
     default_hash = row["default_response_hash"]
-    choices = None if choices_hash is None else blobs.read_json(tx, bytes(choices_hash))
+    labels: dict[str, str] | None = None
+    inputs: dict[str, TextInput] = {}
+    if choices_hash is not None:
+        labels, inputs = _read_choices(blobs.read_json(tx, bytes(choices_hash)))
     return Decision(
         decision_id=row["decision_id"],
         resource_id=row["resource_id"],
         run_id=row["run_id"],
         kind=DecisionKind(row["kind"]),
-        choices=_choices({"choices": choices}) if choices is not None else None,
+        choices=labels,
         has_default=default_hash is not None,
         default_response=None if default_hash is None else blobs.read_json(tx, bytes(default_hash)),
         deadline_at=row["deadline_at"],
         created_at=row["created_at"],
+        inputs=inputs,
     )
 
 

@@ -20,7 +20,9 @@ engine (:mod:`piwf.workflow.engine`), port (:mod:`piwf.workflow.port`) and in-me
 server code.
 """
 
+from piwf.decision_answers import TextInput
 from piwf.lifecycle import NotifyKind
+from piwf.workflow.choices import Choice, choice, text_input
 from piwf.workflow.context import (
     CancellationSignal,
     NodeCancelledError,
@@ -28,6 +30,7 @@ from piwf.workflow.context import (
     NodeResult,
     Outcome,
 )
+from piwf.workflow.decisions import DecisionNode, decision, decision_edge
 from piwf.workflow.definition import Include, WorkflowDefinition, define_workflow, include
 from piwf.workflow.nodes import (
     Effect,
@@ -46,6 +49,8 @@ from piwf.workflow.nodes import (
 
 __all__ = [
     "CancellationSignal",
+    "Choice",
+    "DecisionNode",
     "Effect",
     "Include",
     "NodeCancelledError",
@@ -55,11 +60,15 @@ __all__ = [
     "NotifyKind",
     "Outcome",
     "Recovery",
+    "TextInput",
     "WorkflowDefinition",
     "action",
     "agent",
     "checkpoint",
+    "choice",
     "compute",
+    "decision",
+    "decision_edge",
     "define_workflow",
     "human_decision",
     "idempotent_effect",
@@ -67,4 +76,5 @@ __all__ = [
     "manual_effect",
     "notify",
     "shell",
+    "text_input",
 ]

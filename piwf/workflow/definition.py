@@ -8,7 +8,8 @@ workflow, the node or edge, and the rule:
 - nodes and mounts share one namespace; ``start_at`` names one of them;
 - every node has at most one outgoing edge, every target exists, every node is reachable;
 - a mount is left only through ``<mount>.<exit>`` edges naming a declared exit;
-- a switch on ``$output.choice`` after a ``human_decision`` names every declared choice;
+- a switch on ``$output.choice`` after a ``human_decision``, or on ``$output.<field>`` after a
+  ``decision``, names every declared choice and nothing else;
 - an exit leaves from a node (or a nested mount exit) that has no outgoing edge.
 
 Included workflows referenced by a path string are checked by the compiler once the loader has
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from piwf.canonical import JsonValue
 from piwf.errors import WorkflowDefinitionError
+from piwf.workflow.decisions import DecisionNode, missing_cases
 from piwf.workflow.edges import Edge, SwitchEdge, parse_edge
 from piwf.workflow.nodes import NODE_TYPES, HumanDecisionNode, Node
 
@@ -273,21 +275,17 @@ class _Checker:
 
     def check_decision_cases(self, edge: SwitchEdge, node_map: Mapping[str, Node]) -> None:
         node = node_map.get(edge.source)
-        if not isinstance(node, HumanDecisionNode) or edge.on.segments != ("choice",):
+        if isinstance(node, HumanDecisionNode):
+            routed = ("choice",)
+        elif isinstance(node, DecisionNode):
+            routed = (node.output_field,)
+        else:
             return
-        cases = {value for value, _ in edge.cases}
-        missing = [name for name in node.choice_names if name not in cases]
-        if missing:
-            self.fail(
-                f"switch from decision {edge.source!r} has no case for declared choice(s) "
-                f"{', '.join(missing)}"
-            )
-        unknown = sorted(cases - set(node.choice_names))
-        if unknown:
-            self.fail(
-                f"switch from decision {edge.source!r} has case(s) {', '.join(unknown)} that "
-                "are not declared choices"
-            )
+        if edge.on.outcome or edge.on.segments != routed:
+            return
+        problem = missing_cases(f"decision {edge.source!r}", node.choice_names, dict(edge.cases))
+        if problem is not None:
+            self.fail(problem)
 
     def check_exits(
         self,

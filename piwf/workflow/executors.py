@@ -412,11 +412,14 @@ def _request_content(
             return InteractionKind.CHECKPOINT, {"summary": spec.summary, "content": content}
         case HumanDecisionNode():
             request = to_json(spec.request(ctx)) if spec.request is not None else None
-            return InteractionKind.HUMAN_DECISION, {
+            decision: dict[str, JsonValue] = {
                 "audience": spec.audience,
                 "choices": dict(spec.choices),
                 "request": request,
             }
+            if spec.inputs:  # {choice: input}; the store keeps it with the choices
+                decision["inputs"] = spec.inputs_json()
+            return InteractionKind.HUMAN_DECISION, decision
         case AgentNode():
             prompt = spec.prompt if isinstance(spec.prompt, str) else spec.prompt(ctx)
             if not isinstance(prompt, str):

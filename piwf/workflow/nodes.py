@@ -22,7 +22,6 @@ function code, so the digest is stable across interpreters.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -30,8 +29,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.decision_answers import TextInput, check_decision_answer
 from piwf.errors import CanonicalJsonError, WorkflowDefinitionError
 from piwf.lifecycle import NotifyKind
+from piwf.workflow.choices import Choice, declare_choices
 
 if TYPE_CHECKING:
     from piwf.workflow.context import NodeContext
@@ -43,7 +44,6 @@ DEFAULT_AGENT_TIMEOUT_MS = 15 * 60_000
 MAX_SHELL_OUTPUT_CHARS = 1_000_000
 #: Largest static timeout accepted anywhere (about 24 days; fits a 32-bit signed ms count).
 MAX_TIMEOUT_MS = 2**31 - 1
-CHOICE_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 #: A node deadline: milliseconds, ``None`` for none, or a callable computing either from the
 #: context (computed timeouts are left out of the definition snapshot).
@@ -234,13 +234,18 @@ class DecisionTimeout:
 
 @dataclass(frozen=True)
 class HumanDecisionNode:
-    """A protected decision: the answer is ``{"choice": <declared choice>, ...}``."""
+    """A protected decision: the answer is ``{"choice": <declared choice>, ...}``.
+
+    ``choices`` pairs each choice name with its label; ``inputs`` pairs each choice that
+    carries a text input with it (the answer then holds the text under the input's name).
+    """
 
     kind: ClassVar[NodeKind] = NodeKind.HUMAN_DECISION
     choices: tuple[tuple[str, str], ...]
     request: NodeCallable | None = None
     audience: str = "operator"
     on_timeout: DecisionTimeout | None = None
+    inputs: tuple[tuple[str, TextInput], ...] = ()
 
     @property
     def choice_names(self) -> tuple[str, ...]:
@@ -249,21 +254,23 @@ class HumanDecisionNode:
 
     def check_answer(self, answer: JsonValue) -> str | None:
         """Return why ``answer`` is not a valid response, or ``None`` when it is."""
-        if not isinstance(answer, dict):
-            return "a decision answer must be an object with a 'choice'"
-        choice = answer.get("choice")
-        if choice not in self.choice_names:
-            return f"choice {choice!r} is not one of {', '.join(self.choice_names)}"
-        return None
+        return check_decision_answer(self.choice_names, dict(self.inputs), answer)
+
+    def inputs_json(self) -> dict[str, JsonValue]:
+        """Return ``{choice: input}`` (the stored form) for the choices that carry one."""
+        return {name: declared.to_json() for name, declared in self.inputs}
 
     def structure(self) -> dict[str, JsonValue]:
         """Return this node's part of the definition snapshot."""
-        return {
+        structure: dict[str, JsonValue] = {
             "kind": self.kind.value,
             "audience": self.audience,
             "choices": dict(self.choices),
             "onTimeout": self.on_timeout.structure() if self.on_timeout else None,
         }
+        if self.inputs:  # absent otherwise, so decisions without inputs keep their digest
+            structure["inputs"] = self.inputs_json()
+        return structure
 
 
 @dataclass(frozen=True)
@@ -417,25 +424,28 @@ def checkpoint(*, summary: str | None = None, run: NodeCallable | None = None) -
 
 def human_decision(
     *,
-    choices: Mapping[str, str] | Sequence[str],
+    choices: Mapping[str, str | Choice] | Sequence[str],
     request: NodeCallable | None = None,
     audience: str = "operator",
     on_timeout: Mapping[str, object] | None = None,
 ) -> HumanDecisionNode:
     """Return a protected decision node.
 
-    ``choices`` maps choice names to labels (or lists names). The answer is an object whose
-    ``choice`` is one of them; route it with a switch on ``$output.choice`` that names every
-    choice. ``on_timeout={"after_ms": N, "response": {"choice": ...}}`` is the default the
-    server records when nobody answers in time.
+    ``choices`` maps choice names to labels (or lists names); a value may be
+    ``choice(label, input=text_input(name, prompt=...))`` for a choice whose answer must carry
+    a text. The answer is an object whose ``choice`` is one of them (plus the chosen choice's
+    input); route it with a switch on ``$output.choice`` that names every choice.
+    ``on_timeout={"after_ms": N, "response": {"choice": ...}}`` is the default the server
+    records when nobody answers in time.
     """
-    pairs = _choices(choices)
+    declared = declare_choices(choices)
     if not isinstance(audience, str) or not audience:
         raise WorkflowDefinitionError("human_decision(): audience must be a non-empty string")
     node = HumanDecisionNode(
-        choices=pairs,
+        choices=declared.labels,
         request=_optional_callable("human_decision", "request", request),
         audience=audience,
+        inputs=declared.inputs,
     )
     if on_timeout is None:
         return node
@@ -444,7 +454,11 @@ def human_decision(
     if problem is not None:
         raise WorkflowDefinitionError(f"human_decision(): on_timeout response: {problem}")
     return HumanDecisionNode(
-        choices=pairs, request=node.request, audience=audience, on_timeout=timeout
+        choices=declared.labels,
+        request=node.request,
+        audience=audience,
+        on_timeout=timeout,
+        inputs=declared.inputs,
     )
 
 
@@ -506,31 +520,6 @@ def _timeout(factory: str, value: TimeoutSpec) -> TimeoutSpec:
             "None or a callable"
         )
     return value
-
-
-def _choices(choices: object) -> tuple[tuple[str, str], ...]:
-    if isinstance(choices, Mapping):
-        pairs = [(name, label) for name, label in choices.items()]
-    elif isinstance(choices, Sequence) and not isinstance(choices, str):
-        pairs = [(name, name) for name in choices]
-    else:
-        raise WorkflowDefinitionError("human_decision(): choices must be a mapping or a list")
-    if not pairs:
-        raise WorkflowDefinitionError("human_decision(): declare at least one choice")
-    seen: set[str] = set()
-    for name, label in pairs:
-        if not isinstance(name, str) or not CHOICE_PATTERN.match(name):
-            raise WorkflowDefinitionError(
-                f"human_decision(): choice name {name!r} must match {CHOICE_PATTERN.pattern}"
-            )
-        if not isinstance(label, str) or not label:
-            raise WorkflowDefinitionError(
-                f"human_decision(): choice {name!r} needs a non-empty string label"
-            )
-        if name in seen:
-            raise WorkflowDefinitionError(f"human_decision(): choice {name!r} is declared twice")
-        seen.add(name)
-    return tuple(pairs)
 
 
 def _decision_timeout(value: Mapping[str, object]) -> DecisionTimeout:

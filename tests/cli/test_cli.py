@@ -58,6 +58,7 @@ def test_the_surface_of_design_section_11() -> None:
     assert LEAVES == [
         "piwf answer",
         "piwf effect resolve",
+        "piwf mcp",
         "piwf requests",
         "piwf resource apply",
         "piwf resource delete",

@@ -46,6 +46,11 @@ FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
     (SERVER, (CLIENT, CLI), "client/ and server/ never import each other; the CLI is above both"),
     (RUNNER, (SERVER, STATE, CLIENT, CLI), "runner/ and server/ never import each other"),
     (SERVER, (RUNNER,), "runner/ and server/ never import each other"),
+    (
+        "piwf.mcp",
+        (STATE, SERVER, CLI, RUNNER, "piwf.workflow", "sqlite3"),
+        "mcp/ is a client of the server like the CLI: it reaches it only through piwf.Client",
+    ),
 ]
 
 #: The client never opens the live database; its two offline commands read an inactive file.
@@ -62,6 +67,8 @@ CLI_MAY_IMPORT = (
     "piwf._version",
     "piwf.protocol.payloads",
     "piwf.protocol.resource_payloads",
+    # ``piwf mcp`` starts the MCP server, a client of the server built on piwf.Client.
+    "piwf.mcp.server",
 )
 
 #: The CLI's one way into the server: ``piwf server run`` calls its entry point.

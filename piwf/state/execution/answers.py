@@ -87,6 +87,8 @@ class OpenRequest:
     deadline_at: int | None
     has_default: bool
     created_at: int
+    #: ``{choice: input}`` of the choices that carry a text input (wire form), or None.
+    inputs: dict[str, JsonValue] | None = None
 
     def to_json(self) -> dict[str, JsonValue]:
         """Return the wire form (camelCase keys) without the content."""
@@ -100,6 +102,7 @@ class OpenRequest:
             "deadlineAt": self.deadline_at,
             "hasDefault": self.has_default,
             "createdAt": self.created_at,
+            "inputs": self.inputs,
         }
 
 
@@ -117,6 +120,7 @@ class DecisionAudit:
             "decisionId": self.decision.decision_id,
             "kind": self.decision.kind.value,
             "choices": None if self.decision.choices is None else dict(self.decision.choices),
+            "inputs": self.decision.inputs_json(),
             "deadlineAt": self.decision.deadline_at,
             "hasDefault": self.decision.has_default,
             "resolution": None if self.resolution is None else self.resolution.to_json(),
@@ -285,6 +289,7 @@ def list_open_requests(tx: Transaction, run_id: str | None = None) -> list[OpenR
                 deadline_at=None if decision is None else decision.deadline_at,
                 has_default=False if decision is None else decision.has_default,
                 created_at=request.created_at,
+                inputs=None if decision is None else decision.inputs_json(),
             )
         )
     return found

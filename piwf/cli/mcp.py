@@ -1,0 +1,53 @@
+"""``piwf mcp``: serve the model-facing workflow tool over MCP on stdin/stdout."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from piwf.cli.common import command, json_option
+from piwf.errors import MissingExtraError
+
+MISSING_SDK = "piwf mcp needs the MCP SDK: pip install 'piwf[mcp]'"
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
+
+
+def _check_request_id(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    if value is not None and not _REQUEST_ID.fullmatch(value):
+        raise click.BadParameter("a request id is 1 to 256 printable ASCII characters, no spaces")
+    return value
+
+
+@click.command("mcp")
+@click.option(
+    "--request",
+    "request_id",
+    default=None,
+    metavar="REQUEST_ID",
+    callback=_check_request_id,
+    help="Offer only update and submit, bound to this one agent request.",
+)
+@json_option
+@command
+def mcp_command(request_id: str | None, as_json: bool) -> None:
+    """Serve the workflow tool to an MCP client over stdio (extra: piwf[mcp]).
+
+    Tools: list, status, start, pause, resume, cancel, answer (checkpoints only), update and
+    submit (agent requests). A protected human decision is never answerable through it. With
+    --request, only update and submit are offered, for that request (what a headless agent
+    command is given through PIWF_MCP_CONFIG). stdout carries the protocol; see docs/MCP.md.
+
+    \b
+    Example:
+      piwf mcp --request request-5d1e...
+    """
+    try:
+        from piwf.mcp.server import serve
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] != "mcp":
+            raise
+        raise MissingExtraError(MISSING_SDK) from None
+    serve(request_id=request_id)

@@ -1,0 +1,194 @@
+"""The stdio MCP server of ``piwf mcp``, on the official ``mcp`` SDK's high-level server.
+
+Importing this module needs the optional extra (``pip install 'piwf[mcp]'``); the CLI checks
+for it first. Each tool is a thin function with typed, described arguments (the SDK derives the
+input schema from them) that calls :class:`~piwf.mcp.tools.WorkflowTools`. A
+:class:`~piwf.mcp.tools.ToolCallError` becomes the SDK's :class:`ToolError`, so the model reads
+its text as the tool's error; anything unexpected becomes a generic tool error naming only the
+exception class, so no traceback or payload reaches the model or the log.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from piwf._version import __version__
+from piwf.mcp.tools import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, ToolCallError, WorkflowTools
+
+_F = TypeVar("_F", bound=Callable[..., dict[str, Any]])
+
+RunId = Annotated[str, Field(description="The exact run id, such as run-0b9c...")]
+RequestId = Annotated[str, Field(description="The exact request id, from the step contract")]
+OptionalRequestId = Annotated[
+    str | None, Field(description="The exact request id; leave it out to use the bound one")
+]
+Key = Annotated[
+    str | None,
+    Field(description="Optional idempotency key: a repeat with the same key adopts the first"),
+]
+Output = Annotated[Any, Field(description="The step's result: the JSON its contract expects")]
+Data = Annotated[Any, Field(description="The progress update, any JSON value")]
+
+_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+_CHANGE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+_DESTROY = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+ANNOTATIONS = {
+    "list": _READ,
+    "status": _READ,
+    "start": _CHANGE,
+    "pause": _CHANGE,
+    "resume": _CHANGE,
+    "cancel": _DESTROY,
+    "answer": _CHANGE,
+    "update": _CHANGE,
+    "submit": _CHANGE,
+}
+
+
+def build_server(tools: WorkflowTools) -> MCPServer[Any]:
+    """Return the MCP server offering ``tools.names()`` with their model-facing descriptions."""
+    server: MCPServer[Any] = MCPServer(
+        "piwf",
+        instructions=tools.instructions(),
+        version=__version__,
+        # Tool failures are the model's to read, not the log's: keep stderr to warnings.
+        log_level="WARNING",
+    )
+    functions = _functions(tools)
+    for name in tools.names():
+        server.add_tool(
+            functions[name],
+            name=name,
+            description=tools.description(name),
+            annotations=ANNOTATIONS[name],
+        )
+    return server
+
+
+def serve(*, request_id: str | None = None, home: Path | None = None) -> None:
+    """Serve the workflow tool on stdin/stdout until the MCP client closes the stream."""
+    tools = WorkflowTools.connect(home, bound_request=request_id)
+    try:
+        build_server(tools).run("stdio")
+    finally:
+        tools.client.close()
+
+
+def _tool(function: _F) -> _F:
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return function(*args, **kwargs)
+        except ToolCallError as error:
+            raise ToolError(str(error)) from None
+        except Exception as error:
+            # The text of an unexpected error may hold a payload; only its class goes out.
+            raise ToolError(
+                f"piwf mcp failed unexpectedly ({type(error).__name__}); nothing more is shown"
+            ) from None
+
+    return call  # type: ignore[return-value]
+
+
+def _functions(tools: WorkflowTools) -> dict[str, Callable[..., dict[str, Any]]]:
+    """One described function per tool; the SDK builds each input schema from its signature."""
+
+    @_tool
+    def list_tool(
+        limit: Annotated[
+            int, Field(ge=1, le=MAX_LIST_LIMIT, description="How many recent runs to list")
+        ] = DEFAULT_LIST_LIMIT,
+    ) -> dict[str, Any]:
+        return tools.list_all(limit)
+
+    @_tool
+    def status(run_id: RunId) -> dict[str, Any]:
+        return tools.status(run_id)
+
+    @_tool
+    def start(
+        workflow: Annotated[str, Field(description="A workflow name or a workflow file path")],
+        input: Annotated[Any, Field(description="The run's JSON input")] = None,
+        project: Annotated[str | None, Field(description="The project directory")] = None,
+        title: Annotated[str | None, Field(description="A label for the run")] = None,
+        idempotency_key: Key = None,
+    ) -> dict[str, Any]:
+        return tools.start(workflow, input, project, title, idempotency_key)
+
+    @_tool
+    def pause(run_id: RunId, idempotency_key: Key = None) -> dict[str, Any]:
+        return tools.pause(run_id, idempotency_key)
+
+    @_tool
+    def resume(run_id: RunId, idempotency_key: Key = None) -> dict[str, Any]:
+        return tools.resume(run_id, idempotency_key)
+
+    @_tool
+    def cancel(run_id: RunId, idempotency_key: Key = None) -> dict[str, Any]:
+        return tools.cancel(run_id, idempotency_key)
+
+    @_tool
+    def answer(
+        request_id: RequestId,
+        response: Annotated[Any, Field(description="The answer, any JSON value")],
+        idempotency_key: Key = None,
+    ) -> dict[str, Any]:
+        return tools.answer(request_id, response, idempotency_key)
+
+    update, submit = (_bound_agent_functions if tools.bound_request else _agent_functions)(tools)
+    return {
+        "list": list_tool,
+        "status": status,
+        "start": start,
+        "pause": pause,
+        "resume": resume,
+        "cancel": cancel,
+        "answer": answer,
+        "update": update,
+        "submit": submit,
+    }
+
+
+_AgentFunctions = tuple[Callable[..., dict[str, Any]], Callable[..., dict[str, Any]]]
+
+
+def _agent_functions(tools: WorkflowTools) -> _AgentFunctions:
+    """``update`` and ``submit`` of the full tool: the request id is required."""
+
+    @_tool
+    def update(request_id: RequestId, data: Data, idempotency_key: Key = None) -> dict[str, Any]:
+        return tools.update(data, request_id, idempotency_key)
+
+    @_tool
+    def submit(
+        request_id: RequestId, output: Output, idempotency_key: Key = None
+    ) -> dict[str, Any]:
+        return tools.submit(output, request_id, idempotency_key)
+
+    return update, submit
+
+
+def _bound_agent_functions(tools: WorkflowTools) -> _AgentFunctions:
+    """``update`` and ``submit`` bound to one request: its id may be left out."""
+
+    @_tool
+    def update(
+        data: Data, request_id: OptionalRequestId = None, idempotency_key: Key = None
+    ) -> dict[str, Any]:
+        return tools.update(data, request_id, idempotency_key)
+
+    @_tool
+    def submit(
+        output: Output, request_id: OptionalRequestId = None, idempotency_key: Key = None
+    ) -> dict[str, Any]:
+        return tools.submit(output, request_id, idempotency_key)
+
+    return update, submit

@@ -1,0 +1,53 @@
+"""``piwf requests`` / ``piwf answer`` for a decision whose choice carries an input, end to end.
+
+The installed script against a real server (the fixture of tests/cli/test_cli_e2e.py starts
+nothing itself; the first command autostarts the server, and the fixture stops and reaps it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.cli.test_cli_e2e import Piwf, piwf  # noqa: F401 - a fixture used by name
+from tests.server.harness import wait_for
+
+REPLAN = "fixtures/workflows/replan_decision.py"
+
+
+def pending(cli: Piwf, run_id: str) -> dict[str, Any]:
+    def listed() -> dict[str, Any] | None:
+        found = cli.json("requests", "--run", run_id)["requests"]
+        return found[0] if found else None
+
+    request: dict[str, Any] = wait_for(listed, timeout_s=30, what="the decision request")
+    return request
+
+
+def test_a_person_answers_a_choice_with_its_input_through_the_cli(piwf: Piwf) -> None:  # noqa: F811
+    run_id = piwf.json("run", "start", REPLAN)["run"]["runId"]
+    request = pending(piwf, run_id)
+    request_id = request["requestId"]
+    assert request["inputs"]["replan"]["prompt"] == "What should change?"
+
+    table = piwf.run("requests", "--run", run_id)
+    assert table.returncode == 0, table.stderr
+    assert 'replan (Replan; +"instructions": What should change?)' in table.stdout
+    shown = piwf.run("run", "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "What should change?" in shown.stdout
+    assert f'piwf answer {request_id} \'{{"choice":"replan","instructions":"..."}}\'' in (
+        shown.stdout
+    )
+
+    refused = piwf.json("answer", request_id, '{"choice": "replan"}', exit_code=1)
+    assert refused["error"]["code"] == "answerRejected"
+    assert "needs its input 'instructions'" in refused["error"]["message"]
+    plain = piwf.run("answer", request_id, '{"choice": "replan", "instructions": ""}')
+    assert plain.returncode == 1 and "must not be empty" in plain.stderr
+    assert pending(piwf, run_id)["requestId"] == request_id, "a refused answer changes nothing"
+
+    won = piwf.json("answer", request_id, '{"choice": "replan", "instructions": "do less"}')
+    assert won["outcome"] == "won"
+    finished = piwf.json("run", "wait", run_id, "--timeout", "30")
+    assert finished["run"]["status"] == "completed"
+    assert piwf.json("run", "show", run_id)["output"] == {"plan": "do less"}

@@ -1,0 +1,300 @@
+"""``piwf mcp`` through the MCP SDK's own client, against a real server and runner children.
+
+Each test starts a real server (``fast_server``), then a real ``python -m piwf mcp`` subprocess
+through ``mcp.client.stdio`` and speaks MCP to it with ``ClientSession``. What a call did is
+checked on the server (raw protocol client, read-only database queries), not only in the
+tool's answer. Every ``piwf mcp`` subprocess is ended by the SDK client when its context
+closes; the harness reaps the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from piwf.mcp.config import request_config
+from tests.mcp.conftest import fast_server, require_sdk  # noqa: F401 - a fixture used by name
+from tests.server.harness import ServerProcess, raw_client, wait_for
+from tests.server.test_decisions import waiting_request, winners
+from tests.server.test_execution import query, run_view, start, wait_run
+
+require_sdk()
+
+from mcp import ClientSession, StdioServerParameters  # noqa: E402 - after the SDK check
+from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.types import CallToolResult  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "fixtures" / "workflows"
+CHECKPOINT = str(FIXTURES / "checkpoint_review.py")
+AGENT = str(FIXTURES / "agent_validate.py")
+FULL_TOOLS = ["list", "status", "start", "pause", "resume", "cancel", "answer", "update", "submit"]
+
+
+@asynccontextmanager
+async def mcp_session(
+    server: ServerProcess, errlog: TextIO, request_id: str | None = None
+) -> AsyncIterator[ClientSession]:
+    """A ``piwf mcp`` subprocess for ``server``'s home, initialised, as the SDK starts one.
+
+    With ``request_id`` it is started from the configuration a headless agent command gets
+    (:func:`piwf.mcp.config.request_config`), exactly as an MCP client reads it.
+    """
+    if request_id is None:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "piwf", "mcp"],
+            env={"PIWF_HOME": str(server.home)},
+            cwd=str(REPO),
+        )
+    else:
+        config = request_config(request_id, home=server.home)["mcpServers"]["piwf"]
+        params = StdioServerParameters(**config, cwd=str(REPO))
+    async with (
+        stdio_client(params, errlog=errlog) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def speak(tmp_path: Path, body: Callable[[TextIO], Awaitable[None]]) -> str:
+    """Run one async test body; return what the ``piwf mcp`` processes wrote to stderr."""
+    errors = tmp_path / "mcp.stderr"
+    with errors.open("w") as errlog:
+        asyncio.run(body(errlog))
+    text = errors.read_text()
+    assert "Traceback" not in text, text
+    return text
+
+
+def text_of(result: CallToolResult) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+def data_of(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, text_of(result)
+    assert isinstance(result.structured_content, dict), result
+    return result.structured_content
+
+
+def pending_agent_request(server: ServerProcess, run_id: str) -> str:
+    def found() -> str | None:
+        rows = query(
+            server,
+            "SELECT request_id FROM interactive_requests"
+            " WHERE run_id = ? AND kind = 'agent' AND status = 'pending'",
+            (run_id,),
+        )
+        return str(rows[0][0]) if rows else None
+
+    request_id: str = wait_for(found, timeout_s=30, what="the agent request")
+    return request_id
+
+
+def test_the_full_tool_lists_every_action_with_a_model_facing_description(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        async with mcp_session(fast_server, errlog) as session:
+            listed = await session.list_tools()
+        assert [tool.name for tool in listed.tools] == FULL_TOOLS
+        by_name = {tool.name: tool for tool in listed.tools}
+        for tool in listed.tools:
+            assert tool.description and len(tool.description) > 40, tool.name
+        assert by_name["submit"].input_schema["required"] == ["request_id", "output"]
+        assert "protected human decision" in (by_name["answer"].description or "")
+        assert by_name["status"].annotations is not None
+        assert by_name["status"].annotations.read_only_hint is True
+
+    speak(tmp_path, body)
+
+
+def test_start_and_status_of_a_run_then_answer_its_checkpoint(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        async with mcp_session(fast_server, errlog) as session:
+            started = data_of(
+                await session.call_tool(
+                    "start",
+                    {"workflow": CHECKPOINT, "input": {"steps": ["a", "b"]}, "title": "via mcp"},
+                )
+            )
+            run_id = started["run"]["runId"]
+            with raw_client(fast_server) as client:
+                request = waiting_request(client, run_id)
+            status = data_of(await session.call_tool("status", {"run_id": run_id}))
+            assert status["run"]["status"] == "waiting"
+            assert status["run"]["title"] == "via mcp"
+            assert status["waitingOn"]["requestId"] == request["requestId"]
+            listing = data_of(await session.call_tool("list", {}))
+            assert [run["runId"] for run in listing["runs"]] == [run_id]
+            assert [item["requestId"] for item in listing["requests"]] == [request["requestId"]]
+            answered = data_of(
+                await session.call_tool(
+                    "answer", {"request_id": request["requestId"], "response": {"ok": True}}
+                )
+            )
+            assert answered["outcome"] == "won"
+            assert answered["resolution"]["provenance"] == "client"
+            with raw_client(fast_server) as client:
+                run = wait_run(client, run_id)
+                view = run_view(client, run_id)
+            assert run["status"] == "completed"
+            assert view["output"] == {"applied": ["a", "b"], "note": {"ok": True}}
+            missing = await session.call_tool("status", {"run_id": "run-nope"})
+            assert missing.is_error and "runNotFound" in text_of(missing)
+
+    speak(tmp_path, body)
+
+
+def test_pause_resume_and_cancel_change_the_run_on_the_server(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        async with mcp_session(fast_server, errlog) as session:
+            started = data_of(
+                await session.call_tool("start", {"workflow": CHECKPOINT, "input": {"steps": []}})
+            )
+            run_id = started["run"]["runId"]
+            with raw_client(fast_server) as client:
+                waiting_request(client, run_id)
+            paused = data_of(await session.call_tool("pause", {"run_id": run_id}))
+            assert paused["run"]["paused"] is True
+            resumed = data_of(await session.call_tool("resume", {"run_id": run_id}))
+            assert resumed["run"]["paused"] is False
+            cancelled = data_of(await session.call_tool("cancel", {"run_id": run_id}))
+            assert cancelled["run"]["status"] == "cancelled"
+            unknown = await session.call_tool("pause", {"run_id": "run-nope"})
+            assert unknown.is_error and "runNotFound" in text_of(unknown)
+        assert query(fast_server, "SELECT status FROM runs WHERE run_id = ?", (run_id,)) == [
+            ("cancelled",)
+        ]
+
+    speak(tmp_path, body)
+
+
+def test_a_protected_decision_is_refused_and_stays_pending(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from tests.server.test_decisions import decision_workflow
+
+    workflow = decision_workflow(tmp_path, "guarded", 600_000)
+
+    async def body(errlog: TextIO) -> None:
+        with raw_client(fast_server) as client:
+            run_id = start(client, workflow, {}, "guarded")
+            request = waiting_request(client, run_id)
+        async with mcp_session(fast_server, errlog) as session:
+            refused = await session.call_tool(
+                "answer", {"request_id": request["requestId"], "response": {"choice": "ship"}}
+            )
+        assert refused.is_error
+        text = text_of(refused)
+        assert "a protected decision accepts only a human answer" in text
+        assert "answerRejected" in text
+        with raw_client(fast_server) as client:
+            view = run_view(client, run_id)
+            listed = client.request("requests.list", {"runId": run_id}).receipt
+        assert view["run"]["status"] == "waiting"
+        assert listed is not None
+        assert [item["requestId"] for item in listed["requests"]] == [request["requestId"]]
+        assert winners(fast_server, request["requestId"]) == []
+
+    speak(tmp_path, body)
+
+
+def test_request_mode_offers_only_update_and_submit_and_refuses_another_request(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        with raw_client(fast_server) as client:
+            run_id = start(client, CHECKPOINT, {"steps": []}, "cp")
+            checkpoint = waiting_request(client, run_id)
+        async with mcp_session(fast_server, errlog, "request-bound") as session:
+            listed = await session.list_tools()
+            assert sorted(tool.name for tool in listed.tools) == ["submit", "update"]
+            submit = next(tool for tool in listed.tools if tool.name == "submit")
+            assert submit.input_schema["required"] == ["output"]
+            assert "request-bound" in (submit.description or "")
+            other = await session.call_tool(
+                "submit", {"output": {"ok": True}, "request_id": checkpoint["requestId"]}
+            )
+            assert other.is_error and "bound to request request-bound" in text_of(other)
+            unknown = await session.call_tool("answer", {"request_id": "x", "response": 1})
+            assert unknown.is_error
+            cancel = await session.call_tool("cancel", {"run_id": run_id})
+            assert cancel.is_error
+        with raw_client(fast_server) as client:
+            view = run_view(client, run_id)
+        assert view["run"]["status"] == "waiting", "nothing was answered or cancelled"
+        assert winners(fast_server, checkpoint["requestId"]) == []
+
+    speak(tmp_path, body)
+
+
+# The two tests below need Client.submit / Client.update (the submissions part of issue 15).
+def test_submit_through_the_bound_tool_rejects_then_completes_the_agent_step(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        with raw_client(fast_server) as client:
+            run_id = start(client, AGENT, {"topic": "tides"}, "agent")
+        request_id = pending_agent_request(fast_server, run_id)
+        async with mcp_session(fast_server, errlog, request_id) as session:
+            rejected = await session.call_tool("submit", {"output": {"summary": "   "}})
+            assert rejected.is_error
+            assert "non-empty text" in text_of(rejected), text_of(rejected)
+            with raw_client(fast_server) as client:
+                assert run_view(client, run_id)["run"]["status"] == "waiting"
+            accepted = await session.call_tool(
+                "submit", {"output": {"summary": "  The moon pulls the sea.  "}}
+            )
+            assert not accepted.is_error, text_of(accepted)
+        with raw_client(fast_server) as client:
+            run = wait_run(client, run_id)
+            view = run_view(client, run_id)
+        assert run["status"] == "completed"
+        assert view["output"] == {"summary": "The moon pulls the sea."}
+
+    speak(tmp_path, body)
+
+
+def test_update_and_submit_through_the_full_tool_name_the_exact_request(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        with raw_client(fast_server) as client:
+            run_id = start(client, AGENT, {"topic": "tides"}, "agent")
+        request_id = pending_agent_request(fast_server, run_id)
+        async with mcp_session(fast_server, errlog) as session:
+            updated = await session.call_tool(
+                "update", {"request_id": request_id, "data": {"status": "drafting"}}
+            )
+            assert not updated.is_error, text_of(updated)
+            missing = await session.call_tool("submit", {"output": {"summary": "x"}})
+            assert missing.is_error, "the full tool needs the exact request id"
+            accepted = await session.call_tool(
+                "submit", {"request_id": request_id, "output": {"summary": "Tides rise."}}
+            )
+            assert not accepted.is_error, text_of(accepted)
+            assert json.dumps(data_of(accepted))
+        with raw_client(fast_server) as client:
+            run = wait_run(client, run_id)
+            view = run_view(client, run_id)
+        assert (run["status"], view["output"]) == ("completed", {"summary": "Tides rise."})
+
+    speak(tmp_path, body)

@@ -1,0 +1,72 @@
+"""The workflow tool's actions without the MCP SDK: binding to one request, safe error texts.
+
+``WorkflowTools`` holds a real :class:`piwf.client.Client` of a home where no server runs (and
+autostart is off), so a call that reaches the client fails the way a user would see it, and a
+refusal that must happen before any client call is told apart by its text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from piwf.client import Client
+from piwf.mcp.tools import DESCRIPTIONS, ToolCallError, WorkflowTools
+
+FULL = ("list", "status", "start", "pause", "resume", "cancel", "answer", "update", "submit")
+
+
+def tools(tmp_path: Path, bound: str | None = None) -> WorkflowTools:
+    client = Client(tmp_path / "home", client_id="mcp-test", autostart=False)
+    return WorkflowTools(client, bound_request=bound)
+
+
+def test_the_full_tool_offers_every_action_and_the_bound_one_only_update_and_submit(
+    tmp_path: Path,
+) -> None:
+    assert tools(tmp_path).names() == FULL
+    assert set(DESCRIPTIONS) == set(FULL)
+    bound = tools(tmp_path, "request-7")
+    assert bound.names() == ("submit", "update")
+    assert "bound to request request-7" in bound.description("submit")
+    assert "request-7" in bound.instructions()
+    assert "request-7" not in tools(tmp_path).description("submit")
+
+
+def test_a_bound_tool_refuses_another_request_before_reaching_the_server(tmp_path: Path) -> None:
+    bound = tools(tmp_path, "request-7")
+    for call in (
+        lambda: bound.submit({"ok": True}, "request-8"),
+        lambda: bound.update({"ok": True}, "request-8"),
+    ):
+        with pytest.raises(ToolCallError) as info:
+            call()
+        assert "bound to request request-7; it cannot act on another request" in str(info.value)
+
+
+def test_the_full_tool_needs_the_exact_request_id(tmp_path: Path) -> None:
+    with pytest.raises(ToolCallError, match="request_id is required"):
+        tools(tmp_path).submit({"ok": True})
+
+
+def test_client_failures_come_back_as_their_message_and_code(tmp_path: Path) -> None:
+    with pytest.raises(ToolCallError) as info:
+        tools(tmp_path).status("run-1")
+    text = str(info.value)
+    assert "no piwf server is running" in text and "(error code: serverUnavailable)" in text
+    assert "Traceback" not in text
+
+
+def test_an_argument_the_payload_model_refuses_is_named_without_its_value(tmp_path: Path) -> None:
+    title = "secret-title-" + "x" * 600
+    with pytest.raises(ToolCallError) as info:
+        tools(tmp_path).start("flow.py", title=title)
+    assert "invalid argument: title" in str(info.value)
+    assert "secret-title" not in str(info.value)
+
+
+def test_list_checks_its_limit(tmp_path: Path) -> None:
+    for limit in (0, 201, True):
+        with pytest.raises(ToolCallError, match="limit must be an integer in 1..200"):
+            tools(tmp_path).list_all(limit)
