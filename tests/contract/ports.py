@@ -150,9 +150,6 @@ class RecordingPort:
     def request_interaction(self, message: p.InteractionRequested) -> p.PortResult:
         return self._call(self.delegate.request_interaction, message)
 
-    def reject_answer(self, message: p.AnswerRejected) -> p.PortResult:
-        return self._call(self.delegate.reject_answer, message)
-
     def park(self, message: p.RunParked) -> p.PortResult:
         return self._call(self.delegate.park, message)
 
