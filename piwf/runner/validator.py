@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from multiprocessing.connection import Connection
 
-from piwf import canonical, faults
+from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.config import MAX_FRAME_BYTES
 from piwf.protocol import content
@@ -40,7 +40,6 @@ def run_child(connection: Connection, _lifeline: Lifeline) -> int:
     name_process(f"piwf validator {request.run_id} {request.request_id}")
     context = _context(connection, request)
     verdict = _verdict(request, context)
-    faults.point("validator.before_reply")
     connection.send_bytes(_reply(request, verdict))
     return EXIT_OK
 
