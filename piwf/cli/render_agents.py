@@ -33,7 +33,7 @@ def prompt_head(request: OpenRequestInfo) -> str | None:
     content = request.content
     if not isinstance(content, dict) or not isinstance(content.get("prompt"), str):
         return None
-    lines = str(content["prompt"]).strip().splitlines()
+    lines = [line for line in str(content["prompt"]).splitlines() if line.strip()]
     head = "\n    ".join(lines[:PROMPT_LINES])
     more = len(lines) - PROMPT_LINES
     return head + (

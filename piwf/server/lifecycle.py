@@ -339,6 +339,8 @@ class Server:
     def _exit_if_idle(self) -> None:
         if self.clients.connections or self.resolvers.active or self.executor.active:
             return
+        if self.validations.jobs or self.validations.ready:
+            return  # a submission is being validated (after a restart, nobody may be waiting)
         if self.reconciler.has_work():
             return
         if time.monotonic() - self.clients.last_activity < self.settings.idle_exit_s:
