@@ -16,7 +16,14 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.harness import (
+    RawClient,
+    ServerFactory,
+    ServerProcess,
+    raw_client,
+    runner_processes,
+    wait_for,
+)
 from tests.server.test_execution import (
     FAST,
     fast_server,  # noqa: F401 - a fixture used by name
@@ -382,3 +389,34 @@ def test_a_run_whose_state_passes_one_frame_is_validated_by_content_reference(
         assert accepted.outcome == "accepted", accepted
         assert accepted.receipt["value"] == {"ok": 1}
         assert wait_run(client, run_id)["status"] == "completed"
+
+
+HELLO = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
+
+
+# conformance: X15
+def test_a_validation_child_holds_a_slot_of_the_pool(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    workflow = agent_workflow(tmp_path, gate=gate)
+    server = servers.start(env={**FAST, "PIWF_MAX_WORKERS": "1"})
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {"what": "bees"}, "s1")
+        request_id = waiting_agent_request(client, run_id)["requestId"]
+        wait_for(lambda: runner_processes_of(server) == [], what="the run's runner to exit")
+        send_submit(client, request_id, {"n": 1}, "k1")
+        wait_for(lambda: validations(tmp_path), what="validate to start")
+        with raw_client(server, "observer") as observer:
+            status = observer.request("server.status").receipt
+            assert status["activeRunners"] == 1  # the validation child, and no runner
+            other = start(observer, HELLO, {"who": "ada"}, "s2")
+            assert run_view(observer, other)["run"]["status"] == "queued"  # no free slot
+            gate.touch()
+            assert client.response().outcome == "accepted"
+            assert wait_run(observer, other)["status"] == "completed"
+        assert wait_run(client, run_id)["status"] == "completed"
+
+
+def runner_processes_of(server: ServerProcess) -> list[psutil.Process]:
+    return runner_processes(server.home)
