@@ -16,6 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
+from piwf.client import Client
+from piwf.errors import SubmissionRejectedCommandError
 from tests.server.harness import (
     RawClient,
     ServerFactory,
@@ -420,3 +422,27 @@ def test_a_validation_child_holds_a_slot_of_the_pool(
 
 def runner_processes_of(server: ServerProcess) -> list[psutil.Process]:
     return runner_processes(server.home)
+
+
+def test_the_python_client_submits_updates_and_raises_the_stored_rejection(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    workflow = agent_workflow(tmp_path)
+    with Client(fast_server.home, autostart=False) as client:
+        run = client.start_run(workflow, input={"what": "hens"})
+        waiting = wait_for(lambda: client.list_requests(run.run_id), timeout_s=30)
+        request_id = waiting[0].request_id
+        assert waiting[0].kind == "agent" and waiting[0].timeout_ms == 15 * 60_000
+        assert client.update(request_id, {"step": 1}).request_id == request_id
+        with pytest.raises(SubmissionRejectedCommandError) as rejected:
+            client.submit(request_id, {"n": None})
+        assert str(rejected.value) == "ValueError: submit {'n': <an integer>}, for example {'n': 3}"
+        assert rejected.value.error_code == "submissionRejected"
+        (listed,) = client.list_requests(run.run_id)
+        assert (listed.submissions, listed.latest_rejection) == (1, str(rejected.value))
+        receipt = client.submit(request_id, {"n": 21}, idempotency_key="final")
+        assert (receipt.outcome, receipt.value) == ("accepted", {"n": 42})
+        assert client.submit(request_id, {"n": 21}, idempotency_key="final") == receipt
+        final = client.wait_run(run.run_id, timeout_s=30)
+    assert (final.run.status, final.output) == ("completed", {"doubled": 42})

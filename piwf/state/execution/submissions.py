@@ -94,6 +94,11 @@ WHERE submission_id = :submission_id AND outcome = 'validating'
 """
 
 
+#: The type and key under which an agent's progress update is kept (the latest one per attempt).
+AGENT_UPDATE_TYPE = "piwf.agent.update"
+AGENT_UPDATE_KEY = "latest"
+
+
 @dataclass(frozen=True)
 class SubmissionRow:
     """One candidate output of an agent request (``run_id`` is its request's run)."""
@@ -242,11 +247,6 @@ def submit(
     created = get_submission(tx, submission_id)
     assert created is not None
     return SubmissionFound(created, created=True)
-
-
-#: The type and key under which an agent's progress update is kept (the latest one per attempt).
-AGENT_UPDATE_TYPE = "piwf.agent.update"
-AGENT_UPDATE_KEY = "latest"
 
 
 def update_request(
