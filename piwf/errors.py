@@ -27,7 +27,15 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── WorkflowLoadError       workflowLoad       (a workflow file could not be loaded)
     │   ├── RunCommandError         runCommand         (command and saved state do not fit)
     │   │   └── RunPausedError      runPaused          (answers wait until the run resumes)
-    │   └── AnswerRejectedError     answerRejected     (an answer does not fit its request)
+    │   ├── AnswerRejectedError     answerRejected     (an answer does not fit its request)
+    │   └── SubmissionError                            (an agent submission was refused)
+    │       ├── RequestNotOpenError     requestNotOpen     (answered, closed or a stale attempt)
+    │       ├── NotAgentRequestError    notAgentRequest    (a checkpoint or decision: answer it)
+    │       ├── ValidationPendingError  validationPending  (another candidate is validating)
+    │       ├── RequestRunMismatchError requestRunMismatch (the frame names another run)
+    │       ├── SubmissionKeyConflictError idempotencyConflict (the key names another output)
+    │       └── SubmissionRejectedError submissionRejected (validate refused it; the error
+    │                                                       says what to submit instead)
     ├── ProtocolError               protocolError      (piwf.protocol.errors: frames, messages)
     ├── ContentReadError            contentRead        (a client read of referenced content)
     │   ├── ContentReferenceError   contentReference   (a reference or range no read can serve)
@@ -45,6 +53,8 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     └── CommandError                                   (a command's outcome, on the client)
         ├── RejectedError           rejected
         │   ├── BackupFailedError   backupFailed       (fix the destination, then retry)
+        │   ├── SubmissionRejectedCommandError  submissionRejected  (the stored validate error)
+        │   ├── ValidationPendingCommandError   validationPending   (wait for the outcome)
         │   └── InternalServerError internalError      (the server failed; nothing changed)
         ├── ConflictError           conflict
         ├── NotFoundError           notFound
@@ -252,6 +262,49 @@ class AnswerRejectedError(WorkflowError):
     code = "answerRejected"
 
 
+class SubmissionError(WorkflowError):
+    """An agent submission was refused before or by validation; nothing else changed."""
+
+    code = "submissionError"
+
+
+class RequestNotOpenError(SubmissionError):
+    """The request is answered, closed, or belongs to an attempt that is no longer active."""
+
+    code = "requestNotOpen"
+
+
+class NotAgentRequestError(SubmissionError):
+    """A submission named a checkpoint or decision; those are answered (``piwf answer``)."""
+
+    code = "notAgentRequest"
+
+
+class ValidationPendingError(SubmissionError):
+    """Another candidate of the request is being validated; wait for its outcome first."""
+
+    code = "validationPending"
+
+
+class RequestRunMismatchError(SubmissionError):
+    """The frame's run id is not the run of the request it names."""
+
+    code = "requestRunMismatch"
+
+
+class SubmissionKeyConflictError(SubmissionError):
+    """The idempotency key was already used for another output of the same request."""
+
+    code = "idempotencyConflict"
+
+
+class SubmissionRejectedError(SubmissionError):
+    """The candidate was rejected (its ``validate`` refused it, or its validation stopped); the
+    request stays pending and the message says what to submit instead."""
+
+    code = "submissionRejected"
+
+
 class ContentReadError(PiwfError):
     """A value sent by content reference could not be read (docs/PROTOCOL.md, ``view.content``)."""
 
@@ -366,6 +419,20 @@ class BackupFailedError(RejectedError):
     """The server could not use the backup destination (``backupFailed``); fix it, then retry."""
 
     code = "backupFailed"
+
+
+class SubmissionRejectedCommandError(RejectedError):
+    """The server rejected an agent submission (``submissionRejected``); the message is the
+    stored, actionable error. The request stays pending: fix the output and submit again."""
+
+    code = "submissionRejected"
+
+
+class ValidationPendingCommandError(RejectedError):
+    """Another candidate of the request is still being validated (``validationPending``); wait
+    for its outcome (a submit with its idempotency key returns it), then submit again."""
+
+    code = "validationPending"
 
 
 class InternalServerError(RejectedError):

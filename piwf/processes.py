@@ -36,6 +36,7 @@ class ChildKind(str, Enum):
     WORKFLOW_RUNNER = "piwf.runner.workflow_runner"
     RESOURCE_RUNNER = "piwf.runner.resource_runner"
     RESOLVER = "piwf.runner.resolver"
+    VALIDATOR = "piwf.runner.validator"
 
 
 #: What a fork server imports once, so that no forked child pays for it: the bootstrap, every
@@ -45,6 +46,7 @@ FORKSERVER_PRELOAD: tuple[str, ...] = (
     *(kind.value for kind in ChildKind),
     "piwf.workflow.commands",
     "piwf.workflow.engine",
+    "piwf.workflow.validation",
     "piwf.workflow.sources",
     "piwf.runner.resource_resolve",
     "piwf.resource.discovery",

@@ -78,7 +78,7 @@ def _register() -> None:
     # Imported here: the command modules import this package's siblings while it initialises.
     from piwf.cli.effects import effect_group
     from piwf.cli.mcp import mcp_command
-    from piwf.cli.requests import answer_command, requests_command
+    from piwf.cli.requests import answer_command, requests_command, submit_command, update_command
     from piwf.cli.resources import resource_group
     from piwf.cli.runs import run_group
     from piwf.cli.server import server_group
@@ -89,6 +89,8 @@ def _register() -> None:
     cli.add_command(requests_command)
     cli.add_command(answer_command)
     cli.add_command(mcp_command)
+    cli.add_command(submit_command)
+    cli.add_command(update_command)
 
 
 _register()

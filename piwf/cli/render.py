@@ -182,6 +182,11 @@ def run_detail(detail: RunDetail) -> str:
     if detail.decisions:
         lines.append("decisions:")
         lines.extend(decision_audit(decision) for decision in detail.decisions)
+    if detail.agent_requests:
+        from piwf.cli.render_agents import agent_request_audit  # it builds on this module
+
+        lines.append("agent requests:")
+        lines.extend(agent_request_audit(request) for request in detail.agent_requests)
     if detail.error is not None or detail.error_ref is not None:
         lines.append(f"error:\n  {value_preview(detail.error, detail.error_ref, text=True)}")
     if detail.output is not None or detail.output_ref is not None:
@@ -209,7 +214,12 @@ def choices_text(
 
 
 def request_fields(request: OpenRequestInfo) -> str:
-    """One pending request: id, kind, node, choices, deadline."""
+    """One pending request: id, kind, node, choices, deadline (an agent request: its prompt,
+    expected output and how to submit)."""
+    if request.kind == "agent":
+        from piwf.cli.render_agents import agent_request_fields  # it builds on this module
+
+        return agent_request_fields(request)
     return fields(
         [
             ("request", request.request_id),
@@ -246,7 +256,7 @@ def request_table(requests: Sequence[OpenRequestInfo]) -> str:
             item.run_id,
             item.path,
             choices_text(item.choices, item.inputs),
-            _deadline(item.deadline_at, item.has_default) or "-",
+            _deadline(item.deadline_at, item.has_default) or _budget(item) or "-",
         ]
         for item in requests
     ]
@@ -287,6 +297,15 @@ def answer_receipt(receipt: AnswerReceipt) -> str:
         "already_resolved": "already resolved",
     }[receipt.outcome]
     return f"{receipt.request_id}: {head}; {resolution_line(receipt.resolution)}"
+
+
+def _budget(request: OpenRequestInfo) -> str | None:
+    """An agent request's deadline: its budget of active time."""
+    if request.kind != "agent":
+        return None
+    from piwf.cli.render_agents import active_budget  # it builds on this module
+
+    return active_budget(request.timeout_ms)
 
 
 def _deadline(deadline_at: int | None, has_default: bool) -> str | None:

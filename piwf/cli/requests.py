@@ -1,10 +1,13 @@
-"""``piwf requests`` and ``piwf answer``: what waiting runs wait on, and answering it."""
+"""``piwf requests``, ``piwf answer``, ``piwf submit`` and ``piwf update``: what waiting runs
+wait on, and answering it (a checkpoint or decision) or submitting to it (an agent step)."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from piwf.cli import render
+from piwf.cli import render, render_agents
 from piwf.cli.common import command, json_option, open_client, parse_json
 
 
@@ -13,21 +16,27 @@ from piwf.cli.common import command, json_option, open_client, parse_json
 @json_option
 @command
 def requests_command(run_id: str | None, as_json: bool) -> None:
-    """List pending checkpoints and decisions with their choices and deadlines.
+    """List pending checkpoints, decisions and agent requests, oldest first.
 
-    Answer one with `piwf answer REQUEST_ID RESPONSE_JSON`.
+    Answer a checkpoint or decision with `piwf answer REQUEST_ID RESPONSE_JSON`; submit an
+    agent step's output with `piwf submit REQUEST_ID OUTPUT_JSON`. Agent requests show the
+    first lines of their prompt, the expected output, their active-time deadline, how many
+    outputs were submitted and the latest rejection.
 
     \b
     Example:
       piwf requests --run run-0b9c
     """
     with open_client() as client:
-        # The table shows no content, so the human form reads no referenced prompt.
-        found = client.list_requests(run_id, content_limit=None if as_json else 0)
+        limit = None if as_json else render.HUMAN_CONTENT_LIMIT
+        found = client.list_requests(run_id, content_limit=limit)
     if as_json:
         render.emit_json({"requests": [item.to_wire() for item in found]})
-    else:
-        click.echo(render.request_table(found))
+        return
+    click.echo(render.request_table(found))
+    agents = render_agents.agent_requests_text(found)
+    if agents is not None:
+        click.echo(agents)
 
 
 @click.command("answer")
@@ -40,8 +49,9 @@ def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
 
     RESPONSE_JSON is the answer as JSON text; a decision takes {"choice": NAME, ...} with one
     of its declared choices, plus the text input that choice carries, if any (piwf requests
-    shows it). The first valid answer wins; a later different answer reports the recorded
-    winner (already_resolved) and changes nothing.
+    shows it). An agent step's request is not answered but submitted to (`piwf submit`). The
+    first valid answer wins; a later different answer reports the recorded winner
+    (already_resolved) and changes nothing.
 
     \b
     Example:
@@ -55,3 +65,56 @@ def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
         render.emit_json(receipt.to_wire())
     else:
         click.echo(render.answer_receipt(receipt))
+
+
+@click.command("submit")
+@click.argument("request_id")
+@click.argument("output_json", metavar="OUTPUT_JSON")
+@json_option
+@command
+def submit_command(request_id: str, output_json: str, as_json: bool) -> None:
+    """Submit an agent step's output for one exact request and wait for its validation.
+
+    OUTPUT_JSON is the output as JSON text ('-' reads it from stdin). The step's validate runs
+    in a supervised child; this waits until the outcome is durable. Accepted: the step
+    completes with the output (as validate normalised it), exit 0. Rejected: exit 1 with the
+    error validate gave; the request stays pending, so fix the output and submit again.
+
+    \b
+    Example:
+      piwf submit request-2b1c '{"summary": "The moon pulls the sea."}'
+      echo '{"summary": "..."}' | piwf submit request-2b1c -
+    """
+    text = sys.stdin.buffer.read() if output_json == "-" else output_json
+    output = parse_json(text, "OUTPUT_JSON")
+    with open_client() as client:
+        receipt = client.submit(request_id, output)
+    if as_json:
+        render.emit_json(receipt.to_wire())
+    else:
+        click.echo(render_agents.submission_receipt(receipt))
+
+
+@click.command("update")
+@click.argument("request_id")
+@click.argument("data_json", metavar="JSON")
+@json_option
+@command
+def update_command(request_id: str, data_json: str, as_json: bool) -> None:
+    """Record a progress update on an agent request without completing it.
+
+    JSON is any JSON value ('-' reads it from stdin), kept as the latest update of the
+    request's attempt; the request stays pending.
+
+    \b
+    Example:
+      piwf update request-2b1c '{"status": "reading the files", "completed": 2, "total": 5}'
+    """
+    text = sys.stdin.buffer.read() if data_json == "-" else data_json
+    data = parse_json(text, "JSON")
+    with open_client() as client:
+        receipt = client.update(request_id, data)
+    if as_json:
+        render.emit_json(receipt.to_wire())
+    else:
+        click.echo(f"{receipt.request_id}: update recorded")

@@ -52,7 +52,6 @@ from tenacity import (
 )
 
 from piwf import canonical
-from piwf.canonical import JsonValue
 from piwf.client import launcher
 from piwf.client.connection import (
     NotListeningError,
@@ -60,6 +59,7 @@ from piwf.client.connection import (
     TransportError,
     connect_socket,
 )
+from piwf.client.interactions import InteractionMethods
 from piwf.client.resources import ResourceMethods
 from piwf.client.runs import RunReadMethods
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
@@ -77,7 +77,9 @@ from piwf.errors import (
     StateCorruptCommandError,
     StateFullCommandError,
     StateIoCommandError,
+    SubmissionRejectedCommandError,
     UnavailableError,
+    ValidationPendingCommandError,
 )
 from piwf.protocol import (
     Hello,
@@ -89,8 +91,6 @@ from piwf.protocol import (
     is_durable,
 )
 from piwf.protocol.payloads import (
-    AnswerPayload,
-    AnswerReceipt,
     BackupReceipt,
     EffectInfo,
     EffectReceipt,
@@ -139,6 +139,8 @@ CODE_ERRORS: Mapping[str, type[CommandError]] = {
     for error in (
         BackupFailedError,
         InternalServerError,
+        SubmissionRejectedCommandError,
+        ValidationPendingCommandError,
         StateFullCommandError,
         StateIoCommandError,
         StateCorruptCommandError,
@@ -149,7 +151,7 @@ _Receipt = TypeVar("_Receipt", bound=BaseModel)
 _T = TypeVar("_T")
 
 
-class Client(RunReadMethods, ResourceMethods):
+class Client(RunReadMethods, InteractionMethods, ResourceMethods):
     """A connection to the piwf server of one state home.
 
     ``home`` defaults to :func:`piwf.config.state_home` (``PIWF_HOME``). With ``autostart``
@@ -421,30 +423,6 @@ class Client(RunReadMethods, ResourceMethods):
             idempotency_key=idempotency_key,
         )
         return receipt.effect
-
-    def answer(
-        self,
-        request_id: str,
-        response: JsonValue,
-        *,
-        idempotency_key: str | None = None,
-        as_human: bool = True,
-    ) -> AnswerReceipt:
-        """Answer the exact request ``request_id`` and return the receipt with the winner.
-
-        ``as_human`` (the default) sends ``decision.answer``, the only path that settles a
-        protected decision; ``as_human=False`` sends ``checkpoint.answer`` for automation,
-        which a protected decision refuses. ``outcome`` is ``won``, ``adopted`` (equal to the
-        winner) or ``already_resolved`` (another winner; ``resolution`` is that winner).
-        Raises :class:`~piwf.errors.RejectedError` (code ``answerRejected``) for an answer that
-        does not fit, :class:`~piwf.errors.NotFoundError` for an unknown request, and
-        :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``response``
-        breaks the canonical JSON rules.
-        """
-        canonical.check_value(response, "response")
-        operation: Operation = "decision.answer" if as_human else "checkpoint.answer"
-        payload = AnswerPayload(request_id=request_id, response=response)
-        return self._call(operation, payload, AnswerReceipt, idempotency_key=idempotency_key)
 
     def _run_control(self, operation: Operation, run_id: str, key: str | None) -> RunInfo:
         receipt = self._call(

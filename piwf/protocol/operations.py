@@ -21,7 +21,10 @@ operation               kind     meaning
 ``effect.resolve``      durable  settle an ambiguous effect by explicit operator action
 ``checkpoint.answer``   durable  answer a checkpoint
 ``decision.answer``     durable  answer a protected human decision
-``requests.list``       read     the pending requests (checkpoints, decisions)
+``requests.list``       read     the pending requests (checkpoints, decisions, agent steps)
+``interaction.submit``  durable  submit an agent's output; answered once its validation is
+                                 durable (accepted or rejected)
+``interaction.update``  durable  record a non-completing progress update on an agent request
 ``resource.apply``      durable  create a managed resource or change its spec
 ``resource.get``        read     one managed resource in full
 ``resource.list``       read     the managed resources
@@ -46,6 +49,8 @@ Operation = Literal[
     "checkpoint.answer",
     "decision.answer",
     "effect.resolve",
+    "interaction.submit",
+    "interaction.update",
     "requests.list",
     "resource.apply",
     "resource.delete",
@@ -79,6 +84,8 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
         "checkpoint.answer",
         "decision.answer",
         "effect.resolve",
+        "interaction.submit",
+        "interaction.update",
         "resource.apply",
         "resource.delete",
         "resource.reconcile",

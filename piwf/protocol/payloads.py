@@ -27,6 +27,9 @@ with the receipt model, so both sides agree on one shape::
     checkpoint.answer {requestId, response}                    AnswerReceipt
     decision.answer  {requestId, response}                     AnswerReceipt
     requests.list    {runId?}                                  {"requests": [OpenRequestInfo]}
+    interaction.submit {requestId, output}                     SubmissionReceipt (answered once
+                                                               the outcome is durable)
+    interaction.update {requestId, data}                       UpdateReceipt
     view.content     {ref: ContentRef, offset, length}         ContentPart
 
 Stored values (outputs, error texts, request content, answers, resource spec and status) travel
@@ -209,7 +212,12 @@ class ChoiceInputInfo(WireModel):
 
 
 class OpenRequestInfo(WireModel):
-    """A pending checkpoint or decision: what a waiting run waits on."""
+    """A pending request (checkpoint, decision or agent step): what a waiting run waits on.
+
+    An agent request's ``content`` holds its ``prompt`` (ending with the step contract) and
+    ``expectedOutput``; ``timeout_ms`` is its active-time budget, ``latest_rejection`` the error
+    of its last rejected submission and ``submissions`` how many were made.
+    """
 
     request_id: str
     run_id: str
@@ -224,6 +232,10 @@ class OpenRequestInfo(WireModel):
     deadline_at: int | None = None
     has_default: bool = False
     created_at: int
+    timeout_ms: int | None = None
+    latest_rejection: str | None = None
+    latest_rejection_ref: ContentRef | None = None
+    submissions: int = 0
 
 
 class ResolutionInfo(WireModel):
@@ -263,6 +275,33 @@ class DecisionInfo(WireModel):
     submissions: list[SubmissionInfo] = Field(default_factory=list)
 
 
+class AgentSubmissionInfo(WireModel):
+    """One output submitted for an agent request: as sent (``output``), as accepted
+    (``value``, normalised by ``validate``) or why it was refused (``error``)."""
+
+    submission_id: str
+    outcome: Literal["validating", "accepted", "rejected"]
+    output: Any = None
+    output_ref: ContentRef | None = None
+    value: Any = None
+    value_ref: ContentRef | None = None
+    error: str | None = None
+    error_ref: ContentRef | None = None
+    submitted_at: int
+    settled_at: int | None = None
+
+
+class AgentRequestInfo(WireModel):
+    """One agent request of a run (``status``: pending, answered, settled, cancelled) and
+    every output submitted for it, oldest first."""
+
+    request_id: str
+    path: str
+    visit: int
+    status: str
+    submissions: list[AgentSubmissionInfo] = Field(default_factory=list)
+
+
 class RunDetail(WireModel):
     """Receipt of run.get: the run, its sources, effects, and its final output or error.
 
@@ -280,6 +319,7 @@ class RunDetail(WireModel):
     error_ref: ContentRef | None = None
     waiting_on: OpenRequestInfo | None = None
     decisions: list[DecisionInfo] = Field(default_factory=list)
+    agent_requests: list[AgentRequestInfo] = Field(default_factory=list)
     #: Why the run is parked, as stored with its queue error (``run.errorCode``): the broken
     #: protocol rule, the crash count, the changed files. None when there is nothing to say.
     parked_reason: str | None = None
@@ -301,6 +341,44 @@ class AnswerReceipt(WireModel):
     run_id: str
     outcome: Literal["won", "adopted", "already_resolved"]
     resolution: ResolutionInfo
+
+
+class SubmitPayload(WireModel):
+    """An agent's output for one exact agent request (``interaction.submit``)."""
+
+    request_id: str = Field(min_length=1, max_length=256)
+    output: Any = None
+
+
+class SubmissionReceipt(WireModel):
+    """The durable outcome of one submission: ``accepted`` (``value`` is the output as
+    ``validate`` normalised it; the request is answered) or ``rejected`` (``error`` says what
+    to submit instead; the request stays pending)."""
+
+    submission_id: str
+    request_id: str
+    run_id: str
+    outcome: Literal["accepted", "rejected"]
+    value: Any = None
+    value_ref: ContentRef | None = None
+    error: str | None = None
+    submitted_at: int
+    settled_at: int
+
+
+class UpdatePayload(WireModel):
+    """A non-completing progress update on one exact agent request (``interaction.update``)."""
+
+    request_id: str = Field(min_length=1, max_length=256)
+    data: Any = None
+
+
+class UpdateReceipt(WireModel):
+    """Receipt of an update: recorded as the latest update of the request's attempt."""
+
+    request_id: str
+    run_id: str
+    recorded_at: int
 
 
 class RequestsListPayload(WireModel):

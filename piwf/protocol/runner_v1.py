@@ -71,7 +71,6 @@ PORT_OPERATIONS: tuple[PortOperation, ...] = (
     PortOperation("publish_update", port.UpdatePublished, changes_state=True),
     PortOperation("notify", port.NotificationRequested, changes_state=True),
     PortOperation("request_interaction", port.InteractionRequested, changes_state=True),
-    PortOperation("reject_answer", port.AnswerRejected, changes_state=True),
     PortOperation("park", port.RunParked, changes_state=True),
     PortOperation("finish", port.RunFinished, changes_state=True),
 )

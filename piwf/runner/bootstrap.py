@@ -46,6 +46,7 @@ _NAMES: dict[ChildKind, tuple[str, str]] = {
     ChildKind.WORKFLOW_RUNNER: ("piwf runner", "piwf runner"),
     ChildKind.RESOURCE_RUNNER: ("piwf reconcile", "piwf resource runner"),
     ChildKind.RESOLVER: ("piwf resolver", "piwf resolver"),
+    ChildKind.VALIDATOR: ("piwf validator", "piwf validator"),
 }
 
 

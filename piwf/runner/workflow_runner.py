@@ -42,6 +42,7 @@ from piwf.protocol.runner_v1 import (
 )
 from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, name_process
 from piwf.runner.lifeline import Lifeline
+from piwf.runner.verified_sources import SourcesChanged, load_verified_workflow
 from piwf.workflow import port
 from piwf.workflow.port_codec import from_json, result_from_json, to_json
 
@@ -191,9 +192,6 @@ class PipePort:
     def request_interaction(self, message: port.InteractionRequested) -> port.PortResult:
         return self._send(message)
 
-    def reject_answer(self, message: port.AnswerRejected) -> port.PortResult:
-        return self._send(message)
-
     def park(self, message: port.RunParked) -> port.PortResult:
         return self._send(message)
 
@@ -219,19 +217,10 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
     # Imported here so that a broken environment shows up as a crash of this child only.
     from piwf.workflow.commands import command_from_json
     from piwf.workflow.engine import execute
-    from piwf.workflow.sources import SourceIdentity, load_workflow, location_path, verify_sources
 
-    identity = SourceIdentity.from_json(launch.workflow_source)
-    changed = verify_sources(identity)
-    if changed:
-        send("sourceChanged", files=[source.location for source in changed])
-        return EXIT_OK
-    loaded = load_workflow(location_path(identity.root.location))
-    if loaded.sources != identity or loaded.compiled.digest != launch.definition_digest:
-        differing = {s.location for s in (loaded.sources.root, *loaded.sources.mounted)} ^ {
-            s.location for s in (identity.root, *identity.mounted)
-        }
-        send("sourceChanged", files=sorted(differing) or [identity.root.location])
+    loaded = load_verified_workflow(launch.workflow_source, launch.definition_digest)
+    if isinstance(loaded, SourcesChanged):
+        send("sourceChanged", files=loaded.files)
         return EXIT_OK
     send("ready")
     faults.point("child.after_ready")

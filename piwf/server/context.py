@@ -42,6 +42,10 @@ class ServerContext:
     active_claim: Callable[[str], Claim | None] = lambda _run_id: None
     stop_runner: Callable[[str, str], None] = lambda _run_id, _reason: None
     wake_scheduler: Callable[[], None] = lambda: None
+    #: Queue a ``validating`` submission for a validation child (submission id, run id).
+    request_validation: Callable[[str, str], None] = lambda _submission_id, _run_id: None
+    #: Tell ``run.wait`` waiters (and the server's other watchers) that a run changed.
+    run_changed: Callable[[str], None] = lambda _run_id: None
     waiters: dict[str, list[Waiter]] = field(default_factory=dict)
     starts_in_flight: dict[tuple[str, str], list[tuple[Request, Reply]]] = field(
         default_factory=dict

@@ -60,6 +60,7 @@ from piwf.server.replies import (
 from piwf.server.resources.handlers import ResourceHandlers
 from piwf.server.runs import answers
 from piwf.server.runs.handlers import RunHandlers
+from piwf.server.runs.interactions import InteractionHandlers
 from piwf.state import Transaction, retention
 from piwf.state import effects as fx
 from piwf.state import execution as ex
@@ -78,6 +79,7 @@ class Handlers:
         self.context = context
         self.runs = RunHandlers(context, self.handle)
         self.resources = ResourceHandlers(context)
+        self.interactions = InteractionHandlers(context)
         self.table: dict[str, Callable[[Request, Reply], None]] = {
             "server.status": self.server_status,
             "server.stop": self.server_stop,
@@ -98,6 +100,8 @@ class Handlers:
             "checkpoint.answer": self.checkpoint_answer,
             "decision.answer": self.decision_answer,
             "requests.list": self.requests_list,
+            "interaction.submit": self.interactions.interaction_submit,
+            "interaction.update": self.interactions.interaction_update,
             "resource.apply": self.resources.apply,
             "resource.get": self.resources.get,
             "resource.list": self.resources.list,

@@ -40,10 +40,11 @@ from piwf.server.listener import bind_listener, check_socket_path
 from piwf.server.lock import InstanceLock
 from piwf.server.loop import ClientListener, EventLoop
 from piwf.server.maintenance import RetentionSettings, RetentionSweeper
-from piwf.server.recovery import recover_previous_server
+from piwf.server.recovery import recover_previous_server, revalidate_left_by_crash
 from piwf.server.resources.reconciler import Reconciler, ReconcileSettings
 from piwf.server.runs.answers import DecisionDeadlines
 from piwf.server.runs.pool import ExecutionSettings, Executor
+from piwf.server.runs.validations import Validations, ValidationSettings
 from piwf.server.server_log import server_log_handler
 from piwf.server.settings import ServerSettings
 from piwf.state import StateDatabase
@@ -168,6 +169,17 @@ class Server:
             wake_scheduler=self._wake_scheduler,
         )
         self.executor.reconciler = self.reconciler
+        self.validations = Validations(
+            db=db,
+            loop=self.loop,
+            supervisor=supervisor,
+            server_claim=lambda: self.claim,
+            settings=ValidationSettings(timeout_s=settings.validation_timeout_s),
+            has_live_runner=self.executor.has_live_runner,
+            settled=lambda submission: self.handlers.interactions.submission_settled(submission),
+            freed=self._wake_scheduler,
+        )
+        self.executor.validations = self.validations
         context = ServerContext(
             db=db,
             commands=self.commands,
@@ -184,6 +196,8 @@ class Server:
             active_claim=self.executor.claim_of_run,
             stop_runner=self.executor.stop_run,
             wake_scheduler=self._wake_scheduler,
+            request_validation=self.validations.request,
+            run_changed=self._run_changed,
         )
         self.handlers = Handlers(context)
         self.retention = RetentionSweeper(
@@ -222,6 +236,7 @@ class Server:
 
     def serve(self) -> None:
         """Run loop turns until a stop is requested and pending output is flushed."""
+        revalidate_left_by_crash(self.db, self.validations)  # recovery step 9
         self._wake_scheduler()  # work recovery made claimable starts now, not at the next poll
         while not self.loop.stop_requested:
             self.loop.run_once()
@@ -235,6 +250,7 @@ class Server:
         """Close clients and children; the caller releases the epoch and the lock."""
         self.reconciler.stop_all()
         self.resolvers.stop_all()
+        self.validations.stop_all()
         self.executor.stop_all()  # every child of the supervisor
         self.clients.close_all()
         self.loop.close()
@@ -323,6 +339,8 @@ class Server:
     def _exit_if_idle(self) -> None:
         if self.clients.connections or self.resolvers.active or self.executor.active:
             return
+        if self.validations.jobs or self.validations.ready:
+            return  # a submission is being validated (after a restart, nobody may be waiting)
         if self.reconciler.has_work():
             return
         if time.monotonic() - self.clients.last_activity < self.settings.idle_exit_s:

@@ -26,9 +26,11 @@ The seed's twelve steps, in order, and where piwf does each:
    the scheduler.
 8. *supervised timeout recovery of interactive requests during a reported model turn*: piwf
    has no sessions or model turns yet; waiting and server downtime consume no node timeout.
-9. *resume provisional validating submissions in a new supervised child*: an answer commits
-   with its request ``answered`` and the run eligible, so the next runner child consumes and
-   (for an agent node) validates it; the server never runs ``validate``.
+9. *resume provisional validating submissions in a new supervised child*:
+   :func:`revalidate_left_by_crash` queues every ``validating`` agent submission (no child of
+   this server validates it yet) for a new validation child, admitted first by the pool; the
+   new child gets a new validation id, so nothing the old one might have said can settle it.
+   A client that repeats its submit with the same idempotency key waits for that outcome.
 10., 11. *branch reports and model turns*: no sessions yet; nothing to wait for.
 12. *request a retention sweep once idle*: ``run_server`` calls
     :meth:`~piwf.server.maintenance.RetentionSweeper.request` after recovery.
@@ -40,9 +42,20 @@ recovers the same way.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from piwf.server.resources.recovery import recover_reconciles
 from piwf.server.runs.recovery import recover_runs
 from piwf.state import StateDatabase
+from piwf.state.execution import submissions
+
+
+class ValidationQueue(Protocol):
+    """Where recovery step 9 hands the submissions to validate again."""
+
+    def request(self, submission_id: str, run_id: str) -> None:
+        """Queue one ``validating`` submission for a new validation child."""
+        ...
 
 
 def recover_previous_server(
@@ -62,3 +75,13 @@ def recover_previous_server(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
     )
     return runs + reconciles
+
+
+def revalidate_left_by_crash(db: StateDatabase, validations: ValidationQueue) -> int:
+    """Recovery step 9: queue every ``validating`` submission a previous server left for a
+    new validation child (called once, before this server admits any work); return how many."""
+    with db.read() as tx:
+        left = submissions.validating_left_by_crash(tx)
+    for submission in left:
+        validations.request(submission.submission_id, submission.run_id)
+    return len(left)

@@ -69,6 +69,8 @@ class ServerSettings:
     #: How long a resource reconcile may overrun its manager's ``timeout_ms`` before it is
     #: killed (its signal is set at the deadline itself).
     reconcile_grace_s: float = 1.0
+    #: How long an agent node's ``validate`` may run in its validation child (docs/AGENTS.md).
+    validation_timeout_s: float = 30.0
     #: Retention (docs/RETENTION.md): days kept after ``finished_at``, the wait after a failed
     #: or postponed sweep, the interval between completed sweeps, and the reclaimable bytes an
     #: automatic VACUUM needs.
@@ -108,6 +110,7 @@ class ServerSettings:
             "claim_poll_s": _env_float("PIWF_CLAIM_POLL_S", 2.0),
             "runner_ready_timeout_s": _env_float("PIWF_RUNNER_READY_TIMEOUT_S", 30.0),
             "reconcile_grace_s": _env_float("PIWF_RECONCILE_GRACE_S", 1.0),
+            "validation_timeout_s": _env_float("PIWF_VALIDATION_TIMEOUT_S", 30.0),
             "retention_days": _env_int("PIWF_RETENTION_DAYS", 30),
             "retention_retry_s": _env_float("PIWF_RETENTION_RETRY_S", 300.0),
             "retention_interval_s": _env_float("PIWF_RETENTION_INTERVAL_S", 86_400.0),

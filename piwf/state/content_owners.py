@@ -7,7 +7,8 @@ another run's values, a made-up digest, or anything the server never advertises:
 
     scope     owner   values a reference may name
     run       run id  final output, error text, content of its requests, the winning answer
-                      and every submitted answer of its decisions
+                      and every submitted answer of its decisions, every output submitted
+                      to its agent requests (as sent, as accepted) and each rejection
     resource  uid     spec, status
 
 Read-only: nothing here writes, and a read leaves no receipt or other trace.
@@ -34,6 +35,10 @@ SELECT EXISTS (
   UNION ALL
   SELECT 1 FROM human_decision_submissions s JOIN human_decisions d USING (decision_id)
   WHERE d.run_id = :owner AND s.candidate_hash = :digest
+  UNION ALL
+  SELECT 1 FROM interactive_submissions s JOIN interactive_requests i USING (request_id)
+  WHERE i.run_id = :owner
+    AND (s.payload_hash = :digest OR s.value_hash = :digest OR s.error_hash = :digest)
 )
 """
 

@@ -248,6 +248,14 @@ class SubmissionOutcome(StrEnum):
     REJECTED = "rejected"
 
 
+class AgentSubmissionOutcome(StrEnum):
+    """What became of one candidate output of an agent request (``interactive_submissions``)."""
+
+    VALIDATING = "validating"
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+
 class ResourceQueueReason(StrEnum):
     """Why a managed resource sits in ``managed_resource_queue``."""
 

@@ -21,6 +21,7 @@ lineage         the root is not a root, or a run's parent is outside the tree
 queue           a queue row is queued, starting, running or parked
 attempt         a node attempt is pending, running or waiting
 request         an interactive request is pending or answered but not consumed
+submission      an agent submission is still ``validating`` (its child may report)
 decision        a human decision has no resolution
 lease           a lease of the tree (run, effect or decision) is held: owner set, unexpired
 effect          an effect is pending, applying or ambiguous, or has an open attempt
@@ -88,6 +89,8 @@ TREE_ROWS: Mapping[str, str] = MappingProxyType(
         "runner_messages": """runner_epoch IN (SELECT runner_epoch FROM run_runners
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
         "interactive_requests": _RUNS,
+        "interactive_submissions": """request_id IN (SELECT request_id FROM interactive_requests
+            WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
         "run_notifications": _RUNS,
         "human_decisions": _RUNS,
         "human_decision_resolutions": """decision_id IN (SELECT decision_id FROM human_decisions
@@ -148,6 +151,11 @@ _PROTECTIONS: Mapping[str, str] = MappingProxyType(
         "request": """
             SELECT 1 FROM interactive_requests WHERE run_id IN (SELECT value FROM json_each(:runs))
               AND status IN ('pending', 'answered')""",
+        "submission": """
+            SELECT 1 FROM interactive_submissions s
+              JOIN interactive_requests i ON i.request_id = s.request_id
+            WHERE i.run_id IN (SELECT value FROM json_each(:runs))
+              AND s.outcome = 'validating'""",
         "decision": """
             SELECT 1 FROM human_decisions d WHERE run_id IN (SELECT value FROM json_each(:runs))
               AND NOT EXISTS (SELECT 1 FROM human_decision_resolutions r

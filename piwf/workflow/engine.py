@@ -18,8 +18,9 @@ raised by the port (for example claim loss) propagates unchanged and nothing mor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn, TypeAlias
+from typing import NoReturn
 
 from piwf import canonical
 from piwf.canonical import JsonValue
@@ -57,6 +58,7 @@ from piwf.workflow.port import (
     UpdatePublished,
     WorkflowPort,
 )
+from piwf.workflow.replay import AwaitAnswer, NextNode, Position, RetryVisit, replay_saved_run
 from piwf.workflow.scopes import End, Next, RunProgress, TransitionError
 
 MAX_UPDATE_BYTES = 64 * 1024
@@ -80,35 +82,6 @@ class ExecutionResult:
     park_reason: ParkReason | None = None
     detail: str | None = None
 
-
-@dataclass(frozen=True)
-class NextNode:
-    """Start a new visit of ``path``."""
-
-    path: str
-
-
-@dataclass(frozen=True)
-class RetryVisit:
-    """Retry the unfinished visit ``visit`` of ``path`` (a crash retry keeps the number)."""
-
-    path: str
-    visit: int
-    attempt: int
-
-
-@dataclass(frozen=True)
-class AwaitAnswer:
-    """Consume (or keep waiting for) the request of the unfinished visit of ``path``."""
-
-    path: str
-    visit: int
-    attempt: int
-    started_at_ms: int
-    pending: PendingRequest
-
-
-Position: TypeAlias = NextNode | RetryVisit | AwaitAnswer | End
 
 _INTERACTION_KINDS = {
     "checkpoint": InteractionKind.CHECKPOINT,
@@ -250,6 +223,42 @@ def _check_saved_shape(label: str, saved: SavedRun, workflow: CompiledWorkflow) 
             raise RunCommandError(f"{label}: answer to {pending.request_id}: {problem}")
 
 
+@dataclass(frozen=True)
+class AnswerVisit:
+    """The visit that waits on a request: its node, the context the engine gives it, the
+    request."""
+
+    node: CompiledNode
+    context: NodeContext
+    pending: PendingRequest
+
+
+def answer_visit(
+    workflow: CompiledWorkflow,
+    saved: SavedRun,
+    *,
+    signal: CancellationSignal,
+    publisher: Callable[[str, str, object], None],
+) -> AnswerVisit:
+    """Return the waiting visit of ``saved`` with the context the engine builds for it when it
+    consumes the answer (same replay, same frame): what an agent's ``validate`` sees.
+
+    Raises :class:`RunCommandError` when the saved run does not fit ``workflow`` or waits on no
+    request, and :class:`~piwf.workflow.scopes.TransitionError` when replaying its routing fails.
+    """
+    label = f"validation of run {saved.run_id}"
+    if saved.definition_digest is not None and saved.definition_digest != workflow.digest:
+        raise RunCommandError(f"{label}: the run was started with another definition")
+    _check_saved_shape(label, saved, workflow)
+    progress = RunProgress(workflow, saved.run_id, saved.input)
+    position, _ = replay_saved_run(workflow, progress, saved)
+    if not isinstance(position, AwaitAnswer):
+        raise RunCommandError(f"{label}: the run waits on no request")
+    node = workflow.nodes[position.path]
+    context = progress.context(node, position.visit, position.attempt, signal, publisher)
+    return AnswerVisit(node, context, position.pending)
+
+
 class _Execution:
     """The node loop of one command."""
 
@@ -264,7 +273,7 @@ class _Execution:
         self.workflow = workflow
         self.port = port
         self.gate = PortGate(port)
-        self.executor = VisitExecutor(self.gate, run_id)
+        self.executor = VisitExecutor(self.gate, run_id, workflow.definition.name)
         self.run_id = run_id
         self.clock = clock
         self.cancel = cancel
@@ -297,48 +306,8 @@ class _Execution:
 
     def _replay(self, progress: RunProgress, saved: SavedRun) -> Position:
         """Rebuild frames from the saved steps and return where execution continues."""
-        entry = self.workflow.entry
-        progress.enter(entry)
-        expected: Position = NextNode(entry)
-        for step in saved.steps:
-            if not isinstance(expected, NextNode) or expected.path != step.path:
-                raise RunCommandError(
-                    f"saved step {step.path!r} of run {self.run_id} does not follow from the "
-                    f"definition (expected {expected})"
-                )
-            node = self.workflow.nodes[step.path]
-            progress.count_visit(step.path, step.visit)
-            result = NodeResult(
-                node=node.node_id,
-                path=step.path,
-                kind=node.node.kind.value,
-                outcome=step.outcome,
-                visit=step.visit,
-                started_at_ms=step.started_at_ms,
-                finished_at_ms=step.finished_at_ms,
-                output=step.output,
-                error=step.error,
-            )
-            progress.record(node, result)
-            self.last_path = step.path
-            decision = progress.advance(node, result)
-            expected = NextNode(decision.path) if isinstance(decision, Next) else decision
-        for path, visit in saved.visits.items():
-            progress.visits[path] = max(progress.visits.get(path, 0), visit)
-        active = saved.active
-        if active is None:
-            return expected
-        if not isinstance(expected, NextNode) or expected.path != active.path:
-            raise RunCommandError(
-                f"active node {active.path!r} of run {self.run_id} does not follow from the "
-                "saved steps"
-            )
-        progress.count_visit(active.path, active.visit)
-        if saved.pending is not None:
-            return AwaitAnswer(
-                active.path, active.visit, active.attempt, active.started_at_ms, saved.pending
-            )
-        return RetryVisit(active.path, active.visit, active.attempt + 1)
+        position, self.last_path = replay_saved_run(self.workflow, progress, saved)
+        return position
 
     def _loop(self, progress: RunProgress, position: Position) -> ExecutionResult:
         while True:

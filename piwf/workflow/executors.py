@@ -9,7 +9,8 @@ action / shell          compute the request, reserve the effect, then (only when
                         an adopted settled effect gives its stored result without running
 notify                  propose the notification under the visit's stable id
 checkpoint / decision   commit the request and park ``waiting``; the answer (in a later
-/ agent                 command) becomes the output, after ``validate`` for agents
+/ agent                 command) becomes the output; an agent's answer is a submission its
+                        ``validate`` accepted outside the runner (:mod:`.validation`)
 ======================  ==================================================================
 
 Uncertain endings of a managed effect (deadline passed, output not JSON) settle an idempotent
@@ -30,6 +31,7 @@ from piwf.lifecycle import Adopted, AnsweredBy, Applied, Conflict, InteractionKi
 from piwf.workflow import identity
 from piwf.workflow.compiler import CompiledNode
 from piwf.workflow.context import NodeContext, Outcome
+from piwf.workflow.contract import step_contract, with_contract
 from piwf.workflow.invoke import (
     CallOutcome,
     Raised,
@@ -51,7 +53,6 @@ from piwf.workflow.nodes import (
     ShellNode,
 )
 from piwf.workflow.port import (
-    AnswerRejected,
     Committed,
     EffectOutcome,
     EffectReservation,
@@ -134,10 +135,12 @@ class PortGate:
 class VisitExecutor:
     """Executes node visits of one run against one port gate."""
 
-    def __init__(self, gate: PortGate, run_id: str) -> None:
+    def __init__(self, gate: PortGate, run_id: str, workflow_name: str) -> None:
         self.gate = gate
         self.port = gate.port
         self.run_id = run_id
+        #: Named in the step contract of every agent prompt.
+        self.workflow_name = workflow_name
 
     def start(
         self, node: CompiledNode, ctx: NodeContext, frame: Frame, timeout_ms: int | None
@@ -162,26 +165,9 @@ class VisitExecutor:
         if pending.answered_by is AnsweredBy.EXPIRED:
             error = f"decision {pending.request_id} expired with no default response"
             return VisitDone(Outcome.TIMED_OUT, error=error, request_id=pending.request_id)
-        spec = node.node
-        if not isinstance(spec, AgentNode) or spec.validate is None:
-            return VisitDone(Outcome.OK, pending.answer, request_id=pending.request_id)
-        validate = spec.validate
-        call = invoke(lambda: validate(pending.answer, ctx), timeout_ms=None, signal=ctx.signal)
-        self.gate.raise_if_failed()
-        problem: str | None = None
-        value: JsonValue = pending.answer
-        if isinstance(call, Raised):
-            problem = describe_error(call.error)
-        elif isinstance(call, Returned) and call.value is not None:
-            try:
-                value = to_json(call.value)
-            except CanonicalJsonError as error:
-                problem = f"validate returned a value that is not JSON: {error}"
-        if problem is not None:
-            rejection = AnswerRejected(self.run_id, pending.request_id, problem)
-            self.gate.expect(self.port.reject_answer, rejection)
-            return VisitParked(ParkReason.WAITING, pending.request_id, detail=problem)
-        return VisitDone(Outcome.OK, value, request_id=pending.request_id)
+        # An agent's answer is its accepted submission: ``validate`` already ran on it, in a
+        # validation child (the server) or in-process (the memory port), never here.
+        return VisitDone(Outcome.OK, pending.answer, request_id=pending.request_id)
 
     def _output(self, call: CallOutcome, ctx: NodeContext, timeout_ms: int | None) -> VisitDone:
         self.gate.raise_if_failed()
@@ -365,6 +351,7 @@ class VisitExecutor:
     def _request(
         self, spec: CheckpointNode | HumanDecisionNode | AgentNode, ctx: NodeContext
     ) -> VisitOutcome:
+        request_id = identity.request_id(self.run_id, ctx.path, ctx.visit)
         try:
             kind, content = _request_content(spec, ctx)
         except CanonicalJsonError as error:
@@ -373,7 +360,15 @@ class VisitExecutor:
             self.gate.raise_if_failed()
             return VisitDone(failure_outcome(ctx.signal), error=describe_error(error))
         self.gate.raise_if_failed()
-        request_id = identity.request_id(self.run_id, ctx.path, ctx.visit)
+        if isinstance(spec, AgentNode) and isinstance(content, dict):
+            contract = step_contract(
+                workflow=self.workflow_name,
+                path=ctx.path,
+                attempt_id=identity.attempt_id(self.run_id, ctx.path, ctx.visit, ctx.attempt),
+                request_id=request_id,
+                expected_output=spec.expected_output,
+            )
+            content["prompt"] = with_contract(str(content["prompt"]), contract)
         message = InteractionRequested(
             run_id=self.run_id,
             path=ctx.path,

@@ -17,6 +17,11 @@ def effect_key(run_id: str, effect_type: str, path: str, visit: int) -> str:
     return "effect-" + canonical.digest_hex(["piwf.effect.v1", run_id, effect_type, path, visit])
 
 
+def attempt_id(run_id: str, path: str, visit: int, attempt: int) -> str:
+    """Return the id of one attempt of one node visit (the store keys ``node_attempts`` by it)."""
+    return "attempt-" + canonical.digest_hex(["piwf.attempt.v1", run_id, path, visit, attempt])[:40]
+
+
 def request_id(run_id: str, path: str, visit: int) -> str:
     """Return the exact request id of the interaction a visit opens."""
     return "request-" + canonical.digest_hex(["piwf.request.v1", run_id, path, visit])[:40]

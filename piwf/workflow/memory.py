@@ -8,7 +8,10 @@ request adopts, another request conflicts), an effect applying under the active 
 conflict while one found by a later attempt (its runner died) runs again (idempotent) or becomes
 ambiguous (manual), equal repeats are adopted, and terminal runs accept nothing more. Test
 helpers create runs and restarts, answer requests (as a person, by a decision's timeout policy or
-by its deadline passing) and resolve ambiguous effects.
+by its deadline passing), submit agent outputs and resolve ambiguous effects.
+
+It is the test double of **one process**: :meth:`MemoryPort.submit` runs an agent's ``validate``
+in-process through the function the server's validation child calls.
 
 Nothing here survives the process; a "crash" in a test is an exception that escapes
 :func:`~piwf.workflow.engine.execute` and leaves the port as the dead runner left it.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from piwf.canonical import JsonValue
 from piwf.clock import Clock
@@ -29,6 +32,7 @@ from piwf.lifecycle import (
     CommandKind,
     Conflict,
     EffectStatus,
+    InteractionKind,
     Lineage,
     RecoveryRequired,
     RunStatus,
@@ -40,10 +44,10 @@ from piwf.workflow.definition import WorkflowDefinition
 from piwf.workflow.engine import ExecutionResult, execute
 from piwf.workflow.identity import request_fingerprint
 from piwf.workflow.invoke import to_json
+from piwf.workflow.memory_records import EffectRecord, MemoryRun, MemorySubmission
 from piwf.workflow.nodes import Recovery
 from piwf.workflow.port import (
     ActiveVisit,
-    AnswerRejected,
     Committed,
     EffectOutcome,
     EffectReservation,
@@ -64,47 +68,10 @@ from piwf.workflow.port import (
     StepRecord,
     UpdatePublished,
 )
+from piwf.workflow.validation import Accepted, Verdict, validate_candidate
 
 #: The answer to a repeat of a committed change (the in-memory port names no revision for it).
 _UNCHANGED: Adopted[Committed] = Adopted(Committed())
-
-
-@dataclass
-class EffectRecord:
-    """One reserved effect; ``attempts`` counts reservations that let the action run."""
-
-    key: str
-    run_id: str
-    path: str
-    visit: int
-    effect_type: str
-    recovery: Recovery
-    request: JsonValue
-    fingerprint: str
-    status: EffectStatus = EffectStatus.APPLYING
-    result: JsonValue = None
-    error: str | None = None
-    attempts: int = 1
-    applying_attempt: int = 1  # the visit attempt whose action may be running right now
-
-
-@dataclass
-class _Run:
-    run_id: str
-    status: RunStatus
-    input: JsonValue
-    lineage: Lineage
-    parent_run_id: str | None
-    restart_number: int
-    definition_digest: str | None
-    title: str | None = None
-    steps: list[StepRecord] = field(default_factory=list)
-    visits: dict[str, int] = field(default_factory=dict)
-    active: ActiveVisit | None = None
-    pending: PendingRequest | None = None
-    park_reason: ParkReason | None = None
-    output: JsonValue = None
-    error: str | None = None
 
 
 class MemoryPort:
@@ -112,13 +79,13 @@ class MemoryPort:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, MemoryRun] = {}
         self.effects: dict[str, EffectRecord] = {}
         self.updates: dict[tuple[str, str, str], UpdatePublished] = {}
         self._update_attempts: dict[tuple[str, str, str], ActiveVisit] = {}
         self.notifications: dict[str, NotificationRequested] = {}
         self.requests: dict[str, InteractionRequested] = {}
-        self.rejections: list[AnswerRejected] = []
+        self.submissions: list[MemorySubmission] = []
         self.messages: list[object] = []
 
     # Helpers for tests and dry runs ------------------------------------------------------
@@ -130,7 +97,7 @@ class MemoryPort:
         with self._lock:
             if run_id in self._runs:
                 raise ValueError(f"run {run_id} already exists")
-            self._runs[run_id] = _Run(
+            self._runs[run_id] = MemoryRun(
                 run_id, RunStatus.QUEUED, to_json(input), Lineage.ROOT, None, 0, definition_digest
             )
 
@@ -144,7 +111,7 @@ class MemoryPort:
             parent = self._runs[parent_run_id]
             if run_id in self._runs:
                 raise ValueError(f"run {run_id} already exists")
-            self._runs[run_id] = _Run(
+            self._runs[run_id] = MemoryRun(
                 run_id,
                 RunStatus.QUEUED,
                 parent.input,
@@ -170,6 +137,27 @@ class MemoryPort:
                 run.pending, answered=True, answer=to_json(answer), answered_by=answered_by
             )
             return run.run_id
+
+    def submit(self, workflow: CompiledWorkflow, request_id: str, output: JsonValue) -> Verdict:
+        """Validate ``output`` for agent request ``request_id`` in-process and return the verdict
+        (:func:`~piwf.workflow.validation.validate_candidate`); accepted answers the request by
+        ``client``, rejected leaves it pending; :attr:`submissions` keeps every candidate.
+        ``ValueError`` when no run waits on it, it is no agent request or already answered."""
+        with self._lock:
+            run = self._run_with_request(request_id)
+            assert run.pending is not None
+            if run.pending.kind is not InteractionKind.AGENT:
+                raise ValueError(f"request {request_id} is not an agent request")
+            if run.pending.answered:
+                raise ValueError(f"request {request_id} is already answered")
+            saved = self.read_run(run.run_id)
+        assert saved is not None
+        verdict = validate_candidate(workflow, saved, request_id, to_json(output))
+        with self._lock:
+            self.submissions.append(MemorySubmission(request_id, to_json(output), verdict))
+            if isinstance(verdict, Accepted):
+                self.answer(request_id, verdict.value, answered_by=AnsweredBy.CLIENT)
+        return verdict
 
     def answer_by_timeout_policy(self, request_id: str) -> str:
         """Record a decision's ``on_timeout`` default as its answer; return the run id."""
@@ -340,7 +328,7 @@ class MemoryPort:
 
     @staticmethod
     def _close_visit(
-        run: _Run,
+        run: MemoryRun,
         active: ActiveVisit,
         message: NodeFinished | NodeFailed,
         outcome: Outcome,
@@ -482,23 +470,6 @@ class MemoryPort:
             )
             return self._accept(message)
 
-    def reject_answer(self, message: AnswerRejected) -> PortResult:
-        """Refuse the answer of an answered request and reopen it (a repeat is adopted)."""
-        with self._lock:
-            run = self._running(message.run_id)
-            if isinstance(run, Conflict):
-                return run
-            pending = run.pending
-            if pending is None or pending.request_id != message.request_id:
-                return Conflict(f"request {message.request_id} is not open")
-            if not pending.answered:
-                if self.rejections and self.rejections[-1] == message:
-                    return _UNCHANGED
-                return Conflict(f"request {message.request_id} has no answer to reject")
-            run.pending = replace(pending, answered=False, answer=None, answered_by=None)
-            self.rejections.append(message)
-            return self._accept(message)
-
     def park(self, message: RunParked) -> PortResult:
         """Park the run ``waiting`` on its open request, or ``parked`` on an ambiguous effect."""
         with self._lock:
@@ -547,7 +518,7 @@ class MemoryPort:
         self.messages.append(message)
         return Applied(Committed(len(self.messages)))
 
-    def _running(self, run_id: str) -> _Run | Conflict:
+    def _running(self, run_id: str) -> MemoryRun | Conflict:
         run = self._runs.get(run_id)
         if run is None:
             return Conflict(f"run {run_id} does not exist")
@@ -557,7 +528,7 @@ class MemoryPort:
 
     @staticmethod
     def _active(
-        run: _Run, path: str, visit: int, attempt: int | None = None
+        run: MemoryRun, path: str, visit: int, attempt: int | None = None
     ) -> ActiveVisit | Conflict:
         active = run.active
         if active is None or (active.path, active.visit) != (path, visit):
@@ -566,7 +537,7 @@ class MemoryPort:
             return Conflict(f"attempt {attempt} is not the active attempt {active.attempt}")
         return active
 
-    def _run_with_request(self, request_id: str) -> _Run:
+    def _run_with_request(self, request_id: str) -> MemoryRun:
         for run in self._runs.values():
             if run.pending is not None and run.pending.request_id == request_id:
                 return run

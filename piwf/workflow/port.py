@@ -14,7 +14,6 @@ behind a runner pipe) and answers with one of the shared results of :mod:`piwf.l
            ──publish_update────────▶
            ──notify────────────────▶
            ──request_interaction───▶           (checkpoint, human decision, agent)
-           ──reject_answer─────────▶           (agent validate refused a submission)
            ──node_finished | node_failed ▶
            ──park──────────────────▶           (waiting for an answer, effect ambiguous)
            ──finish────────────────▶           (terminal status)
@@ -276,15 +275,6 @@ class InteractionRequested:
 
 
 @dataclass(frozen=True)
-class AnswerRejected:
-    """An agent submission was refused by ``validate``; the same request stays pending."""
-
-    run_id: str
-    request_id: str
-    error: str
-
-
-@dataclass(frozen=True)
 class RunParked:
     """The engine stops without a terminal status (``waiting`` or ``effectAmbiguous``)."""
 
@@ -382,10 +372,6 @@ class WorkflowPort(Protocol):
 
     def request_interaction(self, message: InteractionRequested) -> PortResult:
         """Commit a pending request for the active visit."""
-        ...
-
-    def reject_answer(self, message: AnswerRejected) -> PortResult:
-        """Refuse the pending answer of a request and keep the request open."""
         ...
 
     def park(self, message: RunParked) -> PortResult:

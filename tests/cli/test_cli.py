@@ -82,6 +82,8 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf state restore",
         "piwf state status",
         "piwf state verify",
+        "piwf submit",
+        "piwf update",
     ]
 
 

@@ -31,11 +31,13 @@ subclasses implement each difference and no test branches on the port:
   ``effects.resolve_ambiguous`` + ``resume_run`` on the store (the store also needs the
   explicit resume that clears the park). A deadline passing is ``expire_request`` on the
   memory port and the clock passing the deadline + ``expire_due_decisions`` on the store.
-- **Answers.** Checkpoints and decisions are answered on both; agent requests only on the memory
-  port (the store takes agent submissions with the session feature), so agent flows stay in
-  ``tests/workflow``. The store checks a decision's answer against its choices when it is
-  submitted; the memory port accepts any answer and the engine refuses an invalid one when the
-  command starts (``tests/workflow/test_commands.py``).
+- **Answers.** Checkpoints and decisions are answered on both. An agent request is settled by a
+  submission validated outside the runner: on the memory port in-process (``MemoryPort.submit``,
+  ``tests/workflow``), on the store by a validation child (``tests/state/test_submissions.py``,
+  ``tests/server/test_submissions.py``), so agent flows are not part of this suite. The store
+  checks a decision's answer against its choices when it is submitted; the memory port accepts
+  any answer and the engine refuses an invalid one when the command starts
+  (``tests/workflow/test_commands.py``).
 - **Revisions** in ``Applied``/``Adopted`` are each port's own counter; tests compare result
   types and settlements, never revision numbers.
 - **Restarts.** The memory port queues a restart without checking its parent (so the engine's
@@ -149,9 +151,6 @@ class RecordingPort:
 
     def request_interaction(self, message: p.InteractionRequested) -> p.PortResult:
         return self._call(self.delegate.request_interaction, message)
-
-    def reject_answer(self, message: p.AnswerRejected) -> p.PortResult:
-        return self._call(self.delegate.reject_answer, message)
 
     def park(self, message: p.RunParked) -> p.PortResult:
         return self._call(self.delegate.park, message)

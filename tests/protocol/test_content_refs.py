@@ -29,7 +29,11 @@ def test_every_reference_field_names_its_value_field() -> None:
                 assert base != name and base in model.model_fields, (model.__name__, name)
                 pairs.append(f"{model.__name__}.{name}")
     assert sorted(pairs) == [
+        "AgentSubmissionInfo.error_ref",
+        "AgentSubmissionInfo.output_ref",
+        "AgentSubmissionInfo.value_ref",
         "OpenRequestInfo.content_ref",
+        "OpenRequestInfo.latest_rejection_ref",
         "ResolutionInfo.response_ref",
         "ResourceDetail.spec_ref",
         "ResourceDetail.status_ref",
@@ -38,6 +42,7 @@ def test_every_reference_field_names_its_value_field() -> None:
         "RunWaitReceipt.error_ref",
         "RunWaitReceipt.output_ref",
         "SubmissionInfo.response_ref",
+        "SubmissionReceipt.value_ref",
     ]
 
 

@@ -26,6 +26,8 @@ EXPECTED_DURABLE = {
     "effect.resolve",
     "checkpoint.answer",
     "decision.answer",
+    "interaction.submit",
+    "interaction.update",
     "resource.apply",
     "resource.delete",
     "resource.reconcile",

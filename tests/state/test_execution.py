@@ -2,10 +2,10 @@
 
 The typed result of every message is tested through the runner's path on this store and on the
 memory port alike (``tests/contract/test_port_results.py``). Here: rows only the store keeps
-(attempt statuses, update sequence numbers, queue rows), answers rejected by an agent's
-``validate`` (not answerable through the store yet), and claims: every ``apply_*`` function
-renews the exact live claim first; a stale claim raises :class:`ClaimLostError` and leaves every
-table byte-for-byte as it was.
+(attempt statuses, update sequence numbers, queue rows), an agent request that waits until it
+is answered (its submissions: ``tests/state/test_submissions.py``), and claims: every
+``apply_*`` function renews the exact live claim first; a stale claim raises
+:class:`ClaimLostError` and leaves every table byte-for-byte as it was.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def test_updates_keep_the_latest_record_per_key(db: StateDatabase, running: ex.R
     assert latest == [("build", 2, {"pct": 50}), ("test", 3, {"pct": 1})]
 
 
-def test_a_request_waits_then_its_rejected_answer_reopens_it(
+def test_an_agent_request_keeps_its_visit_waiting_until_it_is_answered(
     db: StateDatabase, running: ex.RunLaunch
 ) -> None:
     claim = running.claim
@@ -166,11 +166,6 @@ def test_a_request_waits_then_its_rejected_answer_reopens_it(
     assert isinstance(
         apply(db, ex.apply_node_started, claim, started("agent", attempt=2)), Conflict
     )
-    rejection = p.AnswerRejected(RUN, request_id, "needs a number")
-    assert isinstance(apply(db, ex.apply_reject_answer, claim, rejection), Conflict)
-    answer(db, {"value": "x"})
-    assert isinstance(apply(db, ex.apply_reject_answer, claim, rejection), Applied)
-    assert isinstance(apply(db, ex.apply_reject_answer, claim, rejection), Adopted)
     with db.read() as tx:
         saved = ex.read_saved_run(tx, RUN)
     assert saved is not None and saved.pending is not None
@@ -279,9 +274,6 @@ CASES = {
     "request_interaction": Case(
         ex.apply_request_interaction,
         p.InteractionRequested(RUN, "work", 1, REQUEST_ID, p.InteractionKind.CHECKPOINT, {}),
-    ),
-    "reject_answer": Case(
-        ex.apply_reject_answer, p.AnswerRejected(RUN, REQUEST_ID, "bad"), answered=True
     ),
     "park": Case(
         ex.apply_park, p.RunParked(RUN, p.ParkReason.WAITING, "work", 1, REQUEST_ID), answered=True

@@ -205,9 +205,6 @@ class StorePort:
     def request_interaction(self, message: p.InteractionRequested) -> p.PortResult:
         return self._send("request_interaction", message)
 
-    def reject_answer(self, message: p.AnswerRejected) -> p.PortResult:
-        return self._send("reject_answer", message)
-
     def park(self, message: p.RunParked) -> p.PortResult:
         return self._send("park", message)
 

@@ -41,6 +41,7 @@ OWNERS = {
     "node_attempts": "execution/attempts.py",
     "run_steps": "execution/attempts.py",
     "interactive_requests": "execution/requests.py",
+    "interactive_submissions": "execution/submissions.py",
     "workflow_updates": "execution/updates.py",
     "run_notifications": "execution/updates.py",
     "run_runners": "execution/runners.py",

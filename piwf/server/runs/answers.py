@@ -7,7 +7,7 @@ checkpoint.answer   durable  an authorised client answers a checkpoint (source `
                              protected decision refuses it
 decision.answer     durable  a person answers (source ``human``): the only answer that settles a
                              protected decision; checkpoints accept it too
-requests.list       read     pending checkpoints and decisions, oldest first
+requests.list       read     pending checkpoints, decisions and agent requests, oldest first
 ==================  =======  =================================================================
 
 An answer names one exact request id. Its store change (winner, request ``answered``, run made
@@ -44,6 +44,7 @@ from piwf.state import StateDatabase, Transaction
 from piwf.state import decisions as decision_store
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, SubmissionOutcome, SubmissionSource
+from piwf.state.execution.submissions import submission_count
 from piwf.state.records import Actor
 
 log = logging.getLogger("piwf.server")
@@ -107,7 +108,7 @@ def answer_change(
 
 
 def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestList:
-    """Return the pending checkpoints and decisions for ``requests.list``."""
+    """Return the pending requests of every kind for ``requests.list``."""
     with db.read() as tx:
         found = ex.list_open_requests(tx, payload.run_id)
         offer = ContentOffer(tx)
@@ -115,10 +116,19 @@ def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestLis
 
 
 def open_request_info(item: ex.OpenRequest, offer: ContentOffer) -> OpenRequestInfo:
-    """Return the wire form of one pending request; its content inline or by reference."""
+    """Return the wire form of one pending request; its content (and an agent request's latest
+    rejection) inline or by reference, with an agent request's submission count."""
     content = offer.json("run", item.run_id, item.content_hash)
+    rejection = offer.text("run", item.run_id, item.rejection_hash)
     return OpenRequestInfo.model_validate(
-        {**item.to_json(), "content": content.value, "contentRef": content.ref}
+        {
+            **item.to_json(),
+            "content": content.value,
+            "contentRef": content.ref,
+            "latestRejection": rejection.value,
+            "latestRejectionRef": rejection.ref,
+            "submissions": submission_count(offer.tx, item.request_id),
+        }
     )
 
 

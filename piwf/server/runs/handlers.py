@@ -44,7 +44,7 @@ from piwf.server.replies import (
     run_info,
     run_result,
 )
-from piwf.server.runs import answers
+from piwf.server.runs import answers, interactions
 from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
@@ -352,6 +352,7 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
         error_ref=error.ref,
         waiting_on=answers.waiting_on(tx, run_id, offer),
         decisions=answers.decision_infos(tx, run_id, offer),
+        agent_requests=interactions.agent_request_infos(tx, run_id, offer),
         parked_reason=run_queue.read_queue_reason(tx, run_id) if view.needs_action else None,
     )
 

@@ -31,7 +31,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from piwf import faults
 from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
@@ -53,6 +53,38 @@ from piwf.state.records import Actor
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 
 log = logging.getLogger("piwf.server")
+
+
+def workflow_source(tx: Transaction, run_id: str) -> dict[str, Any]:
+    """The run's recorded source identity as a child verifies it before importing anything:
+    ``{"root": {location, sha256}, "mounted": [...]}`` (a runner's launch, a validation)."""
+    sources = run_store.list_run_sources(tx, run_id)
+    root = next(source for source in sources if source.mount_path == "")
+    mounted = [
+        {"location": source.source_ref, "sha256": source.source_revision}
+        for source in sources
+        if source.mount_path != ""
+    ]
+    return {
+        "root": {"location": root.source_ref, "sha256": root.source_revision},
+        "mounted": mounted,
+    }
+
+
+class ValidationAdmission(Protocol):
+    """Validation children of agent submissions: admitted first, sharing the pool's slots."""
+
+    def admit_borrowers(self) -> None:
+        """Start the ready validations whose run has a live runner (they borrow its slot)."""
+        ...
+
+    def admit(self) -> bool:
+        """Start one ready validation in a free slot; False when none is ready."""
+        ...
+
+    def busy_slots(self) -> int:
+        """Slots held by validation children now."""
+        ...
 
 
 class ReconcileAdmission(Protocol):
@@ -103,6 +135,8 @@ class Executor:
         self.active: dict[str, RunnerSession] = {}
         #: The resource reconciles sharing this pool's capacity (set by the lifecycle).
         self.reconciler: ReconcileAdmission | None = None
+        #: The validation children of agent submissions, admitted first (set by the lifecycle).
+        self.validations: ValidationAdmission | None = None
         self._scheduling = False
         self._prefer_reconcile = False
         loop.every(settings.poll_s, self.schedule)
@@ -130,15 +164,21 @@ class Executor:
     def schedule(self) -> None:
         """Fill free slots (pending launches count toward capacity).
 
-        Admission alternates between the two kinds of work when both have some: after a
-        workflow run the next slot is offered to a resource reconcile first, and the other way
-        round (:class:`ReconcileAdmission`; the reconciles count toward the same capacity).
+        Ready validations of agent submissions come first (:class:`ValidationAdmission`; one
+        whose run has a live runner borrows that runner's slot). Then admission alternates
+        between the two kinds of work when both have some: after a workflow run the next slot
+        is offered to a resource reconcile first, and the other way round
+        (:class:`ReconcileAdmission`; the reconciles count toward the same capacity).
         """
         if self._scheduling or self.loop.stop_requested:
             return
         self._scheduling = True
         try:
+            if self.validations is not None:
+                self.validations.admit_borrowers()
             while self.busy_slots() < self.settings.max_workers:
+                if self.validations is not None and self.validations.admit():
+                    continue
                 kinds = (
                     (self._admit_reconcile, self._admit_run)
                     if self._prefer_reconcile
@@ -154,7 +194,8 @@ class Executor:
     def busy_slots(self) -> int:
         """Slots in use: launching and running children of every kind."""
         reconciles = 0 if self.reconciler is None else self.reconciler.busy_slots()
-        return len(self.active) + reconciles
+        validations = 0 if self.validations is None else self.validations.busy_slots()
+        return len(self.active) + reconciles + validations
 
     def _admit_run(self) -> bool:
         launch = self._claim_next()
@@ -241,6 +282,11 @@ class Executor:
         if not isinstance(recovered, Conflict):
             log.info("run %s: recovered after its claim expired", run.run_id)
             self.run_changed(run.run_id)
+
+    def has_live_runner(self, run_id: str) -> bool:
+        """Whether a runner of this server executes ``run_id`` now (not being stopped)."""
+        active = self.active.get(run_id)
+        return active is not None and not active.ended and active.stop_reason is None
 
     def claim_of_run(self, run_id: str) -> Claim | None:
         """The live claim this server holds on ``run_id``, if it executes it now."""
@@ -372,23 +418,13 @@ class Executor:
 
     def _envelope(self, tx: Transaction, launch: RunLaunch, runner_epoch: str) -> Launch:
         run = run_store.require_run(tx, launch.run_id)
-        sources = run_store.list_run_sources(tx, launch.run_id)
-        root = next(source for source in sources if source.mount_path == "")
-        mounted = [
-            {"location": source.source_ref, "sha256": source.source_revision}
-            for source in sources
-            if source.mount_path != ""
-        ]
         return Launch(
             runId=launch.run_id,
             generation=launch.generation,
             runnerEpoch=runner_epoch,
             serverEpoch=self.server_claim().epoch,
             projectPath=run.project_path,
-            workflowSource={
-                "root": {"location": root.source_ref, "sha256": root.source_revision},
-                "mounted": mounted,
-            },
+            workflowSource=workflow_source(tx, launch.run_id),
             definitionDigest=run.definition_digest.hex(),
         )
 

@@ -82,7 +82,6 @@ from piwf.state.execution.effects import apply_reserve_effect, apply_settle_effe
 from piwf.state.execution.outcomes import (
     apply_finish,
     apply_park,
-    apply_reject_answer,
     apply_request_interaction,
 )
 from piwf.state.execution.queue import ExpiredRun, expired_running_runs
@@ -140,7 +139,6 @@ __all__ = [
     "apply_notify",
     "apply_park",
     "apply_publish_update",
-    "apply_reject_answer",
     "apply_request_interaction",
     "apply_reserve_effect",
     "apply_runner_call",

@@ -16,6 +16,7 @@ its park sees the answer (``apply_park`` keeps an answered run claimable).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from piwf import canonical
@@ -71,10 +72,12 @@ class AnswerOutcome:
 
 @dataclass(frozen=True)
 class OpenRequest:
-    """A pending checkpoint or decision, as ``requests.list`` and ``run.get`` show it.
+    """A pending request (checkpoint, decision or agent step), as ``requests.list`` and
+    ``run.get`` show it.
 
     The content is named by its digest, not read: a prompt may be far larger than a client
-    frame, and the server sends it inline or by reference as its size allows.
+    frame, and the server sends it inline or by reference as its size allows. An agent request
+    also has its active-time budget (``timeout_ms``) and its latest rejection (a text blob).
     """
 
     request_id: str
@@ -89,6 +92,8 @@ class OpenRequest:
     created_at: int
     #: ``{choice: input}`` of the choices that carry a text input (wire form), or None.
     inputs: dict[str, JsonValue] | None = None
+    timeout_ms: int | None = None
+    rejection_hash: bytes | None = None
 
     def to_json(self) -> dict[str, JsonValue]:
         """Return the wire form (camelCase keys) without the content."""
@@ -103,6 +108,7 @@ class OpenRequest:
             "hasDefault": self.has_default,
             "createdAt": self.created_at,
             "inputs": self.inputs,
+            "timeoutMs": self.timeout_ms,
         }
 
 
@@ -155,7 +161,10 @@ def answer_request(
     if decision is None:
         if requests.get_request(tx, request_id) is None:
             return None
-        return Conflict(f"request {request_id} is not a checkpoint or decision")
+        return Conflict(
+            f"request {request_id} is an agent step's request, not a checkpoint or decision; "
+            f"submit its output with: piwf submit {request_id} '<json>'"
+        )
     earlier = decisions.get_submission(tx, request_id, submission_id)
     resolution = decisions.get_resolution(tx, request_id)
     if earlier is not None:
@@ -273,9 +282,9 @@ def expire_due_decisions(
 
 
 def list_open_requests(tx: Transaction, run_id: str | None = None) -> list[OpenRequest]:
-    """Return the pending checkpoints and decisions (of one run, or of all), oldest first."""
+    """Return the pending requests of every kind (of one run, or of all), oldest first."""
     found = []
-    for request in requests.pending_decision_requests(tx, run_id):
+    for request in requests.pending_requests(tx, run_id):
         decision = decisions.get_decision(tx, request.request_id)
         found.append(
             OpenRequest(
@@ -290,6 +299,8 @@ def list_open_requests(tx: Transaction, run_id: str | None = None) -> list[OpenR
                 has_default=False if decision is None else decision.has_default,
                 created_at=request.created_at,
                 inputs=None if decision is None else decision.inputs_json(),
+                timeout_ms=request.timeout_ms,
+                rejection_hash=request.rejection_hash,
             )
         )
     return found
@@ -332,14 +343,31 @@ def _apply_winner(
     requests.answer(
         tx, decision.decision_id, answer_hash=blobs.put_json(tx, answer), answered_by=answered_by
     )
-    run = runs.load_run(tx, decision.run_id)
-    if run is None or run.status is not RunStatus.WAITING:
-        return  # the runner has not parked yet: its park sees the answered request
     payload = {"requestId": decision.decision_id, "provenance": winner.provenance.value}
+    make_waiting_run_eligible(tx, decision.run_id, payload, actor, claim)
+
+
+def make_waiting_run_eligible(
+    tx: Transaction,
+    run_id: str,
+    payload: Mapping[str, JsonValue],
+    actor: Actor,
+    claim: Claim | None,
+) -> bool:
+    """After its request was answered, a ``waiting`` run becomes ``running`` with its queue row
+    parked and available now, in one run change (event ``interaction.answered`` with
+    ``payload``); the scheduler then launches ``resume``. Returns False and changes nothing when
+    the run is not ``waiting``: a runner that has not parked yet sees the answered request in
+    its park, and a live runner that waits on the request itself learns it from the server.
+    """
+    run = runs.load_run(tx, run_id)
+    if run is None or run.status is not RunStatus.WAITING:
+        return False
     record_run_change(tx, run, "interaction.answered", actor, claim, payload)
     runs.resume_waiting(tx, run.run_id)
     error_code = None if run.error_code is None else FailureClass(run.error_code)
     queue.set_queue(tx, run.run_id, QueueStatus.PARKED, error_code=error_code, available_now=True)
+    return True
 
 
 def _same(left: JsonValue, right: JsonValue) -> bool:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from piwf import canonical
 from piwf.state.database import Transaction
 from piwf.state.enums import AttemptStatus
+from piwf.workflow import identity
 
 #: The columns :func:`_attempt` reads; queries append their own WHERE clause.
 _SELECT_ATTEMPT = """
@@ -105,9 +105,8 @@ class AttemptRow:
 
 
 def attempt_id_for(run_id: str, path: str, visit: int, attempt: int) -> str:
-    """Return the deterministic id of one attempt of one node visit."""
-    digest = canonical.digest_hex(["piwf.attempt.v1", run_id, path, visit, attempt])
-    return f"attempt-{digest[:40]}"
+    """Return the deterministic id of one attempt of one node visit (the engine's identity)."""
+    return identity.attempt_id(run_id, path, visit, attempt)
 
 
 # Reads -------------------------------------------------------------------------------------

@@ -2,12 +2,14 @@
 
 Same transaction contract as :mod:`piwf.state.execution.visits` (claim renewed first, one run
 revision and one event per change, the shared results). The request lifecycle here is the minimal
-one later decision and submission features build on::
+the decision and submission transitions build on::
 
-    request_interaction ─▶ pending ─(answer, timeout policy)─▶ answered ─node_finished─▶ settled
-                              ▲                                    │
-                              └────────────reject_answer───────────┘
+    request_interaction ─▶ pending ─(answer, timeout policy, accepted submission)─▶ answered
+                                                                   ─node_finished─▶ settled
     pending | answered ─node_failed, finish, cancel─▶ cancelled
+
+(an agent request's submissions are validated outside the runner:
+:mod:`piwf.state.execution.submissions`).
 
 ``park`` and ``finish`` release the run claim in the same transaction as their change, so a
 parked or finished run never keeps a live claim.
@@ -119,36 +121,6 @@ def apply_request_interaction(
             actor=RUNNER_ACTOR,
             claim=claim,
         )
-    return Applied(Committed(revision))
-
-
-def apply_reject_answer(
-    tx: Transaction, claim: Claim, message: port.AnswerRejected, *, lease_ms: int
-) -> port.PortResult:
-    """Refuse the answer of an ``answered`` request: it returns to ``pending``, error stored.
-
-    A repeat (the request is pending with the same rejection) is ``Adopted``; a request that is
-    not this run's or not answered is a ``Conflict``. Event ``interaction.answer_rejected``.
-    """
-    claim = require_run_claim(tx, claim, message.run_id, lease_ms)
-    run = executing_run(tx, message.run_id)
-    if isinstance(run, Conflict):
-        return run
-    request = requests.get_request(tx, message.request_id)
-    if request is None or request.run_id != run.run_id:
-        return Conflict(f"request {message.request_id} is not open")
-    rejection_hash = blobs.put_text(tx, message.error)
-    if request.status is InteractionStatus.PENDING:
-        if request.rejection_hash == rejection_hash:
-            return Adopted(Committed(run.revision))
-        return Conflict(f"request {message.request_id} has no answer to reject")
-    if request.status is not InteractionStatus.ANSWERED:
-        return Conflict(f"request {message.request_id} is {request.status.value}")
-    payload = {"requestId": message.request_id}
-    revision = record_run_change(
-        tx, run, "interaction.answer_rejected", RUNNER_ACTOR, claim, payload
-    )
-    requests.reject_answer(tx, message.request_id, rejection_hash)
     return Applied(Committed(revision))
 
 

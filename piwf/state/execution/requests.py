@@ -3,9 +3,9 @@
 A node visit that waits for an answer commits one request; at most one request of a run is open
 (pending or answered) at a time::
 
-    insert ─▶ pending ─(answer, timeout policy)─▶ answered ─node finished─▶ settled
-                 ▲                                   │
-                 └────────────reject_answer──────────┘
+    insert ─▶ pending ─(answer, timeout policy, accepted submission)─▶ answered
+                 │                                        ─node finished─▶ settled
+                 └─rejected submission: stays pending, its error kept as the latest rejection
     pending | answered ─node failed, finish, cancel─▶ cancelled
 
 Every read returns :class:`RequestRow` (the request with its visit's path and number). Writers
@@ -33,11 +33,10 @@ _SELECT_OPEN_OF_ATTEMPT = (
     _SELECT + " WHERE i.attempt_id = ? AND i.status IN ('pending', 'answered')"
 )
 
-_SELECT_PENDING_DECISIONS = (
+_SELECT_PENDING = (
     _SELECT
     + """
-WHERE i.status = 'pending' AND i.kind IN ('checkpoint', 'human_decision')
-  AND (:run_id IS NULL OR i.run_id = :run_id)
+WHERE i.status = 'pending' AND (:run_id IS NULL OR i.run_id = :run_id)
 ORDER BY i.created_at, i.request_id
 """
 )
@@ -54,11 +53,9 @@ SET status = 'answered', answer_hash = ?, answered_by = ?, rejection_hash = NULL
 WHERE request_id = ? AND status = 'pending'
 """
 
-_REJECT_ANSWER = """
-UPDATE interactive_requests
-SET status = 'pending', answer_hash = NULL, answered_by = NULL, rejection_hash = ?,
-    updated_at = ?
-WHERE request_id = ? AND status = 'answered'
+_RECORD_REJECTION = """
+UPDATE interactive_requests SET rejection_hash = ?, updated_at = ?
+WHERE request_id = ? AND status = 'pending'
 """
 
 _SETTLE = """
@@ -112,9 +109,9 @@ def open_request(tx: Transaction, attempt_id: str) -> RequestRow | None:
     return None if row is None else _request(row)
 
 
-def pending_decision_requests(tx: Transaction, run_id: str | None = None) -> list[RequestRow]:
-    """Return the pending checkpoints and decisions (of one run, or of all), oldest first."""
-    return [_request(row) for row in tx.all(_SELECT_PENDING_DECISIONS, {"run_id": run_id})]
+def pending_requests(tx: Transaction, run_id: str | None = None) -> list[RequestRow]:
+    """Return the pending requests of every kind (of one run, or of all), oldest first."""
+    return [_request(row) for row in tx.all(_SELECT_PENDING, {"run_id": run_id})]
 
 
 # Writes (inside the caller's one change) ---------------------------------------------------
@@ -155,9 +152,9 @@ def answer(
     tx.execute(_ANSWER, (answer_hash, answered_by.value, tx.now, request_id))
 
 
-def reject_answer(tx: Transaction, request_id: str, rejection_hash: bytes) -> None:
-    """An ``answered`` request returns to ``pending``; its answer goes, the rejection stays."""
-    tx.execute(_REJECT_ANSWER, (rejection_hash, tx.now, request_id))
+def record_rejection(tx: Transaction, request_id: str, rejection_hash: bytes) -> None:
+    """A ``pending`` request keeps ``rejection_hash`` (a text blob) as its latest rejection."""
+    tx.execute(_RECORD_REJECTION, (rejection_hash, tx.now, request_id))
 
 
 def settle(tx: Transaction, request_id: str) -> None:

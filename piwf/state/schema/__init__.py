@@ -19,6 +19,7 @@ part of the digest, so it never changes without a reason)::
     decisions                    human decisions, their winner and every submission
     retention                    the retention sweep's row and index
     resources                    managed resources, finalizers, queue, runners, child workflows
+    interactions                 agent submissions and their validation
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import hashlib
 from piwf.state.schema.core import RECORD_STATEMENTS, SERVER_STATEMENTS
 from piwf.state.schema.decisions import DECISION_STATEMENTS
 from piwf.state.schema.execution import RUN_STATEMENTS, RUNNER_STATEMENTS
+from piwf.state.schema.interactions import INTERACTION_STATEMENTS
 from piwf.state.schema.resources import RESOURCE_STATEMENTS
 from piwf.state.schema.retention import RETENTION_STATEMENTS
 
@@ -46,6 +48,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         *DECISION_STATEMENTS,
         *RETENTION_STATEMENTS,
         *RESOURCE_STATEMENTS,
+        *INTERACTION_STATEMENTS,
     )
 )
 

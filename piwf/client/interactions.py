@@ -1,0 +1,144 @@
+"""The interaction methods of :class:`piwf.client.Client`: answering checkpoints and decisions,
+submitting agent outputs and their progress updates.
+
+Each names one exact request id (``piwf requests`` lists them); the server never picks "the
+oldest pending request". Kept in their own module so ``client.py`` stays one concern per
+screen; ``Client`` inherits them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from piwf import canonical
+from piwf.canonical import JsonValue
+from piwf.client.content import resolve_references
+from piwf.protocol import InvalidMessageError, Operation, Response
+from piwf.protocol.payloads import (
+    AnswerPayload,
+    AnswerReceipt,
+    ContentRef,
+    SubmissionReceipt,
+    UpdateReceipt,
+    WireModel,
+)
+
+#: A submit waits for its validation (at most 30 s of ``validate`` and its admission) on top of
+#: the request timeout; a longer wait retries under the same key and joins the same outcome.
+SUBMIT_EXTRA_WAIT_S: Final = 60.0
+
+_Receipt = TypeVar("_Receipt", bound=BaseModel)
+
+
+class InteractionMethods:
+    """``Client`` methods that answer requests and submit agent outputs."""
+
+    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
+        request_timeout_s: float
+
+        def request(
+            self,
+            operation: Operation,
+            payload: Mapping[str, Any] | None = None,
+            *,
+            run_id: str | None = None,
+            expected_revision: int | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> Response:
+            """Send one operation."""
+            ...
+
+        def _call(
+            self,
+            operation: Operation,
+            payload: WireModel,
+            receipt_type: type[_Receipt],
+            *,
+            run_id: str | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> _Receipt:
+            """Send one operation and parse its receipt."""
+            ...
+
+        def read_content(self, ref: ContentRef) -> JsonValue:
+            """Read a referenced value."""
+            ...
+
+    def answer(
+        self,
+        request_id: str,
+        response: JsonValue,
+        *,
+        idempotency_key: str | None = None,
+        as_human: bool = True,
+    ) -> AnswerReceipt:
+        """Answer the exact request ``request_id`` and return the receipt with the winner.
+
+        ``as_human`` (the default) sends ``decision.answer``, the only path that settles a
+        protected decision; ``as_human=False`` sends ``checkpoint.answer`` for automation,
+        which a protected decision refuses. ``outcome`` is ``won``, ``adopted`` (equal to the
+        winner) or ``already_resolved`` (another winner; ``resolution`` is that winner).
+        Raises :class:`~piwf.errors.RejectedError` (code ``answerRejected``) for an answer that
+        does not fit, :class:`~piwf.errors.NotFoundError` for an unknown request, and
+        :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``response``
+        breaks the canonical JSON rules.
+        """
+        canonical.check_value(response, "response")
+        operation: Operation = "decision.answer" if as_human else "checkpoint.answer"
+        payload = AnswerPayload(request_id=request_id, response=response)
+        return self._call(operation, payload, AnswerReceipt, idempotency_key=idempotency_key)
+
+    def submit(
+        self, request_id: str, output: JsonValue, *, idempotency_key: str | None = None
+    ) -> SubmissionReceipt:
+        """Submit ``output`` for the exact agent request ``request_id`` and wait for its
+        validation (``interaction.submit``): the receipt comes back once the outcome is durable.
+
+        Accepted: ``receipt.value`` is the output as the step's ``validate`` normalised it and
+        the request is answered. A rejection raises
+        :class:`~piwf.errors.SubmissionRejectedCommandError` whose message is the stored,
+        actionable error (the request stays pending: fix the output and submit again, under a
+        new key). Other refusals raise :class:`~piwf.errors.RejectedError` with codes
+        ``validationPending`` (:class:`~piwf.errors.ValidationPendingCommandError`),
+        ``runPaused``, ``requestNotOpen``, ``notAgentRequest``;
+        :class:`~piwf.errors.NotFoundError` for an unknown request;
+        :class:`~piwf.errors.ConflictError` for a key reused with another output. A repeat
+        with the same ``idempotency_key`` (after a lost connection too) returns the same
+        outcome. :class:`~piwf.errors.CanonicalJsonError` before anything is sent when
+        ``output`` breaks the canonical JSON rules.
+        """
+        canonical.check_value(output, "output")
+        payload = {"requestId": request_id, "output": output}
+        response = self.request(
+            "interaction.submit",
+            payload,
+            idempotency_key=idempotency_key,
+            timeout_s=self.request_timeout_s + SUBMIT_EXTRA_WAIT_S,
+        )
+        return resolve_references(_parsed(SubmissionReceipt, response), self.read_content)
+
+    def update(
+        self, request_id: str, data: JsonValue, *, idempotency_key: str | None = None
+    ) -> UpdateReceipt:
+        """Record ``data`` as the latest progress update of the agent request ``request_id``
+        (``interaction.update``); the request stays pending. Refusals as :meth:`submit`."""
+        canonical.check_value(data, "data")
+        payload = {"requestId": request_id, "data": data}
+        response = self.request("interaction.update", payload, idempotency_key=idempotency_key)
+        return _parsed(UpdateReceipt, response)
+
+
+def _parsed(receipt_type: type[_Receipt], response: Response) -> _Receipt:
+    """The response's receipt as ``receipt_type`` (a server that sent another shape is a
+    protocol error, as for every typed method of the client)."""
+    try:
+        return receipt_type.model_validate(response.receipt or {})
+    except ValidationError:
+        raise InvalidMessageError(
+            "receipt", "invalidValue", f"the server sent an invalid {receipt_type.__name__}"
+        ) from None

@@ -1,0 +1,103 @@
+"""An agent step driven from the installed ``piwf`` script: list, submit wrong, submit right.
+
+No agent command is configured, so the step parks ``waiting`` for an outside submission, as a
+person (or any agent with a shell) would make it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, PIWF, REPO, Piwf
+from tests.cli.test_cli_e2e import piwf as piwf  # the fixture, used by name
+from tests.server.harness import wait_for
+
+AGENT = """
+from piwf.workflow import agent, compute, define_workflow
+
+
+def check(output, ctx):
+    if not isinstance(output, dict) or not str(output.get("summary", "")).strip():
+        raise ValueError('submit {"summary": <non-empty text>}')
+    return {"summary": output["summary"].strip()}
+
+
+workflow = define_workflow(
+    name="summarise",
+    start_at="ask",
+    nodes={
+        "ask": agent(
+            prompt=lambda ctx: f"Summarise {ctx.input['topic']} in one sentence.",
+            expected_output='{"summary": "text"}',
+            validate=check,
+        ),
+        "finish": compute(lambda ctx: ctx.outputs["ask"]),
+    },
+    edges=[{"from": "ask", "to": "finish"}],
+)
+"""
+
+
+# conformance: I3
+def test_a_rejected_then_accepted_submission_completes_the_run(
+    piwf: Piwf,
+    tmp_path: Path,
+) -> None:
+    workflow = tmp_path / "summarise.py"
+    workflow.write_text(AGENT)
+    run_id = piwf.json("run", "start", str(workflow), "--input", '{"topic": "tides"}')["run"][
+        "runId"
+    ]
+    requests = wait_for(lambda: piwf.json("requests", "--run", run_id)["requests"], timeout_s=30)
+    (request,) = requests
+    request_id = request["requestId"]
+    assert request["kind"] == "agent"
+    assert request["content"]["expectedOutput"] == '{"summary": "text"}'
+
+    listed = piwf.run("requests")
+    assert listed.returncode == 0, listed.stderr
+    assert "Summarise tides in one sentence." in listed.stdout
+    assert '{"summary": "text"}' in listed.stdout
+    assert f"piwf submit {request_id} '<json>'" in listed.stdout
+    assert "15m active" in listed.stdout
+
+    answered = piwf.run("answer", request_id, '{"summary": "x"}')
+    assert answered.returncode == 1
+    assert f"piwf submit {request_id}" in answered.stderr
+
+    wrong = piwf.run("submit", request_id, '{"summary": "   "}')
+    assert wrong.returncode == 1
+    assert 'ValueError: submit {"summary": <non-empty text>}' in wrong.stderr
+    pending = piwf.json("requests", "--run", run_id)["requests"]
+    assert [r["requestId"] for r in pending] == [request_id]
+    assert pending[0]["latestRejection"] == 'ValueError: submit {"summary": <non-empty text>}'
+
+    right = subprocess.run(
+        [str(PIWF), "submit", request_id, "-", "--json"],
+        input='{"summary": "  The moon pulls the sea.  "}',
+        env=piwf.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        check=False,
+    )
+    assert right.returncode == 0, right.stderr
+    assert '"outcome":"accepted"' in right.stdout
+    assert '"value":{"summary":"The moon pulls the sea."}' in right.stdout
+
+    waited = piwf.json("run", "wait", run_id)
+    assert waited["run"]["status"] == "completed"
+    assert waited["output"] == {"summary": "The moon pulls the sea."}
+    shown = piwf.run("run", "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "agent requests:" in shown.stdout
+    assert "1. rejected at" in shown.stdout
+    assert 'ValueError: submit {"summary": <non-empty text>}' in shown.stdout
+    assert "2. accepted at" in shown.stdout
+    assert '{"summary":"The moon pulls the sea."}' in shown.stdout
+
+    update = piwf.run("update", request_id, '{"late": true}')
+    assert update.returncode == 1
+    assert "requestNotOpen" in piwf.run("update", request_id, "{}", "--json").stdout
