@@ -26,7 +26,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar, runtime_checkable
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -108,23 +108,6 @@ BOUND_NOTE = " `request_id` may be left out: this tool is bound to request {requ
 
 class ToolCallError(Exception):
     """A tool call failed; ``str()`` is the text the model reads."""
-
-
-@runtime_checkable
-class AgentRequests(Protocol):
-    """The client calls for agent requests (``interaction.submit`` / ``interaction.update``)."""
-
-    def submit(
-        self, request_id: str, output: JsonValue, *, idempotency_key: str | None = None
-    ) -> object:
-        """Submit an agent request's output and wait for its durable outcome."""
-        ...
-
-    def update(
-        self, request_id: str, data: JsonValue, *, idempotency_key: str | None = None
-    ) -> object:
-        """Record a non-completing progress update of an agent request."""
-        ...
 
 
 class WorkflowTools:
@@ -250,8 +233,8 @@ class WorkflowTools:
     ) -> dict[str, Any]:
         """Record a progress update of an agent request."""
         target = self._request(request_id)
-        agent = self._agent_requests()
-        return _wire(_call(lambda: agent.update(target, data, idempotency_key=idempotency_key)))
+        client = self.client
+        return _wire(_call(lambda: client.update(target, data, idempotency_key=idempotency_key)))
 
     def submit(
         self,
@@ -261,8 +244,8 @@ class WorkflowTools:
     ) -> dict[str, Any]:
         """Submit an agent request's output; a rejection is a :class:`ToolCallError`."""
         target = self._request(request_id)
-        agent = self._agent_requests()
-        return _wire(_call(lambda: agent.submit(target, output, idempotency_key=idempotency_key)))
+        client = self.client
+        return _wire(_call(lambda: client.submit(target, output, idempotency_key=idempotency_key)))
 
     # -- internals -------------------------------------------------------------------------
 
@@ -282,14 +265,6 @@ class WorkflowTools:
                 "request (leave request_id out)"
             )
         return bound
-
-    def _agent_requests(self) -> AgentRequests:
-        # The client's agent-request calls (Client.submit / Client.update) are built with the
-        # submissions work; a client without them is refused here rather than by a crash.
-        client: object = self.client
-        if not isinstance(client, AgentRequests):
-            raise ToolCallError("this piwf client cannot submit to agent requests")
-        return client
 
 
 def _call(action: Callable[[], _T]) -> _T:
