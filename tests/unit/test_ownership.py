@@ -50,6 +50,7 @@ OWNERS = {
     "managed_resource_queue": "resources/managed.py",
     "managed_resource_runners": "resources/runners.py",
     "managed_resource_workflows": "resources/calls.py",
+    "attempt_active_intervals": "execution/active_time.py",
 }
 
 #: The one deliberate exception: retention deletes a whole expired run tree by deleting its

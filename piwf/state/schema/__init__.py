@@ -19,12 +19,14 @@ part of the digest, so it never changes without a reason)::
     decisions                    human decisions, their winner and every submission
     retention                    the retention sweep's row and index
     resources                    managed resources, finalizers, queue, runners, child workflows
+    agents                       attempt active intervals, agent processes, agent turns
 """
 
 from __future__ import annotations
 
 import hashlib
 
+from piwf.state.schema.agents import AGENT_STATEMENTS
 from piwf.state.schema.core import RECORD_STATEMENTS, SERVER_STATEMENTS
 from piwf.state.schema.decisions import DECISION_STATEMENTS
 from piwf.state.schema.execution import RUN_STATEMENTS, RUNNER_STATEMENTS
@@ -46,6 +48,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         *DECISION_STATEMENTS,
         *RETENTION_STATEMENTS,
         *RESOURCE_STATEMENTS,
+        *AGENT_STATEMENTS,
     )
 )
 
