@@ -28,14 +28,16 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── RunCommandError         runCommand         (command and saved state do not fit)
     │   │   └── RunPausedError      runPaused          (answers wait until the run resumes)
     │   ├── AnswerRejectedError     answerRejected     (an answer does not fit its request)
-    │   └── SubmissionError                            (an agent submission was refused)
-    │       ├── RequestNotOpenError     requestNotOpen     (answered, closed or a stale attempt)
-    │       ├── NotAgentRequestError    notAgentRequest    (a checkpoint or decision: answer it)
-    │       ├── ValidationPendingError  validationPending  (another candidate is validating)
-    │       ├── RequestRunMismatchError requestRunMismatch (the frame names another run)
-    │       ├── SubmissionKeyConflictError idempotencyConflict (the key names another output)
-    │       └── SubmissionRejectedError submissionRejected (validate refused it; the error
-    │                                                       says what to submit instead)
+    │   ├── SubmissionError                            (an agent submission was refused)
+    │   │   ├── RequestNotOpenError     requestNotOpen     (answered, closed or a stale attempt)
+    │   │   ├── NotAgentRequestError    notAgentRequest    (a checkpoint or decision: answer it)
+    │   │   ├── ValidationPendingError  validationPending  (another candidate is validating)
+    │   │   ├── RequestRunMismatchError requestRunMismatch (the frame names another run)
+    │   │   ├── SubmissionKeyConflictError idempotencyConflict (the key names another output)
+    │   │   └── SubmissionRejectedError submissionRejected (validate refused it; the error
+    │   │                                                   says what to submit instead)
+    │   ├── AgentCommandError       agentCommand       (not an argv list of non-empty strings)
+    │   └── MissingSubmissionError  missingSubmission  (an agent step's turns ended unfulfilled)
     ├── ProtocolError               protocolError      (piwf.protocol.errors: frames, messages)
     ├── ContentReadError            contentRead        (a client read of referenced content)
     │   ├── ContentReferenceError   contentReference   (a reference or range no read can serve)
@@ -303,6 +305,20 @@ class SubmissionRejectedError(SubmissionError):
     request stays pending and the message says what to submit instead."""
 
     code = "submissionRejected"
+
+
+class AgentCommandError(WorkflowError):
+    """An agent command is not a list of non-empty strings (or ``'CMD ARGS'`` that splits into
+    one); nothing was sent or started."""
+
+    code = "agentCommand"
+
+
+class MissingSubmissionError(WorkflowError):
+    """An agent step's command ended three turns (two of them reminders) without an accepted
+    submission: the attempt failed. Its code starts the node's error text."""
+
+    code = "missingSubmission"
 
 
 class ContentReadError(PiwfError):

@@ -44,10 +44,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from piwf.config import CONTENT_PART_BYTES
+from piwf.config import CONTENT_PART_BYTES, agent_command_problem
 from piwf.protocol.content import MAX_CONTENT_BYTES
 
 MAX_WAIT_MS = 3_600_000
@@ -124,6 +124,16 @@ class RunStartPayload(WireModel):
     project_path: str | None = Field(default=None, min_length=1, max_length=4096)
     input: Any = Field(default_factory=dict)
     title: str | None = Field(default=None, max_length=512)
+    #: The run's own headless agent command (argv); wins over the node's and the server's.
+    agent_command: list[str] | None = None
+
+    @field_validator("agent_command")
+    @classmethod
+    def _an_agent_command(cls, value: list[str] | None) -> list[str] | None:
+        problem = None if value is None else agent_command_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class RunCursor(WireModel):
@@ -302,6 +312,16 @@ class AgentRequestInfo(WireModel):
     submissions: list[AgentSubmissionInfo] = Field(default_factory=list)
 
 
+class AgentProcessInfo(WireModel):
+    """The live headless agent command of a run's agent step (docs/AGENTS.md): its pid, which
+    turn of its request it is, and when it was registered."""
+
+    pid: int
+    request_id: str
+    turn: int
+    registered_at: int
+
+
 class RunDetail(WireModel):
     """Receipt of run.get: the run, its sources, effects, and its final output or error.
 
@@ -323,6 +343,8 @@ class RunDetail(WireModel):
     #: Why the run is parked, as stored with its queue error (``run.errorCode``): the broken
     #: protocol rule, the crash count, the changed files. None when there is nothing to say.
     parked_reason: str | None = None
+    #: The agent command running for its agent step now, if any.
+    agent_process: AgentProcessInfo | None = None
 
 
 class AnswerPayload(WireModel):

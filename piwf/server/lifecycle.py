@@ -49,6 +49,7 @@ from piwf.server.server_log import server_log_handler
 from piwf.server.settings import ServerSettings
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
+from piwf.state.execution.submissions import SubmissionRow
 from piwf.state.server_epoch import (
     ServerClaim,
     acquire_server_claim,
@@ -149,6 +150,8 @@ class Server:
                 renew_s=settings.run_renew_s,
                 poll_s=settings.claim_poll_s,
                 ready_timeout_s=settings.runner_ready_timeout_s,
+                agent_command=settings.agent_command,
+                state_home=str(settings.paths.home),
             ),
             run_changed=self._run_changed,
         )
@@ -176,7 +179,7 @@ class Server:
             server_claim=lambda: self.claim,
             settings=ValidationSettings(timeout_s=settings.validation_timeout_s),
             has_live_runner=self.executor.has_live_runner,
-            settled=lambda submission: self.handlers.interactions.submission_settled(submission),
+            settled=self._submission_settled,
             freed=self._wake_scheduler,
         )
         self.executor.validations = self.validations
@@ -262,6 +265,11 @@ class Server:
         self.handlers.notify_run_changed(run_id)
         self.reconciler.wake_parents()  # a child run of a managed resource may have ended
         self.deadlines.nudge()  # a run that just parked may already be past its deadline
+
+    def _submission_settled(self, submission: SubmissionRow) -> None:
+        self.handlers.interactions.submission_settled(submission)
+        # A live headless runner waiting on its agent command for this request learns it now.
+        self.executor.request_settled(submission.run_id)
 
     def _decisions_settled(self, run_ids: list[str]) -> None:
         for run_id in run_ids:

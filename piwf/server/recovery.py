@@ -5,8 +5,12 @@ The seed's twelve steps, in order, and where piwf does each:
 1. *take the global server epoch*: :func:`piwf.server.lifecycle.run_server` takes the
    single-instance lock, then ``epoch + 1`` in ``server_state`` (fault ``server.after_epoch``);
    every later command and runner transaction checks that epoch.
-2. *reap runner records that match an exact stale process identity*
-   (:func:`~piwf.server.runs.recovery.recover_runs`): every runner row
+2. *reap runner records that match an exact stale process identity*: first the headless
+   agent groups the dead server's runners left registered
+   (:func:`~piwf.server.runs.agents.recover_agent_groups`: each killed only if it is provably
+   still that group, marked ``reaped``, and every open active interval closed at its
+   ``observed_at``, so the downtime is never charged); then
+   (:func:`~piwf.server.runs.recovery.recover_runs`) every runner row
    still live from an older epoch; its process group is killed only if that exact process
    (start identity, never a bare pid) still runs, and the row is closed ``orphaned``.
 3. *find expired running runs and active attempts*: there too, the previous server's claims end
@@ -25,7 +29,9 @@ The seed's twelve steps, in order, and where piwf does each:
    are recovered by :mod:`piwf.server.resources.recovery` and due queue rows are admitted by
    the scheduler.
 8. *supervised timeout recovery of interactive requests during a reported model turn*: piwf
-   has no sessions or model turns yet; waiting and server downtime consume no node timeout.
+   has no sessions or model turns yet; waiting and server downtime consume no node timeout
+   (active time stopped at step 2). A headless agent request whose runner died is resumed by
+   the next runner, which runs the command again (a resumed turn).
 9. *resume provisional validating submissions in a new supervised child*:
    :func:`revalidate_left_by_crash` queues every ``validating`` agent submission (no child of
    this server validates it yet) for a new validation child, admitted first by the pool; the
@@ -45,6 +51,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from piwf.server.resources.recovery import recover_reconciles
+from piwf.server.runs.agents import recover_agent_groups
 from piwf.server.runs.recovery import recover_runs
 from piwf.state import StateDatabase
 from piwf.state.execution import submissions
@@ -66,15 +73,16 @@ def recover_previous_server(
     owner_id: str,
     lease_ms: int,
 ) -> int:
-    """Recover the runs, then the reconciles, of older epochs; return how many runner rows
-    were closed or runs decided."""
+    """Recover the agent groups, the runs, then the reconciles, of older epochs; return how
+    many agent processes were reaped, runner rows closed or runs decided."""
+    groups = recover_agent_groups(db)
     runs = recover_runs(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
     )
     reconciles = recover_reconciles(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
     )
-    return runs + reconciles
+    return groups + runs + reconciles
 
 
 def revalidate_left_by_crash(db: StateDatabase, validations: ValidationQueue) -> int:

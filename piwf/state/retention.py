@@ -97,6 +97,10 @@ TREE_ROWS: Mapping[str, str] = MappingProxyType(
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
         "human_decision_submissions": """decision_id IN (SELECT decision_id FROM human_decisions
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
+        "attempt_active_intervals": """attempt_id IN (SELECT attempt_id FROM node_attempts
+            WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
+        "agent_processes": _RUNS,
+        "agent_turns": _RUNS,
     }
 )
 

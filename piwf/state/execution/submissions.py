@@ -176,6 +176,11 @@ def run_submissions(tx: Transaction, run_id: str) -> list[SubmissionRow]:
     return [_submission(row) for row in tx.all(_SELECT_OF_RUN, (run_id,))]
 
 
+def is_validating(tx: Transaction, request_id: str) -> bool:
+    """Whether a candidate of ``request_id`` is being validated now (its outcome is to come)."""
+    return _one(tx, _SELECT_VALIDATING_OF_REQUEST, (request_id,)) is not None
+
+
 def submission_count(tx: Transaction, request_id: str) -> int:
     """How many candidates were submitted for the request."""
     return int(tx.scalar(_COUNT_OF_REQUEST, (request_id,)))

@@ -20,12 +20,14 @@ part of the digest, so it never changes without a reason)::
     retention                    the retention sweep's row and index
     resources                    managed resources, finalizers, queue, runners, child workflows
     interactions                 agent submissions and their validation
+    agents                       attempt active intervals, agent processes, agent turns
 """
 
 from __future__ import annotations
 
 import hashlib
 
+from piwf.state.schema.agents import AGENT_STATEMENTS
 from piwf.state.schema.core import RECORD_STATEMENTS, SERVER_STATEMENTS
 from piwf.state.schema.decisions import DECISION_STATEMENTS
 from piwf.state.schema.execution import RUN_STATEMENTS, RUNNER_STATEMENTS
@@ -49,6 +51,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         *RETENTION_STATEMENTS,
         *RESOURCE_STATEMENTS,
         *INTERACTION_STATEMENTS,
+        *AGENT_STATEMENTS,
     )
 )
 
