@@ -105,7 +105,8 @@ def test_a_turn_registers_opens_active_time_and_unregistering_counts_it(
     started = call(db, launched, epoch, "process.register", register(request_id))
     assert isinstance(started, Applied) and isinstance(started.value, TurnStart)
     assert (started.value.turn, started.value.unproductive_turns) == (1, 0)
-    assert started.value.prompt == "Summarise the tides."
+    assert started.value.prompt.startswith("Summarise the tides.\n")
+    assert request_id in started.value.prompt  # the step contract names it
     assert started.value.request.status == "pending"
     # The same registration again adopts; it starts no second turn.
     again = call(db, launched, epoch, "process.register", register(request_id))
