@@ -493,6 +493,8 @@ def test_a_server_started_by_the_console_script_never_reruns_it_in_a_child(
     modules = json.loads(out.read_text())
     assert "piwf.runner.workflow_runner" in modules
     assert "piwf.cli" not in modules and "click" not in modules
+    # Nor anything of the server: its fork-server Process is unpickled as the standard one.
+    assert [name for name in modules if name.startswith("piwf.server")] == []
 
 
 @pytest.mark.parametrize("method", METHODS)

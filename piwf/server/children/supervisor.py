@@ -381,18 +381,20 @@ class Supervisor:
         """Take the start identity, apply a stop or kill asked for meanwhile, then (from the
         loop) tell ``on_started``."""
         handle.pid = pid
-        # Taken before the exit is looked at: a child already reaped by its fork server (its
-        # status came with its pid) may have passed its pid on, so its identity is dropped.
+        # Taken before the exit is looked at: a child already reaped (its status came with its
+        # pid) may have passed its pid on, so then its identity is dropped, and nothing is
+        # signalled for it.
         identity = start_identity(pid)
-        handle.identity = identity if handle.process.exitcode is None else None
+        ended = handle.process.exitcode is not None
+        handle.identity = None if ended else identity
         if handle.start_timer is not None:
             handle.start_timer.cancel()
             handle.start_timer = None
         if self._starter is not None:
             self._starter.forked()
-        if handle.kill_pending:
+        if not ended and handle.kill_pending:
             self._kill_tree(handle)
-        elif handle.stop_pending is not None:
+        elif not ended and handle.stop_pending is not None:
             self.stop(handle, handle.stop_pending)
         self.loop.call_later(0, lambda: self._report_started(handle))
 
