@@ -151,8 +151,12 @@ class ChildHandle:
     @property
     def returncode(self) -> int | None:
         """Exit code, ``-signal`` when a signal ended it (255 when its fork server died
-        first); None while it runs."""
-        return self.exit_status if self.exited else self.process.exitcode
+        first, or its start failed); None while it runs or its pid has not come."""
+        if self.exited:
+            return self.exit_status
+        # Polling a child whose pid has not come would read the pid behind the supervisor's
+        # back: it acts on the pid when it reads it.
+        return None if self.pid is None else self.process.exitcode
 
     @property
     def log_path(self) -> Path:
