@@ -244,7 +244,6 @@ class Supervisor:
         out_writer = Connection(out_fd, readable=False)
         err_writer = Connection(err_fd, readable=False)
         directory = str(spec.cwd) if spec.cwd is not None and spec.cwd.is_dir() else "/"
-        timeout_s = self._starter.timeout_s
         try:
             process = self._starter.start(
                 name=spec.name,
@@ -281,6 +280,8 @@ class Supervisor:
         if process.pid is not None:  # spawned: its own, unreaped child, so the pid is its own
             self._pid_came(handle, process.pid)
         else:
+            # Taken now: a start that found its fork server dead launched a new one.
+            timeout_s = self._starter.timeout_s
             handle.start_timer = self.loop.call_later(
                 timeout_s, lambda: self._start_overdue(handle, timeout_s)
             )
