@@ -72,7 +72,8 @@ def measure(method: StartMethod, runs: int, logs: Path) -> dict[str, list[float]
             )
             handle.channel.send(request)
             replied = _turn_until(loop, lambda r=replies: r)
-            loop.selector.unregister(handle.channel.fd)
+            if not handle.exited:  # (its end unregisters it when the exit came in that turn)
+                loop.selector.unregister(handle.channel.fd)
             _turn_until(loop, lambda e=ended: e)
             if index:
                 phases["start()"].append(returned - began)
