@@ -4,8 +4,10 @@
 this process (no server, no database) and starts N resolver children per start method, each
 asked to resolve ``fixtures/workflows/hello.py``. It prints the median of::
 
-    start()              how long Supervisor.start blocks its loop (pipes, Process.start,
-                         the start identity)
+    start()              how long Supervisor.start blocks its loop (pipes, Process.start:
+                         with forkserver, the request to the fork server, not its fork)
+    start -> started     until on_started ran (the pid and start identity known, from the
+                         loop while it serves)
     start -> reply       until the resolver's answer is read: the child's start (fork or a
                          fresh interpreter), its first act, loading and compiling the workflow
     reply -> exit seen   until the loop has finished the child (its sentinel, or SIGCHLD)
@@ -39,18 +41,29 @@ def measure(method: StartMethod, runs: int, logs: Path) -> dict[str, list[float]
     loop = EventLoop()
     supervisor = Supervisor(loop, logs / method.value, method=method)
     supervisor.prepare()
-    phases: dict[str, list[float]] = {"start()": [], "start -> reply": [], "reply -> exit": []}
+    phases: dict[str, list[float]] = {
+        "start()": [],
+        "start -> started": [],
+        "start -> reply": [],
+        "reply -> exit": [],
+    }
     request = canonical.encode({"workflow": str(HELLO), "projectPath": None, "stateHome": "/"})
     try:
         for index in range(runs + 1):
             ended: list[float] = []
+            reported: list[float] = []
 
             def exited(_handle: ChildHandle, ended: list[float] = ended) -> None:
                 ended.append(time.perf_counter())
 
+            def started(_handle: ChildHandle, reported: list[float] = reported) -> None:
+                reported.append(time.perf_counter())
+
             began = time.perf_counter()
-            handle = supervisor.start(ChildSpec(f"bench-{index}", ChildKind.RESOLVER, None, exited))
-            started = time.perf_counter()
+            handle = supervisor.start(
+                ChildSpec(f"bench-{index}", ChildKind.RESOLVER, None, exited, started)
+            )
+            returned = time.perf_counter()
             replies: list[bytes] = []
             loop.selector.register(
                 handle.channel.fd,
@@ -59,10 +72,12 @@ def measure(method: StartMethod, runs: int, logs: Path) -> dict[str, list[float]
             )
             handle.channel.send(request)
             replied = _turn_until(loop, lambda r=replies: r)
-            loop.selector.unregister(handle.channel.fd)
+            if not handle.exited:  # (its end unregisters it when the exit came in that turn)
+                loop.selector.unregister(handle.channel.fd)
             _turn_until(loop, lambda e=ended: e)
             if index:
-                phases["start()"].append(started - began)
+                phases["start()"].append(returned - began)
+                phases["start -> started"].append(reported[0] - began)
                 phases["start -> reply"].append(replied - began)
                 phases["reply -> exit"].append(ended[0] - replied)
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.server.harness import ServerFactory, ServerProcess
+from tests.server.harness import ServerFactory, ServerProcess, wait_for
 
 FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S": "0.2"}
 METHODS = ("forkserver", "spawn")
@@ -22,9 +22,13 @@ _RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
 def start_server(
     servers: ServerFactory, method: str, env: dict[str, str] | None = None
 ) -> ServerProcess:
-    """A server whose children start with ``method`` (``PIWF_START_METHOD``)."""
+    """A server whose children start with ``method`` (``PIWF_START_METHOD``); with
+    ``forkserver``, once its fork server runs the fork server's code (it is launched before the
+    server reports ready, but without waiting for its ``exec``)."""
     server = servers.start(env={**FAST, "PIWF_START_METHOD": method, **(env or {})})
     assert server.ready["ok"] is True, server.ready
+    if method == "forkserver":
+        wait_for(lambda: len(fork_servers(server)) == 1, what="the server's fork server")
     return server
 
 

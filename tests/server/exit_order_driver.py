@@ -33,6 +33,17 @@ def ended(pid: int) -> bool:
         return True
 
 
+def pid_of(handle: ChildHandle) -> int:
+    """The child's pid without turning the loop: a forked child's comes on its sentinel, and
+    reading the process's exit code reads it (the supervisor notices at its next turn)."""
+    if handle.process.pid is None:
+        select.select([handle.process.sentinel], [], [], DEADLINE_S)
+        _ = handle.process.exitcode
+    pid = handle.process.pid
+    assert pid is not None
+    return pid
+
+
 def main(method: str, log_dir: str) -> int:
     loop = EventLoop()
     loop.install_signal_handlers()  # as the server does: signals wake its select
@@ -49,7 +60,8 @@ def main(method: str, log_dir: str) -> int:
         canonical.encode({"workflow": str(HELLO), "projectPath": None, "stateHome": "/"})
     )
     deadline = time.monotonic() + DEADLINE_S
-    while not ended(handle.pid) and time.monotonic() < deadline:
+    pid = pid_of(handle)
+    while not ended(pid) and time.monotonic() < deadline:
         select.select([], [], [], 0.01)  # the loop must not turn while the child ends
     # Its status is in the sentinel (and, spawned, its SIGCHLD has been recorded) before its
     # answer is watched at all, so the selector reports the answer last.

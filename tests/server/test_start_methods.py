@@ -54,16 +54,21 @@ def descriptor_targets(pid: int) -> dict[int, str]:
     return targets
 
 
-def facts_workflow(directory: Path, name: str, out: Path, then: str = "pass") -> str:
+def facts_workflow(
+    directory: Path, name: str, out: Path, then: str = "pass", prelude: str = "pass"
+) -> str:
     """A one-node workflow whose node writes what its process looks like to ``out`` (whole,
-    then renamed), then runs ``then``."""
+    then renamed), then runs ``then``; ``prelude`` runs when the file is imported (by the
+    resolver and by the runner)."""
     return write_workflow(
         directory,
         name,
         f"""
-        import json, os, pathlib, sys, time
+        import json, os, pathlib, signal, sys, time
         from piwf.processes import start_identity
         from piwf.workflow import compute, define_workflow
+
+        {prelude}
 
         def target(fd):
             try:
@@ -488,6 +493,8 @@ def test_a_server_started_by_the_console_script_never_reruns_it_in_a_child(
     modules = json.loads(out.read_text())
     assert "piwf.runner.workflow_runner" in modules
     assert "piwf.cli" not in modules and "click" not in modules
+    # Nor anything of the server: its fork-server Process is unpickled as the standard one.
+    assert [name for name in modules if name.startswith("piwf.server")] == []
 
 
 @pytest.mark.parametrize("method", METHODS)

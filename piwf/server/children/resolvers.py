@@ -2,9 +2,10 @@
 
 One child per resolution (``ChildKind.RESOLVER``), started by the supervisor like a runner,
 in its own session and process group: the server sends one request frame on the child's
-channel and waits (in the selector) for one reply frame, the child's exit or a deadline. A
-child that overruns its deadline, exits without an answer, or sends an oversized or malformed
-reply is killed and the resolution fails with :class:`ResolverFailedError` (the caller answers
+channel (at once: it waits in the pipe while the child is forked) and waits (in the selector)
+for one reply frame, the child's exit or a deadline. A child that could not be started,
+overruns its deadline, exits without an answer, or sends an oversized or malformed reply is
+killed and the resolution fails with :class:`ResolverFailedError` (the caller answers
 ``unavailable`` and stores no receipt); the server itself never imports the workflow. A
 resolver's captured output is kept in ``$PIWF_HOME/server/runners/resolver-*.log`` only when it
 wrote something.
@@ -121,6 +122,9 @@ class ResolverJobs:
     def _exited(self, job: _Job, handle: ChildHandle) -> None:
         if job.deadline is not None:
             job.deadline.cancel()
+        if not job.finished and handle.start_failure is not None:
+            failure = f"the resolver could not be started: {handle.start_failure}"
+            self._finish(job, ResolverFailedError(failure))
         if not job.finished:
             # The answer may have been written just before the exit and not read yet.
             try:

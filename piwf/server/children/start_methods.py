@@ -16,11 +16,15 @@ pipe, whose only other holders, the forked children, close their copies first th
 children have all closed its pipe. Their standard output and error (and a child's, before its
 first act moves its own) go to one descriptor the supervisor captures (``helpers.log``).
 
-``Process.start()`` blocks until the fork server has forked (it reads the child's pid), so it
-runs under a deadline: a fork server that does not answer (stopped, wedged) costs one failed
-start, not the server's loop, and is replaced. The deadline is :data:`START_TIMEOUT_S` once the
-fork server has forked a child, :data:`FIRST_START_TIMEOUT_S` before that (a new fork server
-answers only once its imports are done, slow on a loaded machine).
+``Process.start()`` does not wait for the fork server to fork: with ``forkserver`` the launch
+ends once the request is written, and the child's pid comes later on its sentinel
+(:mod:`piwf.server.children.forkserver_launch`; the supervisor watches for it). The rest of
+the start (connecting to the fork server, writing the request; a spawn's fork and exec) runs
+under a deadline, and the supervisor gives the pid the same time to come: a fork server that
+does not answer (stopped, wedged) costs one failed start, not the server's loop, and is
+replaced. The deadline is :data:`START_TIMEOUT_S` once the fork server has forked a child,
+:data:`FIRST_START_TIMEOUT_S` before that (a new fork server answers only once its imports are
+done, slow on a loaded machine).
 """
 
 from __future__ import annotations
@@ -33,15 +37,17 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from enum import Enum
 from multiprocessing import forkserver, resource_tracker
 from multiprocessing.connection import Connection
-from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from piwf.processes import FORKSERVER_PRELOAD, enter_child, kill_own_children
+from piwf.server.children.forkserver_launch import PidLaterContext
 
 #: The longest a start may take from a fork server that has forked before: far above a fork,
 #: far below the leases a stalled loop would put at risk.
@@ -96,8 +102,8 @@ class ChildStarter:
 
     def __init__(self, method: StartMethod, helpers_output: int | None = None) -> None:
         self.method = method
-        self.context: ForkServerContext | SpawnContext = (
-            multiprocessing.get_context("forkserver")
+        self.context: PidLaterContext | SpawnContext = (
+            PidLaterContext()
             if method is StartMethod.FORKSERVER
             else multiprocessing.get_context("spawn")
         )
@@ -116,6 +122,11 @@ class ChildStarter:
             if self.method is StartMethod.FORKSERVER:
                 forkserver.ensure_running()
 
+    @property
+    def timeout_s(self) -> float:
+        """How long a start may take now, until the child's pid is known (module docstring)."""
+        return START_TIMEOUT_S if self.proven else FIRST_START_TIMEOUT_S
+
     def start(
         self,
         *,
@@ -128,7 +139,9 @@ class ChildStarter:
         """Start one child: ``enter_child(kind, *connections, directory, environment)``.
 
         ``connections`` are the child's ends of its channel and of its stdout and stderr pipes
-        (the child holds its own copies once this returns). Raises :class:`ChildStartError`.
+        (the child holds its own copies once this returns). With ``forkserver`` the returned
+        process's ``pid`` is None until the fork server has reported it (see the module
+        docstring). Raises :class:`ChildStartError`.
         """
         channel, stdout, stderr = connections
         process = self.context.Process(
@@ -136,25 +149,51 @@ class ChildStarter:
             args=(kind, channel, stdout, stderr, directory, environment),
             name=name,
         )
-        timeout_s = START_TIMEOUT_S if self.proven else FIRST_START_TIMEOUT_S
+        timeout_s = self.timeout_s
         try:
             with self._helpers_streams(), _deadline(timeout_s):
-                process.start()
+                self._start_process(process)
         except _StartTimeoutError:
-            self.proven = False
-            self._replace_fork_server()
-            raise ChildStartError(
-                errno.ETIMEDOUT, f"the child did not start in {timeout_s:g} s"
-            ) from None
-        except EOFError:  # the fork server ended while it was asked for this child
-            self.proven = False
-            raise ChildStartError(errno.EPIPE, "the fork server went away") from None
+            self.replace_fork_server()
+            raise ChildStartError(errno.ETIMEDOUT, timed_out(timeout_s)) from None
         except OSError as error:
             raise ChildStartError(error.errno or errno.EIO, error.strerror or "") from None
         except ValueError as error:  # too many descriptors to pass, a closed connection
             raise ChildStartError(errno.EINVAL, str(error)) from None
-        self.proven = True
         return process
+
+    def _start_process(self, process: BaseProcess) -> None:
+        """``process.start()``, tried again (for a bounded while) when a dead fork server
+        refuses it: one that died closes its socket before it can be reaped, and is taken for
+        alive until then; the first try after that launches a new one."""
+        deadline = time.monotonic() + _REPLACE_WAIT_S
+        while True:
+            try:
+                process.start()
+                return
+            except ConnectionRefusedError:
+                if self.method is not StartMethod.FORKSERVER or time.monotonic() >= deadline:
+                    raise
+                self.proven = False
+                time.sleep(0.01)  # a bounded poll of a process that must not be reaped here
+
+    def forked(self) -> None:
+        """A child's pid came: the fork server's imports are done."""
+        self.proven = True
+
+    def lost_fork_server(self) -> None:
+        """The fork server ended before it forked a child: the next one imports first."""
+        self.proven = False
+
+    def replace_fork_server(self) -> None:
+        """Kill the fork server that did not answer; the next start launches a new one.
+
+        It is left for ``forkserver.ensure_running`` to reap, which fails on a fork server
+        someone else reaped.
+        """
+        self.proven = False
+        if self.method is StartMethod.FORKSERVER:
+            kill_own_children(_FORKSERVER_COMMAND, _REPLACE_WAIT_S)
 
     @contextlib.contextmanager
     def _helpers_streams(self) -> Iterator[None]:
@@ -180,15 +219,6 @@ class ChildStarter:
                     os.dup2(copy, target)
                     os.close(copy)
 
-    def _replace_fork_server(self) -> None:
-        """Kill the fork server that did not answer; the next start launches a new one.
-
-        It is left for ``forkserver.ensure_running`` to reap, which fails on a fork server
-        someone else reaped.
-        """
-        if self.method is StartMethod.FORKSERVER:
-            kill_own_children(_FORKSERVER_COMMAND, _REPLACE_WAIT_S)
-
 
 def spare_children_the_main_script() -> None:
     """Name the server's main module as ``piwf.__main__`` when it is piwf's console script.
@@ -205,6 +235,11 @@ def spare_children_the_main_script() -> None:
         return
     if getattr(getattr(main, "main", None), "__module__", None) == "piwf.cli":
         main.__spec__ = importlib.machinery.ModuleSpec("piwf.__main__", None)
+
+
+def timed_out(timeout_s: float) -> str:
+    """What a start that overran its deadline reports."""
+    return f"the child did not start in {timeout_s:g} s"
 
 
 class _StartTimeoutError(Exception):

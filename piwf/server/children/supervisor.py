@@ -2,7 +2,10 @@
 
 One interface for every kind of child (DESIGN.md §1)::
 
-    start(ChildSpec) -> ChildHandle    its own session and group, channel, captured output
+    start(ChildSpec) -> ChildHandle    its own session and group, channel, captured output;
+                                       returns before the child's pid is known
+    started                            ChildSpec.on_started, called once from the loop when the
+                                       pid and start identity are known
     stop(handle, grace_s)              SIGTERM its tree and group, SIGKILL after the grace
     kill(handle)                       freeze its tree, then SIGKILL all of it
     stop_all(grace_s)                  server shutdown: stop every child and wait (bounded)
@@ -12,8 +15,19 @@ One interface for every kind of child (DESIGN.md §1)::
 by the server without blocking through :class:`~piwf.server.children.pipes.PipeChannel`) and
 the write ends of two pipes for its stdout and stderr, and starts it through the configured
 start method (:mod:`piwf.server.children.start_methods`). The child's first act is its own
-session and process group (:mod:`piwf.runner.bootstrap`); its start identity (pid, create
-time, boot id) is taken as soon as ``start`` has its pid, and the caller records it.
+session and process group (:mod:`piwf.runner.bootstrap`).
+
+**The pid comes later.** ``start`` returns as soon as the child is asked for: with
+``forkserver`` its pid arrives on its sentinel once the fork server has forked it (with
+``spawn`` it is known at once). Then its start identity (pid, create time, boot id) is taken
+and ``on_started`` runs, from the loop, never inside ``start``, and always before ``on_exit``;
+the caller records the identity there. Until then the handle's ``pid`` and ``identity`` are
+None: a ``stop`` or ``kill`` asked for meanwhile is remembered and applied when the pid
+arrives. A pid that does not come within the start deadline
+(:attr:`~piwf.server.children.start_methods.ChildStarter.timeout_s`), or a fork server that
+ends before it sends one, is a failed start: the fork server is replaced (when it did not
+answer), ``start_failure`` says why, and ``on_exit`` runs with exit code 255 (no
+``on_started``). The registry is keyed by the child's name, which exists before its pid.
 
 **Exits.** ``Process.sentinel`` joins the selector. With ``forkserver`` it is exact: the fork
 server writes the child's status there when it reaps it (or closes it when it dies itself:
@@ -40,6 +54,7 @@ When the server dies, each child's lifeline ends it (:mod:`piwf.runner.lifeline`
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import selectors
@@ -65,8 +80,15 @@ from piwf.processes import (
     start_identity,
 )
 from piwf.server.children.capture import OutputCapture
+from piwf.server.children.forkserver_launch import PidLaterProcess
 from piwf.server.children.pipes import PipeChannel
-from piwf.server.children.start_methods import ChildStarter, StartMethod, default_start_method
+from piwf.server.children.start_methods import (
+    ChildStarter,
+    ChildStartError,
+    StartMethod,
+    default_start_method,
+    timed_out,
+)
 from piwf.server.loop import EventLoop, Timer
 from piwf.state.failures import os_reason
 
@@ -81,41 +103,60 @@ _WAIT_SLICE_S = 0.05
 
 @dataclass(frozen=True)
 class ChildSpec:
-    """What to start: ``name`` names its log file, ``kind`` the entry it runs, ``cwd`` its
-    working directory (``/`` when absent or not a directory), ``on_exit`` what to call once it
-    has ended (from the loop, with the channel still open for a last read)."""
+    """What to start: ``name`` names it among the live children and names its log file,
+    ``kind`` the entry it runs, ``cwd`` its working directory (``/`` when absent or not a
+    directory), ``on_exit`` what to call once it has ended (from the loop, with the channel
+    still open for a last read), ``on_started`` what to call once its pid and start identity
+    are known (from the loop; see the module docstring)."""
 
     name: str
     kind: ChildKind
     cwd: Path | None = None
     on_exit: Callable[[ChildHandle], None] | None = None
+    on_started: Callable[[ChildHandle], None] | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class ChildHandle:
     """One supervised child."""
 
     name: str
-    #: The child's pid (also its process group and session id once it began).
-    pid: int
     process: BaseProcess
     channel: PipeChannel
-    #: ``pid:create_time:boot_id``; None only when it had already ended when it was taken.
-    identity: str | None
     output: OutputCapture
+    #: The child's pid (also its process group and session id once it began); None until the
+    #: start method has reported it, and for good when the start failed.
+    pid: int | None = None
+    #: ``pid:create_time:boot_id``, taken when the pid came; None before, or when the child had
+    #: already ended then.
+    identity: str | None = None
+    #: Why the start failed (the child never ran, or is not known to have): its exit is 255.
+    start_failure: str | None = None
+    #: Whether ``on_started`` has been called.
+    started: bool = False
     exited: bool = False
     #: Its exit status, kept once it is finished (the ``Process`` is closed then).
     exit_status: int | None = None
     kill_timer: Timer | None = None
     on_exit: list[Callable[[ChildHandle], None]] = field(default_factory=list)
+    on_started: list[Callable[[ChildHandle], None]] = field(default_factory=list)
     #: Descendants seen when it was stopped: killed with it, even once reparented elsewhere.
     descendants: list[psutil.Process] = field(default_factory=list)
+    #: The deadline of its pid (cancelled once the pid came).
+    start_timer: Timer | None = None
+    #: A stop (its grace) or a kill asked for before the pid was known, applied when it comes.
+    stop_pending: float | None = None
+    kill_pending: bool = False
 
     @property
     def returncode(self) -> int | None:
         """Exit code, ``-signal`` when a signal ended it (255 when its fork server died
-        first); None while it runs."""
-        return self.exit_status if self.exited else self.process.exitcode
+        first, or its start failed); None while it runs or its pid has not come."""
+        if self.exited:
+            return self.exit_status
+        # Polling a child whose pid has not come would read the pid behind the supervisor's
+        # back: it acts on the pid when it reads it.
+        return None if self.pid is None else self.process.exitcode
 
     @property
     def log_path(self) -> Path:
@@ -148,7 +189,8 @@ class Supervisor:
         self.log_dir = log_dir
         self.output_cap = output_cap
         self.method = method or default_start_method()
-        self.children: dict[int, ChildHandle] = {}
+        #: The live children by name (their pid may not be known yet).
+        self.children: dict[str, ChildHandle] = {}
         self._starter: ChildStarter | None = None
         self._helpers: OutputCapture | None = None
         self._helpers_writer: int | None = None
@@ -182,11 +224,15 @@ class Supervisor:
             log.warning("the start helpers could not be started: %s", os_reason(error))
 
     def start(self, spec: ChildSpec) -> ChildHandle:
-        """Start the child ``spec`` describes; the caller talks to it through
-        ``handle.channel``. Raises :class:`~piwf.server.children.start_methods.ChildStartError`
-        (an ``OSError``) when it could not be started."""
+        """Start the child ``spec`` describes and return at once, usually before its pid is
+        known; the caller talks to it through ``handle.channel`` (what it writes waits in the
+        pipe). Raises :class:`~piwf.server.children.start_methods.ChildStartError` (an
+        ``OSError``) when it could not be asked for; a start that fails later ends through
+        ``on_exit`` (see the module docstring)."""
         self.prepare()
         assert self._starter is not None
+        if spec.name in self.children:
+            raise ChildStartError(errno.EEXIST, f"a child named {spec.name} is running")
         ensure_private_dir(self.log_dir)
         output = OutputCapture(
             self.loop, self.log_dir / f"{spec.name}.log", self.output_cap, label=spec.name
@@ -214,31 +260,44 @@ class Supervisor:
         finally:
             for end in (child_end, out_writer, err_writer):
                 end.close()  # the child holds its own copies now
-        pid = process.pid
-        assert pid is not None
         handle = ChildHandle(
             name=spec.name,
-            pid=pid,
             process=process,
             channel=PipeChannel(server_end, MAX_FRAME_BYTES),
-            identity=start_identity(pid),
             output=output,
         )
         output.on_flood = lambda: self.kill(handle)
         if spec.on_exit is not None:
             handle.on_exit.append(spec.on_exit)
-        self.children[pid] = handle
+        if spec.on_started is not None:
+            handle.on_started.append(spec.on_started)
+        self.children[spec.name] = handle
         for reader in (out_reader, err_reader):
             output.watch(reader)
         self.loop.selector.register(
             process.sentinel, selectors.EVENT_READ, lambda _mask: self._sentinel_ready(handle)
         )
+        if process.pid is not None:  # spawned: its own, unreaped child, so the pid is its own
+            self._pid_came(handle, process.pid)
+        else:
+            # Taken now: a start that found its fork server dead launched a new one.
+            timeout_s = self._starter.timeout_s
+            handle.start_timer = self.loop.call_later(
+                timeout_s, lambda: self._start_overdue(handle, timeout_s)
+            )
+        # Starting polls every earlier child (the standard library's bookkeeping), which may
+        # have read another child's pid: look at them all once this returns.
+        self.loop.call_later(0, self._look_for_pids)
         return handle
 
     def stop(self, handle: ChildHandle, grace_s: float = 2.0) -> None:
         """SIGTERM the child's descendants and process group, then SIGKILL them after
         ``grace_s``."""
         if handle.exited:
+            return
+        if handle.pid is None:
+            pending = handle.stop_pending
+            handle.stop_pending = grace_s if pending is None else min(pending, grace_s)
             return
         self._terminate(handle)
         if handle.kill_timer is None:
@@ -249,13 +308,16 @@ class Supervisor:
         none escapes by forking)."""
         if handle.exited:
             return
+        if handle.pid is None:
+            handle.kill_pending = True
+            return
         self._kill_tree(handle)
 
     def poll(self) -> None:
         """Finish every child that has ended now (the loop does it after a sentinel or a
         SIGCHLD; callers may at any time)."""
         for handle in list(self.children.values()):
-            if not handle.exited and handle.process.exitcode is not None:
+            if not handle.exited and self._look_at(handle) is not None:
                 self._finish(handle)
 
     def stop_all(self, grace_s: float = 2.0) -> None:
@@ -263,13 +325,17 @@ class Supervisor:
         helpers' output (they end with this process)."""
         handles = list(self.children.values())
         for handle in handles:
+            if handle.pid is None:
+                handle.stop_pending = grace_s
             self._terminate(handle)
         if not self._wait_exited(handles, grace_s):
             for handle in handles:
-                if handle.process.exitcode is None:
+                if not handle.exited and self._look_at(handle) is None:
                     self.kill(handle)
             self._wait_exited(handles, 5.0)
         for handle in handles:
+            if handle.pid is None and not handle.exited:
+                self._fail_start(handle, "the server stopped before the child's pid came")
             self._finish(handle)
         if self._helpers is not None:
             self._helpers.close()
@@ -284,12 +350,83 @@ class Supervisor:
     # -- exits ------------------------------------------------------------------------------
 
     def _sentinel_ready(self, handle: ChildHandle) -> None:
+        awaited_pid = handle.pid is None
+        ended = self._look_at(handle) is not None
+        if awaited_pid and handle.pid is not None and not ended:
+            return  # it was the pid; the exit comes later on the same descriptor
         # Either way the sentinel can tell nothing more: the child ended, or (spawned) it
         # closed its end of its own sentinel, and then SIGCHLD tells.
         with contextlib.suppress(KeyError, ValueError):
             self.loop.selector.unregister(handle.process.sentinel)
-        if not handle.exited and handle.process.exitcode is not None:
+        if not handle.exited and ended:
             self._poll_after_io()
+
+    # -- pids -------------------------------------------------------------------------------
+
+    def _look_at(self, handle: ChildHandle) -> int | None:
+        """The child's exit code, or None while it runs; acts on its pid if that came first
+        (read by this look, or earlier by anyone's poll), or on a start that failed."""
+        code = handle.process.exitcode  # reads a pending pid before the exit status
+        if handle.pid is None and not handle.exited:
+            pid = handle.process.pid
+            if pid is not None:
+                self._pid_came(handle, pid)
+            elif code is not None:
+                assert self._starter is not None
+                self._starter.lost_fork_server()
+                self._fail_start(handle, "the fork server ended before it started the child")
+        return code
+
+    def _look_for_pids(self) -> None:
+        for handle in list(self.children.values()):
+            if handle.pid is None and not handle.exited and self._look_at(handle) is not None:
+                self._poll_after_io()
+
+    def _pid_came(self, handle: ChildHandle, pid: int) -> None:
+        """Take the start identity, apply a stop or kill asked for meanwhile, then (from the
+        loop) tell ``on_started``."""
+        handle.pid = pid
+        # Taken before the exit is looked at: a child already reaped (its status came with its
+        # pid) may have passed its pid on, so then its identity is dropped, and nothing is
+        # signalled for it.
+        identity = start_identity(pid)
+        ended = handle.process.exitcode is not None
+        handle.identity = None if ended else identity
+        if handle.start_timer is not None:
+            handle.start_timer.cancel()
+            handle.start_timer = None
+        if self._starter is not None:
+            self._starter.forked()
+        if not ended and handle.kill_pending:
+            self._kill_tree(handle)
+        elif not ended and handle.stop_pending is not None:
+            self.stop(handle, handle.stop_pending)
+        self.loop.call_later(0, lambda: self._report_started(handle))
+
+    def _report_started(self, handle: ChildHandle) -> None:
+        if handle.started or handle.exited:
+            return  # an exit reported it first (see _finish)
+        handle.started = True
+        for callback in handle.on_started:
+            callback(handle)
+
+    def _start_overdue(self, handle: ChildHandle, timeout_s: float) -> None:
+        """The pid did not come in time: replace the fork server, fail this start."""
+        handle.start_timer = None
+        if handle.exited or self._look_at(handle) is not None or handle.pid is not None:
+            return  # it came after all (the loop was late), or the start failed already
+        assert self._starter is not None
+        self._starter.replace_fork_server()
+        self._fail_start(handle, timed_out(timeout_s))
+        self._finish(handle)
+
+    def _fail_start(self, handle: ChildHandle, why: str) -> None:
+        """Record why the start failed; the exit (255) follows through :meth:`_finish`."""
+        if handle.start_failure is None:
+            handle.start_failure = why
+            log.warning("child %s could not be started: %s", handle.name, why)
+        if isinstance(handle.process, PidLaterProcess):
+            handle.process.abandon()
 
     def _record_child_signal(self, _number: int, _frame: FrameType | None) -> None:
         self._child_signalled = True
@@ -314,7 +451,7 @@ class Supervisor:
         """Wait up to ``timeout_s`` until every handle's process has ended; True if all did."""
         deadline = time.monotonic() + timeout_s
         while True:
-            running = [h for h in handles if h.process.exitcode is None]
+            running = [h for h in handles if not h.exited and self._look_at(h) is None]
             remaining = deadline - time.monotonic()
             if not running or remaining <= 0:
                 return not running
@@ -327,16 +464,24 @@ class Supervisor:
         handle.exited = True
         with contextlib.suppress(KeyError, ValueError):
             self.loop.selector.unregister(handle.process.sentinel)
-        if handle.kill_timer is not None:
-            handle.kill_timer.cancel()
+        for timer in (handle.kill_timer, handle.start_timer):
+            if timer is not None:
+                timer.cancel()
         # The group may still hold grandchildren, descendants seen at a stop may have left it,
         # and a child whose fork server died may still run: no process of it survives it.
-        self._kill_tree(handle)
+        if handle.pid is not None:
+            self._kill_tree(handle)
         handle.output.close()
-        self.children.pop(handle.pid, None)
+        if self.children.get(handle.name) is handle:
+            del self.children[handle.name]
         # The callbacks run while the channel is still open: a reply written just before the
-        # exit can still be read there (the resolver's answer).
+        # exit can still be read there (the resolver's answer). A child that started is
+        # reported started first.
         try:
+            if handle.pid is not None and not handle.started:
+                handle.started = True
+                for callback in handle.on_started:
+                    callback(handle)
             for callback in handle.on_exit:
                 callback(handle)
         finally:
@@ -350,7 +495,7 @@ class Supervisor:
 
     def _terminate(self, handle: ChildHandle) -> None:
         """SIGTERM the child's group and its descendants (remembered for its end)."""
-        if handle.exited:
+        if handle.exited or handle.pid is None:
             return
         root = process_of(handle.identity)
         if root is not None:
@@ -372,6 +517,8 @@ class Supervisor:
     ) -> None:
         """Signal the child's process group; before its first act made it one, the child
         itself (it has started nothing yet)."""
+        if handle.pid is None:
+            return
         try:
             os.killpg(handle.pid, number)
         except ProcessLookupError:

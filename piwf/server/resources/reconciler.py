@@ -234,7 +234,8 @@ class Reconciler:
                     reconcile_id,
                     ChildKind.RESOURCE_RUNNER,
                     cwd=Path(project) if project else None,
-                    on_exit=lambda finished: self._exited(active, finished),
+                    on_exit=lambda finished: self._runner_ended(active, finished),
+                    on_started=lambda _started: self._record_process(active),
                 )
             )
         except OSError as error:
@@ -244,21 +245,6 @@ class Reconciler:
             self.active.pop(launch.uid, None)
             return
         active.handle = handle
-        try:
-            with self.db.write() as tx:
-                if handle.identity is not None:
-                    active.claim = runners.record_reconcile_process(
-                        tx,
-                        active.claim,
-                        reconcile_id,
-                        handle.pid,
-                        handle.identity,
-                        lease_ms=self.settings.lease_ms,
-                    )
-        except PiwfError as error:
-            log.warning("reconcile %s: recording its process failed: %s", reconcile_id, error)
-            self._stop(active, ResourceRunnerStatus.CLAIM_LOST)
-            return
         active.link = ChildLink(
             self.loop,
             handle,
@@ -271,7 +257,44 @@ class Reconciler:
         )
         deadline_s = launch.timeout_ms / 1000 + self.settings.deadline_grace_s
         active.timers.append(self.loop.call_later(deadline_s, lambda: self._overdue(active)))
+        # The envelope waits in the pipe while the fork server forks the child.
         self._send(active, envelope.encode())
+
+    def _runner_ended(self, active: ActiveReconcile, handle: ChildHandle) -> None:
+        if handle.start_failure is None:
+            self._exited(active, handle)
+            return
+        # No child after all: as when it could not be asked for (above).
+        log.warning(
+            "reconcile %s: its runner could not be started: %s",
+            active.reconcile_id,
+            handle.start_failure,
+        )
+        self._forget(active)
+
+    def _record_process(self, active: ActiveReconcile) -> None:
+        """Record the child's pid and start identity once they are known (its ``on_started``);
+        a record refused stops the child (``claimLost``). Its messages may be served before
+        this (the state accepts the record while the runner is live)."""
+        handle = active.handle
+        assert handle is not None
+        if handle.pid is None or handle.identity is None:
+            return
+        try:
+            with self.db.write() as tx:
+                active.claim = runners.record_reconcile_process(
+                    tx,
+                    active.claim,
+                    active.reconcile_id,
+                    handle.pid,
+                    handle.identity,
+                    lease_ms=self.settings.lease_ms,
+                )
+        except PiwfError as error:
+            log.warning(
+                "reconcile %s: recording its process failed: %s", active.reconcile_id, error
+            )
+            self._stop(active, ResourceRunnerStatus.CLAIM_LOST)
 
     # -- serving the child -----------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
 from piwf.lifecycle import Conflict
 from piwf.processes import ChildKind, is_alive
 from piwf.protocol.runner_v1 import Launch
-from piwf.server.children.supervisor import ChildSpec, Supervisor
+from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.failures import retry_later
 from piwf.server.loop import EventLoop
 from piwf.server.runs.agents import reap_runner_groups
@@ -382,32 +382,45 @@ class Executor:
                     runner_epoch,
                     ChildKind.WORKFLOW_RUNNER,
                     cwd=Path(project) if project else None,
-                    on_exit=lambda finished: active.exited(finished),
+                    on_exit=lambda finished: self._runner_ended(active, finished),
+                    on_started=lambda _started: self._record_process(active),
                 )
             )
         except OSError as error:
-            # No child: the slot is freed and the claimed run waits for its claim to expire.
-            log.warning(
-                "run %s: its runner could not be started: %s", launch.run_id, error.strerror
-            )
-            self.active.pop(launch.run_id, None)
+            self._not_started(active, error.strerror or "")
             return
-        active.handle = handle
-        if not self._record_process(active):
-            return
+        # The envelope waits in the pipe while the fork server forks the child.
         active.attach(handle, envelope.encode(), self.settings.ready_timeout_s)
 
-    def _record_process(self, active: RunnerSession) -> bool:
-        """Record the child's pid and start identity; False when the child is being stopped.
+    def _runner_ended(self, active: RunnerSession, handle: ChildHandle) -> None:
+        if handle.start_failure is not None:
+            self._not_started(active, handle.start_failure)
+        else:
+            active.exited(handle)
+
+    def _not_started(self, active: RunnerSession, why: str) -> None:
+        """No child (it could not be asked for, or its pid never came): the slot is freed and
+        the claimed run waits for its claim to expire, then is rescued (``orphaned``), so a
+        start that keeps failing is retried once per lease, not in a loop."""
+        log.warning("run %s: its runner could not be started: %s", active.run_id, why)
+        if active.ready_timer is not None:
+            active.ready_timer.cancel()
+        if self.is_current(active):
+            self.active.pop(active.run_id, None)
+
+    def _record_process(self, active: RunnerSession) -> None:
+        """Record the child's pid and start identity once they are known (its ``on_started``);
+        a record refused stops the child (``claimLost``).
 
         While the database cannot serve, the record is retried later and the child goes on.
+        Its messages may be served before this (the state accepts the record after ``ready``).
         """
         handle = active.handle
         assert handle is not None
         try:
             with self.db.write() as tx:
                 active.claim = renew_claim(tx, active.claim, self.settings.run_lease_ms)
-                if handle.identity is not None:
+                if handle.pid is not None and handle.identity is not None:
                     ex.record_runner_process(
                         tx,
                         active.claim,
@@ -423,8 +436,6 @@ class Executor:
         except PiwfError as error:
             log.warning("run %s: recording its runner failed: %s", active.run_id, error)
             self.stop(active, RunnerStatus.CLAIM_LOST)
-            return False
-        return True
 
     def retry_later(
         self,

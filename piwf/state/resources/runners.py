@@ -27,7 +27,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'starting', ?)
 
 _SET_PROCESS = """
 UPDATE managed_resource_runners SET pid = ?, process_start_identity = ?
-WHERE reconcile_id = ? AND status = 'starting'
+WHERE reconcile_id = ? AND pid IS NULL AND status IN ('starting', 'running')
 """
 
 _SET_RUNNING = """
@@ -107,7 +107,8 @@ def insert_runner(
 def record_reconcile_process(
     tx: Transaction, claim: Claim, reconcile_id: str, pid: int, identity: str, *, lease_ms: int
 ) -> Claim:
-    """Record the spawned process's pid and start identity under the live claim."""
+    """Record the spawned process's pid and start identity under the live claim, once, while
+    the runner is live (its pid may come after its ``ready``)."""
     claim = renew_claim(tx, claim, lease_ms)
     tx.execute(_SET_PROCESS, (pid, identity, reconcile_id))
     return claim
