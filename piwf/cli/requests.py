@@ -15,6 +15,9 @@ from piwf.cli.common import command, json_option, open_client, parse_json
 def requests_command(run_id: str | None, as_json: bool) -> None:
     """List pending checkpoints and decisions with their choices and deadlines.
 
+    An agent step's request shows its remaining active time (its deadline counts only while
+    its agent works).
+
     Answer one with `piwf answer REQUEST_ID RESPONSE_JSON`.
 
     \b

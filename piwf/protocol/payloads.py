@@ -199,8 +199,27 @@ class EffectInfo(WireModel):
     attempt_count: int
 
 
+class ActiveTimeInfo(WireModel):
+    """Where an agent request's active-time deadline stands (docs/AGENTS.md "Deadlines").
+
+    ``timeout_ms`` is the budget, ``active_ms`` the active time used so far and
+    ``remaining_ms`` what is left; ``counting`` is true while its agent works (the remainder
+    shrinks with the clock) and ``due_at`` then says when it runs out if the agent keeps
+    working. While nothing works, nothing is charged and ``due_at`` is absent.
+    """
+
+    timeout_ms: int
+    active_ms: int
+    remaining_ms: int
+    counting: bool
+    due_at: int | None = None
+
+
 class OpenRequestInfo(WireModel):
-    """A pending checkpoint or decision: what a waiting run waits on."""
+    """A pending checkpoint or decision: what a waiting run waits on.
+
+    ``active_time`` is set for an agent request that has a deadline.
+    """
 
     request_id: str
     run_id: str
@@ -213,6 +232,7 @@ class OpenRequestInfo(WireModel):
     deadline_at: int | None = None
     has_default: bool = False
     created_at: int
+    active_time: ActiveTimeInfo | None = None
 
 
 class ResolutionInfo(WireModel):
@@ -360,6 +380,8 @@ class ServerStatus(WireModel):
     paused_runs: int
     expired_claims: int
     pending_interactions: int
+    #: Pending agent requests that have an active-time deadline (counting or not).
+    agent_deadlines: int = 0
     ambiguous_effects: int
 
 

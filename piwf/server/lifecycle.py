@@ -43,6 +43,7 @@ from piwf.server.maintenance import RetentionSettings, RetentionSweeper
 from piwf.server.recovery import recover_previous_server
 from piwf.server.resources.reconciler import Reconciler, ReconcileSettings
 from piwf.server.runs.answers import DecisionDeadlines
+from piwf.server.runs.deadlines import AgentDeadlines
 from piwf.server.runs.pool import ExecutionSettings, Executor
 from piwf.server.server_log import server_log_handler
 from piwf.server.settings import ServerSettings
@@ -203,6 +204,13 @@ class Server:
             poll_s=settings.claim_poll_s,
             settled=self._decisions_settled,
         )
+        self.agent_deadlines = AgentDeadlines(
+            db=db,
+            loop=self.loop,
+            runners=self.executor,
+            poll_s=settings.claim_poll_s,
+            expired=self._decisions_settled,
+        )
         self.clients = ClientListener(
             self.loop,
             listener,
@@ -246,6 +254,7 @@ class Server:
         self.handlers.notify_run_changed(run_id)
         self.reconciler.wake_parents()  # a child run of a managed resource may have ended
         self.deadlines.nudge()  # a run that just parked may already be past its deadline
+        self.agent_deadlines.nudge()  # an agent started or stopped working, or a runner ended
 
     def _decisions_settled(self, run_ids: list[str]) -> None:
         for run_id in run_ids:

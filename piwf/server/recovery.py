@@ -24,8 +24,13 @@ The seed's twelve steps, in order, and where piwf does each:
    that passed while no server ran is settled at once; resource reconciles of the dead server
    are recovered by :mod:`piwf.server.resources.recovery` and due queue rows are admitted by
    the scheduler.
-8. *supervised timeout recovery of interactive requests during a reported model turn*: piwf
-   has no sessions or model turns yet; waiting and server downtime consume no node timeout.
+8. *supervised timeout recovery of interactive requests whose active-time deadline passed*
+   (:func:`expire_due_agent_deadlines`, after the runs are recovered and every interval the
+   dead server left open is closed at its ``observed_at``, so downtime is never charged): an
+   agent request whose active time reached its ``timeout_ms`` is closed ``expired`` under a
+   control claim and its run made eligible, before the scheduler starts any other work; the
+   next runner records ``timed_out`` on the same attempt. Waiting, pause and server downtime
+   consume no active time (docs/AGENTS.md "Deadlines").
 9. *resume provisional validating submissions in a new supervised child*: an answer commits
    with its request ``answered`` and the run eligible, so the next runner child consumes and
    (for an agent node) validates it; the server never runs ``validate``.
@@ -40,9 +45,17 @@ recovers the same way.
 
 from __future__ import annotations
 
+import logging
+
+from piwf.errors import PiwfError
 from piwf.server.resources.recovery import recover_reconciles
 from piwf.server.runs.recovery import recover_runs
 from piwf.state import StateDatabase
+from piwf.state import execution as ex
+from piwf.state.enums import ActorType
+from piwf.state.records import Actor
+
+log = logging.getLogger("piwf.server")
 
 
 def recover_previous_server(
@@ -53,12 +66,33 @@ def recover_previous_server(
     owner_id: str,
     lease_ms: int,
 ) -> int:
-    """Recover the runs, then the reconciles, of older epochs; return how many runner rows
-    were closed or runs decided."""
+    """Recover the runs, then the reconciles, of older epochs, then expire the agent requests
+    already due; return how many runner rows were closed, runs decided or requests expired."""
     runs = recover_runs(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
     )
     reconciles = recover_reconciles(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
     )
-    return runs + reconciles
+    expired = expire_due_agent_deadlines(db, owner_id=owner_id, lease_ms=lease_ms)
+    return runs + reconciles + expired
+
+
+def expire_due_agent_deadlines(db: StateDatabase, *, owner_id: str, lease_ms: int) -> int:
+    """Step 8: expire every agent request whose active time already reached its deadline
+    (one transaction; each under its own control claim); return how many. A failure is
+    logged, not raised: the loop's deadline pass tries again right after startup."""
+    try:
+        with db.write() as tx:
+            expired = ex.expire_due_agent_requests(
+                tx,
+                actor=Actor(ActorType.POLICY, owner_id),
+                control_owner_id=owner_id,
+                lease_ms=lease_ms,
+            )
+    except PiwfError as error:
+        log.warning("recovery: expiring due agent deadlines failed: %s", error)
+        return 0
+    if expired:
+        log.info("recovery: %d agent step(s) reached their active-time deadline", len(expired))
+    return len(expired)

@@ -268,7 +268,16 @@ class Executor:
         try:
             with self.db.write() as tx:
                 verify_server_claim(tx, self.server_claim())
-                return ex.claim_next_run(
+                # Expired agent deadlines come before the next run (DESIGN.md §6): a run whose
+                # runner was stopped at its deadline resumes into its timeout, never into
+                # another run of its agent.
+                expired = ex.expire_due_agent_requests(
+                    tx,
+                    actor=Actor(ActorType.POLICY, self.owner_id),
+                    control_owner_id=self.owner_id,
+                    lease_ms=self.settings.run_lease_ms,
+                )
+                launch = ex.claim_next_run(
                     tx,
                     owner_id=self.owner_id,
                     lease_ms=self.settings.run_lease_ms,
@@ -277,6 +286,9 @@ class Executor:
         except PiwfError as error:
             log.warning("scheduling failed: %s", error)
             return None
+        for expiry in expired:
+            self.run_changed(expiry.run_id)
+        return launch
 
     def _launch(self, launch: RunLaunch, retried: RunnerSession | None = None) -> None:
         active = retried or RunnerSession(

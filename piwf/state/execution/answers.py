@@ -269,9 +269,9 @@ def expire_due_decisions(
 
 
 def list_open_requests(tx: Transaction, run_id: str | None = None) -> list[OpenRequest]:
-    """Return the pending checkpoints and decisions (of one run, or of all), oldest first."""
+    """Return the pending requests of every kind (of one run, or of all), oldest first."""
     found = []
-    for request in requests.pending_decision_requests(tx, run_id):
+    for request in requests.pending_requests(tx, run_id):
         decision = decisions.get_decision(tx, request.request_id)
         found.append(
             OpenRequest(

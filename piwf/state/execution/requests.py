@@ -33,11 +33,10 @@ _SELECT_OPEN_OF_ATTEMPT = (
     _SELECT + " WHERE i.attempt_id = ? AND i.status IN ('pending', 'answered')"
 )
 
-_SELECT_PENDING_DECISIONS = (
+_SELECT_PENDING = (
     _SELECT
     + """
-WHERE i.status = 'pending' AND i.kind IN ('checkpoint', 'human_decision')
-  AND (:run_id IS NULL OR i.run_id = :run_id)
+WHERE i.status = 'pending' AND (:run_id IS NULL OR i.run_id = :run_id)
 ORDER BY i.created_at, i.request_id
 """
 )
@@ -112,9 +111,9 @@ def open_request(tx: Transaction, attempt_id: str) -> RequestRow | None:
     return None if row is None else _request(row)
 
 
-def pending_decision_requests(tx: Transaction, run_id: str | None = None) -> list[RequestRow]:
-    """Return the pending checkpoints and decisions (of one run, or of all), oldest first."""
-    return [_request(row) for row in tx.all(_SELECT_PENDING_DECISIONS, {"run_id": run_id})]
+def pending_requests(tx: Transaction, run_id: str | None = None) -> list[RequestRow]:
+    """Return the pending requests of every kind (of one run, or of all), oldest first."""
+    return [_request(row) for row in tx.all(_SELECT_PENDING, {"run_id": run_id})]
 
 
 # Writes (inside the caller's one change) ---------------------------------------------------
