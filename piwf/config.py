@@ -8,6 +8,7 @@ group or others, because the socket and database inside it are protected by the 
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,46 @@ MAX_FRAME_BYTES = 1024 * 1024
 CONTENT_PART_BYTES = 512 * 1024
 #: Linux ``sun_path`` holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
+#: An agent command (``--agent-command``, ``agent(command=...)``, ``PIWF_AGENT_COMMAND``) is an
+#: argv list of at most this many parts, each 1..MAX_AGENT_COMMAND_PART_CHARS characters.
+MAX_AGENT_COMMAND_PARTS = 256
+MAX_AGENT_COMMAND_PART_CHARS = 4096
+
+
+def agent_command_problem(command: object) -> str | None:
+    """Why ``command`` is not an agent command (an argv list of non-empty strings without
+    NUL, within the limits above), or None when it is one."""
+    if isinstance(command, str) or not isinstance(command, (list, tuple)):
+        return "an agent command is a list of strings such as ['claude', '-p']"
+    if not 1 <= len(command) <= MAX_AGENT_COMMAND_PARTS:
+        return f"an agent command has 1..{MAX_AGENT_COMMAND_PARTS} parts, not {len(command)}"
+    for part in command:
+        if not isinstance(part, str) or not 1 <= len(part) <= MAX_AGENT_COMMAND_PART_CHARS:
+            return (
+                "every part of an agent command is a string of "
+                f"1..{MAX_AGENT_COMMAND_PART_CHARS} characters"
+            )
+        if "\x00" in part:
+            return "an agent command part contains a NUL character"
+    return None
+
+
+def split_agent_command(text: str) -> list[str]:
+    """Split ``'CMD ARGS'`` the way a POSIX shell would (no expansion, nothing runs).
+
+    Raises ``ValueError`` saying what is wrong: unbalanced quotes, nothing to run, or a
+    command :func:`agent_command_problem` refuses.
+    """
+    try:
+        parts = shlex.split(text)
+    except ValueError as error:
+        raise ValueError(f"the agent command cannot be split: {error}") from None
+    if not parts:
+        raise ValueError("the agent command is empty; give the program to run and its arguments")
+    problem = agent_command_problem(parts)
+    if problem is not None:
+        raise ValueError(problem)
+    return parts
 
 
 def state_home() -> Path:

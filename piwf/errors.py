@@ -27,7 +27,9 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── WorkflowLoadError       workflowLoad       (a workflow file could not be loaded)
     │   ├── RunCommandError         runCommand         (command and saved state do not fit)
     │   │   └── RunPausedError      runPaused          (answers wait until the run resumes)
-    │   └── AnswerRejectedError     answerRejected     (an answer does not fit its request)
+    │   ├── AnswerRejectedError     answerRejected     (an answer does not fit its request)
+    │   ├── AgentCommandError       agentCommand       (not an argv list of non-empty strings)
+    │   └── MissingSubmissionError  missingSubmission  (an agent step's turns ended unfulfilled)
     ├── ProtocolError               protocolError      (piwf.protocol.errors: frames, messages)
     ├── ContentReadError            contentRead        (a client read of referenced content)
     │   ├── ContentReferenceError   contentReference   (a reference or range no read can serve)
@@ -249,6 +251,20 @@ class AnswerRejectedError(WorkflowError):
     """An answer does not fit its request (choices, protection, status); nothing settled."""
 
     code = "answerRejected"
+
+
+class AgentCommandError(WorkflowError):
+    """An agent command is not a list of non-empty strings (or ``'CMD ARGS'`` that splits into
+    one); nothing was sent or started."""
+
+    code = "agentCommand"
+
+
+class MissingSubmissionError(WorkflowError):
+    """An agent step's command ended three turns (two of them reminders) without an accepted
+    submission: the attempt failed. Its code starts the node's error text."""
+
+    code = "missingSubmission"
 
 
 class ContentReadError(PiwfError):

@@ -46,6 +46,7 @@ FORKSERVER_PRELOAD: tuple[str, ...] = (
     "piwf.workflow.commands",
     "piwf.workflow.engine",
     "piwf.workflow.sources",
+    "piwf.runner.agent_command",
     "piwf.runner.resource_resolve",
     "piwf.resource.discovery",
     "setproctitle",
@@ -232,6 +233,92 @@ def freeze_tree(root: psutil.Process) -> list[psutil.Process]:
         signal_processes(list(fresh.values()), signal.SIGSTOP)
         frozen.update(fresh)
     return list(frozen.values())
+
+
+# -- agent command groups ---------------------------------------------------------------------
+#
+# A headless agent command runs in its own process group, led by the command itself (pgid =
+# its pid). Its runner ends the group; the server ends it when the runner ended first. A group
+# number is a pid: it names this group only while the leader is that exact process (even a
+# zombie still holds its number) or while the group has members (the kernel never hands out a
+# pid that is still some group's number). So a recorded group is killed only when its leader
+# is provably itself, or when no process at all has that pid now; a pid reused by another
+# process means the group is gone and nothing is signalled.
+
+
+def is_direct_child(identity: str, parent_pid: int) -> bool:
+    """Whether the process recorded as ``identity`` exists (a zombie counts: its parent has not
+    reaped it) and is a direct child of ``parent_pid``."""
+    process = process_of(identity)
+    if process is None:
+        return False
+    try:
+        return bool(process.ppid() == parent_pid)
+    except psutil.Error:
+        return False
+
+
+def leads_own_group(identity: str) -> bool:
+    """Whether the process recorded as ``identity`` leads its own process group."""
+    process = process_of(identity)
+    if process is None:
+        return False
+    try:
+        return bool(os.getpgid(process.pid) == process.pid)
+    except OSError:
+        return False
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """The processes of group ``pgid`` that can still act (zombies excluded)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(process.pid) == pgid and not is_gone(process):
+                found.append(process)
+    return found
+
+
+def end_own_group(pgid: int, grace_s: float) -> None:
+    """SIGTERM process group ``pgid``, wait up to ``grace_s`` for it to empty, then freeze and
+    SIGKILL what is left. Only for a group whose leader is the caller's own unreaped child, so
+    the number is provably that group's (see above)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)  # a bounded poll of processes that are not all the caller's children
+    for number in (signal.SIGSTOP, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, number)
+
+
+def kill_recorded_group(pid: int, identity: str, pgid: int) -> bool:
+    """SIGKILL the recorded agent group (leader ``pid``/``identity``, group ``pgid``) of a
+    runner that ended first, when that is provably still it; return whether it was signalled.
+
+    The leader runs (or is a zombie) as exactly ``identity``: its descendants are frozen, then
+    the group and every frozen descendant get SIGKILL. No process has ``pid`` any more: the
+    group, if it still has members, is that group (its number cannot have been reused), and it
+    gets SIGKILL. Another process has ``pid`` now: the pid was reused, so the group has no
+    member left, and nothing is signalled.
+    """
+    leader = process_of(identity)
+    if leader is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGSTOP)
+        frozen = freeze_tree(leader)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        signal_processes([leader, *frozen], signal.SIGKILL)
+        return True
+    if psutil.pid_exists(pid):
+        return False
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _key(process: psutil.Process) -> tuple[int, float]:

@@ -10,6 +10,7 @@ import click
 from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client, parse_json, run_id_argument
 from piwf.client import Client
+from piwf.config import split_agent_command
 
 #: Default of --timeout for waits, in seconds.
 DEFAULT_WAIT_TIMEOUT_S = 300.0
@@ -43,6 +44,13 @@ def run_group() -> None:
     help="Project directory for workflow discovery (default: the current directory).",
 )
 @click.option("--title", metavar="TEXT", help="A title shown in run lists.")
+@click.option(
+    "--agent-command",
+    "agent_command_text",
+    metavar="'CMD ARGS'",
+    help="The headless agent command for this run's agent steps, split like a shell would "
+    "(no shell runs); it wins over agent(command=...) and PIWF_AGENT_COMMAND.",
+)
 @click.option("--wait", is_flag=True, help="Wait until the run is terminal.")
 @click.option(
     "--timeout",
@@ -59,6 +67,7 @@ def run_start(
     input_file: IO[bytes] | None,
     project: Path | None,
     title: str | None,
+    agent_command_text: str | None,
     wait: bool,
     timeout_s: float | None,
     as_json: bool,
@@ -73,12 +82,25 @@ def run_start(
     \b
     Example:
       piwf run start ./flows/hello.py --input '{"name": "Ada"}' --title greeting
+      piwf run start ./flows/review.py --agent-command 'claude -p --mcp-config "$PIWF_MCP_CONFIG"'
     """
     run_input = _read_input(input_text, input_file)
     if timeout_s is not None and not wait:
         raise click.UsageError("--timeout only applies with --wait")
+    agent_command = None
+    if agent_command_text is not None:
+        try:
+            agent_command = split_agent_command(agent_command_text)
+        except ValueError as error:
+            raise click.UsageError(f"--agent-command: {error}") from None
     with open_client() as client:
-        run = client.start_run(workflow, input=run_input, project=project, title=title)
+        run = client.start_run(
+            workflow,
+            input=run_input,
+            project=project,
+            title=title,
+            agent_command=agent_command,
+        )
         if not wait:
             if as_json:
                 render.emit_json({"run": run.to_wire()})

@@ -34,8 +34,8 @@ from piwf.client.client import (
     RETRY_MAX_ATTEMPTS,
     RETRY_MAX_WAIT_S,
     Client,
-    workflow_reference,
 )
+from piwf.client.runs import workflow_reference
 
 __all__ = [
     "CODE_ERRORS",

@@ -37,7 +37,7 @@ import errno
 import os
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -61,7 +61,7 @@ from piwf.client.connection import (
     connect_socket,
 )
 from piwf.client.resources import ResourceMethods
-from piwf.client.runs import RunReadMethods
+from piwf.client.runs import RunReadMethods, absolute_path, start_payload
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
 from piwf.errors import (
     BackupFailedError,
@@ -99,7 +99,6 @@ from piwf.protocol.payloads import (
     PruneReport,
     RunInfo,
     RunReceipt,
-    RunStartPayload,
     ServerStatus,
     StateBackupPayload,
     StatePrunePayload,
@@ -354,6 +353,7 @@ class Client(RunReadMethods, ResourceMethods):
         project: Path | None = None,
         title: str | None = None,
         idempotency_key: str | None = None,
+        agent_command: Sequence[str] | None = None,
     ) -> RunInfo:
         """Commit a new run as queued and return it (``run.start``).
 
@@ -362,21 +362,15 @@ class Client(RunReadMethods, ResourceMethods):
         current directory. Anything else is a workflow name the server discovers. ``project``
         (default: the current directory) is sent absolute too. ``input`` must be JSON (``None``
         sends no input). Pass ``idempotency_key`` to make a repeated call adopt the first run.
-        Raises :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``input``
-        breaks the canonical JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate).
+        ``agent_command`` (argv, e.g. ``["claude", "-p"]``) is the run's headless agent command,
+        used before the node's and the server's (docs/AGENTS.md). Before anything is sent,
+        raises :class:`~piwf.errors.CanonicalJsonError` when ``input`` breaks the canonical
+        JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate) and
+        :class:`~piwf.errors.AgentCommandError` for a command that is no list of strings.
         """
-        canonical.check_value(input, "input")
-        payload = RunStartPayload(
-            workflow=workflow_reference(workflow),
-            project_path=str(_absolute(project if project is not None else Path.cwd())),
-            title=title,
+        wire = start_payload(
+            workflow, input=input, project=project, title=title, agent_command=agent_command
         )
-        wire = payload.to_wire()
-        # The input is sent as given (canonical JSON checks it), not through pydantic's JSON
-        # conversion, which would quietly turn tuples, bytes or dates into something else.
-        wire.pop("input", None)
-        if input is not None:
-            wire["input"] = input
         response = self.request("run.start", wire, idempotency_key=idempotency_key)
         return _receipt(RunReceipt, response).run
 
@@ -463,7 +457,7 @@ class Client(RunReadMethods, ResourceMethods):
     def backup(self, destination: Path, *, idempotency_key: str | None = None) -> BackupReceipt:
         """Write a verified backup to ``destination`` (made absolute against the current
         directory; it must not exist yet) through the server (``state.backup``)."""
-        payload = StateBackupPayload(destination=str(_absolute(destination)))
+        payload = StateBackupPayload(destination=str(absolute_path(destination)))
         return self._call("state.backup", payload, BackupReceipt, idempotency_key=idempotency_key)
 
     def prune_preview(self, before_ms: int) -> PruneReport:
@@ -579,21 +573,3 @@ def _receipt(receipt_type: type[_Receipt], response: Response) -> _Receipt:
         raise InvalidMessageError(
             "receipt", "invalidValue", f"the server sent an invalid {receipt_type.__name__}"
         ) from None
-
-
-def workflow_reference(workflow: str | Path) -> str:
-    """Return what ``run.start`` sends for ``workflow``: an absolute path or a name.
-
-    A :class:`~pathlib.Path`, an existing file, or text that contains ``/`` or ends with ``.py``
-    is a path, made absolute against the current directory; anything else is a name.
-    """
-    if isinstance(workflow, Path):
-        return str(_absolute(workflow))
-    if "/" in workflow or workflow.endswith(".py") or Path(workflow).is_file():
-        return str(_absolute(Path(workflow)))
-    return workflow
-
-
-def _absolute(path: Path) -> Path:
-    """``path`` made absolute against the current directory, ``~`` expanded, ``..`` folded."""
-    return Path(os.path.normpath(path.expanduser().absolute()))

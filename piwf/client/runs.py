@@ -1,4 +1,5 @@
-"""The reading methods of :class:`piwf.client.Client`: runs, waits, pending requests, content.
+"""The reading methods of :class:`piwf.client.Client`: runs, waits, pending requests, content;
+and the ``run.start`` payload it sends.
 
 Kept in their own module so that ``client.py`` stays one screenful per concern; ``Client``
 inherits them. Every method returns complete values: whatever the server sent by content
@@ -9,14 +10,19 @@ says to leave references to longer values in place (the ``*_ref`` fields).
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import BaseModel
 
+from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.client.content import read_content, resolve_references
+from piwf.config import agent_command_problem
+from piwf.errors import AgentCommandError
 from piwf.protocol import Operation, Response
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
@@ -29,6 +35,7 @@ from piwf.protocol.payloads import (
     RunDetail,
     RunListPayload,
     RunPage,
+    RunStartPayload,
     RunWaitPayload,
     RunWaitReceipt,
     WireModel,
@@ -134,3 +141,55 @@ class RunReadMethods:
         owner no longer holds it (for example, the run was deleted since).
         """
         return read_content(lambda payload: self.request("view.content", payload).receipt, ref)
+
+
+def start_payload(
+    workflow: str | Path,
+    *,
+    input: Any,
+    project: Path | None,
+    title: str | None,
+    agent_command: Sequence[str] | None,
+) -> dict[str, Any]:
+    """The wire payload of ``run.start`` (see :meth:`piwf.client.Client.start_run`).
+
+    Raises :class:`~piwf.errors.CanonicalJsonError` for an ``input`` that is not canonical
+    JSON and :class:`~piwf.errors.AgentCommandError` for an ``agent_command`` that is not a
+    list of non-empty strings.
+    """
+    canonical.check_value(input, "input")
+    command = None if agent_command is None else list(agent_command)
+    problem = None if command is None else agent_command_problem(agent_command)
+    if problem is not None:
+        raise AgentCommandError(problem)
+    payload = RunStartPayload(
+        workflow=workflow_reference(workflow),
+        project_path=str(absolute_path(project if project is not None else Path.cwd())),
+        title=title,
+        agent_command=command,
+    )
+    wire = payload.to_wire()
+    # The input is sent as given (canonical JSON checks it), not through pydantic's JSON
+    # conversion, which would quietly turn tuples, bytes or dates into something else.
+    wire.pop("input", None)
+    if input is not None:
+        wire["input"] = input
+    return wire
+
+
+def workflow_reference(workflow: str | Path) -> str:
+    """Return what ``run.start`` sends for ``workflow``: an absolute path or a name.
+
+    A :class:`~pathlib.Path`, an existing file, or text that contains ``/`` or ends with ``.py``
+    is a path, made absolute against the current directory; anything else is a name.
+    """
+    if isinstance(workflow, Path):
+        return str(absolute_path(workflow))
+    if "/" in workflow or workflow.endswith(".py") or Path(workflow).is_file():
+        return str(absolute_path(Path(workflow)))
+    return workflow
+
+
+def absolute_path(path: Path) -> Path:
+    """``path`` made absolute against the current directory, ``~`` expanded, ``..`` folded."""
+    return Path(os.path.normpath(path.expanduser().absolute()))

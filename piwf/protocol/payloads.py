@@ -41,10 +41,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from piwf.config import CONTENT_PART_BYTES
+from piwf.config import CONTENT_PART_BYTES, agent_command_problem
 from piwf.protocol.content import MAX_CONTENT_BYTES
 
 MAX_WAIT_MS = 3_600_000
@@ -121,6 +121,16 @@ class RunStartPayload(WireModel):
     project_path: str | None = Field(default=None, min_length=1, max_length=4096)
     input: Any = Field(default_factory=dict)
     title: str | None = Field(default=None, max_length=512)
+    #: The run's own headless agent command (argv); wins over the node's and the server's.
+    agent_command: list[str] | None = None
+
+    @field_validator("agent_command")
+    @classmethod
+    def _an_agent_command(cls, value: list[str] | None) -> list[str] | None:
+        problem = None if value is None else agent_command_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class RunCursor(WireModel):

@@ -5,7 +5,8 @@ One ``multiprocessing.connection`` pipe per child; every message is canonical JS
 
     server → child   launch    {schema, kind: "launch", runId, generation, runnerEpoch,
                                 serverEpoch, projectPath?, workflowSource: {root, mounted},
-                                definitionDigest, protocolVersion: 1}
+                                definitionDigest, protocolVersion: 1, executionMode,
+                                runAgentCommand?, serverAgentCommand?, stateHome?}
     child → server   ready     {schema, kind: "ready", runId, generation, runnerEpoch}
                   or sourceChanged {..., kind: "sourceChanged", files: [location, ...]}
     server → child   command   {schema, kind: "command", command: {command, runId, ...},
@@ -14,8 +15,16 @@ One ``multiprocessing.connection`` pipe per child; every message is canonical JS
                                 messageId, expectedRevision?, operation, payload}
                                 (operation: one of OPERATIONS, declared below)
     server → child   response  {schema, kind: "response", messageId, outcome, result?, error?}
+    server → child   interaction.settled {schema, kind, requestId}   (unsolicited: the agent
+                                request the runner's command works on is no longer pending)
     child → server   exiting   {schema, kind: "exiting", runId, generation, runnerEpoch,
                                 status}
+
+Headless agent steps (docs/AGENTS.md) add two calls, declared once in
+:data:`AGENT_OPERATIONS`: ``process.register`` (the agent command process the runner started,
+before it writes the prompt; under the runner's live claim; the answer starts a turn) and
+``process.unregister`` (after the command's process group is shut down; valid after the claim
+is released; the answer carries the request's state).
 
 A payload or result whose frame would pass 1 MiB travels as a digest-bound content reference
 (:mod:`piwf.protocol.content`), moved in 512 KiB parts with the ``content.part`` (child to
@@ -85,9 +94,6 @@ PORT_OPERATION: Mapping[str, PortOperation] = {op.name: op for op in PORT_OPERAT
 #: Port message type → the operation that carries it.
 OPERATION_OF_MESSAGE: Mapping[type[Any], PortOperation] = {op.message: op for op in PORT_OPERATIONS}
 
-#: Every operation a ``call`` may name.
-OPERATIONS: tuple[str, ...] = tuple(op.name for op in PORT_OPERATIONS) + CONTENT_OPERATIONS
-
 _ID = Field(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")
 
 
@@ -97,6 +103,100 @@ class _Model(BaseModel):
     def encode(self) -> bytes:
         """Canonical JSON bytes of the message."""
         return canonical.encode(self.model_dump(by_alias=True, exclude_none=True))
+
+
+class _Call(_Model):
+    """A call payload or result model (camelCase on the wire)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The wire form (what the call carries)."""
+        value: dict[str, JsonValue] = self.model_dump(by_alias=True, exclude_none=True)
+        return value
+
+
+class ProcessRegistration(_Call):
+    """``process.register``: the agent command process a runner started for an agent request,
+    registered before the runner writes its prompt. ``pgid`` is its own process group."""
+
+    run_id: str = Field(alias="runId", min_length=1, max_length=256)
+    request_id: str = Field(alias="requestId", min_length=1, max_length=256)
+    pid: int = Field(gt=0)
+    start_identity: str = Field(alias="startIdentity", min_length=1, max_length=256)
+    pgid: int = Field(gt=0)
+
+
+class ProcessUnregistration(_Call):
+    """``process.unregister``: the registered process's group is shut down; ``exitCode`` is the
+    command's own (a negative number: the signal that ended it), when known."""
+
+    run_id: str = Field(alias="runId", min_length=1, max_length=256)
+    request_id: str = Field(alias="requestId", min_length=1, max_length=256)
+    start_identity: str = Field(alias="startIdentity", min_length=1, max_length=256)
+    exit_code: int | None = Field(default=None, alias="exitCode")
+
+
+class AgentRequestState(_Call):
+    """Where an agent request stands: ``answered`` (an accepted submission: ``value``),
+    ``pending`` (``rejection``: the latest rejected submission's error, if any), ``expired``
+    (its active-time deadline passed) or ``cancelled`` (its run or visit ended)."""
+
+    status: Literal["pending", "answered", "expired", "cancelled"]
+    value: Any = None
+    rejection: str | None = None
+
+
+class TurnStarted(_Call):
+    """The answer to ``process.register``: the turn number, how many earlier turns ended
+    unproductive (1 or 2: this turn is a reminder), the stored prompt and the request's state
+    (anything but ``pending``: stop the command, the step is decided)."""
+
+    turn: int = Field(ge=1)
+    unproductive_turns: int = Field(alias="unproductiveTurns", ge=0)
+    prompt: str
+    request: AgentRequestState
+
+
+class TurnEnded(_Call):
+    """The answer to ``process.unregister``: the request's state after the turn and the
+    unproductive turns counted so far (this one included when the request is still pending)."""
+
+    unproductive_turns: int = Field(alias="unproductiveTurns", ge=0)
+    request: AgentRequestState
+
+
+@dataclass(frozen=True)
+class AgentOperation:
+    """A runner call about its headless agent command (not a port operation).
+
+    ``message`` is the payload model and ``result`` the model of an accepted answer. A call
+    that ``needs_live_claim`` is applied under the runner's own live claim (its renewal fails
+    the call ``claimLost``); the other stays valid after the claim was released. Neither
+    changes the run revision: they are supervision records, like the runner rows.
+    """
+
+    name: str
+    message: type[_Call]
+    result: type[_Call]
+    needs_live_claim: bool
+
+
+#: The headless agent calls, declared once.
+AGENT_OPERATIONS: tuple[AgentOperation, ...] = (
+    AgentOperation("process.register", ProcessRegistration, TurnStarted, needs_live_claim=True),
+    AgentOperation("process.unregister", ProcessUnregistration, TurnEnded, needs_live_claim=False),
+)
+
+#: Agent operation name → its declaration.
+AGENT_OPERATION: Mapping[str, AgentOperation] = {op.name: op for op in AGENT_OPERATIONS}
+
+#: Every operation a ``call`` may name.
+OPERATIONS: tuple[str, ...] = (
+    tuple(op.name for op in PORT_OPERATIONS)
+    + CONTENT_OPERATIONS
+    + tuple(op.name for op in AGENT_OPERATIONS)
+)
 
 
 class Launch(_Model):
@@ -112,6 +212,29 @@ class Launch(_Model):
     workflow_source: dict[str, Any] = Field(alias="workflowSource")
     definition_digest: str = Field(alias="definitionDigest", min_length=64, max_length=64)
     protocol_version: Literal[1] = Field(default=PROTOCOL_VERSION, alias="protocolVersion")
+    #: ``headless`` runs give agent steps to an agent command (docs/AGENTS.md).
+    execution_mode: Literal["headless", "interactive"] = Field(
+        default="headless", alias="executionMode"
+    )
+    #: The run's own agent command (``--agent-command``); it wins over the node's.
+    run_agent_command: list[str] | None = Field(default=None, alias="runAgentCommand")
+    #: The server's agent command (``PIWF_AGENT_COMMAND``), used when neither the run nor
+    #: the node names one.
+    server_agent_command: list[str] | None = Field(default=None, alias="serverAgentCommand")
+    #: The server's state home: the agent command's ``PIWF_HOME``.
+    state_home: str | None = Field(default=None, alias="stateHome")
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class InteractionSettled(_Model):
+    """Server → runner, unsolicited: the agent request ``requestId`` is no longer pending (a
+    submission was accepted, it expired or it was cancelled) while the runner's command still
+    runs; the runner stops the command after a short grace and asks for the state."""
+
+    schema_: Literal["piwf.runner.v1"] = Field(default=SCHEMA, alias="schema")
+    kind: Literal["interaction.settled"] = "interaction.settled"
+    request_id: str = Field(alias="requestId", min_length=1, max_length=256)
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
 

@@ -15,6 +15,11 @@ owns the run: the child stops at once and writes nothing more. The child never o
 Before a node's result is reported, every process the node left behind is ended (the lifeline's
 ``end_descendants``): a node's processes end with the node, daemons included, and the result
 commits only after they are gone.
+
+A headless agent step runs its agent command through :class:`~piwf.runner.agent_command.
+CommandDriver` (the engine's agent driver); while the command runs the server may send an
+unsolicited ``interaction.settled`` notice, which :class:`PipePort` remembers wherever it
+arrives.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from piwf.protocol.runner_v1 import (
     SCHEMA,
     CallResponse,
     Command,
+    InteractionSettled,
     Launch,
 )
 from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, name_process
@@ -63,6 +69,8 @@ class PipePort:
         self.node_ended = node_ended
         #: The run revision this child last saw committed; sent with every change it proposes.
         self.revision = revision
+        #: Agent requests the server said are no longer pending (``interaction.settled``).
+        self.settled: set[str] = set()
         self._ids = itertools.count(1)
 
     def call(self, operation: str, payload: dict[str, JsonValue]) -> CallResponse:
@@ -82,9 +90,10 @@ class PipePort:
         return self._receive(message_id, operation)
 
     def _receive(self, message_id: str, operation: str) -> CallResponse:
-        response = CallResponse.model_validate(
-            canonical.decode(self.connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
-        )
+        body = self.receive_frame()
+        while self.note_settled(body):  # a notice may arrive before the response
+            body = self.receive_frame()
+        response = CallResponse.model_validate(body)
         if response.message_id != message_id:
             raise RunCommandError(f"response to {response.message_id}, expected {message_id}")
         if response.outcome == "claimLost":
@@ -98,6 +107,17 @@ class PipePort:
             value = self._download(*found)
             return response.model_copy(update={"result": value})
         return response
+
+    def receive_frame(self) -> JsonValue:
+        """Block for the next frame from the server and decode it."""
+        return canonical.decode(self.connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
+
+    def note_settled(self, body: JsonValue) -> bool:
+        """Remember an ``interaction.settled`` notice; False when ``body`` is something else."""
+        if not isinstance(body, dict) or body.get("kind") != "interaction.settled":
+            return False
+        self.settled.add(InteractionSettled.model_validate(body).request_id)
+        return True
 
     def _frame(self, message_id: str, operation: str, payload: JsonValue) -> bytes:
         message: dict[str, JsonValue] = {
@@ -217,6 +237,7 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
         )
 
     # Imported here so that a broken environment shows up as a crash of this child only.
+    from piwf.runner.agent_command import CommandDriver
     from piwf.workflow.commands import command_from_json
     from piwf.workflow.engine import execute
     from piwf.workflow.sources import SourceIdentity, load_workflow, location_path, verify_sources
@@ -243,7 +264,8 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
         pipe_port = PipePort(
             connection, launch, command_message.revision, node_ended=lifeline.end_descendants
         )
-        result = execute(command, loaded.compiled, pipe_port)
+        agents = CommandDriver(pipe_port, launch, end_descendants=lifeline.end_descendants)
+        result = execute(command, loaded.compiled, pipe_port, agents=agents)
     except ClaimLostError:
         return EXIT_CLAIM_LOST
     send("exiting", status=result.status.value)

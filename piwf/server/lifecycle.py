@@ -149,6 +149,8 @@ class Server:
                 renew_s=settings.run_renew_s,
                 poll_s=settings.claim_poll_s,
                 ready_timeout_s=settings.runner_ready_timeout_s,
+                agent_command=settings.agent_command,
+                state_home=str(settings.paths.home),
             ),
             run_changed=self._run_changed,
         )

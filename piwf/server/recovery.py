@@ -5,8 +5,12 @@ The seed's twelve steps, in order, and where piwf does each:
 1. *take the global server epoch*: :func:`piwf.server.lifecycle.run_server` takes the
    single-instance lock, then ``epoch + 1`` in ``server_state`` (fault ``server.after_epoch``);
    every later command and runner transaction checks that epoch.
-2. *reap runner records that match an exact stale process identity*
-   (:func:`~piwf.server.runs.recovery.recover_runs`): every runner row
+2. *reap runner records that match an exact stale process identity*: first the headless
+   agent groups the dead server's runners left registered
+   (:func:`~piwf.server.runs.agents.recover_agent_groups`: each killed only if it is provably
+   still that group, marked ``reaped``, and every open active interval closed at its
+   ``observed_at``, so the downtime is never charged); then
+   (:func:`~piwf.server.runs.recovery.recover_runs`) every runner row
    still live from an older epoch; its process group is killed only if that exact process
    (start identity, never a bare pid) still runs, and the row is closed ``orphaned``.
 3. *find expired running runs and active attempts*: there too, the previous server's claims end
@@ -26,11 +30,13 @@ The seed's twelve steps, in order, and where piwf does each:
    the scheduler.
 8. *supervised timeout recovery of interactive requests whose active-time deadline passed*
    (:func:`expire_due_agent_deadlines`, after the runs are recovered and every interval the
-   dead server left open is closed at its ``observed_at``, so downtime is never charged): an
-   agent request whose active time reached its ``timeout_ms`` is closed ``expired`` under a
-   control claim and its run made eligible, before the scheduler starts any other work; the
-   next runner records ``timed_out`` on the same attempt. Waiting, pause and server downtime
-   consume no active time (docs/AGENTS.md "Deadlines").
+   dead server left open was closed at its ``observed_at`` in step 2, so downtime is never
+   charged): an agent request whose active time reached its ``timeout_ms`` is closed
+   ``expired`` under a control claim and its run made eligible, before the scheduler starts
+   any other work; the next runner records ``timed_out`` on the same attempt. Waiting, pause
+   and server downtime consume no active time (docs/AGENTS.md "Deadlines"). A headless agent
+   request whose runner died with time left is resumed by the next runner, which runs the
+   command again (a resumed turn).
 9. *resume provisional validating submissions in a new supervised child*: an answer commits
    with its request ``answered`` and the run eligible, so the next runner child consumes and
    (for an agent node) validates it; the server never runs ``validate``.
@@ -49,6 +55,7 @@ import logging
 
 from piwf.errors import PiwfError
 from piwf.server.resources.recovery import recover_reconciles
+from piwf.server.runs.agents import recover_agent_groups
 from piwf.server.runs.recovery import recover_runs
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
@@ -66,8 +73,10 @@ def recover_previous_server(
     owner_id: str,
     lease_ms: int,
 ) -> int:
-    """Recover the runs, then the reconciles, of older epochs, then expire the agent requests
-    already due; return how many runner rows were closed, runs decided or requests expired."""
+    """Recover the agent groups, the runs, then the reconciles, of older epochs, then expire
+    the agent requests already due; return how many agent processes were reaped, runner rows
+    closed, runs decided or requests expired."""
+    groups = recover_agent_groups(db)
     runs = recover_runs(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
     )
@@ -75,7 +84,7 @@ def recover_previous_server(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
     )
     expired = expire_due_agent_deadlines(db, owner_id=owner_id, lease_ms=lease_ms)
-    return runs + reconciles + expired
+    return groups + runs + reconciles + expired
 
 
 def expire_due_agent_deadlines(db: StateDatabase, *, owner_id: str, lease_ms: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from piwf.config import ServerPaths, state_home
+from piwf.config import ServerPaths, split_agent_command, state_home
 from piwf.server.children.start_methods import (
     StartMethod,
     default_start_method,
@@ -41,6 +41,16 @@ def _env_float(name: str, default: float) -> float:
     if number < 0:
         raise ValueError(f"{name} must not be negative, not {value!r}")
     return number
+
+
+def _env_agent_command() -> tuple[str, ...] | None:
+    value = os.environ.get("PIWF_AGENT_COMMAND")
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return tuple(split_agent_command(value))
+    except ValueError as error:
+        raise ValueError(f"PIWF_AGENT_COMMAND: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,8 @@ class ServerSettings:
     start_method: StartMethod = field(default_factory=default_start_method)
     #: At most this long on ``PRAGMA quick_check`` when the database opens (0: skip it).
     quick_check_s: float = 2.0
+    #: The agent command of headless steps that name none (docs/AGENTS.md).
+    agent_command: tuple[str, ...] | None = None
 
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
@@ -89,7 +101,8 @@ class ServerSettings:
         ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
         ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RETENTION_DAYS``, ``RETENTION_RETRY_S``,
         ``RETENTION_INTERVAL_S``, ``RETENTION_VACUUM_MIN_BYTES``, ``RECONCILE_GRACE_S``,
-        ``START_METHOD`` (``forkserver`` or ``spawn``), ``QUICK_CHECK_S``); ``overrides`` win.
+        ``START_METHOD`` (``forkserver`` or ``spawn``), ``QUICK_CHECK_S``, ``AGENT_COMMAND``
+        (``'CMD ARGS'``, split like a shell would; empty: none)); ``overrides`` win.
 
         Raises ``ValueError`` naming the variable for a value it cannot use."""
         values: dict[str, object] = {
@@ -116,6 +129,7 @@ class ServerSettings:
             ),
             "start_method": _env_start_method(),
             "quick_check_s": _env_float("PIWF_QUICK_CHECK_S", 2.0),
+            "agent_command": _env_agent_command(),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -288,3 +288,10 @@ class ReconcileOutcome(StrEnum):
     DELETED = "deleted"
     CONFLICT = "conflict"
     FAILED = "failed"
+
+
+class AgentProcessEnd(StrEnum):
+    """How a registered agent command process left the registry (``agent_processes``)."""
+
+    UNREGISTERED = "unregistered"  # its runner shut the group down and said so
+    REAPED = "reaped"  # the server ended it: its runner ended first, or its server died

@@ -96,6 +96,8 @@ TREE_ROWS: Mapping[str, str] = MappingProxyType(
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
         "attempt_active_intervals": """attempt_id IN (SELECT attempt_id FROM node_attempts
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
+        "agent_processes": _RUNS,
+        "agent_turns": _RUNS,
     }
 )
 

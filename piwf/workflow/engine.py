@@ -26,6 +26,7 @@ from piwf.canonical import JsonValue
 from piwf.clock import Clock, SystemClock
 from piwf.errors import CanonicalJsonError, RunCommandError
 from piwf.lifecycle import AnsweredBy, InteractionKind, Lineage, RunStatus
+from piwf.workflow.agent_driver import AgentDriver
 from piwf.workflow.commands import (
     ContinueCommand,
     RestartCommand,
@@ -129,16 +130,19 @@ def execute(
     *,
     clock: Clock | None = None,
     cancel: CancellationSignal | None = None,
+    agents: AgentDriver | None = None,
 ) -> ExecutionResult:
     """Execute ``command`` for ``workflow`` through ``port`` until the run parks or ends.
 
     Raises :class:`RunCommandError` (before any workflow code runs) when the command does not
     fit the saved run. ``cancel`` is a run-level signal: once set, the running node sees it on
-    ``ctx.signal`` and no further node starts; the run finishes ``cancelled``.
+    ``ctx.signal`` and no further node starts; the run finishes ``cancelled``. ``agents``
+    fulfils agent requests once they are committed (a headless agent command); without it an
+    agent visit parks ``waiting``.
     """
     saved = plan_command(command, workflow, port)
     run = _Execution(
-        workflow, port, saved.run_id, clock or SystemClock(), cancel or CancellationSignal()
+        workflow, port, saved.run_id, clock or SystemClock(), cancel or CancellationSignal(), agents
     )
     return run.execute(command, saved)
 
@@ -260,11 +264,12 @@ class _Execution:
         run_id: str,
         clock: Clock,
         cancel: CancellationSignal,
+        agents: AgentDriver | None,
     ) -> None:
         self.workflow = workflow
         self.port = port
         self.gate = PortGate(port)
-        self.executor = VisitExecutor(self.gate, run_id)
+        self.executor = VisitExecutor(self.gate, run_id, agents)
         self.run_id = run_id
         self.clock = clock
         self.cancel = cancel

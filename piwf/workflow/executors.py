@@ -10,6 +10,9 @@ action / shell          compute the request, reserve the effect, then (only when
 notify                  propose the notification under the visit's stable id
 checkpoint / decision   commit the request and park ``waiting``; the answer (in a later
 / agent                 command) becomes the output, after ``validate`` for agents
+agent (headless)        commit the request, then hand it to the injected agent driver
+                        (:mod:`piwf.workflow.agent_driver`); park only when it has nothing
+                        to run
 ======================  ==================================================================
 
 Uncertain endings of a managed effect (deadline passed, output not JSON) settle an idempotent
@@ -28,6 +31,13 @@ from piwf.canonical import JsonValue
 from piwf.errors import CanonicalJsonError, InvalidTransitionError
 from piwf.lifecycle import Adopted, AnsweredBy, Applied, Conflict, InteractionKind, RecoveryRequired
 from piwf.workflow import identity
+from piwf.workflow.agent_driver import (
+    AgentAccepted,
+    AgentDriver,
+    AgentExpired,
+    AgentFailed,
+    AgentTurn,
+)
 from piwf.workflow.compiler import CompiledNode
 from piwf.workflow.context import NodeContext, Outcome
 from piwf.workflow.invoke import (
@@ -134,10 +144,12 @@ class PortGate:
 class VisitExecutor:
     """Executes node visits of one run against one port gate."""
 
-    def __init__(self, gate: PortGate, run_id: str) -> None:
+    def __init__(self, gate: PortGate, run_id: str, agents: AgentDriver | None = None) -> None:
         self.gate = gate
         self.port = gate.port
         self.run_id = run_id
+        #: Fulfils agent requests (a headless agent command); None: agent visits park.
+        self.agents = agents
 
     def start(
         self, node: CompiledNode, ctx: NodeContext, frame: Frame, timeout_ms: int | None
@@ -160,8 +172,14 @@ class VisitExecutor:
                 return self._request(spec, ctx, timeout_ms)
 
     def answer(self, node: CompiledNode, ctx: NodeContext, pending: PendingRequest) -> VisitOutcome:
-        """Consume the answer of the visit's pending request (or park again without one)."""
+        """Consume the answer of the visit's pending request (or park again without one).
+
+        An unanswered agent request goes to the agent driver again (a resumed turn)."""
         if not pending.answered:
+            if isinstance(node.node, AgentNode) and pending.kind is InteractionKind.AGENT:
+                driven = self._drive(node.node, ctx, pending.request_id, pending.content, True)
+                if driven is not None:
+                    return driven
             return VisitParked(ParkReason.WAITING, pending.request_id)
         if pending.answered_by is AnsweredBy.EXPIRED:
             error = (
@@ -406,7 +424,39 @@ class VisitExecutor:
             )
         if isinstance(result, RecoveryRequired):
             raise InvalidTransitionError(f"port refused InteractionRequested: {result.reason}")
+        if isinstance(spec, AgentNode):
+            driven = self._drive(spec, ctx, request_id, content, False)
+            if driven is not None:
+                return driven
         return VisitParked(ParkReason.WAITING, request_id)
+
+    def _drive(
+        self, spec: AgentNode, ctx: NodeContext, request_id: str, content: JsonValue, resumed: bool
+    ) -> VisitDone | None:
+        """Hand the committed agent request to the driver; None when it has nothing to run."""
+        if self.agents is None:
+            return None
+        prompt = content.get("prompt") if isinstance(content, dict) else None
+        turn = AgentTurn(
+            run_id=self.run_id,
+            request_id=request_id,
+            path=ctx.path,
+            visit=ctx.visit,
+            attempt=ctx.attempt,
+            command=spec.command,
+            prompt=prompt if isinstance(prompt, str) else "",
+            resumed=resumed,
+        )
+        outcome = self.agents.drive(turn)
+        match outcome:
+            case None:
+                return None
+            case AgentAccepted(value=value):
+                return VisitDone(Outcome.OK, value, request_id=request_id)
+            case AgentExpired(detail=detail):
+                return VisitDone(Outcome.TIMED_OUT, error=detail, request_id=request_id)
+            case AgentFailed(error=error):
+                return VisitDone(Outcome.FAILED, error=error)
 
 
 def _request_content(

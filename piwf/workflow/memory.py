@@ -33,6 +33,7 @@ from piwf.lifecycle import (
     RecoveryRequired,
     RunStatus,
 )
+from piwf.workflow.agent_driver import AgentDriver
 from piwf.workflow.commands import StartCommand
 from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.context import CancellationSignal, Outcome
@@ -581,13 +582,16 @@ def run_in_memory(
     port: MemoryPort | None = None,
     clock: Clock | None = None,
     cancel: CancellationSignal | None = None,
+    agents: AgentDriver | None = None,
 ) -> tuple[ExecutionResult, MemoryPort]:
     """Dry-run ``workflow`` on a fresh (or given) in-memory port with a start command.
 
     Returns the execution result and the port, whose records show every proposed change.
+    ``agents`` fulfils agent requests (see :mod:`piwf.workflow.agent_driver`).
     """
     compiled = workflow if isinstance(workflow, CompiledWorkflow) else compile_workflow(workflow)
     memory = port or MemoryPort()
     memory.create_run(run_id, input, definition_digest=compiled.digest)
-    result = execute(StartCommand(run_id), compiled, memory, clock=clock, cancel=cancel)
+    start = StartCommand(run_id)
+    result = execute(start, compiled, memory, clock=clock, cancel=cancel, agents=agents)
     return result, memory

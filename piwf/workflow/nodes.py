@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.config import agent_command_problem
 from piwf.errors import CanonicalJsonError, WorkflowDefinitionError
 from piwf.lifecycle import NotifyKind
 
@@ -271,7 +272,9 @@ class AgentNode:
     """An interactive step: the submitted output, after ``validate``, becomes the node output.
 
     ``validate(output, ctx)`` may raise to reject a submission (the same request stays pending)
-    or return a normalised value; returning ``None`` accepts the output unchanged.
+    or return a normalised value; returning ``None`` accepts the output unchanged. ``command``
+    is the headless agent command of this step (an argv list); a run's own command wins over
+    it, and it wins over the server's (docs/AGENTS.md).
     """
 
     kind: ClassVar[NodeKind] = NodeKind.AGENT
@@ -280,6 +283,7 @@ class AgentNode:
     validate: Callable[[JsonValue, NodeContext], Any] | None = None
     timeout_ms: TimeoutSpec = DEFAULT_AGENT_TIMEOUT_MS
     status_detail: str | None = None
+    command: tuple[str, ...] | None = None
 
     def structure(self) -> dict[str, JsonValue]:
         """Return this node's part of the definition snapshot."""
@@ -289,6 +293,7 @@ class AgentNode:
             "validates": self.validate is not None,
             "statusDetail": self.status_detail,
             "timeoutMs": timeout_structure(self.timeout_ms),
+            "command": None if self.command is None else list(self.command),
         }
 
 
@@ -455,8 +460,15 @@ def agent(
     validate: Callable[[JsonValue, NodeContext], Any] | None = None,
     timeout_ms: TimeoutSpec = DEFAULT_AGENT_TIMEOUT_MS,
     status_detail: str | None = None,
+    command: Sequence[str] | None = None,
 ) -> AgentNode:
-    """Return an interactive step; ``validate(output, ctx)`` may reject or normalise output."""
+    """Return an interactive step; ``validate(output, ctx)`` may reject or normalise output.
+
+    ``command`` (an argv list such as ``["claude", "-p"]``) is the agent command a headless run
+    starts for this step unless the run names its own.
+    """
+    if command is not None and (problem := agent_command_problem(command)) is not None:
+        raise WorkflowDefinitionError(f"agent(): command: {problem}")
     if not isinstance(prompt, str) and not callable(prompt):
         raise WorkflowDefinitionError("agent(): prompt must be a string or a callable")
     if not isinstance(expected_output, str) or not expected_output.strip():
@@ -469,6 +481,7 @@ def agent(
         validate=_optional_callable("agent", "validate", validate),
         timeout_ms=_timeout("agent", timeout_ms),
         status_detail=status_detail,
+        command=None if command is None else tuple(command),
     )
 
 

@@ -29,6 +29,7 @@ MIRRORS: list[tuple[str, str, type[Enum]]] = [
     ("human_decision_resolutions", "provenance", e.ResolutionProvenance),
     ("human_decision_submissions", "source", e.SubmissionSource),
     ("human_decision_submissions", "outcome", e.SubmissionOutcome),
+    ("agent_processes", "ended_by", e.AgentProcessEnd),
 ]
 
 

@@ -51,6 +51,8 @@ OWNERS = {
     "managed_resource_runners": "resources/runners.py",
     "managed_resource_workflows": "resources/calls.py",
     "attempt_active_intervals": "execution/active_time.py",
+    "agent_processes": "execution/agents.py",
+    "agent_turns": "execution/agents.py",
 }
 
 #: The one deliberate exception: retention deletes a whole expired run tree by deleting its

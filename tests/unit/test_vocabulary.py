@@ -25,7 +25,12 @@ import pytest
 import piwf
 from piwf import lifecycle
 from piwf.protocol import client_v1, runner_v1
-from piwf.protocol.runner_v1 import CONTENT_OPERATIONS, OPERATIONS, PORT_OPERATIONS
+from piwf.protocol.runner_v1 import (
+    AGENT_OPERATIONS,
+    CONTENT_OPERATIONS,
+    OPERATIONS,
+    PORT_OPERATIONS,
+)
 from piwf.resource.definition import ResultKind
 from piwf.runner.workflow_runner import PipePort
 from piwf.state import enums
@@ -109,7 +114,8 @@ def test_the_port_is_the_declared_operations() -> None:
         if not name.startswith("_")
     }
     assert methods == {op.name for op in PORT_OPERATIONS}
-    assert tuple(op.name for op in PORT_OPERATIONS) + CONTENT_OPERATIONS == OPERATIONS
+    agent_calls = tuple(op.name for op in AGENT_OPERATIONS)
+    assert tuple(op.name for op in PORT_OPERATIONS) + CONTENT_OPERATIONS + agent_calls == OPERATIONS
     messages = [op.message for op in PORT_OPERATIONS]
     assert len(set(messages)) == len(messages), "each operation carries its own message type"
 
@@ -141,8 +147,10 @@ def test_the_docs_operations_table_is_the_declaration() -> None:
         for op in PORT_OPERATIONS
     ]
     assert documented[: len(declared)] == declared
-    transfers = documented[len(declared) :]
-    assert {name for name, _, kind in transfers if kind == "transfer"} == set(CONTENT_OPERATIONS)
+    rest = documented[len(declared) :]
+    assert {name for name, _, kind in rest if kind == "transfer"} == set(CONTENT_OPERATIONS)
+    agent_calls = [(name, message) for name, message, kind in rest if kind.startswith("agent")]
+    assert agent_calls == [(op.name, op.message.__name__) for op in AGENT_OPERATIONS]
     assert len(documented) == len(OPERATIONS)
 
 

@@ -408,6 +408,11 @@ def new_run_from(payload: RunStartPayload, result: dict[str, JsonValue]) -> run_
         sources=sources,
         title=title if isinstance(title, str) else None,
         project_path=payload.project_path,
+        launch_options=(
+            None
+            if payload.agent_command is None
+            else {"agentCommand": list[JsonValue](payload.agent_command)}
+        ),
     )
 
 

@@ -6,7 +6,10 @@ Duties, each driven by the server loop::
                eligible run (generation + 1), record the runner row, start the child and hand
                it to its :class:`~piwf.server.runs.session.RunnerSession`
     renew      the server (never the child) renews every active run claim on a timer, so a
-               child that blocks its own interpreter cannot cost the run its claim
+               child that blocks its own interpreter cannot cost the run its claim; the same
+               transaction moves the run's open active intervals forward (its agent command is
+               still seen working), and a runner whose command's request was settled meanwhile
+               is told so
     rescue     a run left executing with an absent or expired claim and no child of this server
                (its claim expired while the server was stopped or starved, a launch failed after
                its claim, an exit could not be recorded) is decided as startup recovery decides
@@ -41,12 +44,13 @@ from piwf.protocol.runner_v1 import Launch
 from piwf.server.children.supervisor import ChildSpec, Supervisor
 from piwf.server.failures import retry_later
 from piwf.server.loop import EventLoop
+from piwf.server.runs.agents import reap_runner_groups
 from piwf.server.runs.content_transfer import ContentTransfer
 from piwf.server.runs.session import RunnerSession
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, RunnerStatus
-from piwf.state.execution import RunLaunch
+from piwf.state.execution import RunLaunch, active_time, agents
 from piwf.state.execution import runs as run_store
 from piwf.state.leases import Claim, renew_claim
 from piwf.state.records import Actor
@@ -77,6 +81,10 @@ class ExecutionSettings:
     poll_s: float = 2.0
     ready_timeout_s: float = 30.0
     stop_grace_s: float = 2.0
+    #: The server's agent command (``PIWF_AGENT_COMMAND``), for steps that name none.
+    agent_command: tuple[str, ...] | None = None
+    #: The state home, given to agent commands as their ``PIWF_HOME``.
+    state_home: str | None = None
 
 
 class Executor:
@@ -176,12 +184,25 @@ class Executor:
             try:
                 with self.db.write() as tx:
                     active.claim = renew_claim(tx, active.claim, self.settings.run_lease_ms)
+                    active_time.observe_run(tx, active.run_id)
+                active.tell_if_settled()
             except ClaimLostError as error:
                 log.warning("run %s lost its claim (%s)", active.run_id, error.reason)
                 active.server_lost_claim = True
                 self.stop(active, RunnerStatus.CLAIM_LOST)
             except PiwfError as error:
                 log.warning("renewing run %s failed: %s", active.run_id, error)
+
+    def request_settled(self, run_id: str) -> None:
+        """A request of ``run_id`` stopped being pending (a submission was accepted, it expired):
+        if this server's runner of that run is waiting on its agent command for it, tell it now
+        rather than at the next renewal."""
+        active = self.active.get(run_id)
+        if active is not None:
+            try:
+                active.tell_if_settled()
+            except PiwfError as error:
+                log.warning("run %s: telling its runner failed: %s", run_id, error)
 
     def rescue_stranded_runs(self) -> None:
         """Recover runs whose claim expired or vanished while this server lives.
@@ -220,6 +241,7 @@ class Executor:
                 verify_server_claim(tx, self.server_claim())
                 runner = ex.live_runner(tx, run.run_id)
                 if runner is not None:
+                    reap_runner_groups(tx, runner.runner_epoch)
                     # Not a child this server supervises any more: kill it only if it is still
                     # that exact process (start identity, never a bare pid).
                     identity = runner.process_start_identity
@@ -402,6 +424,10 @@ class Executor:
                 "mounted": mounted,
             },
             definitionDigest=run.definition_digest.hex(),
+            executionMode=agents.execution_mode(tx, launch.run_id).value,
+            runAgentCommand=_listed(agents.run_agent_command(tx, launch.run_id)),
+            serverAgentCommand=_listed(self.settings.agent_command),
+            stateHome=self.settings.state_home,
         )
 
     # -- stopping and reaping --------------------------------------------------------------
@@ -426,3 +452,7 @@ class Executor:
         self.run_changed(active.run_id)
         self.loop.call_later(0, self.schedule)
         self.on_runner_exit()
+
+
+def _listed(command: tuple[str, ...] | None) -> list[str] | None:
+    return None if command is None else list(command)

@@ -11,8 +11,12 @@ everything said to it::
                             read_run                      the run's own saved state (or a parent's)
                             a state change                decode_runner_call + apply_runner_call,
                                                           under this generation's own claim
+                            process.register | process.unregister   its headless agent
+                                                          command (server/runs/agents.py)
     child ─exiting────────▶ noted; the exit itself comes from the supervisor
-    child exits ──────────▶ record its one outcome and decide the run, in one transaction
+    server ─interaction.settled─▶ child   once, when its command's request stops being pending
+    child exits ──────────▶ reap the agent groups it left registered, record its one outcome
+                            and decide the run, in one transaction
 
 Every message is checked for this run, generation and runner epoch before its payload is read:
 another run is a protocol violation (the child is killed, the run parks ``protocolRejected``);
@@ -41,11 +45,18 @@ from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
 from piwf.lifecycle import CommandKind, Conflict
 from piwf.protocol import content
-from piwf.protocol.runner_v1 import CONTENT_OPERATIONS, CallResponse, ChildMessage, Command
+from piwf.protocol.runner_v1 import (
+    AGENT_OPERATION,
+    CONTENT_OPERATIONS,
+    CallResponse,
+    ChildMessage,
+    Command,
+)
 from piwf.server.children.pipes import PipeClosedError, PipeOverflowError
 from piwf.server.children.supervisor import ChildHandle
 from piwf.server.failures import RetryDelay
 from piwf.server.loop import EventLoop, Timer
+from piwf.server.runs.agents import AgentCalls, reap_runner_groups
 from piwf.server.runs.content_transfer import ContentTransfer
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
@@ -134,6 +145,8 @@ class RunnerSession:
     ready_timer: Timer | None = None
     #: Delays between retries of this generation's writes while the database cannot serve.
     state_retry: RetryDelay = field(default_factory=RetryDelay)
+    #: Its headless agent command's calls and request (set on first use).
+    agents: AgentCalls | None = None
 
     @property
     def run_id(self) -> str:
@@ -175,7 +188,11 @@ class RunnerSession:
         for raw in messages:
             if self.stop_reason is not None:
                 # Being stopped (claim loss, protocol violation, deadline, cancel, shutdown):
-                # nothing it sends from now on is applied, even what was already in the pipe.
+                # nothing it sends from now on is applied, even what was already in the pipe,
+                # but an agent group it shut down may still be unregistered.
+                if _is_unregister(raw):
+                    self._serve(raw)
+                    continue
                 return
             self._serve(raw)
 
@@ -321,6 +338,9 @@ class RunnerSession:
         if operation in CONTENT_OPERATIONS:
             self._content(message.message_id, operation, payload)
             return
+        if operation in AGENT_OPERATION:
+            self._agent_call(message)
+            return
         try:
             payload = self.transfer.resolve(payload)
         except StateUnavailableError:
@@ -376,6 +396,38 @@ class RunnerSession:
             self.host.run_changed(self.run_id)
         elif isinstance(call.message, port.NodeStarted):
             self._watch_deadline(call.message)
+
+    def agent_calls(self) -> AgentCalls:
+        """This runner's agent calls (created on first use)."""
+        if self.agents is None:
+            self.agents = AgentCalls(self.host.db, self.run_id, self.runner_epoch)
+        return self.agents
+
+    def _agent_call(self, message: ChildMessage) -> None:
+        """Serve ``process.register`` / ``process.unregister`` (server/runs/agents.py)."""
+        assert message.message_id is not None
+        answer = self.agent_calls().serve(
+            message,
+            self.claim,
+            None if self.handle is None else self.handle.pid,
+            lease_ms=self.host.lease_ms,
+            verify_server_claim=self.host.verify_server_claim,
+        )
+        self._respond(message.message_id, answer.outcome, answer.result, answer.error)
+        if answer.violation is not None:
+            self._reject_protocol(answer.violation)
+        elif answer.claim_lost:
+            self.server_lost_claim = True
+            self.host.stop(self, RunnerStatus.CLAIM_LOST)
+
+    def tell_if_settled(self) -> None:
+        """Send ``interaction.settled`` once the request its agent command works on is no
+        longer pending (the runner then stops the command after a short grace)."""
+        if self.agents is None or self.ended or self.stop_reason is not None:
+            return
+        notice = self.agents.check_settled()
+        if notice is not None:
+            self._send(notice)
 
     def _read_run(self, message_id: str, payload: dict[str, Any]) -> None:
         """A runner reads its own run, and a restart also reads the run it restarts."""
@@ -476,6 +528,8 @@ class RunnerSession:
         code = handle.returncode
         try:
             with self.host.db.write() as tx:
+                # An agent group the runner left registered is ended first (identity-checked).
+                reap_runner_groups(tx, self.runner_epoch)
                 # Claim loss is a handoff: when a newer generation owns the run, the recovery
                 # is a no-op (it checks the generation). When this server's own claim merely
                 # expired (the server was stopped or starved past the run lease), no one else
@@ -512,3 +566,14 @@ class RunnerSession:
         if handle.returncode == 0 and self.ended:
             return RunnerStatus.EXITED
         return RunnerStatus.CRASHED
+
+
+def _is_unregister(raw: bytes) -> bool:
+    """Whether a raw child frame is a ``process.unregister`` call (cheap: no validation)."""
+    if b"process.unregister" not in raw:
+        return False
+    try:
+        body = canonical.decode(raw)
+    except PiwfError:
+        return False
+    return isinstance(body, dict) and body.get("operation") == "process.unregister"

@@ -19,6 +19,14 @@ store function named ``apply_<operation>``, found by that name in ``visits``, ``
 ``claim`` is always the claim of the run the sending runner was launched for; nothing in the
 payload chooses the authority a call is applied under. A refused decode is a protocol violation
 (failure class ``protocolRejected``): the server answers it, stops that runner and parks its run.
+
+The runner's headless agent calls (:data:`~piwf.protocol.runner_v1.AGENT_OPERATIONS`) take the
+same two steps, without a receipt (both are idempotent on the registry row itself)::
+
+    decode_agent_call(claim, operation, payload)      the same refusals as above
+    apply_agent_call(tx, claim, runner_epoch, call)
+        process.register     under ``claim`` (renewed; ClaimLostError when it is stale)
+        process.unregister   no claim: valid after the runner's claim was released
 """
 
 from __future__ import annotations
@@ -27,13 +35,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError
-from piwf.lifecycle import Conflict
-from piwf.protocol.runner_v1 import PORT_OPERATION, PORT_OPERATIONS
+from piwf.lifecycle import Adopted, Applied, Conflict
+from piwf.protocol.runner_v1 import (
+    AGENT_OPERATION,
+    AGENT_OPERATIONS,
+    PORT_OPERATION,
+    PORT_OPERATIONS,
+    AgentOperation,
+    ProcessRegistration,
+    ProcessUnregistration,
+)
 from piwf.state.database import Transaction
-from piwf.state.execution import effects, outcomes, visits
+from piwf.state.execution import effects, headless, outcomes, visits
 from piwf.state.execution.runners import RunnerReply, apply_runner_message
 from piwf.state.execution.runs import run_resource_id
 from piwf.state.leases import Claim
@@ -130,3 +148,63 @@ def apply_runner_call(
         return apply(tx, claim, call.message, lease_ms=lease_ms)
 
     return apply_runner_message(tx, claim, runner_epoch, message_id, call.fingerprint, guarded)
+
+
+@dataclass(frozen=True)
+class AgentCall:
+    """A decoded headless agent call: its declaration and its typed payload."""
+
+    operation: AgentOperation
+    message: ProcessRegistration | ProcessUnregistration
+
+
+#: What an agent call answers: a turn started (register) or ended (unregister).
+AgentCallResult = (
+    Applied[headless.TurnStart]
+    | Adopted[headless.TurnStart]
+    | Applied[headless.TurnEnd]
+    | Adopted[headless.TurnEnd]
+    | Conflict
+)
+
+if {op.name for op in AGENT_OPERATIONS} != {"process.register", "process.unregister"}:
+    raise ImportError("every agent operation needs its applier in apply_agent_call")
+
+
+def decode_agent_call(claim: Claim, operation: str | None, payload: JsonValue) -> AgentCall:
+    """Decode one agent call of the runner that holds ``claim``.
+
+    Raises :class:`RunnerCallRejectedError` for an operation that is not an agent call, a
+    payload that is not its declared model (strictly: unknown, missing or mistyped fields), or
+    one that names a run other than the one ``claim`` is on.
+    """
+    declared = AGENT_OPERATION.get(operation or "")
+    if declared is None:
+        raise RunnerCallRejectedError(f"unknown agent operation {str(operation)[:64]!r}")
+    try:
+        message = declared.message.model_validate(payload)
+    except ValidationError:
+        raise RunnerCallRejectedError(
+            f"{declared.name}: the payload is not a {declared.message.__name__}"
+        ) from None
+    assert isinstance(message, (ProcessRegistration, ProcessUnregistration))
+    if run_resource_id(message.run_id) != claim.resource_id:
+        raise RunnerCallRejectedError(f"{declared.name} names another run than the runner's own")
+    return AgentCall(declared, message)
+
+
+def apply_agent_call(
+    tx: Transaction, claim: Claim, runner_epoch: str, call: AgentCall, *, lease_ms: int
+) -> AgentCallResult:
+    """Apply a decoded agent call of runner ``runner_epoch`` (launched with ``claim``).
+
+    ``process.register`` is applied under ``claim`` (renewed first; :class:`ClaimLostError`
+    when it is stale, nothing written); ``process.unregister`` needs no claim. Results and
+    refusals are those of :func:`~piwf.state.execution.headless.apply_process_register` and
+    :func:`~piwf.state.execution.headless.apply_process_unregister`.
+    """
+    if isinstance(call.message, ProcessRegistration):
+        return headless.apply_process_register(
+            tx, claim, runner_epoch, call.message, lease_ms=lease_ms
+        )
+    return headless.apply_process_unregister(tx, runner_epoch, call.message)

@@ -70,7 +70,9 @@ UPDATE run_queue SET consecutive_errors = 0 WHERE run_id = ? AND consecutive_err
 _SELECT_ERROR_TEXT = "SELECT error_hash FROM run_queue WHERE run_id = ?"
 
 # Eligibility of a run for the scheduler, but for its due time; :blocking is a JSON array of
-# blocking error codes and :exclude a JSON array of run ids the caller is already handling.
+# blocking error codes and :exclude a JSON array of run ids the caller is already handling. A
+# pending request waits for an answer, unless a headless agent command drives it (it has agent
+# turns): then the run's next runner runs the command again.
 _ELIGIBLE_FROM = """
 FROM run_queue q
 JOIN runs r ON r.run_id = q.run_id
@@ -82,7 +84,9 @@ WHERE q.status IN ('queued', 'parked')
   AND NOT (q.error_code = 'runnerCrashed' AND q.consecutive_errors >= :crash_limit)
   AND (l.owner_id IS NULL OR l.expires_at <= :now)
   AND NOT EXISTS (SELECT 1 FROM interactive_requests i
-                  WHERE i.run_id = r.run_id AND i.status = 'pending')
+                  WHERE i.run_id = r.run_id AND i.status = 'pending'
+                    AND NOT EXISTS (SELECT 1 FROM agent_turns t
+                                    WHERE t.request_id = i.request_id))
   AND NOT EXISTS (SELECT 1 FROM effects e
                   WHERE e.source_resource_id = r.resource_id AND e.status = 'ambiguous')
   AND r.run_id NOT IN (SELECT value FROM json_each(:exclude))

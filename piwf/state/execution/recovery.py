@@ -14,7 +14,8 @@ The no-progress rule (seed 003 "Retry only after progress")::
     run revision <= baseline, the runner failed by itself ─▶ parked runnerNoProgress
     otherwise ─▶ applying effects: idempotent → pending, manual → ambiguous
                ├─ any ambiguous effect ─▶ parked effectAmbiguous
-               ├─ the visit committed a pending request ─▶ waiting
+               ├─ the visit committed a pending request ─▶ waiting (unless a headless
+               │                                           agent command drives it)
                └─ else ─▶ parked, claimable (runnerCrashed/runnerTimedOut evidence; the Nth
                           consecutive crash backs off, the CRASH_LOOP_LIMITth blocks)
 
@@ -40,7 +41,7 @@ from piwf.state.enums import (
     QueueStatus,
     RunnerStatus,
 )
-from piwf.state.execution import attempts, queue, requests, runs
+from piwf.state.execution import agents, attempts, queue, requests, runs
 from piwf.state.execution.core import record_run_change, take_run_authority
 from piwf.state.execution.runners import (
     RunnerRecord,
@@ -146,7 +147,13 @@ def recover_after_runner_exit(
     )
     active = attempts.active_attempt(tx, run.run_id)
     request = None if active is None else requests.open_request(tx, active.attempt_id)
-    waiting = request is not None and request.status is InteractionStatus.PENDING
+    # A request a headless agent command drives is work to resume (the next runner runs the
+    # command again), not a wait for an outside answer.
+    waiting = (
+        request is not None
+        and request.status is InteractionStatus.PENDING
+        and not agents.is_driven(tx, request.request_id)
+    )
     payload = {"runnerEpoch": None if runner is None else runner.runner_epoch}
     if protocol_rejection is not None:
         decision = RecoveryDecision.PROTOCOL_REJECTED
