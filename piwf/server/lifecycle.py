@@ -213,6 +213,7 @@ class Server:
             poll_s=settings.claim_poll_s,
             expired=self._decisions_settled,
         )
+        self.executor.on_agent_activity = lambda _run_id: self.agent_deadlines.nudge()
         self.clients = ClientListener(
             self.loop,
             listener,
@@ -256,7 +257,7 @@ class Server:
         self.handlers.notify_run_changed(run_id)
         self.reconciler.wake_parents()  # a child run of a managed resource may have ended
         self.deadlines.nudge()  # a run that just parked may already be past its deadline
-        self.agent_deadlines.nudge()  # an agent started or stopped working, or a runner ended
+        self.agent_deadlines.nudge()  # a runner ended, a run was paused or resumed
 
     def _decisions_settled(self, run_ids: list[str]) -> None:
         for run_id in run_ids:

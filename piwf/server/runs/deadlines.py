@@ -28,11 +28,13 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from piwf import faults
 from piwf.errors import PiwfError
 from piwf.server.loop import EventLoop, Timer
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType
+from piwf.state.execution import active_time
 from piwf.state.leases import Claim
 from piwf.state.records import Actor
 
@@ -128,7 +130,12 @@ class AgentDeadlines:
         self._schedule(delay)
 
     def _stop_due_runners(self, run_ids: set[str]) -> None:
-        """Stop the live runner of each run, once per claim generation."""
+        """Stop the live runner of each run, once per claim generation.
+
+        The run's open interval is observed first: its agent was seen working up to this
+        moment, so a server that dies before the stop completes charges exactly the time up to
+        the deadline, and its restart expires the request at once.
+        """
         for run_id in list(self._stopped):
             if run_id not in run_ids:
                 del self._stopped[run_id]
@@ -137,6 +144,9 @@ class AgentDeadlines:
             if claim is None or self._stopped.get(run_id) == claim.generation:
                 continue
             self._stopped[run_id] = claim.generation
+            with self.db.write() as tx:
+                active_time.observe_run(tx, run_id)
+            faults.point("deadline.before_stop")
             log.info("run %s: active-time deadline reached; stopping its runner", run_id)
             self.runners.stop_run(run_id, "expired")
 

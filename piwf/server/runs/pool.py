@@ -107,6 +107,9 @@ class Executor:
         self.run_changed = run_changed
         #: Called after every runner exit (the server asks for a retention sweep there).
         self.on_runner_exit: Callable[[], None] = lambda: None
+        #: Called when a runner registered or unregistered its agent process (the agent
+        #: deadlines recompute their timer).
+        self.on_agent_activity: Callable[[str], None] = lambda _run_id: None
         self.supervisor = supervisor
         self.active: dict[str, RunnerSession] = {}
         #: The resource reconciles sharing this pool's capacity (set by the lifecycle).
@@ -445,6 +448,10 @@ class Executor:
             self.supervisor.kill(active.handle)
         else:
             self.supervisor.stop(active.handle, self.settings.stop_grace_s)
+
+    def agent_activity(self, run_id: str) -> None:
+        """An agent process of ``run_id`` was registered or unregistered."""
+        self.on_agent_activity(run_id)
 
     def ended(self, active: RunnerSession) -> None:
         """``active``'s exit is recorded: free its slot, tell waiters, schedule the next run."""
