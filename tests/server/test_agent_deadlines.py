@@ -34,8 +34,9 @@ from tests.server.test_execution import FAST, query, run_view, wait_run, write_w
 
 HANGS = str(Path(__file__).resolve().parents[2] / "fixtures" / "agents" / "hangs.py")
 PIWF = Path(sys.executable).parent / "piwf"
-#: How long the tests' servers wait between deadline passes (the backstop of the timer).
-DEADLINE_ENV = {**FAST, "PIWF_CLAIM_POLL_S": "0.5"}
+#: The backstop between deadline passes is a minute: a deadline that fires within a test's
+#: bounded waits was fired by the timer the agent's registration armed, not by the poll.
+DEADLINE_ENV = {**FAST, "PIWF_CLAIM_POLL_S": "60"}
 
 
 def hanging_workflow(directory: Path, name: str, timeout_ms: int | None, *, routed: bool) -> str:
