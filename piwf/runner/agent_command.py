@@ -249,9 +249,9 @@ class CommandDriver:
                 )
             except OSError as error:
                 return AgentFailed(
-                    f"{AgentCommandError.code}: the agent command {argv[0]!r} could not be "
-                    f"started ({error.strerror or error}); install it or fix --agent-command, "
-                    "agent(command=...) or PIWF_AGENT_COMMAND"
+                    f"{AgentCommandError.code}: the agent command {Path(argv[0]).name!r} could "
+                    f"not be started ({error.strerror or type(error).__name__}); install it or "
+                    "fix --agent-command, agent(command=...) or PIWF_AGENT_COMMAND"
                 )
             watch = _ExitWatch(process.pid)
             try:

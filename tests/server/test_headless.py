@@ -1,0 +1,384 @@
+"""Headless agent steps through real servers, real runners and real agent commands.
+
+The agent commands are the scripts in ``fixtures/agents/``; each records what it saw or which
+processes it started in a file the test reads, so nothing here depends on timing: every wait
+polls a condition against a deadline. Every agent process a test starts is gone at its end
+(cancelled runs, killed groups), and the harness reaps the servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from piwf.cli import cli
+from piwf.lifecycle import AnsweredBy
+from piwf.state import StateDatabase, blobs
+from piwf.state.execution import requests
+from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.test_execution import FAST, query, run_view, wait_run, write_workflow
+
+AGENTS = Path(__file__).resolve().parents[2] / "fixtures" / "agents"
+WORKFLOWS = Path(__file__).resolve().parents[2] / "fixtures" / "workflows"
+
+
+def agent_command(script: str, *args: str) -> list[str]:
+    return [sys.executable, str(AGENTS / script), *args]
+
+
+def headless_workflow(directory: Path, node_command: list[str] | None = None) -> str:
+    """An agent step that routes on ``$result.outcome``: ``done`` or ``recover``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return write_workflow(
+        directory,
+        "headless",
+        f"""
+        from piwf.workflow import agent, compute, define_workflow
+
+        workflow = define_workflow(
+            name="headless",
+            start_at="ask",
+            nodes={{
+                "ask": agent(
+                    prompt="Summarise the tides.",
+                    expected_output='{{"summary": "text"}}',
+                    command={node_command!r},
+                ),
+                "done": compute(lambda ctx: {{"got": ctx.outputs["ask"]}}),
+                "recover": compute(lambda ctx: {{"error": ctx.results["ask"].error}}),
+            }},
+            edges=[{{"from": "ask", "switch": {{"on": "$result.outcome", "cases": {{
+                "ok": "done", "failed": "recover", "timed_out": "recover"}}}}}}],
+        )
+        """,
+    )
+
+
+def start(client: RawClient, workflow: str, command: list[str] | None, key: str) -> str:
+    payload: dict[str, Any] = {"workflow": workflow, "input": {}}
+    if command is not None:
+        payload["agentCommand"] = command
+    response = client.request("run.start", payload, key=key)
+    assert response.outcome == "accepted", response
+    assert response.receipt is not None
+    return str(response.receipt["run"]["runId"])
+
+
+def control(client: RawClient, operation: str, run_id: str, key: str) -> None:
+    response = client.request(operation, run_id=run_id, key=key)
+    assert response.outcome in ("accepted", "adopted"), response
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+def processes(server: ServerProcess, run_id: str) -> list[tuple[Any, ...]]:
+    """(start identity, pid, ended_by) of the run's registered agent processes, oldest first."""
+    return query(
+        server,
+        "SELECT start_identity, pid, ended_by FROM agent_processes WHERE run_id = ?"
+        " ORDER BY registered_at, rowid",
+        (run_id,),
+    )
+
+
+def intervals(server: ServerProcess, run_id: str) -> list[tuple[Any, ...]]:
+    """(started_at, observed_at, ended_at, elapsed_ms) of the run's active intervals."""
+    return query(
+        server,
+        "SELECT i.started_at, i.observed_at, i.ended_at, i.elapsed_ms"
+        " FROM attempt_active_intervals i JOIN node_attempts a ON a.attempt_id = i.attempt_id"
+        " WHERE a.run_id = ? ORDER BY i.interval_number",
+        (run_id,),
+    )
+
+
+def live_agent(server: ServerProcess, run_id: str, turns: int = 1) -> tuple[str, int]:
+    """Wait until the run's ``turns``-th agent process is registered and live."""
+
+    def registered() -> tuple[str, int] | None:
+        rows = processes(server, run_id)
+        if len(rows) >= turns and rows[-1][2] is None:
+            return str(rows[-1][0]), int(rows[-1][1])
+        return None
+
+    found: tuple[str, int] = wait_for(registered, timeout_s=30, what="a live agent process")
+    return found
+
+
+def runner_pid(server: ServerProcess, run_id: str) -> int:
+    rows = query(
+        server,
+        "SELECT pid FROM run_runners WHERE run_id = ? AND status IN ('ready', 'running')",
+        (run_id,),
+    )
+    assert len(rows) == 1, rows
+    return int(rows[0][0])
+
+
+@pytest.fixture
+def agent_server(servers: ServerFactory) -> ServerProcess:
+    started = servers.start(env={**FAST, "PIWF_MARKER_OF_THE_SERVER": "secret"})
+    assert started.ready["ok"] is True, started.ready
+    return started
+
+
+def test_a_command_that_never_submits_gets_two_reminders_then_the_attempt_fails(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    log = tmp_path / "turns.log"
+    workflow = headless_workflow(tmp_path)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, agent_command("never_submits.py", str(log)), "never")
+        run = wait_run(client, run_id)
+        output = run_view(client, run_id)["output"]
+    assert run["status"] == "completed"  # through the failed route
+    seen = lines(log)
+    assert len(seen) == 3
+    assert seen[0] == "none"
+    assert seen[1].startswith("Reminder 1 of 2: ") and "No submission was received" in seen[1]
+    assert seen[2].startswith("Reminder 2 of 2: ")
+    [(request_id,)] = query(
+        agent_server, "SELECT request_id FROM interactive_requests WHERE run_id = ?", (run_id,)
+    )
+    error = output["error"]
+    assert error.startswith("missingSubmission: ") and request_id in error
+    assert [row[2] for row in processes(agent_server, run_id)] == ["unregistered"] * 3
+    assert query(
+        agent_server,
+        "SELECT turns_started, unproductive_turns FROM agent_turns WHERE request_id = ?",
+        (request_id,),
+    ) == [(3, 3)]
+    assert all(ended is not None for _, _, ended, _ in intervals(agent_server, run_id))
+
+
+def test_the_command_gets_its_request_its_home_and_a_private_mcp_config_only(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    seen_file = tmp_path / "seen.json"
+    workflow = headless_workflow(tmp_path)
+    command = agent_command("never_submits.py", str(tmp_path / "log"), "--env", str(seen_file))
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, command, "env")
+        wait_run(client, run_id)
+    seen = json.loads(seen_file.read_text(encoding="utf-8"))
+    [(request_id,)] = query(
+        agent_server, "SELECT request_id FROM interactive_requests WHERE run_id = ?", (run_id,)
+    )
+    assert seen["piwf"]["PIWF_REQUEST_ID"] == request_id
+    assert seen["piwf"]["PIWF_HOME"] == str(agent_server.home)
+    # Nothing else of the runner or the server: no tunables, no markers, no faults.
+    assert set(seen["piwf"]) == {"PIWF_REQUEST_ID", "PIWF_HOME", "PIWF_MCP_CONFIG"}
+    assert "PIWF_MARKER_OF_THE_SERVER" not in seen["environ"]
+    assert seen["environ"].get("PATH") == os.environ.get("PATH")
+    assert (seen["mcpConfigMode"], seen["mcpDirectoryMode"]) == (0o600, 0o700)
+    server = seen["mcpConfig"]["mcpServers"]["piwf"]
+    assert server["args"][-2:] == ["--request", request_id]
+    assert server["env"] == {"PIWF_HOME": str(agent_server.home)}
+    assert not Path(seen["piwf"]["PIWF_MCP_CONFIG"]).exists()  # removed after the turn
+    assert seen["prompt"].startswith("Summarise the tides.")
+
+
+def test_cancelling_a_run_kills_the_agents_whole_group_grandchildren_included(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    pids_file = tmp_path / "pids"
+    workflow = headless_workflow(tmp_path)
+    command = agent_command("spawns_grandchildren.py", str(pids_file))
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, command, "cancel")
+        record = json.loads(wait_for(lambda: lines(pids_file), timeout_s=30, what="pids")[0])
+        pids = [record["command"], *record["children"], record["grandchild"]]
+        assert not any(gone(pid) for pid in pids)
+        assert intervals(agent_server, run_id)[-1][2] is None  # active while it runs
+        control(client, "run.cancel", run_id, "cancel-1")
+        wait_for(lambda: all(gone(pid) for pid in pids), timeout_s=10, what="the agent group")
+        assert wait_run(client, run_id)["status"] == "cancelled"
+    wait_for(
+        lambda: processes(agent_server, run_id)[-1][2] is not None, timeout_s=10, what="reaped"
+    )
+    assert intervals(agent_server, run_id)[-1][2] is not None
+
+
+def test_pause_stops_the_agent_group_and_resume_runs_the_command_again(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    pids_file = tmp_path / "pids"
+    workflow = headless_workflow(tmp_path)
+    command = agent_command("spawns_grandchildren.py", str(pids_file))
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, command, "pause")
+        first = json.loads(wait_for(lambda: lines(pids_file), timeout_s=30, what="pids")[0])
+        pids = [first["command"], *first["children"], first["grandchild"]]
+        control(client, "run.pause", run_id, "pause-1")
+        wait_for(lambda: all(gone(pid) for pid in pids), timeout_s=10, what="the agent group")
+        wait_for(lambda: intervals(agent_server, run_id)[-1][2] is not None, what="closed")
+        assert run_view(client, run_id)["run"]["paused"] is True
+        control(client, "run.resume", run_id, "resume-1")
+        second = json.loads(
+            wait_for(lambda: lines(pids_file)[1:], timeout_s=30, what="a resumed turn")[0]
+        )
+        assert second["command"] not in pids
+        live_agent(agent_server, run_id, turns=2)
+        control(client, "run.cancel", run_id, "cancel-2")
+        again = [second["command"], *second["children"], second["grandchild"]]
+        wait_for(lambda: all(gone(pid) for pid in again), timeout_s=10, what="the group")
+    [*_, (_, _, last_ended, _)] = intervals(agent_server, run_id)
+    assert len(intervals(agent_server, run_id)) == 2 and last_ended is not None
+
+
+def test_a_killed_runner_leaves_no_agent_the_server_reaps_its_group(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    workflow = headless_workflow(tmp_path)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, agent_command("hangs.py", str(pid_file)), "kill")
+        identity, agent_pid = live_agent(agent_server, run_id)
+        os.kill(runner_pid(agent_server, run_id), signal.SIGKILL)
+        wait_for(lambda: gone(agent_pid), timeout_s=10, what="the agent to be reaped")
+        reaped = wait_for(
+            lambda: next(row for row in processes(agent_server, run_id) if row[0] == identity)[2],
+            what="the registry row to close",
+        )
+        assert reaped == "reaped"
+        # The run made progress, so the next runner runs the command again (a resumed turn).
+        _, second = live_agent(agent_server, run_id, turns=2)
+        control(client, "run.cancel", run_id, "cancel")
+        wait_for(lambda: gone(second), timeout_s=10, what="the second agent")
+
+
+def test_a_killed_server_leaves_no_agent_and_no_downtime_is_charged(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    first = servers.start(env=FAST)
+    pid_file = tmp_path / "pid"
+    workflow = headless_workflow(tmp_path)
+    with raw_client(first) as client:
+        run_id = start(client, workflow, agent_command("hangs.py", str(pid_file)), "server")
+    identity, agent_pid = live_agent(first, run_id)
+    # Wait for a claim renewal to observe the running interval, then kill the server.
+    wait_for(lambda: intervals(first, run_id)[-1][1] > intervals(first, run_id)[-1][0])
+    first.kill()
+    wait_for(lambda: gone(agent_pid), timeout_s=10, what="the agent to die with its runner")
+    [(started, observed, ended, _)] = intervals(first, run_id)
+    assert ended is None  # nothing closed it yet: its server died
+    killed_at = int(time.time() * 1000)
+    second = servers.start(env=FAST)
+    assert second.ready["ok"] is True, second.ready
+    rows = {row[0]: row[2] for row in processes(second, run_id)}
+    assert rows[identity] == "reaped"
+    started_again, observed_again, ended_again, elapsed = intervals(second, run_id)[0]
+    assert (started_again, observed_again) == (started, observed)
+    assert ended_again == observed <= killed_at and elapsed == observed - started
+    with raw_client(second, "after-restart") as client:
+        _, resumed = live_agent(second, run_id, turns=2)
+        control(client, "run.cancel", run_id, "cancel")
+        wait_for(lambda: gone(resumed), timeout_s=10, what="the resumed agent")
+
+
+def test_the_runs_command_beats_the_nodes_which_beats_the_servers(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    names = tmp_path / "names"
+    server_command = " ".join(agent_command("never_submits.py", str(names), "--name", "server"))
+    started = servers.start(env={**FAST, "PIWF_AGENT_COMMAND": server_command})
+    assert started.ready["ok"] is True, started.ready
+    with_node = headless_workflow(
+        tmp_path / "a", agent_command("never_submits.py", str(names), "--name", "node")
+    )
+    without_node = headless_workflow(tmp_path / "b")
+    run_command = agent_command("never_submits.py", str(names), "--name", "run")
+    with raw_client(started) as client:
+        for key, workflow, command, expected in (
+            ("run", with_node, run_command, "run"),
+            ("node", with_node, None, "node"),
+            ("server", without_node, None, "server"),
+        ):
+            before = len(lines(names))
+            run_id = start(client, workflow, command, key)
+            assert wait_run(client, run_id)["status"] == "completed"
+            assert {line.split(":")[0] for line in lines(names)[before:]} == {expected}
+
+
+def test_a_server_agent_command_that_cannot_be_split_stops_the_start(
+    servers: ServerFactory,
+) -> None:
+    refused = servers.start(env={**FAST, "PIWF_AGENT_COMMAND": "claude 'unbalanced"})
+    assert refused.ready["ok"] is False
+    assert "PIWF_AGENT_COMMAND" in refused.ready["error"]["message"]
+    assert refused.process.wait(timeout=15) != 0
+
+
+def test_a_command_that_cannot_be_started_fails_the_attempt_without_reminders(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = headless_workflow(tmp_path)
+    missing = [str(tmp_path / "no-such-agent"), "--flag"]
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, missing, "missing")
+        assert wait_run(client, run_id)["status"] == "completed"  # the failed route
+        error = run_view(client, run_id)["output"]["error"]
+    assert error.startswith("agentCommand: ") and "no-such-agent" in error
+    assert processes(agent_server, run_id) == []
+
+
+def test_a_command_that_lingers_after_its_request_was_settled_is_stopped(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    workflow = headless_workflow(tmp_path)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, agent_command("hangs.py", str(pid_file)), "linger")
+        _, agent_pid = live_agent(agent_server, run_id)
+        [(request_id,)] = query(
+            agent_server, "SELECT request_id FROM interactive_requests WHERE run_id = ?", (run_id,)
+        )
+        accept(agent_server, request_id, {"summary": "accepted meanwhile"})
+        run = wait_run(client, run_id)
+        assert gone(agent_pid)
+        assert run["status"] == "completed"
+        assert run_view(client, run_id)["output"] == {"got": {"summary": "accepted meanwhile"}}
+    assert [row[2] for row in processes(agent_server, run_id)] == ["unregistered"]
+
+
+@pytest.mark.skipif(
+    "submit" not in cli.commands, reason="needs `piwf submit` (the submissions part of issue 15)"
+)
+def test_a_command_that_submits_wrong_then_right_completes_the_step(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    log = tmp_path / "turns.log"
+    command = agent_command("submit_twice.py", str(log))
+    with raw_client(agent_server) as client:
+        run_id = start(client, str(WORKFLOWS / "agent_validate.py"), command, "twice")
+        run = wait_run(client, run_id)
+    assert run["status"] == "completed"
+    first, second = lines(log)
+    assert first == "invalid" and second.startswith("valid after: ") and "summary" in second
+
+
+def accept(server: ServerProcess, request_id: str, value: Any) -> None:
+    """Stand in for an accepted submission (the submissions part's job): the request becomes
+    ``answered`` with the value, through the request store's own writer."""
+    with StateDatabase(server.home / "state.sqlite") as db, db.write() as tx:
+        row = requests.get_request(tx, request_id)
+        assert row is not None and row.status.value == "pending"
+        answer_hash = blobs.put_json(tx, value)
+        requests.answer(tx, request_id, answer_hash=answer_hash, answered_by=AnsweredBy.CLIENT)
