@@ -10,6 +10,7 @@ wall-clock span on purpose; everything else waits on a condition.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -362,3 +363,10 @@ def test_a_waiting_agent_request_never_expires_by_wall_clock(
     listed = piwf(server, "requests", "--run", run_id)
     assert listed.returncode == 0, listed.stderr
     assert "500 ms active time left" in listed.stdout
+    as_json = piwf(server, "requests", "--run", run_id, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    [request] = json.loads(as_json.stdout)["requests"]
+    assert (request["kind"], request["activeTime"]) == ("agent", untouched)
+    shown = piwf(server, "run", "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "0 ms of 500 ms used, 500 ms left (not counting)" in shown.stdout
