@@ -391,7 +391,7 @@ class ServerStatus(WireModel):
     expired_claims: int
     pending_interactions: int
     #: Pending agent requests that have an active-time deadline (counting or not).
-    agent_deadlines: int = 0
+    agent_deadlines: int
     ambiguous_effects: int
 
 

@@ -103,8 +103,8 @@ def run_to_exit(db: StateDatabase, workflow: CompiledWorkflow) -> None:
         ex.record_runner_exit(tx, runner_of(db, launched).runner_epoch, RunnerStatus.EXITED)
 
 
+# conformance: I4
 def test_waiting_never_counts_only_working_does(db: StateDatabase, clock: FakeClock) -> None:
-    # conformance: I4
     request_id = waiting_request(db, ask_workflow())
     clock.advance(3_600_000)  # an hour of waiting with no agent working
     found = deadline(db, request_id)
