@@ -179,6 +179,9 @@ def run_detail(detail: RunDetail) -> str:
     if detail.waiting_on is not None:
         lines.append("waiting on:")
         lines.append(request_fields(detail.waiting_on))
+    agent = detail.agent_process
+    if agent is not None:
+        lines.append(f"agent command: pid {agent.pid}, turn {agent.turn} of {agent.request_id}")
     if detail.decisions:
         lines.append("decisions:")
         lines.extend(decision_audit(decision) for decision in detail.decisions)

@@ -281,6 +281,16 @@ class DecisionInfo(WireModel):
     submissions: list[SubmissionInfo] = Field(default_factory=list)
 
 
+class AgentProcessInfo(WireModel):
+    """The live headless agent command of a run's agent step (docs/AGENTS.md): its pid, which
+    turn of its request it is, and when it was registered."""
+
+    pid: int
+    request_id: str
+    turn: int
+    registered_at: int
+
+
 class RunDetail(WireModel):
     """Receipt of run.get: the run, its sources, effects, and its final output or error.
 
@@ -301,6 +311,8 @@ class RunDetail(WireModel):
     #: Why the run is parked, as stored with its queue error (``run.errorCode``): the broken
     #: protocol rule, the crash count, the changed files. None when there is nothing to say.
     parked_reason: str | None = None
+    #: The agent command running for its agent step now, if any.
+    agent_process: AgentProcessInfo | None = None
 
 
 class AnswerPayload(WireModel):

@@ -50,6 +50,9 @@ from piwf.workflow import port
 
 SCHEMA: Final = "piwf.runner.v1"
 PROTOCOL_VERSION: Final = 1
+#: An agent request's unproductive turns after which its attempt fails ``missingSubmission``;
+#: the turns before that each get one reminder turn (the server counts, the runner decides).
+MAX_UNPRODUCTIVE_TURNS: Final = 3
 
 
 @dataclass(frozen=True)

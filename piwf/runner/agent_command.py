@@ -47,6 +47,7 @@ from piwf.config import state_home
 from piwf.errors import AgentCommandError, MissingSubmissionError, RunCommandError
 from piwf.processes import end_own_group, start_identity
 from piwf.protocol.runner_v1 import (
+    MAX_UNPRODUCTIVE_TURNS,
     Launch,
     ProcessRegistration,
     ProcessUnregistration,
@@ -66,8 +67,6 @@ from piwf.workflow.agent_driver import (
 SETTLED_GRACE_S = 2.0
 #: SIGTERM to SIGKILL when the group is ended.
 GROUP_GRACE_S = 0.5
-#: Unproductive turns after which the attempt fails (the first two get a reminder turn).
-MAX_UNPRODUCTIVE_TURNS = 3
 #: How long the end of a group waits for its leader's exit to be seen.
 _EXIT_WAIT_S = 5.0
 #: The variables an agent command may name in its arguments (``$NAME`` or ``${NAME}``): the

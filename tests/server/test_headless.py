@@ -207,9 +207,12 @@ def test_cancelling_a_run_kills_the_agents_whole_group_grandchildren_included(
         pids = [record["command"], *record["children"], record["grandchild"]]
         assert not any(gone(pid) for pid in pids)
         assert intervals(agent_server, run_id)[-1][2] is None  # active while it runs
+        shown = run_view(client, run_id)["agentProcess"]  # what `piwf run show` names
+        assert (shown["pid"], shown["turn"]) == (record["command"], 1)
         control(client, "run.cancel", run_id, "cancel-1")
         wait_for(lambda: all(gone(pid) for pid in pids), timeout_s=10, what="the agent group")
         assert wait_run(client, run_id)["status"] == "cancelled"
+        wait_for(lambda: "agentProcess" not in run_view(client, run_id), what="no live agent")
     wait_for(
         lambda: processes(agent_server, run_id)[-1][2] is not None, timeout_s=10, what="reaped"
     )

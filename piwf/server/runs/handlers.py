@@ -16,6 +16,7 @@ from piwf.errors import PiwfError, RunCommandError, StateUnavailableError, Workf
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
 from piwf.protocol.payloads import (
+    AgentProcessInfo,
     EmptyPayload,
     RunCursor,
     RunDetail,
@@ -49,6 +50,7 @@ from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, SourceType
+from piwf.state.execution import agents
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
@@ -353,6 +355,20 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
         waiting_on=answers.waiting_on(tx, run_id, offer),
         decisions=answers.decision_infos(tx, run_id, offer),
         parked_reason=run_queue.read_queue_reason(tx, run_id) if view.needs_action else None,
+        agent_process=_agent_process(tx, run_id),
+    )
+
+
+def _agent_process(tx: Transaction, run_id: str) -> AgentProcessInfo | None:
+    """The run's live headless agent command, as ``run show`` names it."""
+    row = agents.live_process_of_run(tx, run_id)
+    if row is None:
+        return None
+    return AgentProcessInfo(
+        pid=row.pid,
+        request_id=row.request_id,
+        turn=row.turn_number,
+        registered_at=row.registered_at,
     )
 
 

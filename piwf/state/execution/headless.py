@@ -31,7 +31,11 @@ from dataclasses import dataclass
 from piwf.canonical import JsonValue
 from piwf.errors import BlobTypeError, ClaimLostError
 from piwf.lifecycle import Adopted, AnsweredBy, Applied, Conflict, InteractionKind
-from piwf.protocol.runner_v1 import ProcessRegistration, ProcessUnregistration
+from piwf.protocol.runner_v1 import (
+    MAX_UNPRODUCTIVE_TURNS,
+    ProcessRegistration,
+    ProcessUnregistration,
+)
 from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.enums import AgentProcessEnd, InteractionStatus
@@ -41,9 +45,6 @@ from piwf.state.execution.core import require_run_claim
 from piwf.state.execution.requests import RequestRow
 from piwf.state.execution.runners import get_runner
 from piwf.state.leases import Claim
-
-#: Unproductive turns after which the attempt fails ``missingSubmission`` (two reminders).
-MAX_UNPRODUCTIVE_TURNS = 3
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,8 @@ def apply_process_unregister(
     left the registry (unregistered before, or reaped) is ``Adopted`` with the current state.
     Otherwise the process is ``unregistered``, its attempt's active interval closes, and a
     turn that leaves the request pending counts as unproductive unless the run is paused (a
-    pause is not the agent's failure).
+    pause is not the agent's failure) or the count already reached
+    :data:`MAX_UNPRODUCTIVE_TURNS` (the attempt fails; a turn after that is not counted).
     """
     row = agents.get_process(tx, message.start_identity)
     if (
@@ -200,7 +202,10 @@ def apply_process_unregister(
         return Adopted(_turn_end(tx, request))
     agents.end_process(tx, row.start_identity, AgentProcessEnd.UNREGISTERED, message.exit_code)
     active_time.close_interval(tx, row.attempt_id)
-    if request.status is InteractionStatus.PENDING and not runs.require_run(tx, row.run_id).paused:
+    turns = agents.turns_of(tx, request.request_id)
+    counted = turns is not None and turns.unproductive_turns >= MAX_UNPRODUCTIVE_TURNS
+    paused = runs.require_run(tx, row.run_id).paused
+    if request.status is InteractionStatus.PENDING and not paused and not counted:
         agents.count_unproductive(tx, request.request_id)
     return Applied(_turn_end(tx, request))
 
