@@ -41,6 +41,7 @@ POINTS: frozenset[str] = frozenset(
         "runner.after_message_commit",
         "runner.after_exit_commit",
         "recovery.after_each_fix",
+        "deadline.before_stop",
         "retention.after_tree_delete",
         "retention.before_vacuum",
         # In supervised children, armed by PIWF_CHILD_FAULTS (each child counts its own hits).

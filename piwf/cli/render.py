@@ -17,6 +17,7 @@ import click
 
 from piwf import canonical
 from piwf.protocol.payloads import (
+    ActiveTimeInfo,
     AnswerReceipt,
     BackupReceipt,
     ChoiceInputInfo,
@@ -232,6 +233,7 @@ def request_fields(request: OpenRequestInfo) -> str:
             ("answer", _answer_shape(request)),
             ("content", value_preview(request.content, request.content_ref)),
             ("deadline", _deadline(request.deadline_at, request.has_default)),
+            ("active time", active_time_text(request.active_time)),
         ]
     )
 
@@ -259,7 +261,10 @@ def request_table(requests: Sequence[OpenRequestInfo]) -> str:
             item.run_id,
             item.path,
             choices_text(item.choices, item.inputs),
-            _deadline(item.deadline_at, item.has_default) or _budget(item) or "-",
+            _deadline(item.deadline_at, item.has_default)
+            or _time_left(item.active_time)
+            or _budget(item)
+            or "-",
         ]
         for item in requests
     ]
@@ -311,6 +316,36 @@ def _budget(request: OpenRequestInfo) -> str | None:
     return active_budget(request.timeout_ms)
 
 
+def active_time_text(active: ActiveTimeInfo | None) -> str | None:
+    """An agent request's deadline: ``"1.2 s of 15 min used, 14 min 58 s left (counting)"``."""
+    if active is None:
+        return None
+    state = "counting: its agent is working" if active.counting else "not counting"
+    return (
+        f"{duration(active.active_ms)} of {duration(active.timeout_ms)} used, "
+        f"{duration(active.remaining_ms)} left ({state})"
+    )
+
+
+def duration(ms: int) -> str:
+    """A duration for people: ``"850 ms"``, ``"1.2 s"``, ``"14 min 58 s"``, ``"2 h 5 min"``."""
+    if ms < 1_000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(ms // 1000, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def _time_left(active: ActiveTimeInfo | None) -> str | None:
+    if active is None:
+        return None
+    return f"{duration(active.remaining_ms)} active time left"
+
+
 def _deadline(deadline_at: int | None, has_default: bool) -> str | None:
     if deadline_at is None:
         return None
@@ -334,7 +369,11 @@ def server_status(status: ServerStatus) -> str:
                     ),
                     ("parked", _counts(status.parked_by_reason)),
                     ("paused", status.paused_runs),
-                    ("interactions", f"{status.pending_interactions} pending"),
+                    (
+                        "interactions",
+                        f"{status.pending_interactions} pending, "
+                        f"{status.agent_deadlines} with an active-time deadline",
+                    ),
                     ("effects", f"{status.ambiguous_effects} ambiguous"),
                     ("claims", f"{status.expired_claims} expired"),
                 ]

@@ -21,7 +21,8 @@ def requests_command(run_id: str | None, as_json: bool) -> None:
     Answer a checkpoint or decision with `piwf answer REQUEST_ID RESPONSE_JSON`; submit an
     agent step's output with `piwf submit REQUEST_ID OUTPUT_JSON`. Agent requests show the
     first lines of their prompt, the expected output, their active-time deadline, how many
-    outputs were submitted and the latest rejection.
+    outputs were submitted and the latest rejection. The remaining
+    active time counts only while the step's agent works.
 
     \b
     Example:

@@ -221,12 +221,29 @@ class ChoiceInputInfo(WireModel):
     max_chars: int
 
 
+class ActiveTimeInfo(WireModel):
+    """Where an agent request's active-time deadline stands (docs/AGENTS.md "Deadlines").
+
+    ``timeout_ms`` is the budget, ``active_ms`` the active time used so far and
+    ``remaining_ms`` what is left; ``counting`` is true while its agent works (the remainder
+    shrinks with the clock) and ``due_at`` then says when it runs out if the agent keeps
+    working. While nothing works, nothing is charged and ``due_at`` is absent.
+    """
+
+    timeout_ms: int
+    active_ms: int
+    remaining_ms: int
+    counting: bool
+    due_at: int | None = None
+
+
 class OpenRequestInfo(WireModel):
     """A pending request (checkpoint, decision or agent step): what a waiting run waits on.
 
     An agent request's ``content`` holds its ``prompt`` (ending with the step contract) and
     ``expectedOutput``; ``timeout_ms`` is its active-time budget, ``latest_rejection`` the error
     of its last rejected submission and ``submissions`` how many were made.
+    ``active_time`` is set for an agent request that has a deadline.
     """
 
     request_id: str
@@ -246,6 +263,7 @@ class OpenRequestInfo(WireModel):
     latest_rejection: str | None = None
     latest_rejection_ref: ContentRef | None = None
     submissions: int = 0
+    active_time: ActiveTimeInfo | None = None
 
 
 class ResolutionInfo(WireModel):
@@ -472,6 +490,8 @@ class ServerStatus(WireModel):
     paused_runs: int
     expired_claims: int
     pending_interactions: int
+    #: Pending agent requests that have an active-time deadline (counting or not).
+    agent_deadlines: int
     ambiguous_effects: int
 
 

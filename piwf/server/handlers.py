@@ -143,6 +143,7 @@ class Handlers:
         payload_of(request, EmptyPayload)
         with self.context.db.read() as tx:
             counts = server_counts(tx)
+            agent_deadlines = ex.count_open_agent_deadlines(tx)
         status = ServerStatus(
             state="running",
             epoch=self.context.epoch,
@@ -163,6 +164,7 @@ class Handlers:
             paused_runs=counts["paused"],
             expired_claims=counts["expiredLeases"],
             pending_interactions=counts["pendingRequests"],
+            agent_deadlines=agent_deadlines,
             ambiguous_effects=counts["ambiguousEffects"],
         )
         reply(ok(request, status))

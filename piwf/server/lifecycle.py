@@ -43,6 +43,7 @@ from piwf.server.maintenance import RetentionSettings, RetentionSweeper
 from piwf.server.recovery import recover_previous_server, revalidate_left_by_crash
 from piwf.server.resources.reconciler import Reconciler, ReconcileSettings
 from piwf.server.runs.answers import DecisionDeadlines
+from piwf.server.runs.deadlines import AgentDeadlines
 from piwf.server.runs.pool import ExecutionSettings, Executor
 from piwf.server.runs.validations import Validations, ValidationSettings
 from piwf.server.server_log import server_log_handler
@@ -220,6 +221,14 @@ class Server:
             poll_s=settings.claim_poll_s,
             settled=self._decisions_settled,
         )
+        self.agent_deadlines = AgentDeadlines(
+            db=db,
+            loop=self.loop,
+            runners=self.executor,
+            poll_s=settings.claim_poll_s,
+            expired=self._decisions_settled,
+        )
+        self.executor.on_agent_activity = lambda _run_id: self.agent_deadlines.nudge()
         self.clients = ClientListener(
             self.loop,
             listener,
@@ -265,6 +274,7 @@ class Server:
         self.handlers.notify_run_changed(run_id)
         self.reconciler.wake_parents()  # a child run of a managed resource may have ended
         self.deadlines.nudge()  # a run that just parked may already be past its deadline
+        self.agent_deadlines.nudge()  # a runner ended, a run was paused or resumed
 
     def _submission_settled(self, submission: SubmissionRow) -> None:
         self.handlers.interactions.submission_settled(submission)

@@ -28,10 +28,15 @@ The seed's twelve steps, in order, and where piwf does each:
    that passed while no server ran is settled at once; resource reconciles of the dead server
    are recovered by :mod:`piwf.server.resources.recovery` and due queue rows are admitted by
    the scheduler.
-8. *supervised timeout recovery of interactive requests during a reported model turn*: piwf
-   has no sessions or model turns yet; waiting and server downtime consume no node timeout
-   (active time stopped at step 2). A headless agent request whose runner died is resumed by
-   the next runner, which runs the command again (a resumed turn).
+8. *supervised timeout recovery of interactive requests whose active-time deadline passed*
+   (:func:`expire_due_agent_deadlines`, after the runs are recovered and every interval the
+   dead server left open was closed at its ``observed_at`` in step 2, so downtime is never
+   charged): an agent request whose active time reached its ``timeout_ms`` is closed
+   ``expired`` under a control claim and its run made eligible, before the scheduler starts
+   any other work; the next runner records ``timed_out`` on the same attempt. Waiting, pause
+   and server downtime consume no active time (docs/AGENTS.md "Deadlines"). A headless agent
+   request whose runner died with time left is resumed by the next runner, which runs the
+   command again (a resumed turn).
 9. *resume provisional validating submissions in a new supervised child*:
    :func:`revalidate_left_by_crash` queues every ``validating`` agent submission (no child of
    this server validates it yet) for a new validation child, admitted first by the pool; the
@@ -48,13 +53,20 @@ recovers the same way.
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
+from piwf.errors import PiwfError
 from piwf.server.resources.recovery import recover_reconciles
 from piwf.server.runs.agents import recover_agent_groups
 from piwf.server.runs.recovery import recover_runs
 from piwf.state import StateDatabase
+from piwf.state import execution as ex
+from piwf.state.enums import ActorType
 from piwf.state.execution import submissions
+from piwf.state.records import Actor
+
+log = logging.getLogger("piwf.server")
 
 
 class ValidationQueue(Protocol):
@@ -73,8 +85,9 @@ def recover_previous_server(
     owner_id: str,
     lease_ms: int,
 ) -> int:
-    """Recover the agent groups, the runs, then the reconciles, of older epochs; return how
-    many agent processes were reaped, runner rows closed or runs decided."""
+    """Recover the agent groups, the runs, then the reconciles, of older epochs, then expire
+    the agent requests already due; return how many agent processes were reaped, runner rows
+    closed, runs decided or requests expired."""
     groups = recover_agent_groups(db)
     runs = recover_runs(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
@@ -82,7 +95,28 @@ def recover_previous_server(
     reconciles = recover_reconciles(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
     )
-    return groups + runs + reconciles
+    expired = expire_due_agent_deadlines(db, owner_id=owner_id, lease_ms=lease_ms)
+    return groups + runs + reconciles + expired
+
+
+def expire_due_agent_deadlines(db: StateDatabase, *, owner_id: str, lease_ms: int) -> int:
+    """Step 8: expire every agent request whose active time already reached its deadline
+    (one transaction; each under its own control claim); return how many. A failure is
+    logged, not raised: the loop's deadline pass tries again right after startup."""
+    try:
+        with db.write() as tx:
+            expired = ex.expire_due_agent_requests(
+                tx,
+                actor=Actor(ActorType.POLICY, owner_id),
+                control_owner_id=owner_id,
+                lease_ms=lease_ms,
+            )
+    except PiwfError as error:
+        log.warning("recovery: expiring due agent deadlines failed: %s", error)
+        return 0
+    if expired:
+        log.info("recovery: %d agent step(s) reached their active-time deadline", len(expired))
+    return len(expired)
 
 
 def revalidate_left_by_crash(db: StateDatabase, validations: ValidationQueue) -> int:

@@ -368,8 +368,9 @@ class _Execution:
         try:
             if timeout_problem is not None:
                 return started, VisitDone(Outcome.FAILED, error=timeout_problem)
-            run_timeout = None if waits_for_answer else timeout_ms
-            return started, self.executor.start(node, ctx, progress.top, run_timeout)
+            # An agent's budget is active time the server keeps: it is committed with the
+            # request (no wall-clock deadline above), never a limit on code running here.
+            return started, self.executor.start(node, ctx, progress.top, timeout_ms)
         finally:
             publisher.close()
             signal.detach()

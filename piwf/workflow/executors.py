@@ -163,7 +163,11 @@ class VisitExecutor:
     def start(
         self, node: CompiledNode, ctx: NodeContext, frame: Frame, timeout_ms: int | None
     ) -> VisitOutcome:
-        """Run a new visit or a crash retry of ``node``."""
+        """Run a new visit or a crash retry of ``node``.
+
+        ``timeout_ms`` is the resolved node timeout: a limit on the node's code, except for an
+        agent, whose request carries it as its active-time budget (the server enforces it).
+        """
         spec = node.node
         match spec:
             case ComputeNode():
@@ -174,7 +178,7 @@ class VisitExecutor:
             case NotifyNode():
                 return self._notify(spec, ctx)
             case CheckpointNode() | HumanDecisionNode() | AgentNode():
-                return self._request(spec, ctx)
+                return self._request(spec, ctx, timeout_ms)
 
     def answer(self, node: CompiledNode, ctx: NodeContext, pending: PendingRequest) -> VisitOutcome:
         """Consume the answer of the visit's pending request (or park again without one).
@@ -187,7 +191,11 @@ class VisitExecutor:
                     return driven
             return VisitParked(ParkReason.WAITING, pending.request_id)
         if pending.answered_by is AnsweredBy.EXPIRED:
-            error = f"decision {pending.request_id} expired with no default response"
+            error = (
+                f"agent request {pending.request_id} reached its active-time deadline"
+                if pending.kind is InteractionKind.AGENT
+                else f"decision {pending.request_id} expired with no default response"
+            )
             return VisitDone(Outcome.TIMED_OUT, error=error, request_id=pending.request_id)
         # An agent's answer is its accepted submission: ``validate`` already ran on it, in a
         # validation child (the server) or in-process (the memory port), never here.
@@ -373,7 +381,10 @@ class VisitExecutor:
         return VisitDone(Outcome.OK, {"kind": spec.notify_kind.value, "message": message})
 
     def _request(
-        self, spec: CheckpointNode | HumanDecisionNode | AgentNode, ctx: NodeContext
+        self,
+        spec: CheckpointNode | HumanDecisionNode | AgentNode,
+        ctx: NodeContext,
+        timeout_ms: int | None,
     ) -> VisitOutcome:
         request_id = identity.request_id(self.run_id, ctx.path, ctx.visit)
         try:
@@ -405,11 +416,7 @@ class VisitExecutor:
                 if isinstance(spec, HumanDecisionNode) and spec.on_timeout
                 else None
             ),
-            timeout_ms=(
-                spec.timeout_ms
-                if isinstance(spec, AgentNode) and isinstance(spec.timeout_ms, int)
-                else None
-            ),
+            timeout_ms=timeout_ms if isinstance(spec, AgentNode) else None,
         )
         result = self.gate.call(self.port.request_interaction, message)
         if isinstance(result, Conflict):

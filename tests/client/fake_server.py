@@ -200,5 +200,6 @@ SERVER_STATUS: dict[str, Any] = {
     "pausedRuns": 0,
     "expiredClaims": 0,
     "pendingInteractions": 0,
+    "agentDeadlines": 0,
     "ambiguousEffects": 0,
 }

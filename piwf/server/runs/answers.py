@@ -7,7 +7,8 @@ checkpoint.answer   durable  an authorised client answers a checkpoint (source `
                              protected decision refuses it
 decision.answer     durable  a person answers (source ``human``): the only answer that settles a
                              protected decision; checkpoints accept it too
-requests.list       read     pending checkpoints, decisions and agent requests, oldest first
+requests.list       read     pending requests (checkpoints, decisions, agent steps with
+                             their active-time deadline), oldest first
 ==================  =======  =================================================================
 
 An answer names one exact request id. Its store change (winner, request ``answered``, run made
@@ -29,6 +30,7 @@ from piwf.errors import AnswerRejectedError, PiwfError, RunCommandError, RunPaus
 from piwf.lifecycle import Adopted, Conflict
 from piwf.protocol.client_v1 import Request
 from piwf.protocol.payloads import (
+    ActiveTimeInfo,
     AnswerPayload,
     AnswerReceipt,
     DecisionInfo,
@@ -117,9 +119,20 @@ def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestLis
 
 def open_request_info(item: ex.OpenRequest, offer: ContentOffer) -> OpenRequestInfo:
     """Return the wire form of one pending request; its content (and an agent request's latest
-    rejection) inline or by reference, with an agent request's submission count."""
+    rejection) inline or by reference, its submission count, and
+    for an agent request with a deadline, where its active time stands."""
     content = offer.json("run", item.run_id, item.content_hash)
     rejection = offer.text("run", item.run_id, item.rejection_hash)
+    deadline = ex.agent_deadline(offer.tx, item.request_id)
+    active_time = None
+    if deadline is not None:
+        active_time = ActiveTimeInfo(
+            timeout_ms=deadline.timeout_ms,
+            active_ms=deadline.active_ms,
+            remaining_ms=deadline.remaining_ms,
+            counting=deadline.counting,
+            due_at=deadline.due_at,
+        )
     return OpenRequestInfo.model_validate(
         {
             **item.to_json(),
@@ -128,6 +141,7 @@ def open_request_info(item: ex.OpenRequest, offer: ContentOffer) -> OpenRequestI
             "latestRejection": rejection.value,
             "latestRejectionRef": rejection.ref,
             "submissions": submission_count(offer.tx, item.request_id),
+            "activeTime": None if active_time is None else active_time.to_wire(),
         }
     )
 

@@ -139,6 +139,9 @@ class Executor:
         self.run_changed = run_changed
         #: Called after every runner exit (the server asks for a retention sweep there).
         self.on_runner_exit: Callable[[], None] = lambda: None
+        #: Called when a runner registered or unregistered its agent process (the agent
+        #: deadlines recompute their timer).
+        self.on_agent_activity: Callable[[str], None] = lambda _run_id: None
         self.supervisor = supervisor
         self.active: dict[str, RunnerSession] = {}
         #: The resource reconciles sharing this pool's capacity (set by the lifecycle).
@@ -336,7 +339,16 @@ class Executor:
         try:
             with self.db.write() as tx:
                 verify_server_claim(tx, self.server_claim())
-                return ex.claim_next_run(
+                # Expired agent deadlines come before the next run (DESIGN.md §6): a run whose
+                # runner was stopped at its deadline resumes into its timeout, never into
+                # another run of its agent.
+                expired = ex.expire_due_agent_requests(
+                    tx,
+                    actor=Actor(ActorType.POLICY, self.owner_id),
+                    control_owner_id=self.owner_id,
+                    lease_ms=self.settings.run_lease_ms,
+                )
+                launch = ex.claim_next_run(
                     tx,
                     owner_id=self.owner_id,
                     lease_ms=self.settings.run_lease_ms,
@@ -345,6 +357,9 @@ class Executor:
         except PiwfError as error:
             log.warning("scheduling failed: %s", error)
             return None
+        for expiry in expired:
+            self.run_changed(expiry.run_id)
+        return launch
 
     def _launch(self, launch: RunLaunch, retried: RunnerSession | None = None) -> None:
         active = retried or RunnerSession(
@@ -480,6 +495,10 @@ class Executor:
             self.supervisor.kill(active.handle)
         else:
             self.supervisor.stop(active.handle, self.settings.stop_grace_s)
+
+    def agent_activity(self, run_id: str) -> None:
+        """An agent process of ``run_id`` was registered or unregistered."""
+        self.on_agent_activity(run_id)
 
     def ended(self, active: RunnerSession) -> None:
         """``active``'s exit is recorded: free its slot, tell waiters, schedule the next run."""

@@ -122,6 +122,11 @@ class SessionHost(Protocol):
         """The session's exit is recorded: free its slot and schedule the next run."""
         ...
 
+    def agent_activity(self, run_id: str) -> None:
+        """An agent process of ``run_id`` was registered or unregistered: its active time
+        started or stopped counting (the deadline timer is recomputed)."""
+        ...
+
 
 @dataclass(eq=False)
 class RunnerSession:
@@ -414,6 +419,7 @@ class RunnerSession:
             verify_server_claim=self.host.verify_server_claim,
         )
         self._respond(message.message_id, answer.outcome, answer.result, answer.error)
+        self.host.agent_activity(self.run_id)
         if answer.violation is not None:
             self._reject_protocol(answer.violation)
         elif answer.claim_lost:

@@ -44,6 +44,7 @@ transition          contents
 ``recovery``        a runner's end (exit row and run decision), no-progress and
                     source-change parks
 ``answers``         answers to checkpoints and decisions, decision deadlines, audits
+``expiries``        active-time deadlines of agent requests and their expiry
 ==================  ======================================================================
 
 ``docs/EXECUTION_STATE.md`` describes the tables, the claim rules and every transition.
@@ -79,6 +80,16 @@ from piwf.state.execution.control import (
 )
 from piwf.state.execution.core import RunLaunch
 from piwf.state.execution.effects import apply_reserve_effect, apply_settle_effect
+from piwf.state.execution.expiries import (
+    AgentDeadline,
+    Expiry,
+    agent_deadline,
+    count_open_agent_deadlines,
+    expire_agent_request,
+    expire_due_agent_requests,
+    next_agent_deadline,
+    pending_agent_deadlines,
+)
 from piwf.state.execution.outcomes import (
     apply_finish,
     apply_park,
@@ -119,9 +130,11 @@ from piwf.state.execution.visits import (
 
 __all__ = [
     "CRASH_LOOP_LIMIT",
+    "AgentDeadline",
     "AnswerOutcome",
     "DecisionAudit",
     "ExpiredRun",
+    "Expiry",
     "OpenRequest",
     "RecoveryDecision",
     "RunLaunch",
@@ -130,6 +143,7 @@ __all__ = [
     "RunnerCallRejectedError",
     "RunnerRecord",
     "RunnerReply",
+    "agent_deadline",
     "answer_request",
     "apply_begin_run",
     "apply_finish",
@@ -147,9 +161,12 @@ __all__ = [
     "cancel_run",
     "claim_next_run",
     "close_runner_and_recover",
+    "count_open_agent_deadlines",
     "count_runnable",
     "crash_backoff_ms",
     "decode_runner_call",
+    "expire_agent_request",
+    "expire_due_agent_requests",
     "expire_due_decisions",
     "expired_running_runs",
     "get_runner",
@@ -158,11 +175,13 @@ __all__ = [
     "list_runners",
     "live_runner",
     "mark_runner_ready",
+    "next_agent_deadline",
     "orphaned_runners",
     "park_for_no_progress",
     "park_for_source_change",
     "pause_run",
     "paused_run_of_request",
+    "pending_agent_deadlines",
     "read_saved_run",
     "record_runner_exit",
     "record_runner_launch",
