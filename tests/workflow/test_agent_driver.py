@@ -72,7 +72,8 @@ def test_a_driver_with_nothing_to_run_leaves_the_step_waiting() -> None:
     assert result.status is RunStatus.WAITING
     [turn] = driver.turns
     assert (turn.path, turn.visit, turn.attempt, turn.resumed) == ("ask", 1, 1, False)
-    assert turn.request_id == result.request_id and turn.prompt == "Summarise."
+    assert turn.request_id == result.request_id
+    assert turn.prompt.startswith("Summarise.\n") and turn.request_id in turn.prompt
 
 
 def test_an_accepted_submission_is_the_node_output_and_the_run_continues() -> None:
