@@ -19,20 +19,17 @@ from piwf import canonical
 from piwf.protocol.payloads import (
     ActiveTimeInfo,
     AnswerReceipt,
-    BackupReceipt,
     ChoiceInputInfo,
     ContentRef,
     DecisionInfo,
     OpenRequestInfo,
-    PruneReport,
     ResolutionInfo,
     RunDetail,
     RunInfo,
     RunPage,
     ServerStatus,
-    StateStatus,
-    VerifyReceipt,
 )
+from piwf.protocol.state_payloads import BackupReceipt, PruneReport, StateStatus, VerifyReceipt
 
 #: Human output shows at most this many characters of one stored value.
 PREVIEW_CHARS = 2000

@@ -14,7 +14,7 @@ import click
 from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client
 from piwf.config import state_home
-from piwf.protocol.payloads import MAX_TIMESTAMP_MS, VerifyReceipt, ViolationInfo
+from piwf.protocol.state_payloads import MAX_TIMESTAMP_MS, VerifyReceipt, ViolationInfo
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _DIGITS = re.compile(r"[0-9]{1,16}")

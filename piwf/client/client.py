@@ -90,22 +90,24 @@ from piwf.protocol import (
     is_durable,
 )
 from piwf.protocol.payloads import (
-    BackupReceipt,
     EffectInfo,
     EffectReceipt,
     EffectResolvePayload,
     EmptyPayload,
-    PruneReport,
     RunInfo,
     RunReceipt,
     ServerStatus,
+    StopReceipt,
+    WireModel,
+)
+from piwf.protocol.state_payloads import (
+    BackupReceipt,
+    PruneReport,
     StateBackupPayload,
     StatePrunePayload,
     StatePrunePreviewPayload,
     StateStatus,
-    StopReceipt,
     VerifyReceipt,
-    WireModel,
 )
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 2.0

@@ -26,18 +26,20 @@ from piwf.lifecycle import Conflict
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.payloads import (
     AnswerPayload,
-    BackupReceipt,
     EffectReceipt,
     EffectResolvePayload,
     EmptyPayload,
     RequestsListPayload,
-    RetentionInfo,
     ServerStatus,
+    StopReceipt,
+)
+from piwf.protocol.state_payloads import (
+    BackupReceipt,
+    RetentionInfo,
     StateBackupPayload,
     StatePrunePayload,
     StatePrunePreviewPayload,
     StateStatus,
-    StopReceipt,
     VerifyReceipt,
     ViolationInfo,
 )

@@ -32,7 +32,7 @@ from typing import Literal
 
 from piwf import faults
 from piwf.lifecycle import Applied
-from piwf.protocol.payloads import BackupReceipt, ProtectedTree, PruneReport, PruneTree
+from piwf.protocol.state_payloads import BackupReceipt, ProtectedTree, PruneReport, PruneTree
 from piwf.server.children.resolvers import ResolverJobs
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.pool import Executor

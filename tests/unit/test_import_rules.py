@@ -67,6 +67,7 @@ CLI_MAY_IMPORT = (
     "piwf._version",
     "piwf.protocol.payloads",
     "piwf.protocol.resource_payloads",
+    "piwf.protocol.state_payloads",
     # ``piwf mcp`` starts the MCP server, a client of the server built on piwf.Client.
     "piwf.mcp.server",
 )
