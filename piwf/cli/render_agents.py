@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from piwf.cli.render import fields, timestamp, value_preview
+from piwf.cli.render import active_time_text, fields, timestamp, value_preview
 from piwf.protocol.payloads import (
     AgentRequestInfo,
     AgentSubmissionInfo,
@@ -61,7 +61,11 @@ def agent_request_fields(request: OpenRequestInfo) -> str:
             ("node", f"{request.path} (visit {request.visit})"),
             ("prompt", prompt_head(request)),
             ("expected", expected_output(request)),
-            ("deadline", active_budget(request.timeout_ms)),
+            # Where the active time stands, when the server says; else the budget alone.
+            (
+                "deadline",
+                active_time_text(request.active_time) or active_budget(request.timeout_ms),
+            ),
             ("submissions", request.submissions),
             ("rejected", rejection),
             ("submit", f"piwf submit {request.request_id} '<json>'"),
