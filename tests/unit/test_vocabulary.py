@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import enum
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import re
@@ -42,11 +43,20 @@ PACKAGE = Path(piwf.__file__).parent
 DOCS = PACKAGE.parent / "docs"
 
 
+#: Modules that import an optional extra's package (module -> that package): read only where
+#: the extra is installed (the ``mcp`` tox environment installs it).
+NEEDS_EXTRA = {"piwf.mcp.server": "mcp"}
+
+
 def piwf_modules() -> list[types.ModuleType]:
     return [
         importlib.import_module(info.name)
         for info in pkgutil.walk_packages(piwf.__path__, "piwf.")
         if not info.name.startswith("piwf.cli")  # click commands import nothing of this
+        and (
+            info.name not in NEEDS_EXTRA
+            or importlib.util.find_spec(NEEDS_EXTRA[info.name]) is not None
+        )
     ]
 
 
