@@ -54,7 +54,7 @@ class Driver:
         #: What each child looked like when its start was reported.
         self.seen: dict[str, dict[str, Any]] = {}
         self.replies: dict[str, list[bytes]] = {}
-        self.processes: dict[str, psutil.Process] = {}
+        self.processes: dict[str, psutil.Process | None] = {}
 
     def start(self, name: str, *, ask: bool = True) -> ChildHandle:
         """Start a resolver child; ``ask`` sends its request at once (before its pid)."""
@@ -96,11 +96,21 @@ class Driver:
     def _started(self, handle: ChildHandle) -> None:
         self.events.append(f"started:{handle.name}")
         assert handle.pid is not None
-        process = psutil.Process(handle.pid)
+        try:
+            process: psutil.Process | None = psutil.Process(handle.pid)
+            parent = process.ppid()
+        except psutil.NoSuchProcess:
+            # Killed and reaped in the loop turn before its start was reported (a stop or kill
+            # asked for at once): it has ended, and the supervisor then keeps no identity.
+            process, parent = None, None
         self.processes[handle.name] = process
         self.seen[handle.name] = {
-            "identityIsTheChilds": handle.identity == start_identity(handle.pid),
-            "parent": process.ppid(),
+            "identityIsTheChilds": (
+                handle.identity == start_identity(handle.pid)
+                if process is not None
+                else handle.identity is None
+            ),
+            "parent": parent,
         }
 
     def _exited(self, handle: ChildHandle) -> None:
@@ -127,7 +137,9 @@ def stopped(process: psutil.Process | None) -> Iterator[None]:
             process.resume()
 
 
-def ended(process: psutil.Process) -> bool:
+def ended(process: psutil.Process | None) -> bool:
+    if process is None:  # gone before its start was reported
+        return True
     try:
         return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
