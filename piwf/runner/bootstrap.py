@@ -15,7 +15,9 @@ then the standard library has only unpickled the preparation data and the ``Proc
                                  becomes PIWF_FAULTS), faults re-armed, umask 0077
     lifeline                     watches multiprocessing.parent_process().sentinel: end-of-file
                                  when the server (not the fork server) is gone
-    title, directory, argv       ``piwf runner`` …; its project directory; ``sys.argv`` as
+    title, directory, argv       ``piwf runner (idle)`` …; the directory it was given (a
+                                 workflow runner gets ``/`` and enters its run's project
+                                 directory once its launch comes); ``sys.argv`` as
                                  ``[entry module file, "--fd", channel]``
     entry                        ``run_child(channel, lifeline)`` of the :class:`ChildKind`
                                  module, through :func:`~piwf.runner.entry.serve_channel`
@@ -31,19 +33,19 @@ import multiprocessing
 import os
 import sys
 from multiprocessing import forkserver, resource_tracker
-from multiprocessing import process as mp_process
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import NoReturn
 
 from piwf import faults
 from piwf.processes import ChildKind
 from piwf.runner import lifeline
-from piwf.runner.entry import name_process, serve_channel
+from piwf.runner.entry import enter_directory, name_process, serve_channel
 
 #: The title and the error label of each kind of child (its module may refine the title).
 _NAMES: dict[ChildKind, tuple[str, str]] = {
-    ChildKind.WORKFLOW_RUNNER: ("piwf runner", "piwf runner"),
+    # A workflow runner waits for its launch (it may be started as a spare, before its run is
+    # known), then names its run in its title.
+    ChildKind.WORKFLOW_RUNNER: ("piwf runner (idle)", "piwf runner"),
     ChildKind.RESOURCE_RUNNER: ("piwf reconcile", "piwf resource runner"),
     ChildKind.RESOLVER: ("piwf resolver", "piwf resolver"),
     ChildKind.VALIDATOR: ("piwf validator", "piwf validator"),
@@ -74,7 +76,7 @@ def main(
     life = lifeline.begin(sentinel, None)
     title, label = _NAMES[entry]
     name_process(title)
-    _enter_directory(directory)
+    enter_directory(directory)
     module = importlib.import_module(entry.value)
     sys.argv = [str(module.__file__), "--fd", str(channel.fileno())]
     raise SystemExit(serve_channel(channel, life, label=label, run_child=module.run_child))
@@ -119,20 +121,6 @@ def _apply_environment(environment: dict[str, str | None]) -> None:
         else:
             os.environ[name] = value
     faults.arm(os.environ.get("PIWF_FAULTS", ""))
-
-
-def _enter_directory(directory: str) -> None:
-    """Change to ``directory`` (``/`` when it is not usable).
-
-    ``sys.path`` is the server's; its first entry is the directory the server was started in
-    (``python -m``), and a child's is its own, as if it had been started there.
-    """
-    try:
-        os.chdir(directory)
-    except OSError:
-        os.chdir("/")
-    if sys.path and sys.path[0] == getattr(mp_process, "ORIGINAL_DIR", None):
-        sys.path[0] = str(Path.cwd())
 
 
 def _descriptor_limit() -> int:

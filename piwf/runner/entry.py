@@ -1,4 +1,5 @@
-"""What every entry module shares: exit codes, serving the channel, the process title.
+"""What every entry module shares: exit codes, serving the channel, the process title and
+working directory.
 
 An entry module (:class:`~piwf.processes.ChildKind`) exposes ``run_child(connection, lifeline)
 -> int``; :mod:`piwf.runner.bootstrap` performs the child's first act and then runs it through
@@ -10,9 +11,12 @@ every process it started is ended before it returns.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from multiprocessing import process as mp_process
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from piwf.errors import PiwfError
 from piwf.runner.lifeline import Lifeline
@@ -51,3 +55,27 @@ def name_process(title: str) -> None:
         setproctitle.setproctitle(title)
     except ImportError:  # pragma: no cover - setproctitle is a dependency
         pass
+
+
+#: The ``sys.path[0]`` the last :func:`enter_directory` set (None before the first).
+_entered_path: str | None = None
+
+
+def enter_directory(directory: str) -> None:
+    """Change to ``directory`` (``/`` when it is not usable), as if the child had been
+    started there.
+
+    ``sys.path`` is the server's; its first entry is the directory the server was started in
+    (``python -m``). That entry, or the one an earlier call put there, becomes the new working
+    directory: a runner enters ``/`` when it starts and its run's project directory once its
+    launch names it.
+    """
+    global _entered_path
+    try:
+        os.chdir(directory)
+    except OSError:
+        os.chdir("/")
+    here = str(Path.cwd())
+    if sys.path and sys.path[0] in (getattr(mp_process, "ORIGINAL_DIR", None), _entered_path):
+        sys.path[0] = here
+        _entered_path = here

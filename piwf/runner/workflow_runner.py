@@ -46,7 +46,7 @@ from piwf.protocol.runner_v1 import (
     InteractionSettled,
     Launch,
 )
-from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, name_process
+from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, enter_directory, name_process
 from piwf.runner.lifeline import Lifeline
 from piwf.runner.verified_sources import SourcesChanged, load_verified_workflow
 from piwf.workflow import port
@@ -221,8 +221,11 @@ class PipePort:
 
 def run_child(connection: Connection, lifeline: Lifeline) -> int:
     """Run one generation over ``connection``; return the process exit code."""
+    # A runner may wait here long before its run exists (a spare, see server/runs/spares.py):
+    # nothing of any run is known to it until this launch.
     launch = Launch.model_validate(canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES)))
     name_process(f"piwf runner {launch.run_id} g{launch.generation}")
+    enter_directory(launch.project_path or "/")
     identity_fields = {
         "runId": launch.run_id,
         "generation": launch.generation,

@@ -147,6 +147,7 @@ class Server:
             supervisor=supervisor,
             settings=ExecutionSettings(
                 max_workers=settings.max_workers,
+                spare_runners=settings.spare_runners,
                 run_lease_ms=settings.run_lease_ms,
                 renew_s=settings.run_renew_s,
                 poll_s=settings.claim_poll_s,

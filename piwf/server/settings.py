@@ -16,13 +16,14 @@ DEFAULT_MAX_WORKERS = 4
 DEFAULT_IDLE_EXIT_S = 300.0
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int, *, minimum: int = 1) -> int:
     value = os.environ.get(name)
     if value is None or value == "":
         return default
     number = int(value)
-    if number <= 0:
-        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    if number < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
+        raise ValueError(f"{name} must be {what}, not {value!r}")
     return number
 
 
@@ -59,6 +60,9 @@ class ServerSettings:
 
     paths: ServerPaths = field(default_factory=lambda: ServerPaths(state_home()))
     max_workers: int = DEFAULT_MAX_WORKERS
+    #: Idle runner children kept started while slots are free, so a launch need not wait for
+    #: a child's start (docs/EXECUTION.md, "Spare runners"); 0: none.
+    spare_runners: int = 1
     idle_exit_s: float = DEFAULT_IDLE_EXIT_S
     server_lease_ms: int = 30_000
     server_renew_s: float = 10.0
@@ -97,8 +101,9 @@ class ServerSettings:
 
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
-        """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``IDLE_EXIT_S``, ``SERVER_LEASE_MS``,
-        ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``, ``FIRST_FRAME_DEADLINE_S`` and
+        """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``SPARE_RUNNERS`` (``0``: none),
+        ``IDLE_EXIT_S``, ``SERVER_LEASE_MS``, ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``,
+        ``FIRST_FRAME_DEADLINE_S`` and
         ``OUTPUT_STALL_DEADLINE_S`` (``0``: off), ``MAX_CONNECTIONS``, ``OUTPUT_CAP_BYTES``,
         ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
         ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RETENTION_DAYS``, ``RETENTION_RETRY_S``,
@@ -110,6 +115,7 @@ class ServerSettings:
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
+            "spare_runners": _env_int("PIWF_SPARE_RUNNERS", 1, minimum=0),
             "idle_exit_s": _env_float("PIWF_IDLE_EXIT_S", DEFAULT_IDLE_EXIT_S),
             "server_lease_ms": _env_int("PIWF_SERVER_LEASE_MS", 30_000),
             "server_renew_s": _env_float("PIWF_SERVER_RENEW_S", 10.0),

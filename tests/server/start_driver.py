@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 
 from piwf import canonical
-from piwf.processes import ChildKind, start_identity
+from piwf.processes import ChildKind, boot_id, start_identity
 from piwf.server.children.link import ChildLink
 from piwf.server.children.start_methods import StartMethod
 from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
@@ -44,6 +44,8 @@ class Driver:
     """The supervisor, its loop, and what its children's callbacks saw."""
 
     def __init__(self, method: StartMethod, log_dir: Path) -> None:
+        #: When this driver began (wall clock, as create times are).
+        self.born = time.time() - 1
         self.loop = EventLoop()
         self.loop.install_signal_handlers()  # as the server does: signals wake its select
         self.supervisor = Supervisor(self.loop, log_dir, method=method)
@@ -105,13 +107,31 @@ class Driver:
             process, parent = None, None
         self.processes[handle.name] = process
         self.seen[handle.name] = {
-            "identityIsTheChilds": (
-                handle.identity == start_identity(handle.pid)
-                if process is not None
-                else handle.identity is None
-            ),
+            "identityIsTheChilds": self._identity_is_the_childs(handle, process),
             "parent": parent,
         }
+
+    def _identity_is_the_childs(self, handle: ChildHandle, process: psutil.Process | None) -> bool:
+        """Whether the identity the supervisor took is the child's.
+
+        A child killed at once may be reaped before (or while) this looks: then the identity
+        is checked against the create time psutil read when it found the process, or, when the
+        process was gone already, for its pid, its boot and a create time within this driver's
+        life (the supervisor may have taken it just before the kill, or dropped it)."""
+        assert handle.pid is not None
+        if process is not None:
+            identity = start_identity(handle.pid)
+            if identity is None:  # reaped since psutil found it
+                identity = f"{handle.pid}:{process.create_time():.3f}:{boot_id()}"
+            return handle.identity == identity
+        if handle.identity is None:
+            return True
+        pid, created, boot = handle.identity.split(":", 2)
+        return (
+            pid == str(handle.pid)
+            and boot == boot_id()
+            and self.born <= float(created) <= time.time() + 1
+        )
 
     def _exited(self, handle: ChildHandle) -> None:
         self.events.append(f"exit:{handle.name}")

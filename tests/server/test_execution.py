@@ -84,9 +84,10 @@ def runner_children(server: ServerProcess) -> list[psutil.Process]:
     found = []
     for child in children:
         try:
-            # A runner names itself in its first act (a child the fork server forked a moment
-            # ago still shows the fork server's command line, which names every entry module).
-            if " ".join(child.cmdline()).startswith("piwf runner"):
+            # A runner names its run once its launch comes (a child the fork server forked a
+            # moment ago still shows the fork server's command line, which names every entry
+            # module; a spare runner waiting for a launch is "piwf runner (idle)").
+            if " ".join(child.cmdline()).startswith("piwf runner run-"):
                 found.append(child)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue

@@ -82,7 +82,7 @@ def facts_workflow(
                 "pid": pid, "ppid": os.getppid(), "pgid": os.getpgid(0), "sid": os.getsid(0),
                 "identity": start_identity(pid), "argv": sys.argv, "cwd": os.getcwd(),
                 "fds": {{fd: target(fd) for fd in os.listdir("/proc/self/fd")}},
-                "faults": os.environ.get("PIWF_FAULTS"),
+                "faults": os.environ.get("PIWF_FAULTS"), "path0": sys.path[0],
             }}
             pathlib.Path({str(out)!r} + ".tmp").write_text(json.dumps(record))
             os.replace({str(out)!r} + ".tmp", {str(out)!r})

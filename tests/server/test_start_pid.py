@@ -39,6 +39,9 @@ RUNNER_ROWS = (
     " FROM run_runners r LEFT JOIN blobs b ON b.blob_hash = r.diagnostic_hash"
     " WHERE r.run_id = ? ORDER BY r.started_at"
 )
+#: These servers keep no spare runner: the start they stop is the one a launch asks for (a
+#: launch handed to a spare asks for none; tests/server/test_spare_runners.py).
+NO_SPARES = {"PIWF_SPARE_RUNNERS": "0"}
 #: The one row of a runner asked for whose pid has not come.
 ASKED_FOR = [("starting", None, None, None, None, None)]
 
@@ -56,7 +59,7 @@ def test_a_runner_start_returns_before_its_fork_server_forks_and_the_loop_serves
     """The runner is asked for while its fork server is stopped: the server goes on serving
     with the runner's pid unknown; once the fork server resumes, the runner runs and its pid
     and start identity are recorded."""
-    server = start_server(servers, "forkserver")
+    server = start_server(servers, "forkserver", env=NO_SPARES)
     (fork_server,) = fork_servers(server)
     out = tmp_path / "facts.json"
     workflow = facts_workflow(tmp_path, "later", out, prelude=STOP_THE_FORK_SERVER)
@@ -87,7 +90,7 @@ def test_a_fork_server_killed_before_it_forks_a_runner_costs_that_start_and_the_
     """As a runner that could not be started at all: its slot is freed at once, and its run
     is rescued once its claim expires (short here), then finished by a runner of a new fork
     server."""
-    server = start_server(servers, "forkserver", env={"PIWF_RUN_LEASE_MS": "1500"})
+    server = start_server(servers, "forkserver", env={"PIWF_RUN_LEASE_MS": "1500", **NO_SPARES})
     (fork_server,) = fork_servers(server)
     out = tmp_path / "facts.json"
     workflow = facts_workflow(tmp_path, "lost", out, prelude=STOP_THE_FORK_SERVER)
@@ -116,7 +119,7 @@ def test_a_fork_server_killed_before_it_forks_a_runner_costs_that_start_and_the_
 def test_a_run_cancelled_before_its_runner_has_a_pid_ends_that_runner_when_the_pid_comes(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
-    server = start_server(servers, "forkserver")
+    server = start_server(servers, "forkserver", env=NO_SPARES)
     (fork_server,) = fork_servers(server)
     out = tmp_path / "facts.json"
     workflow = facts_workflow(tmp_path, "cancelled", out, prelude=STOP_THE_FORK_SERVER)

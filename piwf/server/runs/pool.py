@@ -29,11 +29,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from piwf import faults
@@ -47,6 +45,7 @@ from piwf.server.loop import EventLoop
 from piwf.server.runs.agents import reap_runner_groups
 from piwf.server.runs.content_transfer import ContentTransfer
 from piwf.server.runs.session import RunnerSession
+from piwf.server.runs.spares import SpareRunners, new_runner_epoch
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, RunnerStatus
@@ -117,6 +116,8 @@ class ExecutionSettings:
     agent_command: tuple[str, ...] | None = None
     #: The state home, given to agent commands as their ``PIWF_HOME``.
     state_home: str | None = None
+    #: Idle runner children kept started while slots are free (server/runs/spares.py).
+    spare_runners: int = 1
 
 
 class Executor:
@@ -144,6 +145,7 @@ class Executor:
         self.on_agent_activity: Callable[[str], None] = lambda _run_id: None
         self.supervisor = supervisor
         self.active: dict[str, RunnerSession] = {}
+        self.spares = SpareRunners(supervisor, loop, settings.spare_runners)
         #: The resource reconciles sharing this pool's capacity (set by the lifecycle).
         self.reconciler: ReconcileAdmission | None = None
         #: The validation children of agent submissions, admitted first (set by the lifecycle).
@@ -197,10 +199,17 @@ class Executor:
                 )
                 admitted = next((admit for admit in kinds if admit()), None)
                 if admitted is None:
-                    return
+                    break
                 self._prefer_reconcile = admitted == self._admit_run
         finally:
             self._scheduling = False
+        self.fill_spares()
+
+    def fill_spares(self) -> None:
+        """Keep spare runners for the free slots, once every launched runner is ready (a
+        starting child gets the CPU first); after every schedule, so after every exit."""
+        if all(session.ready or session.ended for session in self.active.values()):
+            self.spares.fill(self.settings.max_workers - self.busy_slots())
 
     def busy_slots(self) -> int:
         """Slots in use: launching and running children of every kind."""
@@ -362,8 +371,12 @@ class Executor:
         return launch
 
     def _launch(self, launch: RunLaunch, retried: RunnerSession | None = None) -> None:
+        """Record the launch and hand the envelope to a spare runner, or to a child started
+        for it (its envelope waits in the pipe while the fork server forks it)."""
+        spare = self.spares.take() if retried is None else None
+        epoch = new_runner_epoch() if spare is None else spare.name
         active = retried or RunnerSession(
-            self, launch, launch.claim, f"runner-{secrets.token_hex(8)}", ContentTransfer(self.db)
+            self, launch, launch.claim, epoch, ContentTransfer(self.db)
         )
         runner_epoch = active.runner_epoch
         self.active[launch.run_id] = active
@@ -381,31 +394,43 @@ class Executor:
             if isinstance(recorded, Conflict):
                 raise PiwfError(f"runner launch refused: {recorded.evidence}")
         except StateUnavailableError as error:
+            if spare is not None:  # the retry starts a child of its own, under a new epoch
+                self.supervisor.kill(spare)
+                active.runner_epoch = new_runner_epoch()
             self.retry_later(
                 active, "recording its launch", error, lambda: self._launch(launch, active)
             )
             return
         except PiwfError as error:
             log.warning("launching run %s failed: %s", launch.run_id, error)
+            if spare is not None:
+                self.supervisor.kill(spare)
             self.active.pop(launch.run_id, None)
             return
         faults.point("runner.after_launch_record")
-        project = envelope.project_path
-        try:
-            handle = self.supervisor.start(
-                ChildSpec(
-                    runner_epoch,
-                    ChildKind.WORKFLOW_RUNNER,
-                    cwd=Path(project) if project else None,
-                    on_exit=lambda finished: self._runner_ended(active, finished),
-                    on_started=lambda _started: self._record_process(active),
+        on_exit = lambda finished: self._runner_ended(active, finished)  # noqa: E731
+        on_started = lambda _started: self._record_process(active)  # noqa: E731
+        if spare is None:
+            try:
+                handle = self.supervisor.start(
+                    ChildSpec(
+                        runner_epoch,
+                        ChildKind.WORKFLOW_RUNNER,
+                        on_exit=on_exit,
+                        on_started=on_started,
+                    )
                 )
-            )
-        except OSError as error:
-            self._not_started(active, error.strerror or "")
-            return
-        # The envelope waits in the pipe while the fork server forks the child.
+            except OSError as error:
+                self._not_started(active, error.strerror or "")
+                return
+        else:
+            handle = spare
+            handle.on_exit.append(on_exit)
+            if not handle.started:
+                handle.on_started.append(on_started)
         active.attach(handle, envelope.encode(), self.settings.ready_timeout_s)
+        if handle.started:  # a spare whose pid and identity came before its run
+            self._record_process(active)
 
     def _runner_ended(self, active: RunnerSession, handle: ChildHandle) -> None:
         if handle.start_failure is not None:
