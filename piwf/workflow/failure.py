@@ -230,16 +230,18 @@ def _bounded_traceback(tb: TracebackType | None) -> tuple[str | None, bool]:
         iter(frames[-MAX_TRACEBACK_FRAMES:]), capture_locals=False
     )
     entries = [_format_frame(item) for item in summary]
-    budget = MAX_TRACEBACK_BYTES - 128  # room for the marker line
+    budget = MAX_TRACEBACK_BYTES - 256  # room for the marker lines
     size = sum(len(entry.encode("utf-8")) for entry in entries)
     while len(entries) > 1 and size > budget:
         size -= len(entries.pop(0).encode("utf-8"))
-    if size > budget:  # one frame alone is too long: keep its end (the line it stopped at)
-        entries = [valid_text(entries[0]).encode("utf-8")[-budget:].decode("utf-8", "ignore")]
+    marks = []
     dropped = total - len(entries)
     if dropped:
-        entries.insert(0, f"  ... {dropped} older frames cut; the newest {len(entries)} follow\n")
-    return "".join(entries), dropped > 0
+        marks.append(f"  ... {dropped} older frames cut; the newest {len(entries)} follow\n")
+    if size > budget:  # one frame alone is too long: keep its end (the line it stopped at)
+        entries = [entries[0].encode("utf-8")[-budget:].decode("utf-8", "ignore")]
+        marks.append(f"  ... the frame below is cut to its last {budget} bytes\n")
+    return "".join(marks + entries), bool(marks)
 
 
 def _format_frame(frame: tracebacks.FrameSummary) -> str:
