@@ -8,7 +8,8 @@ request adopts, another request conflicts), an effect applying under the active 
 conflict while one found by a later attempt (its runner died) runs again (idempotent) or becomes
 ambiguous (manual), equal repeats are adopted, and terminal runs accept nothing more. Test
 helpers create runs and restarts, answer requests (as a person, by a decision's timeout policy or
-by its deadline passing), submit agent outputs and resolve ambiguous effects.
+by its deadline passing), submit agent outputs and resolve ambiguous effects. A failed visit's
+failure record is kept as the store keeps it (:meth:`MemoryPort.failures_of`).
 
 It is the test double of **one process**: :meth:`MemoryPort.submit` runs an agent's ``validate``
 in-process through the function the server's validation child calls.
