@@ -49,7 +49,6 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 #: The directories of piwf's own calling frames: the engine and the runner, not the built-in
 #: workflows (which are workflow code like any other).
 _INTERNAL_DIRS: Final = (_PACKAGE / "workflow", _PACKAGE / "runner")
-_CUT_MARK: Final = " [… cut]"
 
 
 class FailureKind(StrEnum):
@@ -126,11 +125,14 @@ def error_type_name(error: BaseException) -> str:
 
 
 def describe_error(error: BaseException) -> str:
-    """Return ``Type: message`` for an error raised by workflow code (message bounded)."""
-    message, cut = bounded_head(error_message(error), MAX_MESSAGE_BYTES)
+    """Return ``Type: message`` for an error raised by workflow code.
+
+    The message is kept whole (a long error text travels by content reference); only the
+    failure record bounds it.
+    """
+    message = valid_text(error_message(error))
     name = type(error).__name__
-    text = f"{name}: {message}" if message else name
-    return text + _CUT_MARK if cut else text
+    return f"{name}: {message}" if message else name
 
 
 def exception_failure(error: BaseException, outcome: Outcome = Outcome.FAILED) -> NodeFailure:
