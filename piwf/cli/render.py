@@ -22,6 +22,7 @@ from piwf.protocol.payloads import (
     ChoiceInputInfo,
     ContentRef,
     DecisionInfo,
+    NodeFailureInfo,
     OpenRequestInfo,
     ResolutionInfo,
     RunDetail,
@@ -188,11 +189,51 @@ def run_detail(detail: RunDetail) -> str:
 
         lines.append("agent requests:")
         lines.extend(agent_request_audit(request) for request in detail.agent_requests)
+    if detail.failure is not None:
+        lines.append(failure_text(detail.failure))
     if detail.error is not None or detail.error_ref is not None:
-        lines.append(f"error:\n  {value_preview(detail.error, detail.error_ref, text=True)}")
+        preview = value_preview(detail.error, detail.error_ref, text=True)
+        lines.append("error:\n" + _block(preview.split("\n"), "  "))
     if detail.output is not None or detail.output_ref is not None:
         lines.append(f"output:\n  {value_preview(detail.output, detail.output_ref)}")
     return "\n".join(lines)
+
+
+def failure_text(failure: NodeFailureInfo) -> str:
+    """The failure record of the node that ended a run: node, how it ended, the error's type
+    and message, and its traceback or the end of its stderr (each already bounded)."""
+    node = failure.path
+    if failure.visit > 1 or failure.attempt > 1:
+        node += f" (visit {failure.visit}, attempt {failure.attempt})"
+    message = failure.message + (" [message cut]" if failure.message_cut else "")
+    first, *more = message.split("\n")
+    rows: list[tuple[str, object]] = [
+        ("node", node),
+        ("ended", failure.outcome.replace("_", " ")),
+        ("type", failure.error_type),
+        ("exit code", failure.exit_code),
+        ("signal", failure.signal),
+        ("message", first),
+    ]
+    lines = ["failure:", fields(rows)]
+    if more:
+        lines.append(_block(more))
+    if failure.traceback:
+        cut = ", older frames cut" if failure.traceback_cut else ""
+        lines.append(f"  traceback (most recent call last{cut}):")
+        lines.append(_block(failure.traceback.rstrip("\n").split("\n"), "  "))
+        ending = f"{failure.error_type}: {first}" if failure.message else failure.error_type
+        lines.append(f"    {ending}")
+    if failure.stderr_tail:
+        cut = ", earlier output cut" if failure.stderr_cut else ""
+        lines.append(f"  stderr (its last lines{cut}):")
+        lines.append(_block(failure.stderr_tail.split("\n")))
+    return "\n".join(lines)
+
+
+def _block(lines: Sequence[str], indent: str = "    ") -> str:
+    """``lines`` indented under their section."""
+    return "\n".join(indent + line for line in lines)
 
 
 def choices_text(

@@ -279,5 +279,8 @@ def _wait_and_report(
     if run.status != _SUCCESS_STATUS:
         if not as_json:
             detail = f" ({run.error_code})" if run.error_code else ""
-            click.echo(f"Error: run {run.run_id} ended {run.status}{detail}", err=True)
+            error = f": {receipt.error}" if receipt.error else ""
+            click.echo(f"Error: run {run.run_id} ended {run.status}{detail}{error}", err=True)
+            if receipt.failure is not None:
+                click.echo(f"The failed node's record: piwf run show {run.run_id}", err=True)
         raise click.exceptions.Exit(1)

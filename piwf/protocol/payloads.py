@@ -11,10 +11,10 @@ with the receipt model, so both sides agree on one shape::
     run.list         {limit?, before?: {createdAt, runId}}     {"runs": [RunInfo], "nextCursor"?}
     run.get          {}  (runId in the envelope)               {"run", "sources", "output"? or
                                                                "outputRef"?, "error"? or
-                                                               "errorRef"?, ...}
+                                                               "errorRef"?, "failure"?, ...}
     run.cancel       {}  (runId in the envelope)               {"run": RunInfo}
     run.wait         {timeoutMs?}  (runId in the envelope)     {"run": RunInfo, "timedOut": bool,
-                                                               "output"?, "error"?}
+                                                               "output"?, "error"?, "failure"?}
     state.status     {}                                        StateStatus
     state.verify     {}                                        {"valid": bool, "violations": [...]}
     state.backup     {destination}                             {"destination", "bytes"}
@@ -334,12 +334,48 @@ class AgentProcessInfo(WireModel):
     registered_at: int
 
 
+#: How a failed node visit ended (``piwf.workflow.failure.FailureKind``; a test compares them).
+FailureKindName = Literal["exception", "exit", "timedOut", "cancelled", "reported"]
+#: How a failed visit ended (the failure values of ``piwf.workflow.context.Outcome``).
+FailedOutcome = Literal["failed", "timed_out", "cancelled"]
+
+
+class NodeFailureInfo(WireModel):
+    """Why the node that ended a run failed: its attempt's failure record (docs/PROTOCOL.md,
+    "Failure records").
+
+    ``kind`` ``exception`` has ``error_type``, ``message`` and ``traceback`` (frames newest
+    last, as Python prints them, without the final ``Type: message`` line); ``exit`` a shell
+    command's ``exit_code`` or ``signal`` and the end of its stderr (``stderr_tail``);
+    ``timedOut``, ``cancelled`` and ``reported`` a ``message`` only. The engine bounds every
+    text (message 4 KiB, traceback 32 frames and 16 KiB, stderr 20 lines and 2 KiB); a
+    ``*_cut`` flag says that text was cut.
+    """
+
+    path: str
+    visit: int
+    attempt: int
+    outcome: FailedOutcome
+    kind: FailureKindName
+    message: str
+    error_type: str | None = None
+    message_cut: bool = False
+    traceback: str | None = None
+    traceback_cut: bool = False
+    exit_code: int | None = None
+    signal: str | None = None
+    stderr_tail: str | None = None
+    stderr_cut: bool = False
+
+
 class RunDetail(WireModel):
     """Receipt of run.get: the run, its sources, effects, and its final output or error.
 
     ``waiting_on`` is the pending request of a waiting run; ``decisions`` the audit of every
     checkpoint and decision of the run. A large output or error comes as ``output_ref`` /
-    ``error_ref`` instead (the client resolves it).
+    ``error_ref`` instead (the client resolves it). ``failure`` is the failure record of the
+    node that ended a failed, timed-out or cancelled run (None when no node's failure ended
+    it, for example a routing error or a cancel between nodes).
     """
 
     run: RunInfo
@@ -357,6 +393,7 @@ class RunDetail(WireModel):
     parked_reason: str | None = None
     #: The agent command running for its agent step now, if any.
     agent_process: AgentProcessInfo | None = None
+    failure: NodeFailureInfo | None = None
 
 
 class AnswerPayload(WireModel):
@@ -450,7 +487,8 @@ class RunPage(WireModel):
 
 class RunWaitReceipt(WireModel):
     """Receipt of run.wait: the run and, once it is terminal, its final output or error (or
-    their references, as in :class:`RunDetail`)."""
+    their references, as in :class:`RunDetail`) and the ``failure`` of the node that ended
+    it."""
 
     run: RunInfo
     timed_out: bool
@@ -458,6 +496,7 @@ class RunWaitReceipt(WireModel):
     output_ref: ContentRef | None = None
     error: str | None = None
     error_ref: ContentRef | None = None
+    failure: NodeFailureInfo | None = None
 
 
 class ServerStatus(WireModel):

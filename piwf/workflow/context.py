@@ -31,7 +31,8 @@ class NodeResult:
     """The record of one finished node visit, including failures.
 
     ``node`` is the id local to the workflow that declares it; ``path`` is the full compiled
-    path. ``output`` is set only for ``ok``; ``error`` only otherwise.
+    path. ``output`` is set only for ``ok``; ``error`` only otherwise. ``attempt`` counts the
+    visit's crash retries (1 unless a runner died during the visit); routing does not see it.
     """
 
     node: str
@@ -43,6 +44,7 @@ class NodeResult:
     finished_at_ms: int
     output: JsonValue = None
     error: str | None = None
+    attempt: int = 1
 
     @property
     def duration_ms(self) -> int:

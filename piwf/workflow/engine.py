@@ -44,7 +44,8 @@ from piwf.workflow.executors import (
     VisitOutcome,
     VisitParked,
 )
-from piwf.workflow.invoke import describe_error, to_json
+from piwf.workflow.failure import describe_error, exception_failure, reported_failure
+from piwf.workflow.invoke import to_json
 from piwf.workflow.nodes import INTERACTION_NODE_TYPES, HumanDecisionNode
 from piwf.workflow.port import (
     NodeFailed,
@@ -367,7 +368,7 @@ class _Execution:
         self.gate.expect(self.port.node_started, message)
         try:
             if timeout_problem is not None:
-                return started, VisitDone(Outcome.FAILED, error=timeout_problem)
+                return started, timeout_problem
             # An agent's budget is active time the server keeps: it is committed with the
             # request (no wall-clock deadline above), never a limit on code running here.
             return started, self.executor.start(node, ctx, progress.top, timeout_ms)
@@ -388,17 +389,20 @@ class _Execution:
             signal.detach()
             self.gate.raise_if_failed()
 
-    def _timeout(self, node: CompiledNode, ctx: NodeContext) -> tuple[int | None, str | None]:
+    def _timeout(self, node: CompiledNode, ctx: NodeContext) -> tuple[int | None, VisitDone | None]:
+        """The node's resolved timeout, or the failed visit when its callable is unusable."""
         spec = getattr(node.node, "timeout_ms", None)
         if spec is None or isinstance(spec, int):
             return spec, None
         try:
             value = spec(ctx)
         except Exception as error:
-            return None, f"timeout_ms callable failed: {describe_error(error)}"
+            text = f"timeout_ms callable failed: {describe_error(error)}"
+            return None, VisitDone(Outcome.FAILED, error=text, failure=exception_failure(error))
         if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
             return value, None
-        return None, f"timeout_ms callable returned {value!r}, not a positive integer or None"
+        text = f"timeout_ms callable returned {value!r}, not a positive integer or None"
+        return None, VisitDone(Outcome.FAILED, error=text)
 
     def _complete(
         self,
@@ -418,7 +422,10 @@ class _Execution:
             self.gate.expect(self.port.node_finished, done)
         else:
             error = outcome.error or outcome.outcome.value
-            failed = NodeFailed(self.run_id, path, visit, attempt, outcome.outcome, error, finished)
+            failure = outcome.failure or reported_failure(outcome.outcome, error)
+            failed = NodeFailed(
+                self.run_id, path, visit, attempt, outcome.outcome, error, finished, failure
+            )
             self.gate.expect(self.port.node_failed, failed)
         result = NodeResult(
             node=node.node_id,
@@ -430,6 +437,7 @@ class _Execution:
             finished_at_ms=finished,
             output=outcome.output if outcome.outcome is Outcome.OK else None,
             error=None if outcome.outcome is Outcome.OK else (outcome.error or "failed"),
+            attempt=attempt,
         )
         progress.record(node, result)
         if self.cancel.cancelled:

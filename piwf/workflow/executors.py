@@ -42,12 +42,17 @@ from piwf.workflow.agent_driver import (
 from piwf.workflow.compiler import CompiledNode
 from piwf.workflow.context import NodeContext, Outcome
 from piwf.workflow.contract import step_contract, with_contract
+from piwf.workflow.failure import (
+    NodeFailure,
+    describe_error,
+    exception_failure,
+    exit_failure,
+)
 from piwf.workflow.invoke import (
     CallOutcome,
     Raised,
     Returned,
     Stopped,
-    describe_error,
     failure_outcome,
     invoke,
     to_json,
@@ -76,19 +81,32 @@ from piwf.workflow.port import (
     WorkflowPort,
 )
 from piwf.workflow.scopes import Frame
-from piwf.workflow.shell_runner import resolve_invocation, run_shell
+from piwf.workflow.shell_runner import ShellRun, resolve_invocation, run_shell
 
 M = TypeVar("M")
 
 
 @dataclass(frozen=True)
 class VisitDone:
-    """The visit ended with ``outcome``; ``request_id`` closes an answered request."""
+    """The visit ended with ``outcome``; ``request_id`` closes an answered request.
+
+    A failed visit carries its one-line ``error`` and, when workflow code raised or a shell
+    command exited non-zero, its ``failure`` record (the engine records every other failure
+    from ``error``).
+    """
 
     outcome: Outcome
     output: JsonValue = None
     error: str | None = None
     request_id: str | None = None
+    failure: NodeFailure | None = None
+
+
+def raised(outcome: Outcome, error: Exception, context: str = "") -> VisitDone:
+    """The visit whose workflow code raised ``error`` (``context`` prefixes the error text)."""
+    return VisitDone(
+        outcome, error=context + describe_error(error), failure=exception_failure(error, outcome)
+    )
 
 
 @dataclass(frozen=True)
@@ -210,7 +228,7 @@ class VisitExecutor:
                 except CanonicalJsonError as error:
                     return VisitDone(Outcome.FAILED, error=f"output is not JSON: {error}")
             case Raised(error=error):
-                return VisitDone(failure_outcome(ctx.signal), error=describe_error(error))
+                return raised(failure_outcome(ctx.signal), error)
             case Stopped(outcome=outcome):
                 return VisitDone(outcome, error=f"timed out after {timeout_ms} ms")
 
@@ -232,9 +250,7 @@ class VisitExecutor:
             return VisitDone(Outcome.FAILED, error=f"effect request is not JSON: {error}")
         except Exception as error:
             self.gate.raise_if_failed()
-            return VisitDone(
-                Outcome.FAILED, error=f"effect request failed: {describe_error(error)}"
-            )
+            return raised(Outcome.FAILED, error, "effect request failed: ")
         key = identity.effect_key(self.run_id, spec.effect.type, ctx.path, ctx.visit)
         reservation = EffectReservation(
             run_id=self.run_id,
@@ -281,9 +297,9 @@ class VisitExecutor:
                 self._settle(key, EffectOutcome.APPLIED, output)
                 return VisitDone(Outcome.OK, output)
             case Raised(error=error):
-                text = describe_error(error)
-                self._settle(key, EffectOutcome.REJECTED, None, text)
-                return VisitDone(failure_outcome(ctx.signal), error=text)
+                done = raised(failure_outcome(ctx.signal), error)
+                self._settle(key, EffectOutcome.REJECTED, None, done.error)
+                return done
             case Stopped(outcome=outcome):
                 return self._uncertain(spec, key, outcome, f"timed out after {timeout_ms} ms")
 
@@ -294,9 +310,9 @@ class VisitExecutor:
             invocation = resolve_invocation(spec, ctx)
         except Exception as error:
             self.gate.raise_if_failed()
-            text = f"shell command could not be resolved: {describe_error(error)}"
-            self._settle(key, EffectOutcome.REJECTED, None, text)
-            return VisitDone(Outcome.FAILED, error=text)
+            done = raised(Outcome.FAILED, error, "shell command could not be resolved: ")
+            self._settle(key, EffectOutcome.REJECTED, None, done.error)
+            return done
         try:
             run = run_shell(
                 invocation,
@@ -313,9 +329,9 @@ class VisitExecutor:
             return self._uncertain(spec, key, run.stopped, f"{invocation.command!r} {verb}")
         code = run.result["exit_code"]
         if code != 0 and not spec.allow_nonzero_exit:
-            text = f"{invocation.command!r} exited with {code or run.result['signal']}"
-            self._settle(key, EffectOutcome.REJECTED, run.result, text)
-            return VisitDone(Outcome.FAILED, error=text)
+            done = _exit_failed(invocation.command, run)
+            self._settle(key, EffectOutcome.REJECTED, run.result, done.error)
+            return done
         self._settle(key, EffectOutcome.APPLIED, run.result)
         return self._parsed(spec, run.result)
 
@@ -340,7 +356,7 @@ class VisitExecutor:
             )
         except Exception as error:
             self.gate.raise_if_failed()
-            return VisitDone(Outcome.FAILED, error=f"parse failed: {describe_error(error)}")
+            return raised(Outcome.FAILED, error, "parse failed: ")
 
     def _uncertain(
         self, spec: ActionNode | ShellNode, key: str, outcome: Outcome, text: str
@@ -365,7 +381,7 @@ class VisitExecutor:
             call = invoke(lambda: message_spec(ctx), timeout_ms=None, signal=ctx.signal)
             self.gate.raise_if_failed()
             if isinstance(call, Raised):
-                return VisitDone(failure_outcome(ctx.signal), error=describe_error(call.error))
+                return raised(failure_outcome(ctx.signal), call.error)
             message = call.value if isinstance(call, Returned) else None
         if not isinstance(message, str):
             return VisitDone(Outcome.FAILED, error="notify message must be a string")
@@ -393,7 +409,7 @@ class VisitExecutor:
             return VisitDone(Outcome.FAILED, error=f"request content is not JSON: {error}")
         except Exception as error:
             self.gate.raise_if_failed()
-            return VisitDone(failure_outcome(ctx.signal), error=describe_error(error))
+            return raised(failure_outcome(ctx.signal), error)
         self.gate.raise_if_failed()
         if isinstance(spec, AgentNode) and isinstance(content, dict):
             contract = step_contract(
@@ -458,6 +474,35 @@ class VisitExecutor:
                 return VisitDone(Outcome.TIMED_OUT, error=detail, request_id=request_id)
             case AgentFailed(error=error):
                 return VisitDone(Outcome.FAILED, error=error)
+
+
+def _exit_failed(command: str, run: ShellRun) -> VisitDone:
+    """The visit of a shell command that exited non-zero or was killed by a signal.
+
+    The error text names the exit code (or signal) and ends with the last lines of stderr,
+    marked when earlier output was cut; the failure record carries the same tail.
+    """
+    code, signal = run.result["exit_code"], run.result["signal"]
+    exit_code = code if isinstance(code, int) else None
+    signal_name = signal if isinstance(signal, str) else None
+    ended = (
+        f"{command!r} exited with code {exit_code}"
+        if exit_code is not None
+        else f"{command!r} was killed by {signal_name}"
+    )
+    if not run.stderr_tail:
+        text = f"{ended} (no stderr output)"
+    else:
+        which = "last lines of stderr, earlier output cut" if run.stderr_cut else "stderr"
+        text = f"{ended}; {which}:\n{run.stderr_tail}"
+    failure = exit_failure(
+        ended,
+        exit_code=exit_code,
+        signal=signal_name,
+        stderr_tail=run.stderr_tail,
+        stderr_cut=run.stderr_cut,
+    )
+    return VisitDone(Outcome.FAILED, error=text, failure=failure)
 
 
 def _request_content(

@@ -86,12 +86,6 @@ def failure_outcome(signal: CancellationSignal) -> Outcome:
     return Outcome.FAILED
 
 
-def describe_error(error: BaseException) -> str:
-    """Return ``Type: message`` for an error raised by workflow code."""
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 def to_json(value: object) -> JsonValue:
     """Return ``value`` as plain canonical JSON (pydantic models by ``model_dump``).
 

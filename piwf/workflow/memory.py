@@ -8,7 +8,8 @@ request adopts, another request conflicts), an effect applying under the active 
 conflict while one found by a later attempt (its runner died) runs again (idempotent) or becomes
 ambiguous (manual), equal repeats are adopted, and terminal runs accept nothing more. Test
 helpers create runs and restarts, answer requests (as a person, by a decision's timeout policy or
-by its deadline passing), submit agent outputs and resolve ambiguous effects.
+by its deadline passing), submit agent outputs and resolve ambiguous effects. A failed visit's
+failure record is kept as the store keeps it (:meth:`MemoryPort.failures_of`).
 
 It is the test double of **one process**: :meth:`MemoryPort.submit` runs an agent's ``validate``
 in-process through the function the server's validation child calls.
@@ -43,6 +44,7 @@ from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.context import CancellationSignal, Outcome
 from piwf.workflow.definition import WorkflowDefinition
 from piwf.workflow.engine import ExecutionResult, execute
+from piwf.workflow.failure import AttemptFailure
 from piwf.workflow.identity import request_fingerprint
 from piwf.workflow.invoke import to_json
 from piwf.workflow.memory_records import EffectRecord, MemoryRun, MemorySubmission
@@ -87,6 +89,7 @@ class MemoryPort:
         self.notifications: dict[str, NotificationRequested] = {}
         self.requests: dict[str, InteractionRequested] = {}
         self.submissions: list[MemorySubmission] = []
+        self.failures: dict[str, list[AttemptFailure]] = {}
         self.messages: list[object] = []
 
     # Helpers for tests and dry runs ------------------------------------------------------
@@ -201,6 +204,11 @@ class MemoryPort:
                 raise ValueError(f"effect {effect_key} is {record.status.value}, not ambiguous")
             record.status = EffectStatus(outcome.value)
             record.result, record.error = to_json(result), error
+
+    def failures_of(self, run_id: str) -> list[AttemptFailure]:
+        """Return the failure records of the run's failed attempts, oldest first."""
+        with self._lock:
+            return list(self.failures.get(run_id, ()))
 
     def effects_of(self, run_id: str) -> list[EffectRecord]:
         """Return the effects of ``run_id`` in reservation order."""
@@ -325,6 +333,11 @@ class MemoryPort:
             if isinstance(active, Conflict):
                 return active
             self._close_visit(run, active, message, message.outcome, None, message.error)
+            if message.failure is not None:
+                failed = AttemptFailure(
+                    message.path, message.visit, message.attempt, message.outcome, message.failure
+                )
+                self.failures.setdefault(run.run_id, []).append(failed)
             return self._accept(message)
 
     @staticmethod

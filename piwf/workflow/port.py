@@ -46,6 +46,7 @@ from piwf.lifecycle import (
     StrEnum,
 )
 from piwf.workflow.context import Outcome
+from piwf.workflow.failure import NodeFailure
 from piwf.workflow.nodes import Recovery
 
 OUTCOME_STATUS: Mapping[Outcome, RunStatus] = {
@@ -192,7 +193,13 @@ class NodeFinished:
 
 @dataclass(frozen=True)
 class NodeFailed:
-    """A visit finished ``failed``, ``timed_out`` or ``cancelled`` with an error text."""
+    """A visit finished ``failed``, ``timed_out`` or ``cancelled``.
+
+    ``error`` is the one-line text (``KeyError: 'missing'``) that routing and ``ctx.results``
+    see; ``failure`` the structured, bounded record the port stores with the attempt
+    (:mod:`piwf.workflow.failure`). The engine always sends it; ``None`` is kept for a sender
+    that has no record.
+    """
 
     run_id: str
     path: str
@@ -201,6 +208,7 @@ class NodeFailed:
     outcome: Outcome
     error: str
     finished_at_ms: int
+    failure: NodeFailure | None = None
 
 
 @dataclass(frozen=True)

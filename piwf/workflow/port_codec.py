@@ -14,6 +14,7 @@ half-valid object.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -85,9 +86,14 @@ _HINTS: dict[type[Any], dict[str, Any]] = {}
 
 
 def _hints(cls: type[Any]) -> dict[str, Any]:
-    """Field types of ``cls``; a field declared ``JsonValue`` takes any JSON value as it is."""
+    """Field types of ``cls``; a field declared ``JsonValue`` takes any JSON value as it is.
+
+    Names resolve in ``cls``'s own module first (a record such as
+    :class:`~piwf.workflow.failure.NodeFailure` lives beside its helpers), then in the port's.
+    """
     if cls not in _HINTS:
-        hints = typing.get_type_hints(cls, vars(port) | vars(typing))
+        namespace = vars(port) | vars(sys.modules[cls.__module__]) | vars(typing)
+        hints = typing.get_type_hints(cls, namespace)
         for name, raw in cls.__annotations__.items():
             if isinstance(raw, str) and raw.strip() == "JsonValue":
                 hints[name] = Any

@@ -87,6 +87,7 @@ def replay_saved_run(
             finished_at_ms=step.finished_at_ms,
             output=step.output,
             error=step.error,
+            attempt=step.attempt,
         )
         progress.record(node, result)
         last_path = step.path

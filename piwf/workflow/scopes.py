@@ -24,7 +24,8 @@ from piwf.workflow.compiler import CompiledNode, CompiledWorkflow
 from piwf.workflow.context import CancellationSignal, NodeContext, NodeResult, Outcome
 from piwf.workflow.definition import WorkflowDefinition
 from piwf.workflow.edges import GotoEdge, MissingValue, case_text
-from piwf.workflow.invoke import describe_error, to_json
+from piwf.workflow.failure import describe_error, node_error_text
+from piwf.workflow.invoke import to_json
 from piwf.workflow.port import OUTCOME_STATUS
 
 
@@ -198,7 +199,7 @@ class RunProgress:
         """
         route = node.route
         if route is None:
-            return self._end(result.outcome, result.output, result.error, node.path)
+            return self._end(result.outcome, result)
         value = result.output
         for mount_path in reversed(node.scope[route.scope_depth :]):
             value = self._leave(mount_path, node, result, value)
@@ -206,11 +207,11 @@ class RunProgress:
         edge = route.edge
         if isinstance(edge, GotoEdge):
             if outcome is not Outcome.OK:
-                return self._end(outcome, None, result.error, node.path)
+                return self._end(outcome, result)
             target = edge.target
         else:
             if not edge.on.outcome and outcome is not Outcome.OK:
-                return self._end(outcome, None, result.error, node.path)
+                return self._end(outcome, result)
             routed = edge.on.read(value, outcome)
             if isinstance(routed, MissingValue):
                 raise TransitionError(
@@ -220,7 +221,7 @@ class RunProgress:
             cases = dict(edge.cases)
             if key not in cases:
                 if edge.on.outcome and outcome is not Outcome.OK:
-                    return self._end(outcome, None, result.error, node.path)
+                    return self._end(outcome, result)
                 raise TransitionError(
                     f"routing error after {node.path!r}: no case for {edge.on.text} = {key!r} "
                     f"(cases: {', '.join(cases)})"
@@ -275,6 +276,12 @@ class RunProgress:
             ) from error
 
     @staticmethod
-    def _end(outcome: Outcome, output: JsonValue, error: str | None, path: str) -> End:
+    def _end(outcome: Outcome, result: NodeResult) -> End:
+        """The run ends with ``result``'s node: its output, or an error that names the node."""
         status = OUTCOME_STATUS[outcome]
-        return End(status, output if status is RunStatus.COMPLETED else None, error, path)
+        if status is RunStatus.COMPLETED:
+            return End(status, result.output, None, result.path)
+        error = node_error_text(
+            result.path, result.visit, result.attempt, outcome, result.error or outcome.value
+        )
+        return End(status, None, error, result.path)

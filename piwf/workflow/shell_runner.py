@@ -2,8 +2,10 @@
 
 The child gets its own session (process group), stdin from ``/dev/null`` and pipes for stdout
 and stderr. Reader threads keep at most ``max_output_chars`` characters of each stream and
-drain the rest, so a chatty child can neither block nor exhaust memory. On the deadline or on
-cancellation the whole group gets SIGTERM, then SIGKILL after a short grace.
+drain the rest, so a chatty child can neither block nor exhaust memory. The stderr reader also
+keeps the stream's last :data:`~piwf.workflow.failure.MAX_STDERR_BYTES` bytes, so a failed
+command's error can show how it ended, not how it began. On the deadline or on cancellation the
+whole group gets SIGTERM, then SIGKILL after a short grace.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import IO, Any
 
 from piwf.canonical import JsonValue
 from piwf.workflow.context import CancellationSignal, NodeContext, Outcome
+from piwf.workflow.failure import MAX_STDERR_BYTES, tail_lines
 from piwf.workflow.nodes import ShellNode
 
 #: How often the waiting loop looks at the cancellation signal.
@@ -42,10 +45,16 @@ class ShellInvocation:
 
 @dataclass(frozen=True)
 class ShellRun:
-    """How a command ended: ``stopped`` is set when it was killed on deadline or cancel."""
+    """How a command ended: ``stopped`` is set when it was killed on deadline or cancel.
+
+    ``stderr_tail`` is the end of stderr (:func:`piwf.workflow.failure.tail_lines`);
+    ``stderr_cut`` says that earlier stderr output is not in it.
+    """
 
     result: dict[str, JsonValue]
     stopped: Outcome | None
+    stderr_tail: str = ""
+    stderr_cut: bool = False
 
 
 def resolve_invocation(node: ShellNode, ctx: NodeContext) -> ShellInvocation:
@@ -112,7 +121,8 @@ def run_shell(
     assert process.stdout is not None
     assert process.stderr is not None
     byte_cap = max_output_chars * 4
-    stdout, stderr = _Capture(process.stdout, byte_cap), _Capture(process.stderr, byte_cap)
+    stdout = _Capture(process.stdout, byte_cap)
+    stderr = _Capture(process.stderr, byte_cap, tail_bytes=MAX_STDERR_BYTES)
     stopped = _wait(process, deadline, signal)
     stdout.join()
     stderr.join()
@@ -131,7 +141,8 @@ def run_shell(
         "stdout_truncated": out_cut,
         "stderr_truncated": err_cut,
     }
-    return ShellRun(result, stopped)
+    tail, tail_cut = stderr.tail()
+    return ShellRun(result, stopped, tail, tail_cut)
 
 
 def _wait(
@@ -165,20 +176,27 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
 
 
 class _Capture:
-    """Reads one stream to its end, keeping at most ``cap`` bytes."""
+    """Reads one stream to its end, keeping its first ``cap`` bytes and its last
+    ``tail_bytes`` bytes."""
 
-    def __init__(self, stream: IO[bytes], cap: int) -> None:
+    def __init__(self, stream: IO[bytes], cap: int, *, tail_bytes: int = 0) -> None:
         self._stream = stream
         self._cap = cap
         self._parts: list[bytes] = []
         self._kept = 0
         self._dropped = False
+        self._tail_bytes = tail_bytes
+        self._tail = b""
+        self._total = 0
         self._thread = threading.Thread(target=self._read, name="piwf-shell-capture", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
         with self._stream:
             while chunk := self._stream.read1(_CHUNK):  # type: ignore[attr-defined]
+                self._total += len(chunk)
+                if self._tail_bytes:
+                    self._tail = (self._tail + chunk)[-self._tail_bytes :]
                 room = self._cap - self._kept
                 if room > 0:
                     self._parts.append(chunk[:room])
@@ -188,6 +206,10 @@ class _Capture:
 
     def join(self) -> None:
         self._thread.join()
+
+    def tail(self) -> tuple[str, bool]:
+        """The last lines of the stream and whether earlier output is not in them."""
+        return tail_lines(self._tail, earlier_dropped=self._total > len(self._tail))
 
     def text(self, max_chars: int) -> tuple[str, bool]:
         text = b"".join(self._parts).decode("utf-8", errors="replace")

@@ -33,6 +33,7 @@ from piwf.config import state_home
 from piwf.errors import WorkflowDefinitionError, WorkflowLoadError
 from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.definition import WorkflowDefinition
+from piwf.workflow.failure import WORKFLOW_MODULE_PREFIX
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtins"
 BUILTIN_PREFIX = "builtin:"
@@ -246,7 +247,7 @@ class _Loader:
             ) from None
         except ValueError as error:
             raise WorkflowLoadError(f"{path}: cannot compile: {error}") from None
-        name = f"_piwf_workflow_{digest[:16]}_{next(_MODULE_NUMBERS)}"
+        name = f"{WORKFLOW_MODULE_PREFIX}{digest[:16]}_{next(_MODULE_NUMBERS)}"
         spec = importlib.util.spec_from_file_location(name, key)
         if spec is None:
             raise WorkflowLoadError(f"{path}: cannot create a module for this file")

@@ -25,7 +25,8 @@ from piwf.errors import CanonicalJsonError, RunCommandError
 from piwf.workflow.compiler import CompiledWorkflow
 from piwf.workflow.context import CancellationSignal
 from piwf.workflow.engine import answer_visit
-from piwf.workflow.invoke import Raised, Stopped, describe_error, invoke, to_json
+from piwf.workflow.failure import describe_error
+from piwf.workflow.invoke import Raised, Stopped, invoke, to_json
 from piwf.workflow.nodes import AgentNode
 from piwf.workflow.port import SavedRun
 from piwf.workflow.scopes import TransitionError

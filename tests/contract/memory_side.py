@@ -14,6 +14,7 @@ from piwf.workflow.commands import RestartCommand, ResumeCommand, RunCommand, St
 from piwf.workflow.compiler import CompiledWorkflow
 from piwf.workflow.context import CancellationSignal
 from piwf.workflow.engine import ExecutionResult, execute
+from piwf.workflow.failure import AttemptFailure
 from piwf.workflow.memory import MemoryPort
 
 from .ports import (
@@ -122,6 +123,9 @@ class MemoryUnderTest(PortUnderTest):
             ),
             key=lambda view: (view.path, view.visit),
         )
+
+    def failures(self, run_id: str = RUN) -> list[AttemptFailure]:
+        return self.port.failures_of(run_id)
 
     def updates(self, run_id: str = RUN) -> dict[tuple[str, str], JsonValue]:
         return {

@@ -73,6 +73,7 @@ from piwf.workflow.commands import RunCommand
 from piwf.workflow.compiler import CompiledWorkflow
 from piwf.workflow.context import CancellationSignal
 from piwf.workflow.engine import ExecutionResult, execute
+from piwf.workflow.failure import AttemptFailure
 from tests.state.test_execution_support import Crash
 
 RUN = "run-1"
@@ -328,6 +329,10 @@ class PortUnderTest(ABC):
     @abstractmethod
     def updates(self, run_id: str = RUN) -> dict[tuple[str, str], JsonValue]:
         """The latest update data per (type, key) of the run's attempts."""
+
+    @abstractmethod
+    def failures(self, run_id: str = RUN) -> list[AttemptFailure]:
+        """The failure records of the run's failed visits, in step order."""
 
     def effect(self, run_id: str = RUN) -> EffectView:
         """The run's one managed effect."""

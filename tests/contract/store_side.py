@@ -19,10 +19,12 @@ from piwf.state import StateDatabase, blobs
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.enums import RunnerStatus, SubmissionOutcome, SubmissionSource
+from piwf.state.execution import attempts
 from piwf.workflow import port as p
 from piwf.workflow.compiler import CompiledWorkflow
 from piwf.workflow.context import CancellationSignal
 from piwf.workflow.engine import ExecutionResult, execute
+from piwf.workflow.failure import AttemptFailure
 from tests.state.test_execution_support import (
     LEASE_MS,
     OPERATOR,
@@ -212,6 +214,10 @@ class StoreUnderTest(PortUnderTest):
                 (row[0], row[1]): blobs.read_json(tx, bytes(row[2]))
                 for row in tx.all(_UPDATES, (run_id,))
             }
+
+    def failures(self, run_id: str = RUN) -> list[AttemptFailure]:
+        with self.db.read() as tx:
+            return attempts.list_failures(tx, run_id)
 
     def check(self) -> None:
         assert violations(self.db) == []

@@ -99,7 +99,10 @@ def test_a_restart_begins_at_the_first_node_with_nothing_from_its_parent(
         ("last", compute(last)),
     )
     failed = subject.start(workflow, {"task": "t"})
-    assert (failed.status, failed.error) == (p.RunStatus.FAILED, "RuntimeError: last failed")
+    assert (failed.status, failed.error) == (
+        p.RunStatus.FAILED,
+        'node "last" failed: RuntimeError: last failed',
+    )
     subject.restart("run-1", "run-2")
     restarted = subject.saved("run-2")
     assert (restarted.lineage, restarted.parent_run_id, restarted.restart_number) == (

@@ -163,7 +163,10 @@ def test_a_rejected_settlement_is_adopted_as_the_same_failure(subject: PortUnder
     subject.crash(after=p.EffectSettlement)
     result = subject.run()
     assert result is not None
-    assert (result.status, result.error) == (p.RunStatus.FAILED, "PermissionError: denied")
+    assert (result.status, result.error) == (
+        p.RunStatus.FAILED,
+        'node "apply" (attempt 2) failed: PermissionError: denied',
+    )
     assert calls == [1]
     second = subject.results(p.EffectReservation)[1]
     assert isinstance(second, p.Adopted) and second.value.settled is not None
@@ -221,7 +224,10 @@ def test_an_action_error_settles_its_effect_rejected(subject: PortUnderTest) -> 
         raise PermissionError("denied")
 
     result = subject.start(single_action(refuse))
-    assert (result.status, result.error) == (p.RunStatus.FAILED, "PermissionError: denied")
+    assert (result.status, result.error) == (
+        p.RunStatus.FAILED,
+        'node "apply" failed: PermissionError: denied',
+    )
     assert subject.effect() == _view(KEY, "rejected", 1, error="PermissionError: denied")
 
 
@@ -254,9 +260,11 @@ def test_a_failed_shell_command_settles_rejected_with_its_receipt(subject: PortU
     node = shell(effect=idempotent_effect("svc.apply"), command=[sys.executable, "-c", PRINT])
     result = subject.start(chain(("apply", node)))
     assert result.status is p.RunStatus.FAILED
-    assert result.error is not None and "exited with 3" in result.error
+    (failed,) = subject.sent(p.NodeFailed)
+    assert failed.error == f"{sys.executable!r} exited with code 3; stderr:\ne"
+    assert result.error == f'node "apply" failed: {failed.error}'
     effect = subject.effect()
-    assert (effect.status, effect.error) == ("rejected", result.error)
+    assert (effect.status, effect.error) == ("rejected", failed.error)
     assert isinstance(effect.result, dict)
     assert (effect.result["exit_code"], effect.result["stdout"]) == (3, "x" * 100)
 

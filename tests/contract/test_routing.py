@@ -97,7 +97,7 @@ def test_a_failing_node_without_an_outcome_route_fails_the_run(subject: PortUnde
     )
     assert (result.status, result.error, result.path) == (
         p.RunStatus.FAILED,
-        "ValueError: bad value",
+        'node "a" failed: ValueError: bad value',
         "a",
     )
     assert after == []
@@ -110,7 +110,7 @@ def test_a_failing_node_without_an_outcome_route_fails_the_run(subject: PortUnde
         None,
         "ValueError: bad value",
     )
-    assert (saved.status, saved.error) == (p.RunStatus.FAILED, "ValueError: bad value")
+    assert (saved.status, saved.error) == (p.RunStatus.FAILED, result.error)
 
 
 def test_a_failure_routes_on_result_outcome(subject: PortUnderTest) -> None:
@@ -137,7 +137,10 @@ def test_an_outcome_switch_without_a_failure_case_ends_the_run_with_the_outcome(
         edges=[{"from": "a", "switch": {"on": "$result.outcome", "cases": {"ok": "b"}}}],
     )
     result = subject.start(workflow)
-    assert (result.status, result.error) == (p.RunStatus.FAILED, "RuntimeError: no")
+    assert (result.status, result.error) == (
+        p.RunStatus.FAILED,
+        'node "a" failed: RuntimeError: no',
+    )
 
 
 def test_a_missing_switch_case_is_a_routing_error(subject: PortUnderTest) -> None:
@@ -207,7 +210,8 @@ def test_computed_timeouts_are_resolved_per_visit(subject: PortUnderTest) -> Non
 def test_an_output_that_is_not_json_fails_the_node(subject: PortUnderTest) -> None:
     result = subject.start(chain(("a", compute(lambda ctx: {"when": object()}))))
     assert result.status is p.RunStatus.FAILED
-    assert result.error is not None and result.error.startswith("output is not JSON")
+    assert result.error is not None
+    assert result.error.startswith('node "a" failed: output is not JSON')
 
 
 def child_workflow(seen: list[Any]) -> Any:

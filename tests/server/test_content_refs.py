@@ -258,7 +258,7 @@ def test_a_large_error_text_reaches_the_reader_complete(
         run = client.start_run(workflow, input={"size": 2_000_000})
         waited = client.wait_run(run.run_id, timeout_s=60)
         detail = client.get_run(run.run_id)
-    expected = "ValueError: " + "e" * 2_000_000
+    expected = 'node "fail" failed: ValueError: ' + "e" * 2_000_000
     assert waited.run.status == "failed"
     assert waited.error == detail.error == expected
     with raw_client(server) as raw:

@@ -25,7 +25,7 @@ import pytest
 
 import piwf
 from piwf import lifecycle
-from piwf.protocol import client_v1, runner_v1
+from piwf.protocol import client_v1, payloads, runner_v1
 from piwf.protocol.runner_v1 import (
     AGENT_OPERATIONS,
     CONTENT_OPERATIONS,
@@ -37,6 +37,7 @@ from piwf.runner.workflow_runner import PipePort
 from piwf.state import enums
 from piwf.state.execution import calls
 from piwf.workflow import port
+from piwf.workflow.failure import FailureKind
 from piwf.workflow.nodes import Recovery
 
 PACKAGE = Path(piwf.__file__).parent
@@ -105,6 +106,7 @@ def test_a_boundary_vocabulary_stays_inside_its_lifecycle(
     [
         (runner_v1.CallResponse.model_fields["outcome"].annotation, enums.RunnerMessageOutcome),
         (client_v1.Outcome, enums.CommandOutcome),
+        (payloads.FailureKindName, FailureKind),
     ],
 )
 def test_wire_literals_mirror_their_enums(literal: object, mirrored: type[enum.Enum]) -> None:

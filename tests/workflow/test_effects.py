@@ -66,7 +66,10 @@ def test_an_operator_may_reject_an_ambiguous_effect() -> None:
     workflow, calls, key = ambiguous_run(port)
     port.resolve_effect(key, EffectOutcome.REJECTED, None, "the API refused it")
     done = execute(ResumeCommand("run-1"), workflow, port)
-    assert (done.status, done.error) == (RunStatus.FAILED, "the API refused it")
+    assert (done.status, done.error) == (
+        RunStatus.FAILED,
+        'node "apply" (attempt 3) failed: the API refused it',
+    )
     assert calls == [1]
     with pytest.raises(ValueError, match="not ambiguous"):
         port.resolve_effect(key, EffectOutcome.APPLIED)

@@ -7,6 +7,7 @@ import pytest
 from piwf.protocol.runner_v1 import PORT_OPERATIONS
 from piwf.workflow import port
 from piwf.workflow.context import Outcome
+from piwf.workflow.failure import FailureKind, NodeFailure
 from piwf.workflow.nodes import Recovery
 from piwf.workflow.port_codec import PortCodecError, from_json, to_json
 
@@ -34,6 +35,21 @@ MESSAGES = [
     port.EffectReservation("run-1", "a", 1, "key", "svc.apply", Recovery.MANUAL, {"r": 1}, "ab"),
     port.RunFinished("run-1", port.RunStatus.COMPLETED, {"out": True}, None, "a"),
     port.NodeFailed("run-1", "a", 1, 1, Outcome.TIMED_OUT, "too slow", 9),
+    port.NodeFailed(
+        "run-1",
+        "a",
+        2,
+        1,
+        Outcome.FAILED,
+        "KeyError: 'missing'",
+        9,
+        NodeFailure(
+            FailureKind.EXCEPTION,
+            "'missing'",
+            "KeyError",
+            traceback='  File "flow.py", line 3, in a\n    return t["missing"]\n',
+        ),
+    ),
 ]
 
 
@@ -70,3 +86,12 @@ def test_missing_fields_and_bad_enums_are_refused() -> None:
         from_json(port.EffectReservation, {k: v for k, v in value.items() if k != "effect_key"})
     with pytest.raises(PortCodecError, match="not a Recovery"):
         from_json(port.EffectReservation, {**value, "recovery": "sometimes"})
+
+
+def test_a_failure_record_of_another_kind_or_shape_is_refused() -> None:
+    value = to_json(MESSAGES[-1])
+    assert isinstance(value, dict) and isinstance(value["failure"], dict)
+    with pytest.raises(PortCodecError, match="not a FailureKind"):
+        from_json(port.NodeFailed, {**value, "failure": {**value["failure"], "kind": "oops"}})
+    with pytest.raises(PortCodecError, match="unknown field 'locals'"):
+        from_json(port.NodeFailed, {**value, "failure": {**value["failure"], "locals": {}}})

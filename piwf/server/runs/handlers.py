@@ -13,11 +13,14 @@ from collections.abc import Callable
 
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError, RunCommandError, StateUnavailableError, WorkflowLoadError
+from piwf.lifecycle import RunStatus
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
 from piwf.protocol.payloads import (
     AgentProcessInfo,
     EmptyPayload,
+    FailedOutcome,
+    NodeFailureInfo,
     RunCursor,
     RunDetail,
     RunListPayload,
@@ -50,10 +53,17 @@ from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, SourceType
-from piwf.state.execution import agents
+from piwf.state.execution import agents, attempts
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
+from piwf.workflow.context import Outcome
+
+_FAILED_OUTCOMES: dict[Outcome, FailedOutcome] = {
+    Outcome.FAILED: "failed",
+    Outcome.TIMED_OUT: "timed_out",
+    Outcome.CANCELLED: "cancelled",
+}
 
 _CLIENT_RUN_ID = re.compile(r"run-[A-Za-z0-9_-]{8,64}")
 
@@ -357,6 +367,37 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
         agent_requests=interactions.agent_request_infos(tx, run_id, offer),
         parked_reason=run_queue.read_queue_reason(tx, run_id) if view.needs_action else None,
         agent_process=_agent_process(tx, run_id),
+        failure=run_failure(tx, view),
+    )
+
+
+def run_failure(tx: Transaction, view: run_store.RunRow) -> NodeFailureInfo | None:
+    """The failure record of the node that ended ``view``, when a node's failure ended it.
+
+    Only a finished run that did not complete has one: the record of its last step, which is
+    the visit that ended it (bounded by the engine, so the answer stays small).
+    """
+    if view.finished_at is None or view.status is RunStatus.COMPLETED:
+        return None
+    found = attempts.last_step_failure(tx, view.run_id)
+    if found is None:
+        return None
+    failure = found.failure
+    return NodeFailureInfo(
+        path=found.path,
+        visit=found.visit,
+        attempt=found.attempt,
+        outcome=_FAILED_OUTCOMES[found.outcome],
+        kind=failure.kind.value,
+        message=failure.message,
+        error_type=failure.error_type,
+        message_cut=failure.message_cut,
+        traceback=failure.traceback,
+        traceback_cut=failure.traceback_cut,
+        exit_code=failure.exit_code,
+        signal=failure.signal,
+        stderr_tail=failure.stderr_tail,
+        stderr_cut=failure.stderr_cut,
     )
 
 
@@ -389,6 +430,7 @@ def wait_receipt(tx: Transaction, view: run_store.RunRow, *, timed_out: bool) ->
         output_ref=output.ref,
         error=error.value,
         error_ref=error.ref,
+        failure=run_failure(tx, view),
     )
 
 

@@ -8,9 +8,10 @@ attempt of a run is unfinished (a partial unique index holds it)::
        └────────────────────────┘
     running ─crash retry─▶ interrupted (the next attempt of the same visit opens)
 
-Every finished visit appends one ``run_steps`` row, so the steps replay in order. Writers run
-inside the caller's one change and never commit; their ``WHERE`` clause states the state they
-expect.
+Every finished visit appends one ``run_steps`` row, so the steps replay in order. A failed,
+timed-out or cancelled attempt may keep its failure record (``failure_hash``: the canonical JSON
+of a :class:`~piwf.workflow.failure.NodeFailure`, bounded by the engine). Writers run inside the
+caller's one change and never commit; their ``WHERE`` clause states the state they expect.
 """
 
 from __future__ import annotations
@@ -18,14 +19,24 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from piwf.state import blobs
 from piwf.state.database import Transaction
 from piwf.state.enums import AttemptStatus
-from piwf.workflow import identity
+from piwf.workflow import identity, port_codec
+from piwf.workflow.context import Outcome
+from piwf.workflow.failure import AttemptFailure, NodeFailure
+
+_FAILED_OUTCOMES = {
+    AttemptStatus.FAILED: Outcome.FAILED,
+    AttemptStatus.TIMED_OUT: Outcome.TIMED_OUT,
+    AttemptStatus.CANCELLED: Outcome.CANCELLED,
+}
 
 #: The columns :func:`_attempt` reads; queries append their own WHERE clause.
 _SELECT_ATTEMPT = """
 SELECT attempt_id, run_id, node_path, visit, attempt_number, node_type, status,
-       lease_generation, output_hash, error_hash, started_at, deadline_at, finished_at
+       lease_generation, output_hash, error_hash, failure_hash, started_at, deadline_at,
+       finished_at
 FROM node_attempts
 """
 
@@ -35,10 +46,22 @@ _SELECT_ACTIVE = (
 
 _SELECT_STEPS = """
 SELECT a.attempt_id, a.run_id, a.node_path, a.visit, a.attempt_number, a.node_type, a.status,
-       a.lease_generation, a.output_hash, a.error_hash, a.started_at, a.deadline_at,
-       a.finished_at
+       a.lease_generation, a.output_hash, a.error_hash, a.failure_hash, a.started_at,
+       a.deadline_at, a.finished_at
 FROM run_steps s JOIN node_attempts a ON a.attempt_id = s.attempt_id
 WHERE s.run_id = ? ORDER BY s.step_index
+"""
+
+_SELECT_FAILED_STEPS = """
+SELECT a.node_path, a.visit, a.attempt_number, a.status, a.failure_hash
+FROM run_steps s JOIN node_attempts a ON a.attempt_id = s.attempt_id
+WHERE s.run_id = ? AND a.failure_hash IS NOT NULL ORDER BY s.step_index
+"""
+
+_SELECT_LAST_STEP_FAILURE = """
+SELECT a.node_path, a.visit, a.attempt_number, a.status, a.failure_hash
+FROM run_steps s JOIN node_attempts a ON a.attempt_id = s.attempt_id
+WHERE s.run_id = ? ORDER BY s.step_index DESC LIMIT 1
 """
 
 _COUNT = "SELECT count(*) FROM node_attempts WHERE run_id = ?"
@@ -70,7 +93,7 @@ WHERE attempt_id = ? AND status IN ('pending', 'running')
 
 _CLOSE = """
 UPDATE node_attempts
-SET status = ?, output_hash = ?, error_hash = ?, finished_at = ?, updated_at = ?
+SET status = ?, output_hash = ?, error_hash = ?, failure_hash = ?, finished_at = ?, updated_at = ?
 WHERE attempt_id = ? AND status IN ('pending', 'running', 'waiting')
 """
 
@@ -99,6 +122,7 @@ class AttemptRow:
     lease_generation: int
     output_hash: bytes | None
     error_hash: bytes | None
+    failure_hash: bytes | None
     started_at: int | None
     deadline_at: int | None
     finished_at: int | None
@@ -144,6 +168,24 @@ def visits_by_path(tx: Transaction, run_id: str) -> dict[str, int]:
 def list_steps(tx: Transaction, run_id: str) -> list[AttemptRow]:
     """Return the attempts that finished the run's visits, in step order."""
     return [_attempt(row) for row in tx.all(_SELECT_STEPS, (run_id,))]
+
+
+def list_failures(tx: Transaction, run_id: str) -> list[AttemptFailure]:
+    """Return the failure records of the run's finished visits, in step order."""
+    return [_failure(tx, row) for row in tx.all(_SELECT_FAILED_STEPS, (run_id,))]
+
+
+def last_step_failure(tx: Transaction, run_id: str) -> AttemptFailure | None:
+    """Return the failure record of the run's last finished visit; None when that visit
+    completed, kept no record, or the run has no step.
+
+    A run that ended ``failed``, ``timed_out`` or ``cancelled`` because a node did ends on that
+    node's visit, so this is the record of the node that ended it.
+    """
+    row = tx.one(_SELECT_LAST_STEP_FAILURE, (run_id,))
+    if row is None or row["failure_hash"] is None:
+        return None
+    return _failure(tx, row)
 
 
 # Writes (inside the caller's one change) ---------------------------------------------------
@@ -200,11 +242,15 @@ def finish_attempt(
     finished_at: int,
     output_hash: bytes | None = None,
     error_hash: bytes | None = None,
+    failure_hash: bytes | None = None,
 ) -> None:
-    """Close an unfinished attempt with ``status`` and append its step to the run's order."""
-    tx.execute(
-        _CLOSE, (status.value, output_hash, error_hash, finished_at, tx.now, attempt.attempt_id)
-    )
+    """Close an unfinished attempt with ``status`` and append its step to the run's order.
+
+    ``failure_hash`` names the stored failure record of a failed, timed-out or cancelled
+    attempt (the table's CHECK refuses it for any other status).
+    """
+    values = (status.value, output_hash, error_hash, failure_hash, finished_at, tx.now)
+    tx.execute(_CLOSE, (*values, attempt.attempt_id))
     tx.execute(_APPEND_STEP, (attempt.run_id, attempt.run_id, attempt.attempt_id))
 
 
@@ -225,10 +271,35 @@ def _attempt(row: sqlite3.Row) -> AttemptRow:
         lease_generation=row["lease_generation"],
         output_hash=_optional_bytes(row["output_hash"]),
         error_hash=_optional_bytes(row["error_hash"]),
+        failure_hash=_optional_bytes(row["failure_hash"]),
         started_at=row["started_at"],
         deadline_at=row["deadline_at"],
         finished_at=row["finished_at"],
     )
+
+
+def _failure(tx: Transaction, row: sqlite3.Row) -> AttemptFailure:
+    return AttemptFailure(
+        path=row["node_path"],
+        visit=row["visit"],
+        attempt=row["attempt_number"],
+        outcome=_FAILED_OUTCOMES[AttemptStatus(row["status"])],
+        failure=read_failure(tx, bytes(row["failure_hash"])),
+    )
+
+
+def store_failure(tx: Transaction, failure: NodeFailure) -> bytes:
+    """Store ``failure`` as a canonical JSON blob and return its hash (inside the change)."""
+    return blobs.put_json(tx, port_codec.to_json(failure))
+
+
+def read_failure(tx: Transaction, failure_hash: bytes) -> NodeFailure:
+    """Read the failure record stored under ``failure_hash``.
+
+    Raises :class:`~piwf.workflow.port_codec.PortCodecError` when the blob does not have a
+    record's shape (only a damaged database holds one).
+    """
+    return port_codec.from_json(NodeFailure, blobs.read_json(tx, failure_hash))
 
 
 def _optional_bytes(value: bytes | None) -> bytes | None:

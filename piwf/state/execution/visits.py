@@ -229,10 +229,12 @@ def apply_node_finished(
 def apply_node_failed(
     tx: Transaction, claim: Claim, message: port.NodeFailed, *, lease_ms: int
 ) -> port.PortResult:
-    """Close the active attempt ``failed``/``timed_out``/``cancelled`` with an error text blob.
+    """Close the active attempt ``failed``/``timed_out``/``cancelled`` with an error text blob
+    and, when the message carries one, its failure record (a JSON blob, ``failure_hash``).
 
     The step is appended (routing on ``$result.outcome`` replays it) and an open request of the
-    attempt is cancelled. Outcome ``ok`` is a ``Conflict``. Event ``node.failed``.
+    attempt is cancelled. Outcome ``ok`` is a ``Conflict``. Event ``node.failed`` (its payload
+    names the visit and outcome only: the record's texts are the user's and stay in blobs).
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
@@ -245,6 +247,7 @@ def apply_node_failed(
     if isinstance(active, Conflict):
         return active
     error_hash = blobs.put_text(tx, message.error)
+    failure_hash = None if message.failure is None else attempts.store_failure(tx, message.failure)
     payload = {
         "path": message.path,
         "visit": message.visit,
@@ -258,7 +261,12 @@ def apply_node_failed(
         decisions.cancel_unresolved_in(tx, run.run_id, reason=reason, actor=RUNNER_ACTOR)
         requests.cancel(tx, request.request_id)
     attempts.finish_attempt(
-        tx, active, status, finished_at=message.finished_at_ms, error_hash=error_hash
+        tx,
+        active,
+        status,
+        finished_at=message.finished_at_ms,
+        error_hash=error_hash,
+        failure_hash=failure_hash,
     )
     return Applied(Committed(revision))
 

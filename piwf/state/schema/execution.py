@@ -150,6 +150,7 @@ CREATE TABLE node_attempts (
   output_hash BLOB REFERENCES blobs(blob_hash),
   receipt_hash BLOB REFERENCES blobs(blob_hash),
   error_hash BLOB REFERENCES blobs(blob_hash),
+  failure_hash BLOB REFERENCES blobs(blob_hash),
   started_at INTEGER,
   deadline_at INTEGER,
   finished_at INTEGER,
@@ -158,7 +159,8 @@ CREATE TABLE node_attempts (
   UNIQUE (run_id, node_path, visit, attempt_number),
   CHECK ((status IN ('interrupted', 'completed', 'failed', 'timed_out', 'cancelled'))
     = (finished_at IS NOT NULL)),
-  CHECK (output_hash IS NULL OR status IN ('completed', 'waiting'))
+  CHECK (output_hash IS NULL OR status IN ('completed', 'waiting')),
+  CHECK (failure_hash IS NULL OR status IN ('failed', 'timed_out', 'cancelled'))
 ) STRICT
 """
 
