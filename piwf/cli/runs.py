@@ -7,7 +7,7 @@ from typing import IO, Any
 
 import click
 
-from piwf.cli import render
+from piwf.cli import render, render_view
 from piwf.cli.common import command, json_option, open_client, parse_json, run_id_argument
 from piwf.client import Client
 from piwf.config import split_agent_command
@@ -143,23 +143,82 @@ def run_list(limit: int, as_json: bool) -> None:
 @json_option
 @command
 def run_show(run_id: str, as_json: bool) -> None:
-    """Show one run: its sources, effects, requests, decisions, and output or error.
+    """Show one run: what it is doing now and what to do next, its steps, sources, effects,
+    requests, decisions, and output or error.
 
     Long values are cut to a preview, and values above 1 MiB are not read (their size is
-    shown); --json prints the complete document with every value in full.
+    shown); --json prints the complete document with every value in full, plus the run view's
+    "display" and first page of "steps".
 
     \b
     Example:
       piwf run show run-0b9c --json
     """
     with open_client() as client:
-        detail = client.get_run(
+        view = client.run_view(
+            run_id,
+            step_limit=render_view.SHOWN_STEPS,
+            content_limit=None if as_json else render.HUMAN_CONTENT_LIMIT,
+        )
+    if as_json:
+        document = view.detail.to_wire()
+        document["display"] = view.display.to_wire()
+        document["steps"] = view.steps.to_wire()
+        render.emit_json(document)
+    else:
+        click.echo(render.run_detail(view.detail))
+        click.echo(render_view.now_lines(view))
+        click.echo(
+            render_view.steps_text(view.steps.steps, view.steps.total, run_id, all_shown=False)
+        )
+
+
+@run_group.command("steps")
+@run_id_argument
+@json_option
+@command
+def run_steps(run_id: str, as_json: bool) -> None:
+    """List every finished step of a run in order: node, visit (and attempt), outcome, start,
+    duration, and its output or error.
+
+    --json prints the complete steps with every value, failure record and published update.
+
+    \b
+    Example:
+      piwf run steps run-0b9c
+    """
+    with open_client() as client:
+        steps = client.run_steps(
             run_id, content_limit=None if as_json else render.HUMAN_CONTENT_LIMIT
         )
     if as_json:
-        render.emit_json(detail.to_wire())
+        render.emit_json({"runId": run_id, "steps": [step.to_wire() for step in steps]})
     else:
-        click.echo(render.run_detail(detail))
+        click.echo(render_view.steps_text(steps, len(steps), run_id, all_shown=True))
+
+
+@run_group.command("explain")
+@run_id_argument
+@json_option
+@command
+def run_explain(run_id: str, as_json: bool) -> None:
+    """Say why a run is not progressing (or that it is) and the command that moves it on:
+    paused, waiting on which request, parked for which reason, every slot busy and by whom, a
+    changed source file, an effect to resolve.
+
+    \b
+    Example:
+      piwf run explain run-0b9c
+    """
+    with open_client() as client:
+        view = client.run_view(run_id, step_limit=1, content_limit=render.HUMAN_CONTENT_LIMIT)
+    explanation = render_view.explain(view)
+    if as_json:
+        render.emit_json(explanation.to_json(view))
+        return
+    click.echo(f"{run_id}  {view.display.status}: {explanation.text}")
+    for line in explanation.commands:
+        click.echo(f"  {line}")
 
 
 @run_group.command("wait")

@@ -40,6 +40,7 @@ from piwf.protocol.payloads import (
     RunWaitReceipt,
     WireModel,
 )
+from piwf.protocol.view_payloads import RunView, Step, StepPage, ViewPagePayload, ViewRunPayload
 
 #: One ``run.wait`` request waits at most this long on the server; longer waits loop.
 WAIT_SLICE_S: Final = 30.0
@@ -93,6 +94,33 @@ class RunReadMethods:
         """
         detail = self._call("run.get", EmptyPayload(), RunDetail, run_id=run_id)
         return resolve_references(detail, self.read_content, content_limit=content_limit)
+
+    def run_view(
+        self, run_id: str, *, step_limit: int = 50, content_limit: int | None = None
+    ) -> RunView:
+        """Return the live run view (``view.run.get``, ``piwf.run-view.v1``): the run, its
+        display (status, activity, controls, current node or request, reason) and its first
+        ``step_limit`` steps; ``steps.next_cursor`` pages on (:meth:`run_steps` reads them all).
+        Referenced values are read as :meth:`get_run` reads them."""
+        view = self._call(
+            "view.run.get", ViewRunPayload(step_limit=step_limit), RunView, run_id=run_id
+        )
+        return resolve_references(view, self.read_content, content_limit=content_limit)
+
+    def run_steps(
+        self, run_id: str, *, page_limit: int = 50, content_limit: int | None = None
+    ) -> list[Step]:
+        """Return every finished step of the run in order (node, visit, attempt, outcome,
+        duration, output or error, failure record, published updates), reading the view's
+        pages (``view.page``) until the last."""
+        page = self.run_view(run_id, step_limit=page_limit, content_limit=content_limit).steps
+        steps = list(page.steps)
+        while page.next_cursor is not None:
+            payload = ViewPagePayload(kind="steps", cursor=page.next_cursor, limit=page_limit)
+            page = self._call("view.page", payload, StepPage, run_id=run_id)
+            page = resolve_references(page, self.read_content, content_limit=content_limit)
+            steps.extend(page.steps)
+        return steps
 
     def wait_run(
         self, run_id: str, timeout_s: float | None = None, *, content_limit: int | None = None

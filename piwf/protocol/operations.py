@@ -31,6 +31,9 @@ operation               kind     meaning
 ``resource.delete``     durable  delete a managed resource (its finalizers run first)
 ``resource.reconcile``  durable  enqueue a managed resource for a reconcile now
 ``view.content``        read     one bounded part of a value sent by content reference
+``view.run.get``        read     the live run view (``piwf.run-view.v1``) with its first
+                                 page of steps
+``view.page``           read     the next page of a run view's steps
 ======================  =======  ==========================================================
 
 A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
@@ -73,6 +76,8 @@ Operation = Literal[
     "state.status",
     "state.verify",
     "view.content",
+    "view.page",
+    "view.run.get",
 ]
 
 #: Every operation name, sorted.

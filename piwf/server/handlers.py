@@ -63,6 +63,7 @@ from piwf.server.resources.handlers import ResourceHandlers
 from piwf.server.runs import answers
 from piwf.server.runs.handlers import RunHandlers
 from piwf.server.runs.interactions import InteractionHandlers
+from piwf.server.runs.views import RunViews
 from piwf.state import Transaction, retention
 from piwf.state import effects as fx
 from piwf.state import execution as ex
@@ -82,6 +83,7 @@ class Handlers:
         self.runs = RunHandlers(context, self.handle)
         self.resources = ResourceHandlers(context)
         self.interactions = InteractionHandlers(context)
+        self.views = RunViews(context)
         self.table: dict[str, Callable[[Request, Reply], None]] = {
             "server.status": self.server_status,
             "server.stop": self.server_stop,
@@ -110,6 +112,8 @@ class Handlers:
             "resource.delete": self.resources.delete,
             "resource.reconcile": self.resources.reconcile,
             "view.content": ContentReads(context).view_content,
+            "view.run.get": self.views.view_run_get,
+            "view.page": self.views.view_page,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:

@@ -8,7 +8,9 @@ another run's values, a made-up digest, or anything the server never advertises:
     scope     owner   values a reference may name
     run       run id  final output, error text, content of its requests, the winning answer
                       and every submitted answer of its decisions, every output submitted
-                      to its agent requests (as sent, as accepted) and each rejection
+                      to its agent requests (as sent, as accepted) and each rejection, the
+                      output and error of each node attempt and the data of each update it
+                      published (the run view's steps)
     resource  uid     spec, status
 
 Read-only: nothing here writes, and a read leaves no receipt or other trace.
@@ -39,6 +41,12 @@ SELECT EXISTS (
   SELECT 1 FROM interactive_submissions s JOIN interactive_requests i USING (request_id)
   WHERE i.run_id = :owner
     AND (s.payload_hash = :digest OR s.value_hash = :digest OR s.error_hash = :digest)
+  UNION ALL
+  SELECT 1 FROM node_attempts
+  WHERE run_id = :owner AND (output_hash = :digest OR error_hash = :digest)
+  UNION ALL
+  SELECT 1 FROM workflow_updates u JOIN node_attempts a USING (attempt_id)
+  WHERE a.run_id = :owner AND u.data_hash = :digest
 )
 """
 

@@ -66,12 +66,14 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf resource list",
         "piwf resource reconcile",
         "piwf run cancel",
+        "piwf run explain",
         "piwf run list",
         "piwf run pause",
         "piwf run restart",
         "piwf run resume",
         "piwf run show",
         "piwf run start",
+        "piwf run steps",
         "piwf run wait",
         "piwf server run",
         "piwf server start",
@@ -218,15 +220,22 @@ def answer(conn: FakeConnection, request: Request) -> None:
         conn.reply(request, {"run": run_info(request.run_id or "", status="cancelled")})
     elif operation == "run.list":
         conn.reply(request, {"runs": [run_info("run-b", title="second"), run_info("run-a")]})
-    elif operation == "run.get" and request.run_id == "run-a":
+    elif operation in ("run.get", "view.run.get") and request.run_id == "run-a":
         source = {
             "mountPath": "",
             "sourceType": "file",
             "sourceRef": "/f.py",
             "sourceRevision": "x",
         }
-        conn.reply(request, {"run": run_info("run-a"), "sources": [source]})
-    elif operation in ("run.get", "run.wait") and request.run_id == "missing":
+        detail = {"run": run_info("run-a"), "sources": [source]}
+        if operation == "run.get":
+            conn.reply(request, detail)
+        else:
+            display = {"status": "queued", "activity": "idle", "controls": ["pause", "cancel"]}
+            steps = {"steps": [], "total": 0}
+            view = {"revision": 1, "detail": detail, "display": display, "steps": steps}
+            conn.reply(request, view)
+    elif operation in ("run.get", "view.run.get", "run.wait") and request.run_id == "missing":
         conn.fail(request, "notFound", "notFound", "no run missing")
     elif operation == "run.wait":
         status = {"run-done": "completed", "run-bad": "failed"}.get(request.run_id or "", "queued")
@@ -440,6 +449,11 @@ def test_server_run_passes_options_to_the_servers_entry_point(
     lifecycle = types.ModuleType("piwf.server.lifecycle")
     lifecycle.run_server = run_server  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "piwf.server.lifecycle", lifecycle)
+    # ``from piwf.server import lifecycle`` reads the package's attribute once the real module
+    # was imported (by an earlier test): the real server would then run on descriptor 9.
+    server_package = sys.modules.get("piwf.server")
+    if server_package is not None:
+        monkeypatch.setattr(server_package, "lifecycle", lifecycle, raising=False)
     argv = launcher.server_command(9, max_workers=2, idle_exit_s=1.5)[3:]
     result = invoke(*argv, "--json")
     assert result.exit_code == 0, result.output

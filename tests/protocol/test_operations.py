@@ -44,6 +44,8 @@ EXPECTED_READ = {
     "resource.get",
     "resource.list",
     "view.content",
+    "view.page",
+    "view.run.get",
 }
 
 

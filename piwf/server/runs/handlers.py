@@ -58,6 +58,7 @@ from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
 from piwf.workflow.context import Outcome
+from piwf.workflow.failure import AttemptFailure
 
 _FAILED_OUTCOMES: dict[Outcome, FailedOutcome] = {
     Outcome.FAILED: "failed",
@@ -380,8 +381,17 @@ def run_failure(tx: Transaction, view: run_store.RunRow) -> NodeFailureInfo | No
     if view.finished_at is None or view.status is RunStatus.COMPLETED:
         return None
     found = attempts.last_step_failure(tx, view.run_id)
-    if found is None:
-        return None
+    return None if found is None else failure_info(found)
+
+
+def step_failure(tx: Transaction, attempt: attempts.AttemptRow) -> NodeFailureInfo | None:
+    """The failure record of one finished attempt (a step of the run view), if it kept one."""
+    found = attempts.failure_of_attempt(tx, attempt)
+    return None if found is None else failure_info(found)
+
+
+def failure_info(found: AttemptFailure) -> NodeFailureInfo:
+    """The wire form of one attempt's failure record."""
     failure = found.failure
     return NodeFailureInfo(
         path=found.path,

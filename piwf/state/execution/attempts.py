@@ -32,7 +32,7 @@ _FAILED_OUTCOMES = {
     AttemptStatus.CANCELLED: Outcome.CANCELLED,
 }
 
-#: The columns :func:`_attempt` reads; queries append their own WHERE clause.
+#: The columns :func:`attempt_of_row` reads; queries append their own WHERE clause.
 _SELECT_ATTEMPT = """
 SELECT attempt_id, run_id, node_path, visit, attempt_number, node_type, status,
        lease_generation, output_hash, error_hash, failure_hash, started_at, deadline_at,
@@ -139,7 +139,7 @@ def attempt_id_for(run_id: str, path: str, visit: int, attempt: int) -> str:
 def active_attempt(tx: Transaction, run_id: str) -> AttemptRow | None:
     """Return the run's one unfinished attempt (pending, running or waiting), or None."""
     row = tx.one(_SELECT_ACTIVE, (run_id,))
-    return None if row is None else _attempt(row)
+    return None if row is None else attempt_of_row(row)
 
 
 def running_attempt(tx: Transaction, run_id: str) -> AttemptRow | None:
@@ -167,7 +167,7 @@ def visits_by_path(tx: Transaction, run_id: str) -> dict[str, int]:
 
 def list_steps(tx: Transaction, run_id: str) -> list[AttemptRow]:
     """Return the attempts that finished the run's visits, in step order."""
-    return [_attempt(row) for row in tx.all(_SELECT_STEPS, (run_id,))]
+    return [attempt_of_row(row) for row in tx.all(_SELECT_STEPS, (run_id,))]
 
 
 def list_failures(tx: Transaction, run_id: str) -> list[AttemptFailure]:
@@ -186,6 +186,21 @@ def last_step_failure(tx: Transaction, run_id: str) -> AttemptFailure | None:
     if row is None or row["failure_hash"] is None:
         return None
     return _failure(tx, row)
+
+
+def failure_of_attempt(tx: Transaction, attempt: AttemptRow) -> AttemptFailure | None:
+    """Return the failure record ``attempt`` kept; None when it kept none (it completed, was
+    interrupted, or failed before records existed)."""
+    outcome = _FAILED_OUTCOMES.get(attempt.status)
+    if attempt.failure_hash is None or outcome is None:
+        return None
+    return AttemptFailure(
+        path=attempt.path,
+        visit=attempt.visit,
+        attempt=attempt.attempt,
+        outcome=outcome,
+        failure=read_failure(tx, attempt.failure_hash),
+    )
 
 
 # Writes (inside the caller's one change) ---------------------------------------------------
@@ -259,7 +274,9 @@ def close_active(tx: Transaction, run_id: str, status: AttemptStatus) -> None:
     tx.execute(_CLOSE_ACTIVE, (status.value, tx.now, tx.now, run_id))
 
 
-def _attempt(row: sqlite3.Row) -> AttemptRow:
+def attempt_of_row(row: sqlite3.Row) -> AttemptRow:
+    """The attempt of a row that has every column of ``_SELECT_ATTEMPT`` (any query may add
+    more)."""
     return AttemptRow(
         attempt_id=row["attempt_id"],
         run_id=row["run_id"],

@@ -120,6 +120,11 @@ WHERE q.status IN ('starting', 'running') AND r.status = 'running'
 ORDER BY q.available_at, q.created_at, r.run_id
 """
 
+_SELECT_EXECUTING = """
+SELECT run_id FROM run_queue WHERE status IN ('starting', 'running')
+ORDER BY run_id LIMIT ?
+"""
+
 _BLOCKING = json.dumps(sorted(code.value for code in BLOCKING_FAILURE_CLASSES))
 
 
@@ -235,6 +240,12 @@ def has_admitted_or_eligible_run(tx: Transaction) -> bool:
     return bool(tx.scalar(_HAS_ADMITTED_RUN)) or bool(
         tx.scalar(_HAS_ELIGIBLE_RUN, _eligibility(tx, ()))
     )
+
+
+def executing_run_ids(tx: Transaction, limit: int) -> list[str]:
+    """Up to ``limit`` runs whose queue row is ``starting`` or ``running`` (the runs holding
+    execution slots), by run id."""
+    return [str(row[0]) for row in tx.all(_SELECT_EXECUTING, (limit,))]
 
 
 def expired_running_runs(tx: Transaction) -> list[ExpiredRun]:

@@ -1,0 +1,218 @@
+"""Human output of the live run view: what a run is doing now, its steps, why it is stuck.
+
+Everything here reads one :class:`~piwf.protocol.view_payloads.RunView` (``run show``, ``run
+steps``, ``run explain``) and shows its ``display`` as the server derived it: status, activity,
+current node or request, reason and controls are never worked out here from other fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from piwf.cli.render import duration, fields, table, timestamp, value_preview
+from piwf.protocol.view_payloads import Display, RunView, Step
+
+#: ``run show`` lists at most this many steps (``run steps`` lists them all).
+SHOWN_STEPS = 20
+#: A step's result column shows at most this many characters.
+RESULT_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a run is where it is, and the commands that move it on (first: the usual one)."""
+
+    cause: str
+    text: str
+    commands: tuple[str, ...]
+
+    def to_json(self, view: RunView) -> dict[str, object]:
+        """The ``run explain --json`` document."""
+        return {
+            "runId": view.detail.run.run_id,
+            "revision": view.revision,
+            "status": view.display.status,
+            "activity": view.display.activity,
+            "cause": self.cause,
+            "explanation": self.text,
+            "commands": list(self.commands),
+        }
+
+
+def now_lines(view: RunView) -> str:
+    """The ``now`` and ``next`` lines of ``run show``."""
+    display = view.display
+    explanation = explain(view)
+    finished = view.detail.run.finished_at
+    now = f"{display.status}, finished {timestamp(finished)}" if finished else None
+    return fields(
+        [
+            ("now", now or _activity_text(display)),
+            ("next", "; ".join(explanation.commands) if explanation.commands else None),
+            ("controls", ", ".join(display.controls) or None),
+        ]
+    )
+
+
+def steps_text(steps: Sequence[Step], total: int, run_id: str, *, all_shown: bool) -> str:
+    """The steps as a table; says how to see the rest when some are left out."""
+    if not steps:
+        return "steps: none finished yet"
+    rows = [
+        [
+            str(step.index + 1),
+            step.path,
+            str(step.visit) + (f".{step.attempt}" if step.attempt > 1 else ""),
+            step.outcome,
+            timestamp(step.started_at)[11:] if step.started_at else "-",
+            duration(step.duration_ms) if step.duration_ms is not None else "-",
+            _result(step),
+        ]
+        for step in steps
+    ]
+    header = ["#", "NODE", "VISIT", "OUTCOME", "STARTED", "TOOK", "RESULT"]
+    text = f"steps ({len(steps)} of {total}):\n" + "\n".join(
+        "  " + line for line in table(header, rows).split("\n")
+    )
+    if not all_shown and total > len(steps):
+        text += f"\n  ({total - len(steps)} more: piwf run steps {run_id})"
+    return text
+
+
+def explain(view: RunView) -> Explanation:
+    """Why the run is not progressing (or that it is), from its display alone."""
+    display = view.display
+    run_id = view.detail.run.run_id
+    resume = f"piwf run resume {run_id}"
+    if display.status in ("completed", "failed", "timed_out", "cancelled"):
+        return _terminal(view)
+    if display.effects_to_resolve:
+        effect = display.effects_to_resolve[0]
+        return Explanation(
+            "effectAmbiguous",
+            f"effect {effect.effect_id} ({effect.effect_type}) may or may not have been applied "
+            "(its attempt was interrupted); piwf never repeats it blindly. Check the outside "
+            "system, settle the effect, then resume the run.",
+            (effect.command, resume),
+        )
+    if display.status == "paused":
+        return Explanation("paused", "the run is paused; it goes on when resumed.", (resume,))
+    if display.waiting_on is not None:
+        waiting = display.waiting_on
+        who = {
+            "agentCommand": "its agent command is working on",
+            "waitingForAgent": "waiting for an agent's output for",
+        }.get(display.activity, "waiting for a person to answer")
+        where = f'node "{waiting.path}" (visit {waiting.visit})'
+        return Explanation(
+            "waiting",
+            f"{who} request {waiting.request_id} ({waiting.kind}) at {where}.",
+            (waiting.command,) if display.activity != "agentCommand" else (),
+        )
+    node = display.current_node
+    if display.activity == "executing" and node is not None:
+        return Explanation(
+            "running",
+            f'node "{node.path}" (visit {node.visit}, attempt {node.attempt}) is running'
+            + (f" since {timestamp(node.started_at)}" if node.started_at else "")
+            + "; nothing is blocking it.",
+            (),
+        )
+    if display.activity == "blocked":
+        return _parked(display, run_id)
+    if display.activity == "waitingForSlot" and display.capacity is not None:
+        capacity = display.capacity
+        return Explanation(
+            "capacityFull",
+            f"every execution slot is busy ({capacity.busy} of {capacity.max_workers}), held by "
+            f"{', '.join(capacity.holders)}; the run starts when one of them ends.",
+            ("piwf server stop && piwf server start --max-workers N (more slots)",),
+        )
+    if display.activity == "scheduled":
+        return Explanation(
+            "scheduled",
+            f"the run waits until {timestamp(display.available_at)} before it is tried again "
+            "(a back-off after its runner ended without progress).",
+            (),
+        )
+    return Explanation(
+        "starting", "the run is admitted and starts at the next scheduling turn.", ()
+    )
+
+
+def _terminal(view: RunView) -> Explanation:
+    run = view.detail.run
+    if run.status == "completed":
+        return Explanation("completed", "the run completed; nothing is left to do.", ())
+    failure = view.detail.failure
+    if failure is not None:
+        what = f"{failure.error_type}: {failure.message}" if failure.error_type else failure.message
+        text = f'the run ended {run.status} at node "{failure.path}": {what}'
+    else:
+        error = (view.detail.error or run.error_code or "").split("\n", 1)[0]
+        text = f"the run ended {run.status}" + (f": {error}" if error else "")
+    text += f" (the whole record: piwf run show {run.run_id}). Restart to run it again."
+    return Explanation(run.status, text, (f"piwf run restart {run.run_id}",))
+
+
+_PARKED: dict[str, str] = {
+    "sourceChanged": (
+        "a recorded source file changed since the run started ({reason}); the changed code "
+        "never runs. Restore the file, then resume, or restart to run the current sources."
+    ),
+    "protocolRejected": (
+        "its runner broke the runner protocol ({reason}) and was stopped; resume to try again."
+    ),
+    "runnerNoProgress": (
+        "its runners ended again and again without progress ({reason}); fix the cause (a node "
+        "that hangs or kills its process), then resume."
+    ),
+    "runnerCrashed": ("its runner crashed repeatedly ({reason}); fix the cause, then resume."),
+}
+
+
+def _parked(display: Display, run_id: str) -> Explanation:
+    code = display.reason_code or "parked"
+    reason = display.reason or code
+    text = _PARKED.get(code, "the run is parked ({reason}); fix the cause, then resume.")
+    commands: tuple[str, ...] = (f"piwf run resume {run_id}",)
+    if code == "sourceChanged":
+        commands += (f"piwf run restart {run_id}",)
+    return Explanation(code, text.format(reason=reason), commands)
+
+
+_ACTIVITY_TEXT = {
+    "executing": "running",
+    "agentCommand": "its agent command is working",
+    "waitingForPerson": "waiting for a person",
+    "waitingForAgent": "waiting for an agent's output",
+    "waitingForSlot": "waiting for a free execution slot",
+    "scheduled": "waiting to be tried again",
+    "blocked": "blocked",
+    "idle": "about to start",
+}
+
+
+def _activity_text(display: Display) -> str:
+    text = _ACTIVITY_TEXT.get(display.activity, display.activity)
+    node = display.current_node
+    if display.activity == "executing" and node is not None:
+        return f'{text} node "{node.path}" (visit {node.visit}, attempt {node.attempt})'
+    waiting = display.waiting_on
+    if waiting is not None:
+        return f'{text} at node "{waiting.path}" (request {waiting.request_id})'
+    if display.activity == "blocked":
+        return f"{text}: {display.reason or display.reason_code or display.status}"
+    return text
+
+
+def _result(step: Step) -> str:
+    if step.failure is not None and step.failure.error_type:
+        text = f"{step.failure.error_type}: {step.failure.message}"
+    elif step.error is not None or step.error_ref is not None:
+        text = value_preview(step.error, step.error_ref, text=True)
+    else:
+        text = value_preview(step.output, step.output_ref)
+    text = " ".join(text.split())
+    return text if len(text) <= RESULT_CHARS else text[: RESULT_CHARS - 1] + "…"

@@ -1,0 +1,190 @@
+"""``piwf.run-view.v1``: the one document every renderer of a run uses (docs/OBSERVING.md).
+
+``view.run.get`` answers a :class:`RunView`: the run's bounded projection (the same
+:class:`~piwf.protocol.payloads.RunDetail` as ``run.get``), a :class:`Display` the server
+derives once, and the first page of its steps. ``view.page`` answers the next
+:class:`StepPage` after a cursor. Renderers show ``display`` as it is: they never combine other
+queries or derive a status of their own. Values above the inline threshold (16 KiB), and any
+that would push one answer past its byte budget, come as content references read with
+``view.content``.
+
+Display status (closed set, the seed's precedence)::
+
+    completed | failed | timed_out | cancelled   a terminal run (keeps its label)
+    ambiguous                                    an effect piwf could not prove
+    paused                                       a durable pause
+    waiting                                      a pending request
+    running                                      a runner executes it
+    queued                                       admitted or parked, not executing
+
+``activity`` says what is happening independently of the status: ``idle``, ``executing`` (a
+node runs: ``currentNode``), ``agentCommand`` (a headless agent command works on the request),
+``waitingForPerson`` / ``waitingForAgent`` (a request is pending: ``waitingOn``),
+``waitingForSlot`` (runnable, every slot busy: ``capacity``), ``scheduled`` (runnable later:
+``availableAt``), ``blocked`` (parked until someone acts: ``reason``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from piwf.protocol.payloads import ContentRef, NodeFailureInfo, RunDetail, WireModel
+
+SCHEMA: Literal["piwf.run-view.v1"] = "piwf.run-view.v1"
+
+DisplayStatus = Literal[
+    "queued",
+    "running",
+    "waiting",
+    "paused",
+    "completed",
+    "failed",
+    "timed_out",
+    "cancelled",
+    "ambiguous",
+]
+Activity = Literal[
+    "idle",
+    "executing",
+    "agentCommand",
+    "waitingForPerson",
+    "waitingForAgent",
+    "waitingForSlot",
+    "scheduled",
+    "blocked",
+]
+#: What a renderer may offer; each maps to one CLI command and one client method.
+Control = Literal[
+    "pause", "resume", "cancel", "restart", "answer", "humanAnswer", "submit", "update", "resolve"
+]
+
+#: Steps on one page at most, and the encoded bytes a page aims to stay under.
+MAX_STEP_PAGE_ITEMS = 200
+DEFAULT_STEP_PAGE_ITEMS = 50
+STEP_PAGE_BYTES = 256 * 1024
+#: A step carries at most this many of its latest updates (``updates_total`` counts them all).
+MAX_STEP_UPDATES = 20
+
+
+class NodeRef(WireModel):
+    """The unfinished attempt of a node: the one the run executes or waits on."""
+
+    path: str
+    visit: int
+    attempt: int
+    node_type: str
+    started_at: int | None = None
+    deadline_at: int | None = None
+
+
+class WaitingOn(WireModel):
+    """The pending request a waiting run waits on, and the command that settles it."""
+
+    path: str
+    visit: int
+    request_id: str
+    kind: str
+    #: The control that settles it (``answer``, ``humanAnswer``, ``submit``).
+    action: Control
+    command: str
+
+
+class Capacity(WireModel):
+    """The execution slots, when a runnable run waits for one: which runs hold them."""
+
+    max_workers: int
+    busy: int
+    holders: list[str]
+
+
+class EffectToResolve(WireModel):
+    """An effect piwf could not prove applied or not: what ``resolve`` settles."""
+
+    effect_id: str
+    effect_type: str
+    command: str
+
+
+class Display(WireModel):
+    """What every renderer shows, derived by the server from one read (module docstring)."""
+
+    status: DisplayStatus
+    activity: Activity
+    controls: list[Control]
+    #: Why action is required (a parked reason, a pause), as stored; None when none is.
+    reason: str | None = None
+    reason_ref: ContentRef | None = None
+    #: The stored failure class of a parked run (``sourceChanged``, ``effectAmbiguous`` …).
+    reason_code: str | None = None
+    current_node: NodeRef | None = None
+    waiting_on: WaitingOn | None = None
+    capacity: Capacity | None = None
+    available_at: int | None = None
+    effects_to_resolve: list[EffectToResolve] = Field(default_factory=list)
+
+
+class StepUpdate(WireModel):
+    """The latest update a step published under one (type, key)."""
+
+    type: str
+    key: str
+    seq: int
+    recorded_at: int
+    data: Any = None
+    data_ref: ContentRef | None = None
+
+
+class Step(WireModel):
+    """One finished node visit, in the run's step order."""
+
+    index: int
+    path: str
+    visit: int
+    attempt: int
+    node_type: str
+    outcome: str
+    started_at: int | None = None
+    finished_at: int | None = None
+    duration_ms: int | None = None
+    output: Any = None
+    output_ref: ContentRef | None = None
+    error: str | None = None
+    error_ref: ContentRef | None = None
+    failure: NodeFailureInfo | None = None
+    #: The latest :data:`MAX_STEP_UPDATES` updates, oldest first.
+    updates: list[StepUpdate] = Field(default_factory=list)
+    updates_total: int = 0
+
+
+class StepPage(WireModel):
+    """A page of steps; ``next_cursor`` names the page after it (None: this was the last)."""
+
+    steps: list[Step]
+    total: int
+    next_cursor: str | None = None
+
+
+class RunView(WireModel):
+    """The ``piwf.run-view.v1`` document of one run at one revision."""
+
+    schema_id: Literal["piwf.run-view.v1"] = Field(default=SCHEMA, alias="schema")
+    revision: int
+    detail: RunDetail
+    display: Display
+    steps: StepPage
+
+
+class ViewRunPayload(WireModel):
+    """``view.run.get``: the run view, with at most ``step_limit`` steps on its first page."""
+
+    step_limit: int = Field(default=DEFAULT_STEP_PAGE_ITEMS, ge=1, le=MAX_STEP_PAGE_ITEMS)
+
+
+class ViewPagePayload(WireModel):
+    """``view.page``: the page of ``kind`` after ``cursor`` (from a previous page)."""
+
+    kind: Literal["steps"]
+    cursor: str = Field(min_length=1, max_length=64)
+    limit: int = Field(default=DEFAULT_STEP_PAGE_ITEMS, ge=1, le=MAX_STEP_PAGE_ITEMS)

@@ -1,0 +1,285 @@
+"""The live run view (``piwf.run-view.v1``): ``view.run.get`` and ``view.page``.
+
+One read snapshot builds the whole document: the run's projection (what ``run.get`` answers),
+the :class:`~piwf.protocol.view_payloads.Display` derived here once, and a page of steps. Renderers
+(``run show``, ``run steps``, ``run explain``, the viewer) use it as it is. A view read creates
+no receipt and repairs nothing.
+
+A steps page holds at most its item limit and aims at :data:`STEP_PAGE_BYTES` encoded bytes:
+each step's values go through the response's one
+:class:`~piwf.server.content_offer.ContentOffer` (16 KiB inline, the rest by content reference,
+readable with ``view.content`` under the run's scope), and a page ends early once its encoded
+steps reach the budget (a page always holds at least one step; its inline values share the
+same budget, so one step cannot carry more). A step carries its latest
+:data:`MAX_STEP_UPDATES` updates and their count. The cursor is the index of its last step.
+"""
+
+from __future__ import annotations
+
+from piwf.lifecycle import TERMINAL_RUN_STATUSES
+from piwf.protocol.client_v1 import Request
+from piwf.protocol.payloads import RunDetail
+from piwf.protocol.view_payloads import (
+    MAX_STEP_UPDATES,
+    STEP_PAGE_BYTES,
+    Activity,
+    Capacity,
+    Control,
+    Display,
+    EffectToResolve,
+    NodeRef,
+    RunView,
+    Step,
+    StepPage,
+    StepUpdate,
+    ViewPagePayload,
+    ViewRunPayload,
+    WaitingOn,
+)
+from piwf.server.content_offer import ContentOffer
+from piwf.server.context import ServerContext
+from piwf.server.loop import Reply
+from piwf.server.replies import InvalidPayloadError, not_found, ok, payload_of, run_id_of
+from piwf.server.runs.handlers import run_detail, step_failure
+from piwf.state import Transaction
+from piwf.state.enums import AttemptStatus
+from piwf.state.execution import queue as run_queue
+from piwf.state.execution import run_view
+from piwf.state.execution import runs as run_store
+from piwf.state.execution.run_view import StepRow
+
+#: What a pending request's kind asks for, and the command that gives it.
+_ACTIONS: dict[str, tuple[Control, str]] = {
+    "checkpoint": ("answer", "piwf answer {request} VALUE"),
+    "human_decision": ("humanAnswer", "piwf answer {request} CHOICE"),
+    "agent": ("submit", "piwf submit {request} --output JSON"),
+}
+
+_OUTCOMES = {
+    AttemptStatus.COMPLETED: "completed",
+    AttemptStatus.FAILED: "failed",
+    AttemptStatus.TIMED_OUT: "timed_out",
+    AttemptStatus.CANCELLED: "cancelled",
+    AttemptStatus.INTERRUPTED: "interrupted",
+}
+
+
+class RunViews:
+    """The ``view.run.get`` and ``view.page`` handlers."""
+
+    def __init__(self, context: ServerContext) -> None:
+        self.context = context
+
+    def view_run_get(self, request: Request, reply: Reply) -> None:
+        """The run view at the current revision, with the first page of steps."""
+        payload = payload_of(request, ViewRunPayload)
+        run_id = run_id_of(request)
+        with self.context.db.read() as tx:
+            view = run_store.load_run(tx, run_id)
+            document = None if view is None else self.run_view(tx, view, payload.step_limit)
+        if view is None or document is None:
+            reply(not_found(request, run_id))
+            return
+        reply(ok(request, document, revision=view.revision))
+
+    def view_page(self, request: Request, reply: Reply) -> None:
+        """The steps after a cursor of an earlier page."""
+        payload = payload_of(request, ViewPagePayload)
+        run_id = run_id_of(request)
+        after = _cursor_index(payload.cursor)
+        with self.context.db.read() as tx:
+            view = run_store.load_run(tx, run_id)
+            page = None if view is None else steps_page(tx, run_id, after, payload.limit)
+        if view is None or page is None:
+            reply(not_found(request, run_id))
+            return
+        reply(ok(request, page, revision=view.revision))
+
+    def run_view(self, tx: Transaction, view: run_store.RunRow, step_limit: int) -> RunView:
+        """The whole document of ``view``, read inside ``tx``."""
+        detail = run_detail(tx, view)
+        return RunView(
+            revision=view.revision,
+            detail=detail,
+            display=display_of(tx, view, detail, self.context.max_workers),
+            steps=steps_page(tx, view.run_id, -1, step_limit),
+        )
+
+
+def display_of(
+    tx: Transaction, view: run_store.RunRow, detail: RunDetail, max_workers: int
+) -> Display:
+    """The display of a run (:mod:`piwf.protocol.view_payloads` gives the closed sets)."""
+    status = detail.run.display_status
+    run_id = view.run_id
+    ambiguous = [
+        EffectToResolve(
+            effect_id=effect.effect_id,
+            effect_type=effect.effect_type,
+            command=f"piwf effect resolve {effect.effect_id} --applied|--not-applied",
+        )
+        for effect in detail.effects
+        if effect.status == "ambiguous"
+    ]
+    if view.status in TERMINAL_RUN_STATUSES:
+        controls: list[Control] = ["restart", "resolve"] if ambiguous else ["restart"]
+        return Display(
+            status=status,  # type: ignore[arg-type]  # the closed set, by construction
+            activity="idle",
+            controls=controls,
+            effects_to_resolve=ambiguous,
+        )
+    current = run_view.current_attempt(tx, run_id)
+    node = (
+        None
+        if current is None
+        else NodeRef(
+            path=current.path,
+            visit=current.visit,
+            attempt=current.attempt,
+            node_type=current.node_type,
+            started_at=current.started_at,
+            deadline_at=current.deadline_at,
+        )
+    )
+    waiting = _waiting_on(detail)
+    activity: Activity = "idle"
+    reason = None
+    capacity = None
+    available_at = None
+    if ambiguous:
+        activity = "blocked"
+        reason = detail.parked_reason or "an effect could not be proved applied or not applied"
+    elif view.paused:
+        activity = "blocked"
+        reason = detail.parked_reason or "paused"
+    elif waiting is not None:
+        if waiting.kind == "agent":
+            activity = "agentCommand" if detail.agent_process is not None else "waitingForAgent"
+        else:
+            activity = "waitingForPerson"
+    elif view.executing:
+        activity = "executing" if node is not None else "idle"
+    elif view.needs_action:
+        activity = "blocked"
+        reason = detail.parked_reason or view.error_code
+    elif view.available_at is not None and view.available_at > tx.now:
+        activity, available_at = "scheduled", view.available_at
+    else:
+        holders = run_queue.executing_run_ids(tx, max_workers + 1)
+        if len(holders) >= max_workers:
+            activity = "waitingForSlot"
+            capacity = Capacity(max_workers=max_workers, busy=len(holders), holders=holders)
+    return Display(
+        status=status,  # type: ignore[arg-type]  # the closed set, by construction
+        activity=activity,
+        controls=_controls(view, waiting, ambiguous=bool(ambiguous)),
+        reason=reason,
+        reason_code=view.error_code if activity == "blocked" else None,
+        current_node=node if waiting is None else None,
+        waiting_on=waiting,
+        capacity=capacity,
+        available_at=available_at,
+        effects_to_resolve=ambiguous,
+    )
+
+
+def _waiting_on(detail: RunDetail) -> WaitingOn | None:
+    request = detail.waiting_on
+    if request is None:
+        return None
+    action, command = _ACTIONS.get(request.kind, ("answer", "piwf answer {request} VALUE"))
+    return WaitingOn(
+        path=request.path,
+        visit=request.visit,
+        request_id=request.request_id,
+        kind=request.kind,
+        action=action,
+        command=command.format(request=request.request_id),
+    )
+
+
+def _controls(
+    view: run_store.RunRow, waiting: WaitingOn | None, *, ambiguous: bool
+) -> list[Control]:
+    """What may be done to a run that is not terminal (each command checks again)."""
+    controls: list[Control] = []
+    if waiting is not None:
+        controls.append(waiting.action)
+        if waiting.kind == "agent":
+            controls.append("update")
+    if ambiguous:
+        controls.append("resolve")
+    controls.append("resume" if view.paused or view.needs_action else "pause")
+    controls.append("cancel")
+    return controls
+
+
+def steps_page(tx: Transaction, run_id: str, after: int, limit: int) -> StepPage:
+    """Up to ``limit`` steps after index ``after``, within the page's byte budget."""
+    rows = run_view.step_page(tx, run_id, after=after, limit=limit + 1)
+    offer = ContentOffer(tx, budget=STEP_PAGE_BYTES)
+    steps: list[Step] = []
+    used = 0
+    for row in rows[:limit]:
+        step = _step(tx, offer, run_id, row)
+        size = len(step.model_dump_json(by_alias=True, exclude_none=True))
+        if steps and used + size > STEP_PAGE_BYTES:
+            break
+        steps.append(step)
+        used += size
+    more = len(steps) < len(rows)
+    return StepPage(
+        steps=steps,
+        total=run_view.step_count(tx, run_id),
+        next_cursor=str(steps[-1].index) if more and steps else None,
+    )
+
+
+def _step(tx: Transaction, offer: ContentOffer, run_id: str, row: StepRow) -> Step:
+    attempt = row.attempt
+    output = offer.json("run", run_id, attempt.output_hash)
+    error = offer.text("run", run_id, attempt.error_hash)
+    duration = (
+        attempt.finished_at - attempt.started_at
+        if attempt.finished_at is not None and attempt.started_at is not None
+        else None
+    )
+    updates = []
+    for update in row.updates[-MAX_STEP_UPDATES:]:
+        data = offer.json("run", run_id, update.data_hash)
+        updates.append(
+            StepUpdate(
+                type=update.update_type,
+                key=update.key,
+                seq=update.seq,
+                recorded_at=update.recorded_at,
+                data=data.value,
+                data_ref=data.ref,
+            )
+        )
+    return Step(
+        index=row.index,
+        path=attempt.path,
+        visit=attempt.visit,
+        attempt=attempt.attempt,
+        node_type=attempt.node_type,
+        outcome=_OUTCOMES.get(attempt.status, attempt.status.value),
+        started_at=attempt.started_at,
+        finished_at=attempt.finished_at,
+        duration_ms=duration,
+        output=output.value,
+        output_ref=output.ref,
+        error=error.value,
+        error_ref=error.ref,
+        failure=step_failure(tx, attempt),
+        updates=updates,
+        updates_total=len(row.updates),
+    )
+
+
+def _cursor_index(cursor: str) -> int:
+    """The step index a cursor names; a cursor this server never gave is refused."""
+    if not cursor.isdigit() or len(cursor) > 12:
+        raise InvalidPayloadError("cursor: not a cursor of a steps page; use the nextCursor given")
+    return int(cursor)

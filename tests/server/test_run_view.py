@@ -1,0 +1,357 @@
+"""The live run view (``piwf.run-view.v1``) and its renderers, on real servers.
+
+Each test drives a run into one situation (running a node, waiting on a request, paused,
+parked on a changed source, every slot busy, an ambiguous effect, failed, many steps) and reads
+it the ways a user does: ``Client.run_view``, ``piwf run show --json``, ``piwf run explain
+--json`` and ``piwf run steps --json``. Every renderer must show the display the server
+derived (I7). Gate files hold nodes at known points; every wait polls against a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from piwf import Client
+from piwf.protocol.view_payloads import STEP_PAGE_BYTES, RunView
+from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.test_agent_deadlines import piwf
+from tests.server.test_execution import FAST, hold_until_gate, start, write_workflow
+
+REPO = Path(__file__).resolve().parents[2]
+CHECKPOINT = str(REPO / "fixtures" / "workflows" / "checkpoint_review.py")
+
+
+def gated_workflow(directory: Path, name: str, entered: Path, gate: Path) -> str:
+    """``first`` (completes) then ``hold`` (blocks on ``gate``) then ``last``."""
+    return write_workflow(
+        directory,
+        name,
+        f"""
+        from piwf.workflow import compute, define_workflow
+
+        {hold_until_gate()}
+
+        def hold(ctx):
+            ctx.publish_update("progress", "main", {{"stage": "holding"}})
+            wait_for_gate({str(entered)!r}, {str(gate)!r})
+            return {{"held": True}}
+
+        workflow = define_workflow(
+            name={name!r},
+            start_at="first",
+            nodes={{
+                "first": compute(lambda ctx: {{"n": 1}}),
+                "hold": compute(hold),
+                "last": compute(lambda ctx: {{"done": True}}),
+            }},
+            edges=[{{"from": "first", "to": "hold"}}, {{"from": "hold", "to": "last"}}],
+        )
+        """,
+    )
+
+
+def cli_json(server: ServerProcess, *args: str, exit_code: int = 0) -> Any:
+    result = piwf(server, *args, "--json")
+    assert result.returncode == exit_code, (result.stdout, result.stderr)
+    return json.loads(result.stdout)
+
+
+def every_renderer(server: ServerProcess, run_id: str) -> tuple[RunView, dict[str, Any]]:
+    """The view through the client, and the explanation; asserts the renderers agree."""
+    with Client(server.home, autostart=False) as client:
+        view = client.run_view(run_id)
+    shown = cli_json(server, "run", "show", run_id)
+    explained = cli_json(server, "run", "explain", run_id)
+    if shown["run"]["revision"] == view.revision:  # the run may move on between the reads
+        assert shown["display"] == view.display.to_wire()
+    assert explained["status"] in {view.display.status, shown["display"]["status"]}
+    return view, explained
+
+
+@pytest.fixture
+def server(servers: ServerFactory) -> ServerProcess:
+    started = servers.start(env=FAST)
+    assert started.ready["ok"] is True, started.ready
+    return started
+
+
+def test_a_running_run_shows_its_current_node_its_steps_and_its_updates(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = gated_workflow(tmp_path, "gated", entered, gate)
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "gated")
+    wait_for(entered.exists, timeout_s=30, what="the hold node")
+    view, explained = every_renderer(server, run_id)
+    display = view.display
+    assert (display.status, display.activity) == ("running", "executing")
+    assert display.current_node is not None
+    assert (display.current_node.path, display.current_node.visit) == ("hold", 1)
+    assert display.controls == ["pause", "cancel"]
+    assert [(s.path, s.outcome, s.output) for s in view.steps.steps] == [
+        ("first", "completed", {"n": 1})
+    ]
+    assert explained["cause"] == "running" and '"hold"' in explained["explanation"]
+    gate.touch()
+    with Client(server.home, autostart=False) as client:
+        assert client.wait_run(run_id, 30).run.status == "completed"
+        steps = client.run_steps(run_id)
+        view = client.run_view(run_id)
+    assert [(s.index, s.path, s.outcome) for s in steps] == [
+        (0, "first", "completed"),
+        (1, "hold", "completed"),
+        (2, "last", "completed"),
+    ]
+    held = steps[1]
+    assert [(u.type, u.key, u.data) for u in held.updates] == [
+        ("progress", "main", {"stage": "holding"})
+    ]
+    assert held.duration_ms is not None and held.duration_ms >= 0
+    assert (view.display.status, view.display.activity, view.display.controls) == (
+        "completed",
+        "idle",
+        ["restart"],
+    )
+    listed = cli_json(server, "run", "steps", run_id)
+    assert [s["path"] for s in listed["steps"]] == ["first", "hold", "last"]
+
+
+def test_a_waiting_run_names_its_request_and_the_command_that_answers_it(
+    server: ServerProcess,
+) -> None:
+    with raw_client(server) as client:
+        run_id = start(client, CHECKPOINT, {"steps": ["a"]}, "review")
+    with Client(server.home, autostart=False) as client:
+        wait_for(
+            lambda: client.run_view(run_id).display.status == "waiting",
+            timeout_s=30,
+            what="the checkpoint",
+        )
+    view, explained = every_renderer(server, run_id)
+    waiting = view.display.waiting_on
+    assert waiting is not None
+    assert (waiting.path, waiting.kind, waiting.action) == ("review", "checkpoint", "answer")
+    assert waiting.command == f"piwf answer {waiting.request_id} VALUE"
+    assert view.display.activity == "waitingForPerson"
+    assert view.display.current_node is None
+    assert view.display.controls == ["answer", "pause", "cancel"]
+    assert explained["cause"] == "waiting"
+    assert explained["commands"] == [waiting.command]
+    shown = piwf(server, "run", "show", run_id)
+    assert f"next      {waiting.command}" in shown.stdout
+
+
+def test_a_paused_run_says_resume(server: ServerProcess, tmp_path: Path) -> None:
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = gated_workflow(tmp_path, "paused", entered, gate)
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "paused")
+        wait_for(entered.exists, timeout_s=30, what="the hold node")
+        assert client.request("run.pause", key="pause", run_id=run_id).outcome == "accepted"
+    gate.touch()
+    view, explained = every_renderer(server, run_id)
+    assert (view.display.status, view.display.activity) == ("paused", "blocked")
+    assert view.display.controls == ["resume", "cancel"]
+    assert explained["cause"] == "paused"
+    assert explained["commands"] == [f"piwf run resume {run_id}"]
+
+
+def test_a_run_parked_on_a_changed_source_names_the_file(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = gated_workflow(tmp_path, "changed", entered, gate)
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "changed")
+        wait_for(entered.exists, timeout_s=30, what="the hold node")
+        assert client.request("run.pause", key="pause", run_id=run_id).outcome == "accepted"
+        Path(workflow).write_text(Path(workflow).read_text() + "\n# changed\n")
+        gate.touch()
+        assert client.request("run.resume", key="resume", run_id=run_id).outcome == "accepted"
+    with Client(server.home, autostart=False) as client:
+        wait_for(
+            lambda: client.run_view(run_id).display.reason_code == "sourceChanged",
+            timeout_s=30,
+            what="the run to park sourceChanged",
+        )
+    view, explained = every_renderer(server, run_id)
+    assert (view.display.status, view.display.activity) == ("queued", "blocked")
+    assert view.display.reason is not None and workflow in view.display.reason
+    assert explained["cause"] == "sourceChanged"
+    assert workflow in explained["explanation"]
+    assert explained["commands"][0] == f"piwf run resume {run_id}"
+
+
+def test_a_run_waiting_for_a_slot_names_the_runs_that_hold_them(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = servers.start(env={**FAST, "PIWF_MAX_WORKERS": "1"})
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = gated_workflow(tmp_path, "slot", entered, gate)
+    with raw_client(server) as client:
+        holder = start(client, workflow, {}, "holder")
+        wait_for(entered.exists, timeout_s=30, what="the holder's node")
+        queued = start(client, CHECKPOINT, {"steps": []}, "queued")
+    try:
+        view, explained = every_renderer(server, queued)
+        assert (view.display.status, view.display.activity) == ("queued", "waitingForSlot")
+        assert view.display.capacity is not None
+        assert view.display.capacity.holders == [holder]
+        assert explained["cause"] == "capacityFull" and holder in explained["explanation"]
+    finally:
+        gate.touch()
+
+
+def test_an_ambiguous_effect_is_named_with_the_command_that_resolves_it(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = write_workflow(
+        tmp_path,
+        "manual",
+        """
+        import os
+        from piwf.workflow import action, define_workflow, manual_effect
+
+        workflow = define_workflow(
+            name="manual",
+            start_at="post",
+            nodes={"post": action(effect=manual_effect("chat.post"), run=lambda ctx: os._exit(23))},
+            edges=[],
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "manual")
+    with Client(server.home, autostart=False) as client:
+        wait_for(
+            lambda: client.run_view(run_id).display.status == "ambiguous",
+            timeout_s=30,
+            what="the ambiguous effect",
+        )
+    view, explained = every_renderer(server, run_id)
+    (effect,) = view.display.effects_to_resolve
+    assert effect.effect_type == "chat.post"
+    assert "resolve" in view.display.controls
+    assert explained["cause"] == "effectAmbiguous"
+    assert explained["commands"][0] == effect.command
+    assert effect.effect_id in effect.command
+
+
+def test_a_failed_run_names_its_node_and_how_to_run_it_again(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = write_workflow(
+        tmp_path,
+        "fails",
+        """
+        from piwf.workflow import compute, define_workflow
+
+        def lookup(ctx):
+            return {"v": {}["missing"]}
+
+        workflow = define_workflow(
+            name="fails",
+            start_at="ok",
+            nodes={"ok": compute(lambda ctx: {}), "lookup": compute(lookup)},
+            edges=[{"from": "ok", "to": "lookup"}],
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "fails")
+    with Client(server.home, autostart=False) as client:
+        assert client.wait_run(run_id, 30).run.status == "failed"
+    view, explained = every_renderer(server, run_id)
+    last = view.steps.steps[-1]
+    assert (last.path, last.outcome) == ("lookup", "failed")
+    assert last.failure is not None and last.failure.error_type == "KeyError"
+    assert explained["cause"] == "failed"
+    assert 'node "lookup"' in explained["explanation"] and "KeyError" in explained["explanation"]
+    assert explained["commands"] == [f"piwf run restart {run_id}"]
+    steps = piwf(server, "run", "steps", run_id)
+    assert "lookup" in steps.stdout and "KeyError: 'missing'" in steps.stdout
+
+
+def test_many_steps_page_within_their_item_limit_and_byte_budget(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """70 visits of a loop with 10 KiB outputs (two of 40 KiB), then a last node: pages stop
+    at their byte budget, an output above the inline threshold travels by reference, and the
+    client reads every page and value."""
+    workflow = write_workflow(
+        tmp_path,
+        "loop",
+        """
+        from piwf.workflow import compute, define_workflow
+
+        def step(ctx):
+            n = ctx.outputs.get("step", {}).get("n", 0) + 1
+            pad = 40_000 if n in (10, 50) else 10_000
+            return {"n": n, "pad": "x" * pad, "route": "again" if n < 70 else "done"}
+
+        workflow = define_workflow(
+            name="loop",
+            start_at="step",
+            max_steps=200,
+            nodes={"step": compute(step), "finish": compute(lambda ctx: {"n": 0})},
+            edges=[
+                {
+                    "from": "step",
+                    "switch": {"on": "$output.route", "cases": {"again": "step", "done": "finish"}},
+                }
+            ],
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "loop")
+    with Client(server.home, autostart=False) as client:
+        assert client.wait_run(run_id, 60).run.status == "completed"
+        raw = client.request("view.run.get", {"stepLimit": 200}, run_id=run_id).receipt
+        assert raw is not None
+        first = raw["steps"]
+        assert first["total"] == 71
+        assert 1 <= len(first["steps"]) < 71, "the byte budget ends the page before its limit"
+        assert first["nextCursor"] == str(first["steps"][-1]["index"])
+        assert len(json.dumps(first["steps"])) <= STEP_PAGE_BYTES + 11_000
+        by_reference = [step["index"] for step in first["steps"] if "outputRef" in step]
+        assert by_reference == [9], "the 40 KiB output of visit 10, and only it"
+        steps = client.run_steps(run_id, page_limit=200)
+    assert [step.index for step in steps] == list(range(71))
+    assert [step.output["n"] for step in steps] == [*range(1, 71), 0]
+    assert all(step.output_ref is None for step in steps), "every reference was read"
+
+
+def test_bad_view_requests_are_refused_and_change_nothing(server: ServerProcess) -> None:
+    with raw_client(server) as client:
+        run_id = start(client, CHECKPOINT, {"steps": []}, "bad")
+        unknown = client.request("view.run.get", {}, run_id="run-doesnotexist00")
+        assert (unknown.outcome, unknown.error and unknown.error.code) == (
+            "notFound",
+            "runNotFound",
+        )
+        for payload in (
+            {"kind": "steps", "cursor": "not-a-cursor"},
+            {"kind": "steps", "cursor": "-1"},
+            {"kind": "nodes", "cursor": "1"},
+            {"kind": "steps", "cursor": "1", "limit": 0},
+            {"kind": "steps", "cursor": "1", "unknown": True},
+        ):
+            refused = client.request("view.page", payload, run_id=run_id)
+            assert refused.outcome == "rejected", (payload, refused)
+            assert refused.error is not None and refused.error.code == "invalidPayload"
+        too_many = client.request("view.run.get", {"stepLimit": 10_000}, run_id=run_id)
+        assert too_many.outcome == "rejected"
+    missing = piwf(server, "run", "explain", "run-doesnotexist00")
+    assert missing.returncode == 1 and "run-doesnotexist00" in missing.stderr
+
+
+def test_the_cli_commands_answer_help(server: ServerProcess) -> None:
+    for command in ("steps", "explain"):
+        result = piwf(server, "run", command, "--help")
+        assert result.returncode == 0 and "Example:" in result.stdout
