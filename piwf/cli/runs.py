@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import IO, Any
 
@@ -9,6 +10,7 @@ import click
 
 from piwf.cli import render, render_view
 from piwf.cli.common import command, json_option, open_client, parse_json, run_id_argument
+from piwf.cli.progress import RunProgress
 from piwf.client import Client
 from piwf.config import split_agent_command
 
@@ -301,6 +303,13 @@ def run_cancel(run_id: str, as_json: bool) -> None:
         click.echo(f"cancelled {render.run_line(run)}")
 
 
+def _stderr_is_a_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # closed or replaced
+        return False
+
+
 def _read_input(text: str | None, file: IO[bytes] | None) -> Any:
     """Parse --input or --input-file (usage errors, exit 2); None when neither is given."""
     if text is not None and file is not None:
@@ -320,13 +329,22 @@ def _wait_and_report(
 ) -> None:
     """Wait for the run, print it, and exit 1 unless it completed."""
     limit = DEFAULT_WAIT_TIMEOUT_S if timeout_s is None else timeout_s
-    # The human form shows the run line only, so it reads none of a large output.
-    receipt = client.wait_run(run_id, timeout_s=limit, content_limit=None if as_json else 0)
+    # The human form previews the output, so it reads none of a very large one.
+    content_limit = None if as_json else render.HUMAN_CONTENT_LIMIT
+    if not as_json and _stderr_is_a_terminal():
+        echo = lambda line: click.echo(line, err=True)  # noqa: E731
+        receipt = RunProgress(client, run_id, echo).wait(limit, content_limit=content_limit)
+    else:
+        receipt = client.wait_run(run_id, timeout_s=limit, content_limit=content_limit)
     run = receipt.run
     if as_json:
         render.emit_json(receipt.to_wire())
     else:
         click.echo(render.run_line(run))
+        if run.status == _SUCCESS_STATUS and (
+            receipt.output is not None or receipt.output_ref is not None
+        ):
+            click.echo(f"output: {render.value_preview(receipt.output, receipt.output_ref)}")
     if receipt.timed_out:
         if not as_json:
             click.echo(

@@ -108,12 +108,21 @@ class RunReadMethods:
         return resolve_references(view, self.read_content, content_limit=content_limit)
 
     def run_steps(
-        self, run_id: str, *, page_limit: int = 50, content_limit: int | None = None
+        self,
+        run_id: str,
+        *,
+        after: int | None = None,
+        page_limit: int = 50,
+        content_limit: int | None = None,
     ) -> list[Step]:
-        """Return every finished step of the run in order (node, visit, attempt, outcome,
+        """Return the finished steps of the run in order (node, visit, attempt, outcome,
         duration, output or error, failure record, published updates), reading the view's
-        pages (``view.page``) until the last."""
-        page = self.run_view(run_id, step_limit=page_limit, content_limit=content_limit).steps
+        pages (``view.page``) until the last; with ``after``, only the steps whose index is
+        above it (the index of the last step a caller has; -1 or None: all)."""
+        if after is None or after < 0:
+            page = self.run_view(run_id, step_limit=page_limit, content_limit=content_limit).steps
+        else:
+            page = StepPage(steps=[], total=0, next_cursor=str(after))
         steps = list(page.steps)
         while page.next_cursor is not None:
             payload = ViewPagePayload(kind="steps", cursor=page.next_cursor, limit=page_limit)

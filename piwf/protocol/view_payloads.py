@@ -107,6 +107,17 @@ class EffectToResolve(WireModel):
     command: str
 
 
+class StepUpdate(WireModel):
+    """The latest update a step published under one (type, key)."""
+
+    type: str
+    key: str
+    seq: int
+    recorded_at: int
+    data: Any = None
+    data_ref: ContentRef | None = None
+
+
 class Display(WireModel):
     """What every renderer shows, derived by the server from one read (module docstring)."""
 
@@ -119,21 +130,12 @@ class Display(WireModel):
     #: The stored failure class of a parked run (``sourceChanged``, ``effectAmbiguous`` …).
     reason_code: str | None = None
     current_node: NodeRef | None = None
+    #: The latest updates the current node published so far (at most MAX_STEP_UPDATES).
+    current_updates: list[StepUpdate] = Field(default_factory=list)
     waiting_on: WaitingOn | None = None
     capacity: Capacity | None = None
     available_at: int | None = None
     effects_to_resolve: list[EffectToResolve] = Field(default_factory=list)
-
-
-class StepUpdate(WireModel):
-    """The latest update a step published under one (type, key)."""
-
-    type: str
-    key: str
-    seq: int
-    recorded_at: int
-    data: Any = None
-    data_ref: ContentRef | None = None
 
 
 class Step(WireModel):

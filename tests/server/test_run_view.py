@@ -10,6 +10,11 @@ derived (I7). Gate files hold nodes at known points; every wait polls against a 
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +23,7 @@ import pytest
 from piwf import Client
 from piwf.protocol.view_payloads import STEP_PAGE_BYTES, RunView
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
-from tests.server.test_agent_deadlines import piwf
+from tests.server.test_agent_deadlines import PIWF, piwf
 from tests.server.test_execution import FAST, hold_until_gate, start, write_workflow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -355,3 +360,103 @@ def test_the_cli_commands_answer_help(server: ServerProcess) -> None:
     for command in ("steps", "explain"):
         result = piwf(server, "run", command, "--help")
         assert result.returncode == 0 and "Example:" in result.stdout
+
+
+class Terminal:
+    """A ``piwf`` command whose standard error is a real pseudo-terminal (its progress goes
+    there only on a terminal); stdout is a pipe, as a script would redirect it."""
+
+    def __init__(self, server: ServerProcess, *args: str) -> None:
+        self.master, slave = pty.openpty()
+        self.process = subprocess.Popen(
+            [str(PIWF), *args],
+            env={**os.environ, "PIWF_HOME": str(server.home)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            text=True,
+        )
+        os.close(slave)
+        self.seen = ""
+
+    def until(self, text: str, timeout_s: float = 30.0) -> str:
+        """Read the terminal until ``text`` appears (bounded); return all read so far."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} never appeared on the terminal: {self.seen!r}"
+            readable, _, _ = select.select([self.master], [], [], left)
+            if readable:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:  # the command ended and closed the terminal
+                    chunk = b""
+                assert chunk, f"{text!r} never appeared before the end: {self.seen!r}"
+                self.seen += chunk.decode("utf-8", "replace").replace("\r\n", "\n")
+        return self.seen
+
+    def finish(self, timeout_s: float = 60.0) -> tuple[int, str]:
+        out, _ = self.process.communicate(timeout=timeout_s)
+        os.close(self.master)
+        return self.process.returncode, out
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def test_run_start_wait_shows_live_progress_on_a_terminal_and_prints_the_output(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = gated_workflow(tmp_path, "live", entered, gate)
+    terminal = Terminal(server, "run", "start", workflow, "--wait", "--timeout", "60")
+    try:
+        terminal.until('completed "first"')
+        terminal.until('running "hold"')
+        seen = terminal.until('progress main: {"stage":"holding"}')
+        assert 'running "last"' not in seen, "progress comes while the run runs"
+        gate.touch()
+        terminal.until('completed "last"')
+        code, out = terminal.finish()
+    finally:
+        terminal.kill()
+    assert code == 0
+    assert out.splitlines()[-1] == 'output: {"done":true}'
+
+
+def test_a_wait_on_a_terminal_names_the_request_and_the_answer_command(
+    server: ServerProcess,
+) -> None:
+    terminal = Terminal(server, "run", "start", CHECKPOINT, "--input", '{"steps": ["a"]}', "--wait")
+    try:
+        seen = terminal.until("(checkpoint): piwf answer ")
+        line = next(line for line in seen.splitlines() if "piwf answer " in line)
+        assert 'waiting at "review" for request request-' in line
+        request_id = line.split("piwf answer ", 1)[1].split()[0]
+        answered = piwf(server, "answer", request_id, '{"ok": true}')
+        assert answered.returncode == 0, answered.stderr
+        code, out = terminal.finish()
+    finally:
+        terminal.kill()
+    assert code == 0
+    assert out.splitlines()[-1].startswith("output: ")
+    assert '"applied":["a"]' in out
+
+
+def test_a_wait_whose_stderr_is_not_a_terminal_prints_no_progress(
+    server: ServerProcess,
+) -> None:
+    result = piwf(
+        server,
+        "run",
+        "start",
+        str(REPO / "fixtures" / "workflows" / "hello.py"),
+        "--input",
+        '{"who": "ada"}',
+        "--wait",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.splitlines()[-1] == 'output: {"shouted":"HELLO ADA"}'

@@ -46,7 +46,7 @@ from piwf.state.enums import AttemptStatus
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import run_view
 from piwf.state.execution import runs as run_store
-from piwf.state.execution.run_view import StepRow
+from piwf.state.execution.run_view import PublishedUpdate, StepRow
 
 #: What a pending request's kind asks for, and the command that gives it.
 _ACTIONS: dict[str, tuple[Control, str]] = {
@@ -170,10 +170,18 @@ def display_of(
         if len(holders) >= max_workers:
             activity = "waitingForSlot"
             capacity = Capacity(max_workers=max_workers, busy=len(holders), holders=holders)
+    current_updates: list[StepUpdate] = []
+    if current is not None and waiting is None:
+        offer = ContentOffer(tx, budget=STEP_PAGE_BYTES)
+        published = run_view.updates_of(tx, [current.attempt_id]).get(current.attempt_id, [])
+        current_updates = [
+            _update(offer, run_id, update) for update in published[-MAX_STEP_UPDATES:]
+        ]
     return Display(
         status=status,  # type: ignore[arg-type]  # the closed set, by construction
         activity=activity,
         controls=_controls(view, waiting, ambiguous=bool(ambiguous)),
+        current_updates=current_updates,
         reason=reason,
         reason_code=view.error_code if activity == "blocked" else None,
         current_node=node if waiting is None else None,
@@ -245,19 +253,7 @@ def _step(tx: Transaction, offer: ContentOffer, run_id: str, row: StepRow) -> St
         if attempt.finished_at is not None and attempt.started_at is not None
         else None
     )
-    updates = []
-    for update in row.updates[-MAX_STEP_UPDATES:]:
-        data = offer.json("run", run_id, update.data_hash)
-        updates.append(
-            StepUpdate(
-                type=update.update_type,
-                key=update.key,
-                seq=update.seq,
-                recorded_at=update.recorded_at,
-                data=data.value,
-                data_ref=data.ref,
-            )
-        )
+    updates = [_update(offer, run_id, update) for update in row.updates[-MAX_STEP_UPDATES:]]
     return Step(
         index=row.index,
         path=attempt.path,
@@ -275,6 +271,18 @@ def _step(tx: Transaction, offer: ContentOffer, run_id: str, row: StepRow) -> St
         failure=step_failure(tx, attempt),
         updates=updates,
         updates_total=len(row.updates),
+    )
+
+
+def _update(offer: ContentOffer, run_id: str, update: PublishedUpdate) -> StepUpdate:
+    data = offer.json("run", run_id, update.data_hash)
+    return StepUpdate(
+        type=update.update_type,
+        key=update.key,
+        seq=update.seq,
+        recorded_at=update.recorded_at,
+        data=data.value,
+        data_ref=data.ref,
     )
 
 
