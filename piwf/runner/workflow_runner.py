@@ -25,8 +25,10 @@ arrives.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import itertools
+import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -186,14 +188,17 @@ class PipePort:
         return self._send(message)
 
     def node_started(self, message: port.NodeStarted) -> port.PortResult:
+        flush_output()
         return self._send(message)
 
     def node_finished(self, message: port.NodeFinished) -> port.PortResult:
         self.node_ended()
+        flush_output()
         return self._send(message)
 
     def node_failed(self, message: port.NodeFailed) -> port.PortResult:
         self.node_ended()
+        flush_output()
         return self._send(message)
 
     def reserve_effect(self, message: port.EffectReservation) -> port.PortResult:
@@ -217,6 +222,14 @@ class PipePort:
 
     def finish(self, message: port.RunFinished) -> port.PortResult:
         return self._send(message)
+
+
+def flush_output() -> None:
+    """Push what Python buffered for stdout/stderr into the capture pipes, so the server, which
+    drains them before it applies a node's start or end, files it under the right attempt."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # replaced or closed
+            stream.flush()
 
 
 def run_child(connection: Connection, lifeline: Lifeline) -> int:
