@@ -64,7 +64,9 @@ class RunLogReads:
                 reply(error_response(request, "notFound", "runNotFound", message))
                 return
             if payload.node is not None:
-                nodes = node_paths(blobs.read_json(tx, run.definition_digest))
+                snapshot = blobs.read_json(tx, run.definition_digest)
+                tree = snapshot.get("workflow") if isinstance(snapshot, dict) else None
+                nodes = node_paths(tree)
                 if payload.node not in nodes:
                     missing = _unknown_node(run_id, payload.node, nodes)
                     reply(error_response(request, "notFound", missing.code, str(missing)))
@@ -138,8 +140,8 @@ class RunLogReads:
 
 
 def node_paths(snapshot: JsonValue, prefix: str | None = None) -> list[str]:
-    """Every full node path of a definition snapshot (mounted workflows' nodes included), in
-    declaration order."""
+    """Every full node path of a definition snapshot's workflow tree (its ``workflow``; mounted
+    workflows' nodes included), in declaration order."""
     if not isinstance(snapshot, dict):
         return []
     paths: list[str] = []
