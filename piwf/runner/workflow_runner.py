@@ -224,6 +224,13 @@ class PipePort:
         return self._send(message)
 
 
+def line_buffered_output() -> None:
+    """Write stdout line by line, as stderr is: a node's lines reach its log (and ``run logs
+    --follow``) as they are printed, in the order they were printed on both streams."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # not a text stream
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+
 def flush_output() -> None:
     """Push what Python buffered for stdout/stderr into the capture pipes, so the server, which
     drains them before it applies a node's start or end, files it under the right attempt."""
@@ -238,6 +245,7 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
     # nothing of any run is known to it until this launch.
     launch = Launch.model_validate(canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES)))
     name_process(f"piwf runner {launch.run_id} g{launch.generation}")
+    line_buffered_output()
     enter_directory(launch.project_path or "/")
     identity_fields = {
         "runId": launch.run_id,
