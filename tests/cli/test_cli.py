@@ -67,6 +67,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf resource reconcile",
         "piwf run cancel",
         "piwf run list",
+        "piwf run logs",
         "piwf run pause",
         "piwf run restart",
         "piwf run resume",

@@ -44,6 +44,7 @@ EXPECTED_READ = {
     "resource.get",
     "resource.list",
     "view.content",
+    "run.logs",
 }
 
 
