@@ -16,6 +16,10 @@ Before a node's result is reported, every process the node left behind is ended 
 ``end_descendants``): a node's processes end with the node, daemons included, and the result
 commits only after they are gone.
 
+Its stdout is line-buffered and both streams are flushed before every node start and end it
+reports, so the server, which drains the capture pipes first, files what a node printed under
+that node's attempt (docs/EXECUTION.md, "Attempt logs").
+
 A headless agent step runs its agent command through :class:`~piwf.runner.agent_command.
 CommandDriver` (the engine's agent driver); while the command runs the server may send an
 unsolicited ``interaction.settled`` notice, which :class:`PipePort` remembers wherever it
