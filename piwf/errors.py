@@ -43,6 +43,11 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── ContentReferenceError   contentReference   (a reference or range no read can serve)
     │   ├── ContentNotFoundError    contentNotFound    (not a stored value of that owner)
     │   └── ContentMismatchError    contentMismatch    (parts differ from their reference)
+    ├── LogReadError                logRead            (a run.logs read that cannot be served)
+    │   ├── NodeNotInRunError       nodeNotFound       (the run has no such node: its nodes
+    │   │                                               are named)
+    │   └── LogCursorError          logCursor          (a cursor no attempt log of the run
+    │                                                   holds: start again without one)
     ├── InternalError               internalError      (a server bug; nothing was changed)
     ├── MissingExtraError           missingExtra       (a command needs an optional extra)
     ├── ServerError
@@ -345,6 +350,24 @@ class ContentMismatchError(ContentReadError):
     type or encoding); no partial value is ever returned. Read the value again."""
 
     code = "contentMismatch"
+
+
+class LogReadError(PiwfError):
+    """A ``run.logs`` read names something the run's logs cannot serve; nothing changed."""
+
+    code = "logRead"
+
+
+class NodeNotInRunError(LogReadError):
+    """The run's workflow has no node of that path; the message names the ones it has."""
+
+    code = "nodeNotFound"
+
+
+class LogCursorError(LogReadError):
+    """A log cursor names no attempt log of the run, or an offset past its end."""
+
+    code = "logCursor"
 
 
 class InternalError(PiwfError):

@@ -10,6 +10,7 @@ module              contents
 ``client``          :class:`Client`: connection reuse, retries with one idempotency key, the
                     outcome-to-error mapping (:data:`OUTCOME_ERRORS`, :data:`CODE_ERRORS`)
 ``runs``            the run reads and waits of :class:`Client`
+``logs``            a run's node attempt logs (``run.logs``): pages, complete, followed
 ``resources``       the ``resource.*`` methods of :class:`Client`
 ``content``         assembling and verifying values the server sent by content reference
 ``connection``      socket path checks (lstat, no symlinks), ``hello``, the reader thread

@@ -59,6 +59,7 @@ from piwf.client.connection import (
     connect_socket,
 )
 from piwf.client.interactions import InteractionMethods
+from piwf.client.logs import RunLogMethods
 from piwf.client.resources import ResourceMethods
 from piwf.client.runs import RunReadMethods, absolute_path, start_payload
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
@@ -151,7 +152,7 @@ _Receipt = TypeVar("_Receipt", bound=BaseModel)
 _T = TypeVar("_T")
 
 
-class Client(RunReadMethods, InteractionMethods, ResourceMethods):
+class Client(RunReadMethods, RunLogMethods, InteractionMethods, ResourceMethods):
     """A connection to the piwf server of one state home.
 
     ``home`` defaults to :func:`piwf.config.state_home` (``PIWF_HOME``). With ``autostart``

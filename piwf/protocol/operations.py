@@ -13,6 +13,7 @@ operation               kind     meaning
 ``run.resume``          durable  clear the pause flag / requeue a parked run
 ``run.restart``         durable  start a fresh child run from the first node
 ``run.wait``            read     answer once a run is terminal (or the wait times out)
+``run.logs``            read     a run's node attempt logs, in bounded pages with a cursor
 ``state.status``        read     safe counts about the database
 ``state.verify``        read     check the invariants, report violations
 ``state.backup``        durable  write a verified backup through the SQLite backup API
@@ -63,6 +64,7 @@ Operation = Literal[
     "run.cancel",
     "run.get",
     "run.list",
+    "run.logs",
     "run.pause",
     "run.restart",
     "run.resume",

@@ -16,6 +16,10 @@ Before a node's result is reported, every process the node left behind is ended 
 ``end_descendants``): a node's processes end with the node, daemons included, and the result
 commits only after they are gone.
 
+Its stdout is line-buffered and both streams are flushed before every node start and end it
+reports, so the server, which drains the capture pipes first, files what a node printed under
+that node's attempt (docs/EXECUTION.md, "Attempt logs").
+
 A headless agent step runs its agent command through :class:`~piwf.runner.agent_command.
 CommandDriver` (the engine's agent driver); while the command runs the server may send an
 unsolicited ``interaction.settled`` notice, which :class:`PipePort` remembers wherever it
@@ -25,8 +29,10 @@ arrives.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import itertools
+import sys
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -186,14 +192,17 @@ class PipePort:
         return self._send(message)
 
     def node_started(self, message: port.NodeStarted) -> port.PortResult:
+        flush_output()
         return self._send(message)
 
     def node_finished(self, message: port.NodeFinished) -> port.PortResult:
         self.node_ended()
+        flush_output()
         return self._send(message)
 
     def node_failed(self, message: port.NodeFailed) -> port.PortResult:
         self.node_ended()
+        flush_output()
         return self._send(message)
 
     def reserve_effect(self, message: port.EffectReservation) -> port.PortResult:
@@ -219,12 +228,28 @@ class PipePort:
         return self._send(message)
 
 
+def line_buffered_output() -> None:
+    """Write stdout line by line, as stderr is: a node's lines reach its log (and ``run logs
+    --follow``) as they are printed, in the order they were printed on both streams."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # not a text stream
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+
+def flush_output() -> None:
+    """Push what Python buffered for stdout/stderr into the capture pipes, so the server, which
+    drains them before it applies a node's start or end, files it under the right attempt."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # replaced or closed
+            stream.flush()
+
+
 def run_child(connection: Connection, lifeline: Lifeline) -> int:
     """Run one generation over ``connection``; return the process exit code."""
     # A runner may wait here long before its run exists (a spare, see server/runs/spares.py):
     # nothing of any run is known to it until this launch.
     launch = Launch.model_validate(canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES)))
     name_process(f"piwf runner {launch.run_id} g{launch.generation}")
+    line_buffered_output()
     enter_directory(launch.project_path or "/")
     identity_fields = {
         "runId": launch.run_id,

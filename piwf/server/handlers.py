@@ -63,6 +63,7 @@ from piwf.server.resources.handlers import ResourceHandlers
 from piwf.server.runs import answers
 from piwf.server.runs.handlers import RunHandlers
 from piwf.server.runs.interactions import InteractionHandlers
+from piwf.server.runs.logs import RunLogReads
 from piwf.server.runs.views import RunViews
 from piwf.state import Transaction, retention
 from piwf.state import effects as fx
@@ -96,6 +97,7 @@ class Handlers:
             "run.restart": self.runs.run_restart,
             "effect.resolve": self.effect_resolve,
             "run.wait": self.runs.run_wait,
+            "run.logs": RunLogReads(context).run_logs,
             "state.status": self.state_status,
             "state.verify": self.state_verify,
             "state.backup": self.state_backup,

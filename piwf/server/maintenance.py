@@ -39,6 +39,7 @@ from piwf.server.runs.pool import Executor
 from piwf.server.settings import ServerSettings
 from piwf.state import StateDatabase, Transaction, compaction, retention
 from piwf.state import execution as ex
+from piwf.state.execution import attempt_logs
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 
 log = logging.getLogger("piwf.server")
@@ -189,6 +190,9 @@ class RetentionSweeper:
                 retention.record_trees_deleted(tx, 1)
         if isinstance(result, Applied):
             faults.point("retention.after_tree_delete")
+            # Committed: the runs' attempt log files go now (a crash here leaves them to the
+            # orphan check when the sweep completes).
+            attempt_logs.remove_run_logs(self.db.path.parent, result.value.run_ids)
             sweep.trees += 1
             sweep.runs += len(result.value.run_ids)
         elif isinstance(result, retention.TreeProtected):
@@ -215,6 +219,7 @@ class RetentionSweeper:
                 sweep.protected,
             )
         if sweep.trees:
+            remove_orphaned_logs(self.db)
             self._compact()
         self._schedule("due", self.settings.interval_s)
 
@@ -310,8 +315,20 @@ def _report(
     )
 
 
+def remove_orphaned_logs(db: StateDatabase) -> None:
+    """Delete the attempt log files of runs that no longer exist (best effort: files left now
+    are found again by the next sweep or prune)."""
+    try:
+        with db.read() as tx:
+            attempt_logs.remove_orphaned_logs(tx, db.path.parent)
+    except Exception as error:  # best effort: the deletions are committed either way
+        log.warning("retention: attempt logs not removed: %s", _diagnostic(error))
+
+
 def compact_after_prune(db: StateDatabase, still_idle: Callable[[], bool]) -> None:
-    """Truncate the WAL after an applied prune and VACUUM under the automatic rule."""
+    """Remove the pruned runs' attempt log files, truncate the WAL after an applied prune and
+    VACUUM under the automatic rule."""
+    remove_orphaned_logs(db)
     try:
         compaction.compact(db, still_idle=still_idle)
     except Exception as error:  # best effort: the deletions are committed either way

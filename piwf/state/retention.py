@@ -39,8 +39,12 @@ a table added later protects the trees it references until it is classified here
 columns, too, are found from the schema (every foreign key to ``blobs``), never listed by hand.
 
 A matching repeated deletion is :class:`Adopted` and changes nothing. The functions here never
-commit; the caller's ``write()`` does. Giving the freed space back to the file system
-(checkpoint, ``VACUUM``) is :mod:`piwf.state.compaction`, outside any transaction.
+commit; the caller's ``write()`` does. Files are not transactional: a deleted run's attempt log
+files (``$PIWF_HOME/logs/<run>/``) are removed by the caller once the deletion committed
+(:func:`piwf.state.execution.attempt_logs.remove_run_logs`, and
+:func:`~piwf.state.execution.attempt_logs.remove_orphaned_logs` for what a crash left).
+Giving the freed space back to the file system (checkpoint, ``VACUUM``) is
+:mod:`piwf.state.compaction`, outside any transaction.
 """
 
 from __future__ import annotations
@@ -101,6 +105,7 @@ TREE_ROWS: Mapping[str, str] = MappingProxyType(
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
         "agent_processes": _RUNS,
         "agent_turns": _RUNS,
+        "attempt_logs": _RUNS,
     }
 )
 

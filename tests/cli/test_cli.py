@@ -68,6 +68,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf run cancel",
         "piwf run explain",
         "piwf run list",
+        "piwf run logs",
         "piwf run pause",
         "piwf run restart",
         "piwf run resume",

@@ -46,6 +46,7 @@ EXPECTED_READ = {
     "view.content",
     "view.page",
     "view.run.get",
+    "run.logs",
 }
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 import pytest
 
+from piwf.server.children.capture import ATTEMPT_LOG_CAP, drop_marker
 from piwf.server.children.start_methods import START_TIMEOUT_S
 from tests.server import harness
 from tests.server.children import (
@@ -547,5 +548,16 @@ def test_a_childs_output_is_captured_privately_capped_and_a_flood_kills_it(
     epoch = query(server, rows)[0][1]
     log = server.home / "server" / "runners" / f"{epoch}.log"
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
-    assert log.stat().st_size == 1024 * 1024
-    assert log.read_bytes().startswith(b"before the flood\nxxxx")
+    # The node's output is its attempt's (bounded by the attempt cap); the runner's own cap
+    # still counts all of it, and passing that killed the runner.
+    assert log.stat().st_size == 0
+    attempts = "SELECT a.status, l.log_file, l.kept_bytes, l.dropped_bytes FROM attempt_logs l"
+    attempts += " JOIN node_attempts a USING (attempt_id) ORDER BY l.log_number"
+    (first, *_rest) = query(server, attempts)
+    assert first[0] == "interrupted"
+    flooded_log = server.home / first[1]
+    assert stat.S_IMODE(flooded_log.stat().st_mode) == 0o600
+    assert (first[2], first[3]) == (ATTEMPT_LOG_CAP, 1024 * 1024 - ATTEMPT_LOG_CAP)
+    assert flooded_log.read_bytes() == (
+        b"before the flood\n" + b"x" * (ATTEMPT_LOG_CAP - 17) + drop_marker(ATTEMPT_LOG_CAP)
+    )

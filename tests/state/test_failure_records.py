@@ -20,6 +20,7 @@ from piwf.state import database as state_database
 from piwf.state.enums import RunnerStatus
 from piwf.state.execution import attempts
 from piwf.state.schema import SCHEMA_DIGEST, STATEMENTS
+from piwf.state.schema.logs import LOG_STATEMENTS
 from piwf.workflow import compute, define_workflow
 from piwf.workflow.context import Outcome
 from piwf.workflow.engine import execute
@@ -40,13 +41,17 @@ PREVIOUS_DIGEST = "81762fd475ca1e4645a3aff71211ed637ff51b05fb58e11092fdc155471fd
 
 
 def previous_statements() -> tuple[str, ...]:
-    """The current DDL without what failure records added to ``node_attempts``."""
+    """The current DDL without what failure records added to ``node_attempts`` (and without
+    the tables added after them: attempt logs)."""
     added = (
         "  failure_hash BLOB REFERENCES blobs(blob_hash),\n",
         ",\n  CHECK (failure_hash IS NULL OR status IN ('failed', 'timed_out', 'cancelled'))",
     )
     statements = []
+    later = {statement.strip() for statement in LOG_STATEMENTS}
     for statement in STATEMENTS:
+        if statement in later:
+            continue
         for text in added:
             statement = statement.replace(text, "")
         statements.append(statement)

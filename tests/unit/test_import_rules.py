@@ -69,6 +69,7 @@ CLI_MAY_IMPORT = (
     "piwf.protocol.resource_payloads",
     "piwf.protocol.state_payloads",
     "piwf.protocol.view_payloads",
+    "piwf.protocol.log_payloads",
     # ``piwf mcp`` starts the MCP server, a client of the server built on piwf.Client.
     "piwf.mcp.server",
 )

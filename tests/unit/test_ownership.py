@@ -54,6 +54,7 @@ OWNERS = {
     "attempt_active_intervals": "execution/active_time.py",
     "agent_processes": "execution/agents.py",
     "agent_turns": "execution/agents.py",
+    "attempt_logs": "execution/attempt_logs.py",
 }
 
 #: The one deliberate exception: retention deletes a whole expired run tree by deleting its

@@ -1,10 +1,20 @@
 """Bounded capture of what children (and the standard library's helper processes) print.
 
 One :class:`OutputCapture` owns a ``0600`` log file and reads any number of pipe read ends
-from the server's selector without blocking. At most ``cap`` bytes reach the file; the first
+from the server's selector without blocking. At most ``cap`` bytes are kept in all; the first
 byte past the cap calls ``on_flood`` once (the supervisor kills a flooding child) and the rest
 is read and dropped, so a writer can neither fill the disk nor stall on a full pipe while the
 loop runs. A full disk costs the bytes that did not fit, nothing more.
+
+**Targets.** What is read goes to the capture's own log file unless a :class:`LogTarget` is
+set (:meth:`OutputCapture.switch`): a node attempt's own ``0600`` file, bounded on its own
+(``ATTEMPT_LOG_CAP``; past it, one marker line and the rest counted as dropped), counting the
+bytes of each stream. Whoever switches first calls :meth:`OutputCapture.drain`, which reads
+what the pipes hold now, so output written before a switch goes to the target it was written
+for (the runner flushes before it reports a node's start or end)::
+
+    read ─▶ overall cap (flood: on_flood) ─▶ target set?  ─yes─▶ the attempt's file (its cap)
+                                                        └─no──▶ the capture's own log file
 """
 
 from __future__ import annotations
@@ -18,9 +28,63 @@ from pathlib import Path
 from piwf.config import FILE_MODE
 from piwf.server.failures import log_failure
 from piwf.server.loop import EventLoop
+from piwf.state.execution.attempt_logs import LogCounts
 from piwf.state.failures import state_error_of_os
 
 READ_BYTES = 65536
+#: Bytes of one attempt's output its log file keeps; the rest is counted and dropped. Below
+#: the runner's own cap, so a node may pass it without its runner being killed for a flood.
+ATTEMPT_LOG_CAP = 256 * 1024
+#: Reads of one stream a drain makes at most (a writer that never pauses cannot hold the loop).
+_DRAIN_READS = 32
+
+
+def drop_marker(cap: int) -> bytes:
+    """The one line an attempt's log gets where its output passed ``cap`` bytes."""
+    return f"\n[piwf: this attempt's output passed {cap} bytes; the rest was dropped]\n".encode()
+
+
+class LogTarget:
+    """One node attempt's own log file: bytes per stream, kept up to ``cap``, the rest dropped.
+
+    The file is created ``0600`` (appended to when it exists: the same attempt again); a
+    symlink in its place is refused (``OSError``). ``kept`` starts from what the file holds.
+    """
+
+    def __init__(
+        self, path: Path, cap: int = ATTEMPT_LOG_CAP, *, label: str, counts: LogCounts | None = None
+    ) -> None:
+        self.path = path
+        self.cap = cap
+        self.label = label
+        start = counts or LogCounts()
+        self.stdout = start.stdout
+        self.stderr = start.stderr
+        self.kept = start.kept
+        self.dropped = start.dropped
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        os.close(os.open(path, flags, FILE_MODE))
+
+    @property
+    def counts(self) -> LogCounts:
+        """What this attempt wrote so far."""
+        return LogCounts(self.stdout, self.stderr, self.kept, self.dropped)
+
+    def write(self, stream: str, data: bytes) -> None:
+        """Count ``data`` for ``stream`` and keep what fits under the cap."""
+        if stream == "stderr":
+            self.stderr += len(data)
+        else:
+            self.stdout += len(data)
+        room = max(self.cap - self.kept, 0)
+        kept = data[:room]
+        first_drop = len(data) > room and self.dropped == 0
+        self.kept += len(kept)
+        self.dropped += len(data) - len(kept)
+        if first_drop:
+            kept += drop_marker(self.cap)
+        if kept:
+            _append(self.path, kept, self.label)
 
 
 class OutputCapture:
@@ -45,18 +109,38 @@ class OutputCapture:
         self.captured = 0
         self.flooded = False
         self.streams: list[int] = []
+        #: Stream name of each descriptor (``stdout``, ``stderr``, or ``output``).
+        self.stream_names: dict[int, str] = {}
+        #: Where what is read goes now; None: the capture's own log file.
+        self.target: LogTarget | None = None
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         descriptor = os.open(log_path, flags | (os.O_TRUNC if fresh else 0), FILE_MODE)
         os.close(descriptor)
 
-    def watch(self, descriptor: int) -> None:
-        """Read ``descriptor`` (a pipe's read end, owned by this capture from now on)."""
+    def watch(self, descriptor: int, stream: str = "output") -> None:
+        """Read ``descriptor`` (a pipe's read end, owned by this capture from now on), whose
+        bytes count as ``stream``'s."""
         os.set_blocking(descriptor, False)
         self.streams.append(descriptor)
+        self.stream_names[descriptor] = stream
         self.loop.selector.register(descriptor, selectors.EVENT_READ, self._reader(descriptor))
 
+    def switch(self, target: LogTarget | None) -> LogTarget | None:
+        """Send what is read from now on to ``target`` (None: the capture's own log); return
+        the previous target. Call :meth:`drain` first so nothing already written moves."""
+        previous, self.target = self.target, target
+        return previous
+
+    def drain(self) -> None:
+        """Read what every stream holds now (non-blocking, bounded) to the current target."""
+        for descriptor in list(self.streams):
+            for _ in range(_DRAIN_READS):
+                if not self._read_once(descriptor):
+                    break
+
     def close(self) -> None:
-        """Stop reading and close every stream."""
+        """Read what the streams still hold (bounded), stop reading and close every stream."""
+        self.drain()
         for descriptor in self.streams:
             with contextlib.suppress(KeyError, ValueError):
                 self.loop.selector.unregister(descriptor)
@@ -66,32 +150,50 @@ class OutputCapture:
 
     def _reader(self, descriptor: int) -> Callable[[int], None]:
         def read(_mask: int) -> None:
-            try:
-                data = os.read(descriptor, READ_BYTES)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if data:
-                self._capture(data)
-                return
-            with contextlib.suppress(KeyError, ValueError):
-                self.loop.selector.unregister(descriptor)
+            self._read_once(descriptor)
 
         return read
 
-    def _capture(self, data: bytes) -> None:
+    def _read_once(self, descriptor: int) -> bool:
+        """Read once from ``descriptor``; False when it held nothing now or has ended (then it
+        is no longer watched)."""
+        try:
+            data = os.read(descriptor, READ_BYTES)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        if data:
+            self._capture(self.stream_names.get(descriptor, "output"), data)
+            return True
+        with contextlib.suppress(KeyError, ValueError):
+            self.loop.selector.unregister(descriptor)
+        if descriptor in self.streams:
+            # Ended: closed now, so a later drain does not read it again.
+            self.streams.remove(descriptor)
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+        return False
+
+    def _capture(self, stream: str, data: bytes) -> None:
         room = self.cap - self.captured
         if room > 0:
-            try:
-                with open(self.log_path, "ab") as log:
-                    log.write(data[:room])
-            except OSError as error:
-                log_failure(
-                    f"capturing the output of {self.label}",
-                    state_error_of_os(error, "writing captured output"),
-                )
+            if self.target is not None:
+                self.target.write(stream, data[:room])
+            else:
+                _append(self.log_path, data[:room], self.label)
         self.captured += len(data)
         if self.captured > self.cap and not self.flooded:
             self.flooded = True
             self.on_flood()
+
+
+def _append(path: Path, data: bytes, label: str) -> None:
+    """Append ``data`` to a capture file; a failure is one log line (no bytes of it)."""
+    try:
+        with open(path, "ab") as log:
+            log.write(data)
+    except OSError as error:
+        log_failure(
+            f"capturing the output of {label}", state_error_of_os(error, "writing captured output")
+        )

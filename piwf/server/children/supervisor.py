@@ -272,8 +272,8 @@ class Supervisor:
         if spec.on_started is not None:
             handle.on_started.append(spec.on_started)
         self.children[spec.name] = handle
-        for reader in (out_reader, err_reader):
-            output.watch(reader)
+        output.watch(out_reader, "stdout")
+        output.watch(err_reader, "stderr")
         self.loop.selector.register(
             process.sentinel, selectors.EVENT_READ, lambda _mask: self._sentinel_ready(handle)
         )

@@ -57,6 +57,7 @@ from piwf.server.children.supervisor import ChildHandle
 from piwf.server.failures import RetryDelay
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.agents import AgentCalls, reap_runner_groups
+from piwf.server.runs.attempt_output import AttemptOutput
 from piwf.server.runs.content_transfer import ContentTransfer
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
@@ -152,6 +153,8 @@ class RunnerSession:
     state_retry: RetryDelay = field(default_factory=RetryDelay)
     #: Its headless agent command's calls and request (set on first use).
     agents: AgentCalls | None = None
+    #: Where its captured output goes: each node attempt's own log (set when attached).
+    attempt_output: AttemptOutput | None = None
 
     @property
     def run_id(self) -> str:
@@ -163,6 +166,9 @@ class RunnerSession:
     def attach(self, handle: ChildHandle, envelope: bytes, ready_timeout_s: float) -> None:
         """Watch the started child's pipe, start its ready deadline, send its launch envelope."""
         self.handle = handle
+        # The state home is the database's directory (piwf.config.state_path).
+        home = self.host.db.path.parent
+        self.attempt_output = AttemptOutput(home, handle.output, self.run_id)
         self.host.loop.selector.register(handle.channel.fd, selectors.EVENT_READ, self._io())
         self.ready_timer = self.host.loop.call_later(ready_timeout_s, self._ready_overdue)
         self._send(envelope)
@@ -364,6 +370,9 @@ class RunnerSession:
             self._respond(message.message_id, "rejected", error=f"{error.code}: {error}")
             self._reject_protocol(str(error))
             return
+        output = self.attempt_output
+        assert output is not None, "calls are served once the child is attached"
+        output.before(call.message)  # what the node printed goes to its own log first
         try:
             with self.host.db.write() as tx:
                 self.host.verify_server_claim(tx)
@@ -376,6 +385,7 @@ class RunnerSession:
                     expected_revision=message.expected_revision,
                     lease_ms=self.host.lease_ms,
                 )
+                output.within(tx, call.message, reply.outcome)
         except ClaimLostError:
             self._respond(message.message_id, "claimLost", error="claim lost")
             self.server_lost_claim = True
@@ -387,6 +397,7 @@ class RunnerSession:
             self._respond(message.message_id, "rejected", error=str(error))
             return
         faults.point("runner.after_message_commit")
+        output.after(call.message, reply.outcome)
         result = None if reply.result is None else result_to_json(reply.result)
         self._respond(message.message_id, reply.outcome.value, result, reply.error)
         if reply.outcome is RunnerMessageOutcome.CLAIM_LOST:
@@ -536,6 +547,8 @@ class RunnerSession:
             with self.host.db.write() as tx:
                 # An agent group the runner left registered is ended first (identity-checked).
                 reap_runner_groups(tx, self.runner_epoch)
+                if self.attempt_output is not None:  # what the attempt wrote until the end
+                    self.attempt_output.record(tx)
                 # Claim loss is a handoff: when a newer generation owns the run, the recovery
                 # is a no-op (it checks the generation). When this server's own claim merely
                 # expired (the server was stopped or starved past the run lease), no one else

@@ -21,6 +21,7 @@ part of the digest, so it never changes without a reason)::
     resources                    managed resources, finalizers, queue, runners, child workflows
     interactions                 agent submissions and their validation
     agents                       attempt active intervals, agent processes, agent turns
+    logs                         attempt logs (each attempt's captured output file)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from piwf.state.schema.core import RECORD_STATEMENTS, SERVER_STATEMENTS
 from piwf.state.schema.decisions import DECISION_STATEMENTS
 from piwf.state.schema.execution import RUN_STATEMENTS, RUNNER_STATEMENTS
 from piwf.state.schema.interactions import INTERACTION_STATEMENTS
+from piwf.state.schema.logs import LOG_STATEMENTS
 from piwf.state.schema.resources import RESOURCE_STATEMENTS
 from piwf.state.schema.retention import RETENTION_STATEMENTS
 
@@ -52,6 +54,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         *RESOURCE_STATEMENTS,
         *INTERACTION_STATEMENTS,
         *AGENT_STATEMENTS,
+        *LOG_STATEMENTS,
     )
 )
 

@@ -1,0 +1,122 @@
+"""``piwf run logs RUN [--node N] [--follow] [--json]``: what a run's nodes printed.
+
+Each node attempt's stdout and stderr (interleaved as the server read them) under one header
+line naming its node, visit and attempt; docs/CLI.md shows the output.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Any
+
+import click
+
+from piwf.cli import render
+from piwf.cli.common import command, json_option, open_client, run_id_argument
+from piwf.cli.runs import run_group
+from piwf.client import Client
+from piwf.protocol.log_payloads import AttemptLogInfo
+
+#: Exit status after Ctrl-C, as a shell reports a process ended by SIGINT.
+_INTERRUPTED = 130
+
+
+@run_group.command("logs")
+@run_id_argument
+@click.option("--node", metavar="NODE", help="Only this node's attempts (its full path).")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Keep printing new output until the run is terminal (Ctrl-C stops).",
+)
+@json_option
+@command
+def run_logs(run_id: str, node: str | None, follow: bool, as_json: bool) -> None:
+    """Show what a run's nodes printed: each attempt's stdout and stderr under a header
+    naming its node, visit and attempt, in the order the attempts started.
+
+    With --follow, output is printed as it is written and the command exits 0 once the run
+    is terminal. --json prints {"runId", "runStatus", "terminal", "attempts": [...]} with each
+    attempt's "text"; with --follow, one {"attempt", "text"} document per piece read.
+
+    \b
+    Example:
+      piwf run logs run-0b9c --node fetch
+      piwf run logs run-0b9c --follow
+    """
+    try:
+        with open_client() as client:
+            if follow:
+                _follow(client, run_id, node, as_json=as_json)
+            else:
+                _show(client, run_id, node, as_json=as_json)
+    except KeyboardInterrupt:
+        raise click.exceptions.Exit(_INTERRUPTED) from None
+
+
+def _show(client: Client, run_id: str, node: str | None, *, as_json: bool) -> None:
+    found = client.read_run_logs(run_id, node=node)
+    logs = found.attempts
+    if as_json:
+        render.emit_json(
+            {
+                "runId": found.run_id,
+                "runStatus": found.run_status,
+                "terminal": found.terminal,
+                "attempts": [{**_described(log.info), "text": log.text} for log in logs],
+            }
+        )
+        return
+    if not logs:
+        click.echo(f"run {run_id} has no node output yet" + (" for that node" if node else ""))
+    for log in logs:
+        click.echo(header(log.info))
+        text = log.text
+        if text:
+            click.echo(text, nl=not text.endswith("\n"))
+
+
+def _follow(client: Client, run_id: str, node: str | None, *, as_json: bool) -> None:
+    decoders: dict[int, codecs.IncrementalDecoder] = {}
+    current: int | None = None
+    at_line_start = True
+    for info, data in client.follow_run_logs(run_id, node=node):
+        decoder = decoders.setdefault(info.log, codecs.getincrementaldecoder("utf-8")("replace"))
+        text = decoder.decode(data)
+        if as_json:
+            render.emit_json({"attempt": _described(info), "text": text})
+            continue
+        if info.log != current:
+            if not at_line_start:
+                click.echo()
+            click.echo(header(info, final=False))
+            current, at_line_start = info.log, True
+        if text:
+            click.echo(text, nl=False)
+            at_line_start = text.endswith("\n")
+    if not at_line_start and not as_json:
+        click.echo()
+
+
+def header(info: AttemptLogInfo, *, final: bool = True) -> str:
+    """The line above one attempt's output: node, visit, attempt, status and, once final,
+    what each stream wrote and what was dropped past the cap."""
+    line = f"== {info.node_path} (visit {info.visit}, attempt {info.attempt}) {info.status}"
+    if final and info.status not in ("running", "pending", "waiting"):
+        written = [
+            f"{name} {count} B"
+            for name, count in (("stdout", info.stdout_bytes), ("stderr", info.stderr_bytes))
+            if count
+        ]
+        line += ": " + (", ".join(written) or "no output")
+        if info.dropped_bytes:
+            line += f"; {info.dropped_bytes} B dropped past the cap"
+    return line + " =="
+
+
+def _described(info: AttemptLogInfo) -> dict[str, Any]:
+    """An attempt's description without the transfer fields (offset, size, base64 data)."""
+    wire = info.to_wire()
+    for field in ("data", "offset", "size"):
+        wire.pop(field, None)
+    return wire

@@ -1,0 +1,117 @@
+"""Each node attempt's captured output in its own file: the server half of attempt logs.
+
+One :class:`AttemptOutput` per runner session moves that runner's capture
+(:class:`~piwf.server.children.capture.OutputCapture`) between targets as the runner reports
+its nodes, around the call that reports them::
+
+    node_started ─▶ drain ─▶ apply (+ open_log: the row, its log number, its file name)
+                          ─▶ commit ─▶ switch to the attempt's file
+    node_finished | node_failed ─▶ drain ─▶ apply (+ record_counts of that attempt)
+                          ─▶ commit ─▶ switch back to the runner log
+    runner exit ─▶ (the capture drained when it closed) record_counts of the attempt still
+                   current, inside the exit's transaction
+
+The runner flushes its ``sys.stdout``/``sys.stderr`` before it sends each of these calls, so
+what a node printed is in the pipes before the call and the drain moves it to the target it was
+written for. Only the server writes the files (under ``$PIWF_HOME/logs/``, directories
+``0700``, files ``0600``); a child never does. Nothing of their bytes goes to the server log:
+a failure to create a file is logged by its error class, and the output then stays in the
+runner log.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from piwf.config import ensure_private_dir
+from piwf.errors import PiwfError
+from piwf.server.children.capture import LogTarget, OutputCapture
+from piwf.state import Transaction
+from piwf.state.enums import RunnerMessageOutcome
+from piwf.state.execution import attempt_logs
+from piwf.state.execution.attempts import attempt_id_for
+from piwf.workflow import port
+
+log = logging.getLogger("piwf.server")
+
+_SUCCESS = (RunnerMessageOutcome.ACCEPTED, RunnerMessageOutcome.ADOPTED)
+
+#: The port messages that move the capture between targets.
+NODE_MESSAGES = (port.NodeStarted, port.NodeFinished, port.NodeFailed)
+
+
+class AttemptOutput:
+    """Attributes one runner's captured output to the node attempt that was running."""
+
+    def __init__(self, home: Path, capture: OutputCapture, run_id: str) -> None:
+        self.home = home
+        self.capture = capture
+        self.run_id = run_id
+        #: The attempt whose file receives the output now, and the file it opened.
+        self.attempt_id: str | None = None
+        self._opened: attempt_logs.AttemptLogRow | None = None
+
+    def before(self, message: object) -> None:
+        """Before a node message is applied: read what the pipes hold into the target that is
+        current (the runner flushed before it sent the message)."""
+        if isinstance(message, NODE_MESSAGES):
+            self.capture.drain()
+
+    def within(self, tx: Transaction, message: object, outcome: RunnerMessageOutcome) -> None:
+        """Inside the node message's own transaction, after it was applied with ``outcome``:
+        open the started attempt's log row, or store the counts of the attempt that ended."""
+        if outcome not in _SUCCESS:
+            return
+        if isinstance(message, port.NodeStarted):
+            attempt_id = attempt_id_for(
+                message.run_id, message.path, message.visit, message.attempt
+            )
+            if attempt_id != self.attempt_id:
+                self.record(tx)  # an attempt that ended without its own message (defensive)
+            self._opened = attempt_logs.open_log(tx, attempt_id, self.run_id)
+        elif isinstance(message, (port.NodeFinished, port.NodeFailed)):
+            self.record(tx)
+
+    def after(self, message: object, outcome: RunnerMessageOutcome) -> None:
+        """Once the node message's transaction committed: switch the capture's target."""
+        if outcome not in _SUCCESS or not isinstance(message, NODE_MESSAGES):
+            return
+        opened, self._opened = self._opened, None
+        if isinstance(message, port.NodeStarted) and opened is not None:
+            if opened.attempt_id == self.attempt_id:
+                return  # the same attempt again (a repeated call): its file stays current
+            self._open_target(opened)
+            return
+        self._stop_target()
+
+    def record(self, tx: Transaction) -> None:
+        """Store the counts of the attempt whose file is current (inside ``tx``); its runner
+        exit calls this too, after the capture drained at close."""
+        target = self.capture.target
+        if self.attempt_id is not None and target is not None:
+            attempt_logs.record_counts(tx, self.attempt_id, target.counts)
+
+    def _open_target(self, row: attempt_logs.AttemptLogRow) -> None:
+        self._stop_target()
+        path = self.home / row.log_file
+        try:
+            ensure_private_dir(self.home / attempt_logs.LOGS_DIR)
+            ensure_private_dir(path.parent)
+            label = f"attempt log {row.log_number} of {self.run_id}"
+            target = LogTarget(path, label=label, counts=row.counts)
+        except (OSError, PiwfError) as error:
+            # The output stays in the runner log; the reason names no byte of it.
+            log.warning(
+                "run %s: attempt log %d not opened (%s); its output goes to the runner log",
+                self.run_id,
+                row.log_number,
+                type(error).__name__,
+            )
+            return
+        self.attempt_id = row.attempt_id
+        self.capture.switch(target)
+
+    def _stop_target(self) -> None:
+        self.attempt_id = None
+        self.capture.switch(None)
