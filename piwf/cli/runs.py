@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, get_args
 
 import click
 
@@ -13,7 +13,10 @@ from piwf.cli.common import command, json_option, open_client, parse_json, run_i
 from piwf.cli.progress import RunProgress
 from piwf.client import Client
 from piwf.config import split_agent_command
+from piwf.protocol.payloads import RunDisplayStatus
 
+#: The display statuses ``run list --status`` accepts (the closed set).
+DISPLAY_STATUSES = get_args(RunDisplayStatus)
 #: Default of --timeout for waits, in seconds.
 DEFAULT_WAIT_TIMEOUT_S = 300.0
 #: The one terminal status that counts as success for `--wait` and `run wait`.
@@ -123,17 +126,23 @@ def run_start(
     metavar="N",
     help="How many runs to show, newest first.",
 )
+@click.option(
+    "--status",
+    type=click.Choice(DISPLAY_STATUSES),
+    default=None,
+    help="Only runs with this display status.",
+)
 @json_option
 @command
-def run_list(limit: int, as_json: bool) -> None:
+def run_list(limit: int, status: str | None, as_json: bool) -> None:
     """List runs, newest first.
 
     \b
     Example:
-      piwf run list --limit 10
+      piwf run list --limit 10 --status waiting
     """
     with open_client() as client:
-        page = client.list_runs(limit=limit)
+        page = client.list_runs(limit=limit, status=status)
     if as_json:
         render.emit_json(page.to_wire())
     else:

@@ -80,9 +80,15 @@ class RunReadMethods:
             """Send one operation and parse its receipt."""
             ...
 
-    def list_runs(self, limit: int = 50, before: RunCursor | None = None) -> RunPage:
-        """Return one page of runs, newest first (``run.list``); ``next_cursor`` pages on."""
-        return self._call("run.list", RunListPayload(limit=limit, before=before), RunPage)
+    def list_runs(
+        self, limit: int = 50, before: RunCursor | None = None, *, status: str | None = None
+    ) -> RunPage:
+        """Return one page of runs, newest first (``run.list``); ``next_cursor`` pages on;
+        ``status``: only runs with that display status (``waiting``, ``failed`` …)."""
+        payload = RunListPayload.model_validate(
+            {"limit": limit, "before": before, "status": status}
+        )
+        return self._call("run.list", payload, RunPage)
 
     def get_run(self, run_id: str, *, content_limit: int | None = None) -> RunDetail:
         """Return one run in full (``run.get``); NotFoundError if unknown.

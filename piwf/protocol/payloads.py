@@ -143,11 +143,25 @@ class RunCursor(WireModel):
     run_id: str = Field(min_length=1, max_length=256)
 
 
+RunDisplayStatus = Literal[
+    "queued",
+    "running",
+    "waiting",
+    "paused",
+    "completed",
+    "failed",
+    "timed_out",
+    "cancelled",
+    "ambiguous",
+]
+
+
 class RunListPayload(WireModel):
-    """One page of runs, newest first."""
+    """One page of runs, newest first; ``status``: only runs with that display status."""
 
     limit: int = Field(default=50, ge=1, le=500)
     before: RunCursor | None = None
+    status: RunDisplayStatus | None = None
 
 
 class RunWaitPayload(WireModel):

@@ -30,21 +30,17 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from piwf.protocol.payloads import ContentRef, NodeFailureInfo, RunDetail, WireModel
+from piwf.protocol.payloads import (
+    ContentRef,
+    NodeFailureInfo,
+    RunDetail,
+    RunDisplayStatus,
+    WireModel,
+)
 
 SCHEMA: Literal["piwf.run-view.v1"] = "piwf.run-view.v1"
 
-DisplayStatus = Literal[
-    "queued",
-    "running",
-    "waiting",
-    "paused",
-    "completed",
-    "failed",
-    "timed_out",
-    "cancelled",
-    "ambiguous",
-]
+DisplayStatus = RunDisplayStatus
 Activity = Literal[
     "idle",
     "executing",

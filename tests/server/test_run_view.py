@@ -460,3 +460,28 @@ def test_a_wait_whose_stderr_is_not_a_terminal_prints_no_progress(
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout.splitlines()[-1] == 'output: {"shouted":"HELLO ADA"}'
+
+
+def test_run_list_filters_by_display_status(server: ServerProcess, tmp_path: Path) -> None:
+    hello = str(REPO / "fixtures" / "workflows" / "hello.py")
+    with raw_client(server) as client:
+        done = start(client, hello, {"who": "ada"}, "done")
+        waiting = start(client, CHECKPOINT, {"steps": []}, "waiting")
+    with Client(server.home, autostart=False) as client:
+        assert client.wait_run(done, 30).run.status == "completed"
+        wait_for(
+            lambda: client.run_view(waiting).display.status == "waiting",
+            timeout_s=30,
+            what="the checkpoint",
+        )
+        assert [run.run_id for run in client.list_runs(status="waiting").runs] == [waiting]
+    listed = cli_json(server, "run", "list", "--status", "completed")
+    assert [run["runId"] for run in listed["runs"]] == [done]
+    assert cli_json(server, "run", "list", "--status", "failed")["runs"] == []
+    assert {run["runId"] for run in cli_json(server, "run", "list")["runs"]} == {done, waiting}
+    bad = piwf(server, "run", "list", "--status", "stuck")
+    assert bad.returncode == 2 and "stuck" in bad.stderr
+    with raw_client(server) as client:
+        refused = client.request("run.list", {"status": "stuck"})
+    assert refused.outcome == "rejected"
+    assert refused.error is not None and refused.error.code == "invalidPayload"

@@ -183,7 +183,9 @@ class RunHandlers:
             None if payload.before is None else (payload.before.created_at, payload.before.run_id)
         )
         with self.context.db.read() as tx:
-            views = run_store.list_runs(tx, limit=payload.limit + 1, before=before)
+            views = run_store.list_runs(
+                tx, limit=payload.limit + 1, before=before, display=payload.status
+            )
         page = views[: payload.limit]
         cursor = None
         if len(views) > payload.limit:

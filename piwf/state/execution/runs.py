@@ -328,18 +328,40 @@ def require_run(tx: Transaction, run_id: str) -> RunRow:
 
 
 def list_runs(
-    tx: Transaction, *, limit: int = 50, before: tuple[int, str] | None = None
+    tx: Transaction,
+    *,
+    limit: int = 50,
+    before: tuple[int, str] | None = None,
+    display: str | None = None,
 ) -> list[RunRow]:
-    """Return runs newest first; ``before`` = (created_at, run_id) of the last row seen."""
-    if before is None:
-        rows = tx.all(_SELECT_RUN + " ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?", (limit,))
-    else:
-        rows = tx.all(
-            _SELECT_RUN + " WHERE (r.created_at, r.run_id) < (?, ?)"
-            " ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?",
-            (before[0], before[1], limit),
-        )
-    return [_row(row) for row in rows]
+    """Return runs newest first; ``before`` = (created_at, run_id) of the last row seen;
+    ``display``: only runs with that display status.
+
+    A terminal display status is the run's status (an indexed filter). The others are derived
+    (:func:`display_status`), so they are chosen among the unfinished runs only: the work in
+    flight, never the history.
+    """
+    clauses: list[str] = []
+    params: list[object] = []
+    if before is not None:
+        clauses.append("(r.created_at, r.run_id) < (?, ?)")
+        params += [before[0], before[1]]
+    terminal = {status.value for status in TERMINAL_RUN_STATUSES}
+    if display is not None:
+        if display in terminal:
+            clauses.append("r.status = ?")
+            params.append(display)
+        else:
+            marks = ", ".join("?" for _ in terminal)
+            clauses.append(f"r.status NOT IN ({marks})")
+            params += sorted(terminal)
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    order = " ORDER BY r.created_at DESC, r.run_id DESC"
+    if display is None or display in terminal:
+        rows = tx.all(_SELECT_RUN + where + order + " LIMIT ?", (*params, limit))
+        return [_row(row) for row in rows]
+    found = [_row(row) for row in tx.all(_SELECT_RUN + where + order, tuple(params))]
+    return [run for run in found if run.display_status == display][:limit]
 
 
 def restart_child_of(tx: Transaction, run_id: str) -> str | None:
