@@ -37,11 +37,12 @@ class RunProgress:
         self.last_step_index = -1
         self.shown: set[str] = set()
 
-    def wait(self, timeout_s: float, *, content_limit: int | None) -> RunWaitReceipt:
-        """Wait until the run is terminal or ``timeout_s`` passed, printing its progress."""
-        deadline = time.monotonic() + timeout_s
+    def wait(self, timeout_s: float | None, *, content_limit: int | None) -> RunWaitReceipt:
+        """Wait until the run is terminal or ``timeout_s`` passed (None: no limit), printing
+        its progress."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            left = deadline - time.monotonic()
+            left = SLICE_S if deadline is None else deadline - time.monotonic()
             receipt = self.client.wait_run(
                 self.run_id, timeout_s=min(SLICE_S, max(left, 0.0)), content_limit=content_limit
             )
@@ -50,6 +51,13 @@ class RunProgress:
                 self.look()
             if not receipt.timed_out or left <= 0:
                 return receipt
+
+    def seen_steps_of(self, view: RunView) -> None:
+        """Count the steps ``view`` carried (its first page) as printed: the ones after them,
+        those a long run had beyond that page among them, are printed at the next look."""
+        if view.steps.steps:
+            self.steps_seen = len(view.steps.steps)
+            self.last_step_index = view.steps.steps[-1].index
 
     def look(self) -> None:
         """Read the view and print what is new."""

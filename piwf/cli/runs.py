@@ -17,6 +17,8 @@ from piwf.protocol.payloads import RunDisplayStatus
 
 #: The display statuses ``run list --status`` accepts (the closed set).
 DISPLAY_STATUSES = get_args(RunDisplayStatus)
+#: The exit code of a command stopped by Ctrl-C.
+_INTERRUPTED = 130
 #: Default of --timeout for waits, in seconds.
 DEFAULT_WAIT_TIMEOUT_S = 300.0
 #: The one terminal status that counts as success for `--wait` and `run wait`.
@@ -151,20 +153,35 @@ def run_list(limit: int, status: str | None, as_json: bool) -> None:
 
 @run_group.command("show")
 @run_id_argument
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Then print what happens (steps, the running node, requests) until the run ends.",
+)
 @json_option
 @command
-def run_show(run_id: str, as_json: bool) -> None:
+def run_show(run_id: str, follow: bool, as_json: bool) -> None:
     """Show one run: what it is doing now and what to do next, its steps, sources, effects,
     requests, decisions, and output or error.
 
     Long values are cut to a preview, and values above 1 MiB are not read (their size is
     shown); --json prints the complete document with every value in full, plus the run view's
-    "display" and first page of "steps".
+    "display" and first page of "steps". --follow keeps printing the run's progress until it
+    ends (a plain live view; Ctrl-C stops following, exit 130).
 
     \b
     Example:
       piwf run show run-0b9c --json
+      piwf run show run-0b9c --follow
     """
+    if follow and as_json:
+        raise click.UsageError("--follow prints text; for JSON use `piwf run wait --json`")
+    if follow:
+        try:
+            _show_and_follow(run_id)
+        except KeyboardInterrupt:
+            raise click.exceptions.Exit(_INTERRUPTED) from None
+        return
     with open_client() as client:
         view = client.run_view(
             run_id,
@@ -310,6 +327,30 @@ def run_cancel(run_id: str, as_json: bool) -> None:
         render.emit_json({"run": run.to_wire()})
     else:
         click.echo(f"cancelled {render.run_line(run)}")
+
+
+def _show_and_follow(run_id: str) -> None:
+    """``run show`` once, then the run's progress on stdout until it is terminal."""
+    with open_client() as client:
+        view = client.run_view(
+            run_id, step_limit=render_view.SHOWN_STEPS, content_limit=render.HUMAN_CONTENT_LIMIT
+        )
+        click.echo(render.run_detail(view.detail))
+        click.echo(render_view.now_lines(view))
+        click.echo(
+            render_view.steps_text(view.steps.steps, view.steps.total, run_id, all_shown=False)
+        )
+        if view.detail.run.finished_at is not None:
+            return
+        click.echo("following (Ctrl-C stops):")
+        progress = RunProgress(client, run_id, click.echo)
+        progress.seen_steps_of(view)
+        receipt = progress.wait(None, content_limit=render.HUMAN_CONTENT_LIMIT)
+        click.echo(render.run_line(receipt.run))
+        if receipt.output is not None or receipt.output_ref is not None:
+            click.echo(f"output: {render.value_preview(receipt.output, receipt.output_ref)}")
+        elif receipt.error is not None:
+            click.echo(f"error: {receipt.error}")
 
 
 def _stderr_is_a_terminal() -> bool:

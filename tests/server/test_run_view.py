@@ -485,3 +485,42 @@ def test_run_list_filters_by_display_status(server: ServerProcess, tmp_path: Pat
         refused = client.request("run.list", {"status": "stuck"})
     assert refused.outcome == "rejected"
     assert refused.error is not None and refused.error.code == "invalidPayload"
+
+
+def test_run_show_follow_prints_the_run_then_its_progress_until_it_ends(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = gated_workflow(tmp_path, "follow", entered, gate)
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "follow")
+    wait_for(entered.exists, timeout_s=30, what="the hold node")
+    follower = subprocess.Popen(
+        [str(PIWF), "run", "show", run_id, "--follow"],
+        env={**os.environ, "PIWF_HOME": str(server.home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 30
+        while not any(line.startswith("following") for line in lines):
+            assert time.monotonic() < deadline, lines
+            lines.append(follower.stdout.readline())
+        gate.touch()
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait(timeout=10)
+    assert follower.returncode == 0, err
+    text = "".join(lines) + out
+    assert 'now       running node "hold"' in text
+    after = text.split("following (Ctrl-C stops):", 1)[1]
+    assert 'completed "hold"' in after and 'completed "last"' in after
+    assert 'completed "first"' not in after, "a step the table showed is not printed again"
+    assert after.splitlines()[-1] == 'output: {"done":true}'
+    both = piwf(server, "run", "show", run_id, "--follow", "--json")
+    assert both.returncode == 2 and "--follow" in json.loads(both.stdout)["error"]["message"]
