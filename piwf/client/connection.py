@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import queue
 import socket
 import stat
 import threading
@@ -28,6 +29,7 @@ from typing import Final
 from piwf._version import __version__
 from piwf.errors import IncompatibleServerError, PiwfError, ServerError, ServerUnavailableError
 from piwf.protocol import FrameDecoder, Hello, InvalidMessageError, Response, parse_server_message
+from piwf.protocol.client_v1 import Event
 
 _RECV_BYTES: Final = 64 * 1024
 _NOT_LISTENING: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED})
@@ -135,6 +137,9 @@ class ServerConnection:
         self._state = threading.Lock()
         self._send_lock = threading.Lock()
         self._pending: dict[str, PendingRequest] = {}
+        #: The events of each subscription made on this connection, in arrival order; None
+        #: is put last when the connection ends.
+        self._events: dict[str, queue.SimpleQueue[Event | None]] = {}
         self._failure: str | None = None
         self._closed = threading.Event()
         self._reader = threading.Thread(target=self._read_loop, name="piwf-client", daemon=True)
@@ -186,6 +191,21 @@ class ServerConnection:
             with self._state:
                 self._pending.pop(request_id, None)
 
+    def subscribe(self, subscription_id: str) -> queue.SimpleQueue[Event | None]:
+        """The queue the events of ``subscription_id`` go to (made before the watch request is
+        sent, so no event is missed); None arrives when the connection ends."""
+        events: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
+        with self._state:
+            if self._failure is not None:
+                events.put(None)
+            self._events[subscription_id] = events
+        return events
+
+    def unsubscribe(self, subscription_id: str) -> None:
+        """Drop the queue of ``subscription_id`` (events that still come are dropped)."""
+        with self._state:
+            self._events.pop(subscription_id, None)
+
     def wait_closed(self, timeout_s: float) -> bool:
         """Wait until the connection failed or was closed by either side."""
         return self._closed.wait(timeout_s)
@@ -202,8 +222,11 @@ class ServerConnection:
             if self._failure is None:
                 self._failure = reason
             waiting = list(self._pending.values())
+            subscribed = list(self._events.values())
         for pending in waiting:
             pending.done.set()
+        for events in subscribed:
+            events.put(None)
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._closed.set()
@@ -236,8 +259,12 @@ class ServerConnection:
             if pending is not None:
                 pending.response = message
                 pending.done.set()
-        # Events belong to subscriptions, which this client does not make; a response to a
-        # request that already gave up is dropped.
+        elif isinstance(message, Event):
+            with self._state:
+                events = self._events.get(message.subscription_id)
+            if events is not None:
+                events.put(message)
+        # An event of a subscription given up, a response to a request that gave up: dropped.
 
 
 def read_hello(sock: socket.socket, decoder: FrameDecoder, deadline: float) -> Hello:

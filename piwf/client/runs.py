@@ -10,9 +10,12 @@ says to leave references to longer values in place (the ``*_ref`` fields).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
+import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -20,9 +23,10 @@ from pydantic import BaseModel
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.client.connection import ServerConnection
 from piwf.client.content import read_content, resolve_references
 from piwf.config import agent_command_problem
-from piwf.errors import AgentCommandError
+from piwf.errors import AgentCommandError, PiwfError
 from piwf.protocol import Operation, Response
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
@@ -40,7 +44,16 @@ from piwf.protocol.payloads import (
     RunWaitReceipt,
     WireModel,
 )
-from piwf.protocol.view_payloads import RunView, Step, StepPage, ViewPagePayload, ViewRunPayload
+from piwf.protocol.view_payloads import (
+    RunView,
+    Step,
+    StepPage,
+    ViewPagePayload,
+    ViewRunPayload,
+    ViewRunWatchPayload,
+    ViewUnwatchPayload,
+    WatchReceipt,
+)
 
 #: One ``run.wait`` request waits at most this long on the server; longer waits loop.
 WAIT_SLICE_S: Final = 30.0
@@ -65,6 +78,12 @@ class RunReadMethods:
             timeout_s: float | None = None,
         ) -> Response:
             """Send one operation."""
+            ...
+
+        _connection: ServerConnection | None
+
+        def _current_connection(self, autostart: bool) -> ServerConnection:
+            """The open connection (opened when there is none)."""
             ...
 
         def _call(
@@ -136,6 +155,63 @@ class RunReadMethods:
             page = resolve_references(page, self.read_content, content_limit=content_limit)
             steps.extend(page.steps)
         return steps
+
+    def watch_run(
+        self,
+        run_id: str,
+        *,
+        step_limit: int = 50,
+        content_limit: int | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> Iterator[RunView]:
+        """Yield the run's view now and again after every change (``view.run.watch``: the
+        server pushes each new revision; a burst of changes comes as its newest state), and
+        stop after the view of the run's final state. Referenced values are read as
+        :meth:`run_view` reads them.
+
+        A dropped connection is reopened and the watch resumed from the last revision seen
+        (nothing older comes again). ``idle_timeout_s``: raise ``TimeoutError`` when nothing
+        comes for that long (None: wait as long as the run takes). Stopping the iteration
+        (``break``) ends the subscription on the server.
+        """
+        subscription_id = f"watch-{secrets.token_hex(8)}"
+        last: int | None = None
+        while True:
+            connection = self._current_connection(autostart=False)
+            events = connection.subscribe(subscription_id)
+            try:
+                payload = ViewRunWatchPayload(
+                    subscription_id=subscription_id, from_revision=last, step_limit=step_limit
+                )
+                self._call("view.run.watch", payload, WatchReceipt, run_id=run_id)
+                if self._connection is not connection:
+                    continue  # the watch went out on a new connection: subscribe there
+                while True:
+                    try:
+                        event = events.get(timeout=idle_timeout_s)
+                    except queue.Empty:
+                        raise TimeoutError(
+                            f"no change of run {run_id} came in {idle_timeout_s:g} s"
+                        ) from None
+                    if event is None:
+                        break  # the connection ended: resume on a new one
+                    if event.event != "runView":
+                        continue
+                    view = RunView.model_validate(event.payload)
+                    view = resolve_references(view, self.read_content, content_limit=content_limit)
+                    last = view.revision
+                    yield view
+                    if view.detail.run.finished_at is not None:
+                        return
+            finally:
+                connection.unsubscribe(subscription_id)
+                if not connection.broken and self._connection is connection:
+                    with contextlib.suppress(PiwfError):
+                        self._call(
+                            "view.unwatch",
+                            ViewUnwatchPayload(subscription_id=subscription_id),
+                            WatchReceipt,
+                        )
 
     def wait_run(
         self, run_id: str, timeout_s: float | None = None, *, content_limit: int | None = None

@@ -35,6 +35,9 @@ operation               kind     meaning
 ``view.run.get``        read     the live run view (``piwf.run-view.v1``) with its first
                                  page of steps
 ``view.page``           read     the next page of a run view's steps
+``view.run.watch``      read     push the run's view on this connection whenever it changes
+``view.runs.watch``     read     push the run list on this connection whenever a run changes
+``view.unwatch``        read     end one subscription of this connection
 ======================  =======  ==========================================================
 
 A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
@@ -80,6 +83,9 @@ Operation = Literal[
     "view.content",
     "view.page",
     "view.run.get",
+    "view.run.watch",
+    "view.runs.watch",
+    "view.unwatch",
 ]
 
 #: Every operation name, sorted.

@@ -186,3 +186,37 @@ class ViewPagePayload(WireModel):
     kind: Literal["steps"]
     cursor: str = Field(min_length=1, max_length=64)
     limit: int = Field(default=DEFAULT_STEP_PAGE_ITEMS, ge=1, le=MAX_STEP_PAGE_ITEMS)
+
+
+class ViewRunWatchPayload(WireModel):
+    """``view.run.watch``: push the run's view to this connection whenever it changes.
+
+    ``from_revision`` is the revision the client already has (after a reconnect): the first
+    snapshot comes only once the run is past it.
+    """
+
+    subscription_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    from_revision: int | None = Field(default=None, ge=0)
+    step_limit: int = Field(default=DEFAULT_STEP_PAGE_ITEMS, ge=1, le=MAX_STEP_PAGE_ITEMS)
+
+
+class ViewRunsWatchPayload(WireModel):
+    """``view.runs.watch``: push the run list (newest first) whenever any run changes."""
+
+    subscription_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    limit: int = Field(default=50, ge=1, le=500)
+    status: RunDisplayStatus | None = None
+
+
+class ViewUnwatchPayload(WireModel):
+    """``view.unwatch``: end one subscription of this connection."""
+
+    subscription_id: str = Field(min_length=1, max_length=128)
+
+
+class WatchReceipt(WireModel):
+    """The answer to a watch or an unwatch: the subscription and, for a run, its revision now."""
+
+    subscription_id: str
+    revision: int | None = None
+    active: bool = True

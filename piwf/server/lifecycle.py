@@ -48,6 +48,7 @@ from piwf.server.runs.pool import ExecutionSettings, Executor
 from piwf.server.runs.validations import Validations, ValidationSettings
 from piwf.server.server_log import server_log_handler
 from piwf.server.settings import ServerSettings
+from piwf.server.subscriptions import SUBSCRIPTION_OPERATIONS, Subscriptions
 from piwf.state import StateDatabase
 from piwf.state import execution as ex
 from piwf.state.execution.submissions import SubmissionRow
@@ -242,6 +243,10 @@ class Server:
             first_frame_deadline_s=settings.first_frame_deadline_s,
             output_stall_deadline_s=settings.output_stall_deadline_s,
         )
+        self.clients.subscriptions = Subscriptions(
+            self.handlers.context, self.loop, self.clients.send
+        )
+        self.clients.subscription_operations = SUBSCRIPTION_OPERATIONS
         self.loop.every(settings.server_renew_s, self._renew_epoch)
         self.loop.on_wake.append(self._keep_epoch)
         if settings.idle_exit_s > 0:

@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from piwf import canonical, faults
 from piwf.errors import CanonicalJsonError, PiwfError
@@ -168,6 +168,23 @@ class EventLoop:
             pass
 
 
+class ConnectionSubscriptions(Protocol):
+    """The subscriptions of connections (:mod:`piwf.server.subscriptions`), as the listener
+    needs them: the operations they answer, and the drain and close of a connection."""
+
+    def handle(self, connection: ClientConnection, request: Request, reply: Reply) -> None:
+        """Answer one subscription operation of ``connection``."""
+        ...
+
+    def drained(self, connection: ClientConnection) -> None:
+        """``connection`` wrote out all its output."""
+        ...
+
+    def closed(self, connection: ClientConnection) -> None:
+        """``connection`` closed."""
+        ...
+
+
 class ClientListener:
     """Accepts clients and turns their frames into handler calls; owns every connection.
 
@@ -204,6 +221,9 @@ class ClientListener:
             frame_deadline_s, first_frame_deadline_s, output_stall_deadline_s
         )
         self.connections: dict[int, ClientConnection] = {}
+        #: Subscriptions, and the operations handed to them with their connection.
+        self.subscriptions: ConnectionSubscriptions | None = None
+        self.subscription_operations: frozenset[str] = frozenset()
         self._ids = itertools.count(1)
         self.last_activity = time.monotonic()
         self._ready: deque[ClientConnection] = deque()
@@ -403,7 +423,10 @@ class ClientListener:
             self._send_response(connection, response)
 
         try:
-            self.handle(request, reply)
+            if self.subscriptions is not None and request.operation in self.subscription_operations:
+                self.subscriptions.handle(connection, request, reply)
+            else:
+                self.handle(request, reply)
         except PiwfError as error:
             reply(_error_response(request.request_id, "rejected", error))
 
@@ -428,6 +451,11 @@ class ClientListener:
             data = encode_message(response)
         except PiwfError as error:
             data = encode_message(_error_response(response.request_id, "rejected", error))
+        self._send(connection, data)
+
+    def send(self, connection: ClientConnection, data: bytes) -> None:
+        """Write ``data`` (whole frames) to ``connection``, buffering what the socket does not
+        take now (an event of a subscription; answers go through their reply)."""
         self._send(connection, data)
 
     def _send(self, connection: ClientConnection, data: bytes) -> None:
@@ -462,7 +490,10 @@ class ClientListener:
             if connection.closing:
                 self._close(connection)
                 return
-        self._update_interest(connection)
+            if self.subscriptions is not None:
+                self.subscriptions.drained(connection)  # may write (and so close) it
+        if not connection.closed:
+            self._update_interest(connection)
 
     def _update_interest(self, connection: ClientConnection) -> None:
         # Backpressure: a client whose answers pile up, or whose frames wait, is not read.
@@ -499,6 +530,8 @@ class ClientListener:
         connection.events = 0
         connection.backlog.clear()
         self.connections.pop(connection.fd, None)
+        if self.subscriptions is not None:
+            self.subscriptions.closed(connection)
         connection.sock.close()
         self.last_activity = time.monotonic()
 

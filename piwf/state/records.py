@@ -50,6 +50,8 @@ UPDATE resources SET revision = revision + 1, updated_at = ?
 WHERE resource_id = ? AND revision = ?
 """
 
+_LATEST_EVENT_SEQ = "SELECT coalesce(max(event_seq), 0) FROM events"
+
 _INSERT_EVENT = """
 INSERT INTO events (event_id, resource_id, resource_revision, event_type, actor_type,
                     actor_id, lease_generation, payload_hash, recorded_at)
@@ -85,6 +87,12 @@ def ensure_resource(tx: Transaction, resource_type: ResourceType, aggregate_key:
     resource_id = resource_id_for(resource_type, aggregate_key)
     tx.execute(_INSERT_RESOURCE, (resource_id, resource_type.value, aggregate_key, tx.now, tx.now))
     return resource_id
+
+
+def latest_event_seq(tx: Transaction) -> int:
+    """The sequence number of the newest event (0: none): it moves with every committed change
+    of any resource, so a reader can tell whether anything changed since it last looked."""
+    return int(tx.scalar(_LATEST_EVENT_SEQ) or 0)
 
 
 def read_revision(tx: Transaction, resource_id: str) -> int | None:

@@ -46,6 +46,9 @@ EXPECTED_READ = {
     "view.content",
     "view.page",
     "view.run.get",
+    "view.run.watch",
+    "view.runs.watch",
+    "view.unwatch",
     "run.logs",
 }
 

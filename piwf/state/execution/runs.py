@@ -313,6 +313,18 @@ def run_resource_id(run_id: str) -> str:
 # Reads -------------------------------------------------------------------------------------
 
 
+_SELECT_RUN_REVISION = """
+SELECT res.revision FROM runs r JOIN resources res ON res.resource_id = r.resource_id
+WHERE r.run_id = ?
+"""
+
+
+def read_run_revision(tx: Transaction, run_id: str) -> int | None:
+    """The run's revision now (None: no such run), without reading the rest of it."""
+    found = tx.scalar(_SELECT_RUN_REVISION, (run_id,))
+    return None if found is None else int(found)
+
+
 def load_run(tx: Transaction, run_id: str) -> RunRow | None:
     """Return the run, or None when there is no such run. Any transaction."""
     row = tx.one(_SELECT_RUN + " WHERE r.run_id = ?", (run_id,))
