@@ -179,7 +179,9 @@ def test_a_killed_runner_is_seen_ended_although_a_process_it_forked_holds_its_pi
                 if child == 0:
                     time.sleep(60)  # holds the runner's descriptors; ends with its group
                     os._exit(0)
-                pathlib.Path({str(sleeper)!r}).write_text(str(child))
+                # Whole, then renamed: the test reads it as soon as the name exists.
+                pathlib.Path({str(sleeper)!r} + ".tmp").write_text(str(child))
+                os.replace({str(sleeper)!r} + ".tmp", {str(sleeper)!r})
                 os.kill(os.getpid(), signal.SIGKILL)
             return {{"step": 2}}
 
