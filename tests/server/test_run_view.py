@@ -24,6 +24,7 @@ from piwf import Client
 from piwf.protocol.view_payloads import STEP_PAGE_BYTES, RunView
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_agent_deadlines import PIWF, piwf
+from tests.server.test_content_refs import BIG_OUTPUT, big_value, digest
 from tests.server.test_execution import FAST, hold_until_gate, start, write_workflow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -524,3 +525,27 @@ def test_run_show_follow_prints_the_run_then_its_progress_until_it_ends(
     assert after.splitlines()[-1] == 'output: {"done":true}'
     both = piwf(server, "run", "show", run_id, "--follow", "--json")
     assert both.returncode == 2 and "--follow" in json.loads(both.stdout)["error"]["message"]
+
+
+def large_step_output_pages_through_a_reference(server: ServerProcess, n: int) -> None:
+    """A step whose output is far beyond a frame: its view page carries a reference, and the
+    client's steps hold the complete, verified value (big_output fixture: 9 bytes an item)."""
+    expected = digest(big_value(n))
+    with Client(server.home, autostart=False, request_timeout_s=120) as client:
+        run = client.start_run(BIG_OUTPUT, input={"n": n})
+        assert client.wait_run(run.run_id, timeout_s=300).run.status == "completed"
+        raw = client.request("view.run.get", {}, run_id=run.run_id).receipt
+        assert raw is not None
+        (step,) = raw["steps"]["steps"]
+        assert "output" not in step and step["outputRef"]["length"] > 9 * n
+        (read,) = client.run_steps(run.run_id)
+    assert digest(read.output) == expected
+
+
+def test_a_large_step_output_pages_through_a_reference(server: ServerProcess) -> None:
+    large_step_output_pages_through_a_reference(server, 400_000)  # 3.6 MB
+
+
+@pytest.mark.soak
+def test_a_fifty_mib_step_output_pages_through_a_reference(server: ServerProcess) -> None:
+    large_step_output_pages_through_a_reference(server, 50 * 1024 * 1024 // 9)
