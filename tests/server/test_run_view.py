@@ -85,6 +85,7 @@ def server(servers: ServerFactory) -> ServerProcess:
     return started
 
 
+# conformance: I7
 def test_a_running_run_shows_its_current_node_its_steps_and_its_updates(
     server: ServerProcess, tmp_path: Path
 ) -> None:
