@@ -550,3 +550,70 @@ def test_a_large_step_output_pages_through_a_reference(server: ServerProcess) ->
 @pytest.mark.soak
 def test_a_fifty_mib_step_output_pages_through_a_reference(server: ServerProcess) -> None:
     large_step_output_pages_through_a_reference(server, 50 * 1024 * 1024 // 9)
+
+
+def test_explain_names_a_runner_that_made_no_progress(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = write_workflow(
+        tmp_path,
+        "always_dies",
+        """
+        import os
+        from piwf.workflow import compute, define_workflow
+
+        workflow = define_workflow(
+            name="always_dies", start_at="die",
+            nodes={"die": compute(lambda ctx: os._exit(23))}, edges=[],
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "dies")
+    with Client(server.home, autostart=False) as client:
+        wait_for(
+            lambda: client.run_view(run_id).display.reason_code == "runnerNoProgress",
+            timeout_s=30,
+            what="the no-progress park",
+        )
+    view, explained = every_renderer(server, run_id)
+    assert (view.display.status, view.display.activity) == ("queued", "blocked")
+    assert view.display.controls == ["resume", "cancel"]
+    assert explained["cause"] == "runnerNoProgress"
+    assert explained["commands"] == [f"piwf run resume {run_id}"]
+
+
+def test_explain_names_a_runner_that_broke_the_protocol(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = write_workflow(
+        tmp_path,
+        "hostile",
+        """
+        import gc
+        from piwf.workflow import compute, define_workflow
+
+        def attack(ctx):
+            from piwf.runner.workflow_runner import PipePort
+            found = next(o for o in gc.get_objects() if isinstance(o, PipePort))
+            found.call("drop_tables", {"run_id": ctx.run_id})
+            return {}
+
+        workflow = define_workflow(
+            name="hostile", start_at="attack", nodes={"attack": compute(attack)}, edges=[]
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "hostile")
+    with Client(server.home, autostart=False) as client:
+        wait_for(
+            lambda: client.run_view(run_id).display.reason_code == "protocolRejected",
+            timeout_s=30,
+            what="the protocolRejected park",
+        )
+    view, explained = every_renderer(server, run_id)
+    assert view.display.activity == "blocked"
+    assert explained["cause"] == "protocolRejected"
+    assert view.display.reason is not None and view.display.reason in explained["explanation"]
+    assert explained["commands"] == [f"piwf run resume {run_id}"]
