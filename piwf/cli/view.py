@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from piwf.cli import render, render_view
+from piwf.cli.common import _check_run_id as check_run_id
 from piwf.cli.common import command, json_option, open_client
 from piwf.errors import MissingExtraError
 from piwf.protocol.view_payloads import RunView
@@ -25,8 +26,14 @@ MISSING_TEXTUAL = (
 )
 
 
+def _check_optional_run_id(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    return None if value is None else check_run_id(ctx, param, value)
+
+
 @click.command("view")
-@click.argument("run_id", metavar="[RUN_ID]", required=False)
+@click.argument("run_id", metavar="[RUN_ID]", required=False, callback=_check_optional_run_id)
 @json_option
 @command
 def view_command(run_id: str | None, as_json: bool) -> None:

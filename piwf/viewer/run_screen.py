@@ -302,7 +302,7 @@ def log_lines(attempts: list[AttemptLog], *, whole: bool) -> list[str]:
     for attempt in attempts:
         if whole:
             info = attempt.info
-            where = f"{info.node_path} visit {info.visit}.{info.attempt}"
-            lines.append(f"── {where} ({info.status}) ──")
+            where = f"visit {info.visit}, attempt {info.attempt}, {info.status}"
+            lines.append(f"── {info.node_path} ({where}) ──")
         lines.extend(attempt.text.splitlines())
     return lines[-LOG_LINES:]
