@@ -7,7 +7,7 @@ Exit codes are a protocol: 0 success, 1 runtime error, 2 usage error. Every comm
     piwf run show --json           -> {"error":{"code":"usage","message":"..."}}      exit 2
 
 Commands live in :mod:`.server`, :mod:`.runs`, :mod:`.state`, :mod:`.effects`,
-:mod:`.requests`, :mod:`.resources` and :mod:`.mcp`; output in :mod:`.render`;
+:mod:`.requests`, :mod:`.resources`, :mod:`.mcp` and :mod:`.view`; output in :mod:`.render`;
 the shared flag, error handling and client in :mod:`.common`. docs/CLI.md documents each one.
 """
 
@@ -84,6 +84,7 @@ def _register() -> None:
     from piwf.cli.runs import run_group
     from piwf.cli.server import server_group
     from piwf.cli.state import state_group
+    from piwf.cli.view import view_command
 
     for group in (server_group, run_group, state_group, effect_group, resource_group):
         cli.add_command(group)
@@ -92,6 +93,7 @@ def _register() -> None:
     cli.add_command(mcp_command)
     cli.add_command(submit_command)
     cli.add_command(update_command)
+    cli.add_command(view_command)
 
 
 _register()

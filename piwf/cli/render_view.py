@@ -59,18 +59,7 @@ def steps_text(steps: Sequence[Step], total: int, run_id: str, *, all_shown: boo
     """The steps as a table; says how to see the rest when some are left out."""
     if not steps:
         return "steps: none finished yet"
-    rows = [
-        [
-            str(step.index + 1),
-            step.path,
-            str(step.visit) + (f".{step.attempt}" if step.attempt > 1 else ""),
-            step.outcome,
-            timestamp(step.started_at)[11:] if step.started_at else "-",
-            duration(step.duration_ms) if step.duration_ms is not None else "-",
-            _result(step),
-        ]
-        for step in steps
-    ]
+    rows = [[str(step.index + 1), *step_cells(step)] for step in steps]
     header = ["#", "NODE", "VISIT", "OUTCOME", "STARTED", "TOOK", "RESULT"]
     text = f"steps ({len(steps)} of {total}):\n" + "\n".join(
         "  " + line for line in table(header, rows).split("\n")
@@ -78,6 +67,19 @@ def steps_text(steps: Sequence[Step], total: int, run_id: str, *, all_shown: boo
     if not all_shown and total > len(steps):
         text += f"\n  ({total - len(steps)} more: piwf run steps {run_id})"
     return text
+
+
+def step_cells(step: Step) -> list[str]:
+    """A step's NODE, VISIT, OUTCOME, STARTED, TOOK and RESULT cells (``run steps``,
+    ``piwf view``)."""
+    return [
+        step.path,
+        str(step.visit) + (f".{step.attempt}" if step.attempt > 1 else ""),
+        step.outcome,
+        timestamp(step.started_at)[11:] if step.started_at else "-",
+        duration(step.duration_ms) if step.duration_ms is not None else "-",
+        _result(step),
+    ]
 
 
 def explain(view: RunView) -> Explanation:

@@ -87,6 +87,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf state verify",
         "piwf submit",
         "piwf update",
+        "piwf view",
     ]
 
 

@@ -7,6 +7,8 @@ with ``ast`` (:mod:`tests.unit.import_graph`): every import statement, at any de
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,11 @@ FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
         (STATE, SERVER, CLI, RUNNER, "piwf.workflow", "sqlite3"),
         "mcp/ is a client of the server like the CLI: it reaches it only through piwf.Client",
     ),
+    (
+        "piwf.viewer",
+        (STATE, SERVER, CLI, RUNNER, "piwf.workflow", "sqlite3"),
+        "viewer/ is a client like the CLI (which hands it its wording): only through piwf.Client",
+    ),
 ]
 
 #: The client never opens the live database; its two offline commands read an inactive file.
@@ -72,7 +79,12 @@ CLI_MAY_IMPORT = (
     "piwf.protocol.log_payloads",
     # ``piwf mcp`` starts the MCP server, a client of the server built on piwf.Client.
     "piwf.mcp.server",
+    # ``piwf view`` starts the Textual viewer (only from its command: VIEWER_IMPORTERS).
+    "piwf.viewer",
 )
+
+#: The only CLI module that reaches the viewer, so the base install never imports Textual.
+VIEWER_IMPORTERS = frozenset({"piwf.cli.view"})
 
 #: The CLI's one way into the server: ``piwf server run`` calls its entry point.
 CLI_TO_SERVER = frozenset(
@@ -154,6 +166,30 @@ def test_the_cli_imports_the_client_and_reaches_the_server_only_through_its_entr
         " payload models; the server only through its entry point:\n  " + "\n  ".join(broken)
     )
     assert to_server == CLI_TO_SERVER, f"the CLI's edges to the server changed: {to_server}"
+
+
+def test_only_the_view_command_reaches_the_viewer_and_only_the_viewer_imports_textual() -> None:
+    to_viewer = {
+        found.module.name
+        for found in ALL
+        if within(found.target, "piwf.viewer") and not within(found.module.name, "piwf.viewer")
+    }
+    assert to_viewer == VIEWER_IMPORTERS, f"piwf.viewer is imported from {sorted(to_viewer)}"
+    # The command imports the viewer when it runs: loading the CLI imports no Textual.
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, piwf.cli; print('textual' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "False", "importing piwf.cli imported textual"
+    textual = sorted(
+        where(found)
+        for found in ALL
+        if within(found.target, "textual") and not within(found.module.name, "piwf.viewer")
+    )
+    assert textual == [], "only piwf.viewer imports textual:\n  " + "\n  ".join(textual)
 
 
 def test_no_piwf_module_is_imported_by_name() -> None:

@@ -45,8 +45,14 @@ DOCS = PACKAGE.parent / "docs"
 
 
 #: Modules that import an optional extra's package (module -> that package): read only where
-#: the extra is installed (the ``mcp`` tox environment installs it).
-NEEDS_EXTRA = {"piwf.mcp.server": "mcp"}
+#: the extra is installed (the ``mcp`` and ``view`` tox environments install them).
+NEEDS_EXTRA = {
+    "piwf.mcp.server": "mcp",
+    "piwf.viewer": "textual",
+    "piwf.viewer.app": "textual",
+    "piwf.viewer.run_list": "textual",
+    "piwf.viewer.run_screen": "textual",
+}
 
 
 def piwf_modules() -> list[types.ModuleType]:

@@ -1,0 +1,80 @@
+"""``piwf view [RUN_ID]``: the live terminal viewer (extra: ``piwf[view]``, on Textual).
+
+The one module of the CLI that reaches :mod:`piwf.viewer`, and only inside the command, so the
+base install never imports Textual. It hands the viewer the CLI's own wording
+(:func:`wording`), so the viewer and ``run show`` / ``run explain`` say the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from piwf.cli import render, render_view
+from piwf.cli.common import _check_run_id as check_run_id
+from piwf.cli.common import command, json_option, open_client
+from piwf.errors import MissingExtraError
+from piwf.protocol.view_payloads import RunView
+
+if TYPE_CHECKING:
+    from piwf.viewer import Wording
+
+MISSING_TEXTUAL = (
+    "piwf view needs the view extra: pip install 'piwf[view]'"
+    " (with the base install, `piwf run show RUN --follow` is a plain live view)"
+)
+
+
+def _check_optional_run_id(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    return None if value is None else check_run_id(ctx, param, value)
+
+
+@click.command("view")
+@click.argument("run_id", metavar="[RUN_ID]", required=False, callback=_check_optional_run_id)
+@json_option
+@command
+def view_command(run_id: str | None, as_json: bool) -> None:
+    """Watch runs live in the terminal (extra: piwf[view]).
+
+    The run list (Enter opens a run), or with RUN_ID that run: its status and what it is
+    doing, its steps, the selected step's log (l: every log) and its controls: p pause,
+    r resume, c cancel (asks y/n), a shows the `piwf answer` command. Esc goes back, q quits.
+    Without the extra, `piwf run show RUN --follow` is a plain live view.
+
+    \b
+    Example:
+      piwf view run-0b9c
+    """
+    try:
+        from piwf.viewer import ViewerApp
+    except ImportError as error:
+        if (error.name or "textual").partition(".")[0] != "textual":
+            raise
+        raise MissingExtraError(MISSING_TEXTUAL) from None
+    if as_json:
+        raise click.UsageError("piwf view is interactive; for JSON use `piwf run show RUN --json`")
+    with open_client() as client:
+        if run_id is not None:
+            client.run_view(run_id, step_limit=1)  # an unknown run: NotFoundError, exit 1
+        ViewerApp(client, wording(), run_id).run()
+
+
+def wording() -> Wording:
+    """The CLI's renderers as the viewer's :class:`~piwf.viewer.Wording`."""
+    from piwf.viewer import Wording
+
+    return Wording(
+        explain=explanation_line,
+        step_cells=render_view.step_cells,
+        timestamp=render.timestamp,
+    )
+
+
+def explanation_line(view: RunView) -> str:
+    """``run explain`` in one line: why the run is where it is, then the commands to run."""
+    explanation = render_view.explain(view)
+    commands = "; ".join(explanation.commands)
+    return explanation.text + (f"  next: {commands}" if commands else "")

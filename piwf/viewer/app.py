@@ -1,0 +1,57 @@
+"""The viewer application: the run list, and a run's screen above it when one is opened."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from textual.app import App
+from textual.binding import Binding, BindingType
+
+from piwf.client import Client
+from piwf.protocol.view_payloads import RunView, Step
+from piwf.viewer.run_list import RunListScreen
+from piwf.viewer.run_screen import RunScreen
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How the viewer words what it shows: the CLI's renderers (``piwf/cli/render_view.py``),
+    passed in so the viewer and ``piwf run show`` / ``run explain`` always agree.
+
+    ``explain``: the one-line "why is the run where it is, and what to run next";
+    ``step_cells``: a step's NODE, VISIT, OUTCOME, STARTED, TOOK and RESULT cells;
+    ``timestamp``: a time in milliseconds since the epoch as local time.
+    """
+
+    explain: Callable[[RunView], str]
+    step_cells: Callable[[Step], Sequence[str]]
+    timestamp: Callable[[int | None], str]
+
+
+class ViewerApp(App[None]):
+    """``piwf view [RUN_ID]``: the run list; with ``run_id``, that run's screen on top of it
+    (Esc goes back to the list, q quits from anywhere).
+
+    ``client`` is used from worker threads (it is thread-safe) and is not closed here: the
+    caller owns it.
+    """
+
+    TITLE = "piwf view"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "quit")]
+
+    def __init__(self, client: Client, wording: Wording, run_id: str | None = None) -> None:
+        super().__init__()
+        self.client = client
+        self.wording = wording
+        self._initial_run = run_id
+
+    def on_mount(self) -> None:
+        self.push_screen(RunListScreen())
+        if self._initial_run is not None:
+            self.open_run(self._initial_run)
+
+    def open_run(self, run_id: str) -> None:
+        """Show one run's screen, live, above the current one."""
+        self.push_screen(RunScreen(run_id))

@@ -1,0 +1,92 @@
+"""The run list: every run, newest first, refreshed every second; Enter opens one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from piwf.errors import PiwfError
+from piwf.protocol.payloads import RunPage
+
+if TYPE_CHECKING:
+    from piwf.viewer.app import ViewerApp
+
+#: How often the list is read again (``run.list``; a read, no receipt).
+REFRESH_S = 1.0
+#: The newest runs the list shows.
+LISTED_RUNS = 200
+
+
+class RunListScreen(Screen[None]):
+    """The runs (id, display status, workflow, created), live; Enter opens the highlighted."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "open", "open run", show=True)]
+
+    def compose(self) -> ComposeResult:
+        yield Static("runs (newest first)", id="list-title", markup=False)
+        table: DataTable[str] = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Static("", id="message", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#runs", DataTable)
+        for label in ("RUN", "STATUS", "WORKFLOW", "CREATED"):
+            table.add_column(label, key=label.lower())
+        self.refresh_runs()
+        self.set_interval(REFRESH_S, self.refresh_runs)
+
+    @property
+    def viewer(self) -> ViewerApp:
+        return cast("ViewerApp", self.app)
+
+    @work(thread=True, exclusive=True, group="run-list")
+    def refresh_runs(self) -> None:
+        """Read the newest runs (in a worker thread: the client blocks) and show them."""
+        try:
+            page = self.viewer.client.list_runs(limit=LISTED_RUNS)
+        except PiwfError as error:
+            self.app.call_from_thread(self._say, f"cannot list the runs: {error}")
+            return
+        self.app.call_from_thread(self._show, page)
+
+    def _show(self, page: RunPage) -> None:
+        table = self.query_one("#runs", DataTable)
+        timestamp = self.viewer.wording.timestamp
+        rows = [
+            (run.run_id, run.display_status, run.workflow_name, timestamp(run.created_at))
+            for run in page.runs
+        ]
+        shown = [str(key.value) for key in table.rows]
+        if shown == [row[0] for row in rows]:
+            for row in rows:  # the same runs in the same order: only statuses change
+                table.update_cell(row[0], "status", row[1])
+            return
+        highlighted = shown[table.cursor_row] if shown and table.cursor_row < len(shown) else None
+        table.clear()
+        for row in rows:
+            table.add_row(*row, key=row[0])
+        if highlighted is not None and highlighted in table.rows:
+            table.move_cursor(row=table.get_row_index(highlighted))
+        self._say("" if rows else "no runs yet: piwf run start WORKFLOW")
+
+    def action_open(self) -> None:
+        table = self.query_one("#runs", DataTable)
+        if table.row_count == 0:
+            self._say("no run to open")
+            return
+        key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        if key.value is not None:
+            self.viewer.open_run(key.value)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.viewer.open_run(event.row_key.value)
+
+    def _say(self, text: str) -> None:
+        self.query_one("#message", Static).update(text)

@@ -1,0 +1,308 @@
+"""One run, live: its display, the explanation, its steps, a log pane and its controls.
+
+The screen follows the run with :meth:`piwf.Client.watch_run` in a worker thread (the
+client blocks) and posts each new view to the UI thread; after the run's final state it keeps
+showing it. Everything it shows of the run's state is the view's ``display``, as the server
+derived it; a control key works only when ``display.controls`` offers that control.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator
+from typing import TYPE_CHECKING, ClassVar, Final, cast
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Log, Static
+from textual.worker import get_current_worker
+
+from piwf.errors import PiwfError
+from piwf.protocol.view_payloads import MAX_STEP_PAGE_ITEMS, Control, Display, RunView, Step
+
+if TYPE_CHECKING:
+    from piwf.client.logs import AttemptLog
+    from piwf.viewer.app import ViewerApp
+
+#: A watch that hears nothing for this long is renewed, so that a closed screen's worker
+#: notices it was cancelled within this time (a blocked read cannot be interrupted).
+WAKE_S: Final = 1.0
+#: How long the follower waits before it tries again after the server could not be reached.
+RETRY_S: Final = 1.0
+#: The log pane keeps at most this many of the latest lines.
+LOG_LINES: Final = 2000
+#: The controls an answer key stands for: each is settled with the request's own command.
+ANSWERS: Final[frozenset[Control]] = frozenset({"answer", "humanAnswer", "submit", "update"})
+
+
+class ConfirmCancel(ModalScreen[bool]):
+    """Ask before cancelling: y cancels the run, n or Esc keeps it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "yes, cancel it"),
+        Binding("n", "answer(False)", "no"),
+        Binding("escape", "answer(False)", "no", show=False),
+    ]
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"Cancel run {self.run_id}? (y/n)", id="confirm", markup=False)
+        yield Footer()
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class RunScreen(Screen[None]):
+    """The live screen of one run (module docstring); Esc goes back to the run list."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "pause", "pause"),
+        Binding("r", "resume", "resume"),
+        Binding("c", "cancel", "cancel"),
+        Binding("a", "answer", "answer"),
+        Binding("l", "toggle_logs", "step log / all logs"),
+        Binding("escape", "back", "back"),
+    ]
+
+    DEFAULT_CSS = """
+    RunScreen #run-status { height: auto; padding: 0 1; background: $boost; }
+    RunScreen #explain { height: auto; padding: 0 1; color: $text-muted; }
+    RunScreen #steps { height: 1fr; }
+    RunScreen #log-title { padding: 0 1; background: $boost; }
+    RunScreen #log { height: 1fr; }
+    RunScreen #message { height: auto; padding: 0 1; color: $warning; }
+    """
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.view: RunView | None = None
+        self._steps: list[Step] = []
+        self._all_logs = False
+
+    @property
+    def viewer(self) -> ViewerApp:
+        return cast("ViewerApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"{self.run_id}  loading…", id="run-status", markup=False)
+        yield Static("", id="explain", markup=False)
+        table: DataTable[str] = DataTable(id="steps", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Static("log", id="log-title", markup=False)
+        yield Log(id="log", max_lines=LOG_LINES)
+        yield Static("", id="message", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#steps", DataTable)
+        for label in ("#", "NODE", "VISIT", "OUTCOME", "STARTED", "TOOK", "RESULT"):
+            table.add_column(label, key=label)
+        self.follow()
+
+    # -- following the run -------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="follow")
+    def follow(self) -> None:
+        """Show every new view of the run until its final one (in a worker thread)."""
+        worker = get_current_worker()
+
+        def cancelled() -> bool:
+            return worker.is_cancelled
+
+        shown: int | None = None
+        while not cancelled():
+            views = self.viewer.client.watch_run(
+                self.run_id, step_limit=MAX_STEP_PAGE_ITEMS, idle_timeout_s=WAKE_S
+            )
+            try:
+                for view in views:
+                    if cancelled():
+                        return
+                    if view.revision != shown:
+                        shown = view.revision
+                        self.app.call_from_thread(self.show_view, view)
+                    if view.detail.run.finished_at is not None:
+                        return
+            except TimeoutError:
+                continue  # nothing changed: renew the watch (WAKE_S)
+            except PiwfError as error:
+                if cancelled():
+                    return
+                self.app.call_from_thread(self.say, f"cannot follow the run: {error}")
+                threading.Event().wait(RETRY_S)
+            finally:
+                if isinstance(views, Generator):
+                    views.close()  # ends the subscription on the server now
+
+    def show_view(self, view: RunView) -> None:
+        """Show one view: header, explanation, steps; then read the log pane again."""
+        self.view = view
+        self.query_one("#run-status", Static).update(header_text(view))
+        self.query_one("#explain", Static).update(self.viewer.wording.explain(view))
+        table = self.query_one("#steps", DataTable)
+        cursor = table.cursor_row
+        self._steps = list(view.steps.steps)
+        table.clear()
+        for step in self._steps:
+            cells = self.viewer.wording.step_cells(step)
+            table.add_row(str(step.index + 1), *cells, key=str(step.index))
+        if self._steps:
+            table.move_cursor(row=min(max(cursor, 0), len(self._steps) - 1))
+        self.load_logs()
+
+    # -- the log pane ------------------------------------------------------------------------
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if not self._all_logs:
+            self.load_logs()
+
+    def action_toggle_logs(self) -> None:
+        self._all_logs = not self._all_logs
+        self.load_logs()
+
+    def _selected_step(self) -> Step | None:
+        table = self.query_one("#steps", DataTable)
+        if self._all_logs or not self._steps or not 0 <= table.cursor_row < len(self._steps):
+            return None
+        return self._steps[table.cursor_row]
+
+    def load_logs(self) -> None:
+        step = self._selected_step()
+        title = (
+            f"log of {step.path} (visit {step.visit}, attempt {step.attempt}); l: all logs"
+            if step is not None
+            else "log of every attempt; l: the selected step's"
+        )
+        self.query_one("#log-title", Static).update(title)
+        self._read_logs(step)
+
+    @work(thread=True, exclusive=True, group="logs")
+    def _read_logs(self, step: Step | None) -> None:
+        try:
+            logs = self.viewer.client.read_run_logs(
+                self.run_id, node=step.path if step is not None else None
+            )
+        except PiwfError as error:
+            self.app.call_from_thread(self._show_log, [f"(no log: {error})"])
+            return
+        wanted = None if step is None else (step.visit, step.attempt)
+        attempts = [
+            attempt
+            for attempt in logs.attempts
+            if wanted is None or (attempt.info.visit, attempt.info.attempt) == wanted
+        ]
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._show_log, log_lines(attempts, whole=step is None))
+
+    def _show_log(self, lines: list[str]) -> None:
+        log = self.query_one("#log", Log)
+        log.clear()
+        log.write_lines(lines or ["(nothing written)"])
+
+    # -- controls ----------------------------------------------------------------------------
+
+    def _allowed(self, control: Control) -> bool:
+        """True when the display offers ``control``; else say why the key does nothing."""
+        if self.view is None:
+            self.say(f"{control}: the run is not loaded yet")
+            return False
+        display = self.view.display
+        if control in display.controls:
+            return True
+        offered = ", ".join(display.controls)
+        self.say(
+            f"{control} is not possible now: the run is {display.status}"
+            + (f" (possible: {offered})" if offered else " (nothing can be done to it now)")
+        )
+        return False
+
+    def action_pause(self) -> None:
+        if self._allowed("pause"):
+            self._control("pause")
+
+    def action_resume(self) -> None:
+        if self._allowed("resume"):
+            self._control("resume")
+
+    def action_cancel(self) -> None:
+        if self._allowed("cancel"):
+
+            def confirmed(yes: bool | None) -> None:
+                if yes:
+                    self._control("cancel")
+                else:
+                    self.say("not cancelled")
+
+            self.app.push_screen(ConfirmCancel(self.run_id), confirmed)
+
+    def action_answer(self) -> None:
+        display = self.view.display if self.view is not None else None
+        if display is None or display.waiting_on is None or not ANSWERS & set(display.controls):
+            status = display.status if display is not None else "not loaded yet"
+            self.say(f"answer is not possible now: the run is {status} (no request waits)")
+            return
+        self.say(f"answer it from a shell: {display.waiting_on.command}")
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    @work(thread=True, group="controls")
+    def _control(self, control: Control) -> None:
+        client = self.viewer.client
+        calls = {
+            "pause": client.pause_run,
+            "resume": client.resume_run,
+            "cancel": client.cancel_run,
+        }
+        try:
+            calls[control](self.run_id)
+        except PiwfError as error:
+            self.app.call_from_thread(self.say, f"{control} failed: {error}")
+            return
+        self.app.call_from_thread(self.say, f"{control}: done")
+
+    def say(self, text: str) -> None:
+        """Show one line above the key bindings (why a key did nothing, what a control did)."""
+        self.query_one("#message", Static).update(text)
+
+
+def header_text(view: RunView) -> str:
+    """The run's id and workflow, then its display: status, activity and the current node or
+    the request it waits on, exactly as the server derived them."""
+    run = view.detail.run
+    return f"{run.run_id}  {run.workflow_name}  (revision {view.revision})\n" + display_text(
+        view.display
+    )
+
+
+def display_text(display: Display) -> str:
+    """``status · activity`` and where: the node that runs or the request waited on."""
+    text = f"{display.status} · {display.activity}"
+    node = display.current_node
+    if node is not None:
+        text += f"  node {node.path} (visit {node.visit}, attempt {node.attempt})"
+    waiting = display.waiting_on
+    if waiting is not None:
+        text += f"  waiting on {waiting.request_id} ({waiting.kind}) at node {waiting.path}"
+    if display.reason:
+        text += f"  reason: {display.reason}"
+    return text
+
+
+def log_lines(attempts: list[AttemptLog], *, whole: bool) -> list[str]:
+    """The lines of the given attempt logs; ``whole``: each under a line naming its attempt."""
+    lines: list[str] = []
+    for attempt in attempts:
+        if whole:
+            info = attempt.info
+            where = f"visit {info.visit}, attempt {info.attempt}, {info.status}"
+            lines.append(f"── {info.node_path} ({where}) ──")
+        lines.extend(attempt.text.splitlines())
+    return lines[-LOG_LINES:]

@@ -1,0 +1,184 @@
+"""``piwf view`` driven by Textual's test pilot against a real server and a real client.
+
+Each test starts a gated run (``first``, then ``hold`` blocked on a gate file, then ``last``),
+opens it in the viewer and presses keys as a user would; every wait is a bounded loop on the
+text the widgets show (``until``), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from tests.server.harness import ServerProcess, raw_client, wait_for
+from tests.server.test_execution import start
+from tests.server.test_run_view import CHECKPOINT, gated_workflow
+from tests.viewer.conftest import require_textual
+
+require_textual()
+
+from textual.pilot import Pilot  # noqa: E402
+from textual.widgets import DataTable, Static  # noqa: E402
+
+from piwf import Client  # noqa: E402
+from piwf.cli.view import wording  # noqa: E402
+from piwf.viewer import ViewerApp  # noqa: E402
+
+DEADLINE_S = 30.0
+
+
+def shown(app: ViewerApp, selector: str) -> str:
+    """The plain text a Static of the current screen shows."""
+    return str(app.screen.query_one(selector, Static).render())
+
+
+async def until(pilot: Pilot[None], condition: Callable[[], bool], what: str) -> None:
+    """Let the app run until ``condition`` holds; fail after DEADLINE_S."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.05)
+
+
+def gated_run(server: ServerProcess, tmp_path: Path, name: str) -> tuple[str, Path]:
+    """Start a gated run and wait until its ``hold`` node runs; return its id and gate."""
+    entered, gate = tmp_path / f"{name}-entered", tmp_path / f"{name}-gate"
+    workflow = gated_workflow(tmp_path, name, entered, gate)
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, name)
+    wait_for(entered.exists, timeout_s=DEADLINE_S, what="the hold node")
+    return run_id, gate
+
+
+def drive(
+    server: ServerProcess,
+    run_id: str | None,
+    script: Callable[[ViewerApp, Pilot[None]], Awaitable[None]],
+) -> None:
+    """Run the viewer (on ``run_id``, or on the list) under the pilot and play ``script``."""
+
+    async def main(client: Client) -> None:
+        app = ViewerApp(client, wording(), run_id)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await script(app, pilot)
+
+    # The client outlives the event loop: asyncio.run joins the app's worker threads first.
+    with Client(server.home, autostart=False) as client:
+        asyncio.run(main(client))
+
+
+def test_it_opens_a_running_run_and_follows_it_to_completion(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    run_id, gate = gated_run(server, tmp_path, "followed")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "node hold" in shown(app, "#run-status"), "the current node")
+        status = shown(app, "#run-status")
+        assert run_id in status and "running · executing" in status, status
+        assert '"hold"' in shown(app, "#explain")
+        steps = app.screen.query_one("#steps", DataTable)
+        assert [steps.get_row_at(i)[1] for i in range(steps.row_count)] == ["first"]
+        gate.touch()
+        await until(
+            pilot,
+            lambda: "completed · idle" in shown(app, "#run-status"),
+            "the final status",
+        )
+        assert [steps.get_row_at(i)[1:4] for i in range(steps.row_count)] == [
+            ["first", "1", "completed"],
+            ["hold", "1", "completed"],
+            ["last", "1", "completed"],
+        ]
+        assert "nothing is left to do" in shown(app, "#explain")
+        await pilot.press("p")  # a finished run offers no control: the key says why
+        assert "pause is not possible now: the run is completed" in shown(app, "#message")
+
+    drive(server, run_id, script)
+
+
+def test_p_pauses_the_run_and_r_resumes_it_to_completion(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    run_id, gate = gated_run(server, tmp_path, "controlled")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "node hold" in shown(app, "#run-status"), "the current node")
+        await pilot.press("r")  # a running run offers no resume
+        assert "resume is not possible now: the run is running" in shown(app, "#message")
+        await pilot.press("p")
+        await until(pilot, lambda: "paused ·" in shown(app, "#run-status"), "paused")
+        with Client(server.home, autostart=False) as client:
+            assert client.run_view(run_id).display.status == "paused"
+        gate.touch()  # the node finishes while paused; the run goes no further
+        await pilot.press("r")
+        await until(pilot, lambda: "completed ·" in shown(app, "#run-status"), "completed")
+
+    drive(server, run_id, script)
+
+
+def test_c_asks_before_it_cancels(server: ServerProcess, tmp_path: Path) -> None:
+    run_id, _gate = gated_run(server, tmp_path, "cancelled")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "node hold" in shown(app, "#run-status"), "the current node")
+        await pilot.press("c")
+        await until(pilot, lambda: "Cancel run" in shown(app, "#confirm"), "the question")
+        await pilot.press("n")
+        await until(pilot, lambda: "not cancelled" in shown(app, "#message"), "kept")
+        with Client(server.home, autostart=False) as client:
+            assert client.run_view(run_id).display.status == "running"
+        await pilot.press("c")
+        await until(pilot, lambda: "Cancel run" in shown(app, "#confirm"), "the question")
+        await pilot.press("y")
+        await until(pilot, lambda: "cancelled ·" in shown(app, "#run-status"), "cancelled")
+
+    drive(server, run_id, script)
+
+
+def test_the_run_list_shows_a_started_run_and_enter_opens_it(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    run_id, gate = gated_run(server, tmp_path, "listed")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        def listed() -> list[str]:
+            table = app.screen.query_one("#runs", DataTable)
+            return [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+
+        await until(pilot, lambda: listed() == [run_id], "the run in the list")
+        table = app.screen.query_one("#runs", DataTable)
+        assert table.get_row_at(0)[1:3] == ["running", "listed"]
+        await pilot.press("enter")
+        await until(pilot, lambda: "node hold" in shown(app, "#run-status"), "the run screen")
+        assert run_id in shown(app, "#run-status")
+        gate.touch()
+        await until(pilot, lambda: "completed ·" in shown(app, "#run-status"), "completed")
+        await pilot.press("escape")
+        await until(
+            pilot,
+            lambda: (
+                app.screen.query("#runs")
+                and app.screen.query_one("#runs", DataTable).get_row_at(0)[1] == "completed"
+            ),
+            "the list again, live",
+        )
+
+    drive(server, None, script)
+
+
+def test_a_shows_the_answer_command_of_a_waiting_run(server: ServerProcess, tmp_path: Path) -> None:
+    with raw_client(server) as client:
+        run_id = start(client, CHECKPOINT, {"steps": []}, "answered")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "waiting ·" in shown(app, "#run-status"), "waiting")
+        with Client(server.home, autostart=False) as client:
+            waiting = client.run_view(run_id).display.waiting_on
+        assert waiting is not None and waiting.request_id in shown(app, "#run-status")
+        await pilot.press("a")
+        assert shown(app, "#message") == f"answer it from a shell: {waiting.command}"
+
+    drive(server, run_id, script)
