@@ -58,6 +58,10 @@ class ConfirmCancel(ModalScreen[bool]):
         self.dismiss(yes)
 
 
+#: The steps table's columns.
+STEP_COLUMNS = ("#", "NODE", "VISIT", "OUTCOME", "STARTED", "TOOK", "RESULT")
+
+
 class RunScreen(Screen[None]):
     """The live screen of one run (module docstring); Esc goes back to the run list."""
 
@@ -101,9 +105,6 @@ class RunScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#steps", DataTable)
-        for label in ("#", "NODE", "VISIT", "OUTCOME", "STARTED", "TOOK", "RESULT"):
-            table.add_column(label, key=label)
         self.follow()
 
     # -- following the run -------------------------------------------------------------------
@@ -149,7 +150,11 @@ class RunScreen(Screen[None]):
         table = self.query_one("#steps", DataTable)
         cursor = table.cursor_row
         self._steps = list(view.steps.steps)
-        table.clear()
+        # Columns are added again with the rows: a cleared table keeps the widths its columns
+        # had, which would cut every cell to its header's width.
+        table.clear(columns=True)
+        for label in STEP_COLUMNS:
+            table.add_column(label, key=label)
         for step in self._steps:
             cells = self.viewer.wording.step_cells(step)
             table.add_row(str(step.index + 1), *cells, key=str(step.index))
