@@ -164,6 +164,36 @@ class StepPage(WireModel):
     next_cursor: str | None = None
 
 
+#: A view's topology holds at most this many nodes and edges (``truncated`` says when cut).
+MAX_TOPOLOGY_NODES = 200
+MAX_TOPOLOGY_EDGES = 400
+
+
+class TopologyNode(WireModel):
+    """One node of the run's workflow definition."""
+
+    path: str
+    kind: str
+
+
+class TopologyEdge(WireModel):
+    """One edge: ``from`` to ``to``, or a switch ``on`` a value with its ``cases``."""
+
+    source: str = Field(alias="from")
+    to: str | None = None
+    on: str | None = None
+    cases: dict[str, str] | None = None
+
+
+class Topology(WireModel):
+    """The bounded graph of the run's recorded definition (its nodes and edges)."""
+
+    start_at: str
+    nodes: list[TopologyNode]
+    edges: list[TopologyEdge]
+    truncated: bool = False
+
+
 class RunView(WireModel):
     """The ``piwf.run-view.v1`` document of one run at one revision."""
 
@@ -172,6 +202,7 @@ class RunView(WireModel):
     detail: RunDetail
     display: Display
     steps: StepPage
+    topology: Topology | None = None
 
 
 class ViewRunPayload(WireModel):

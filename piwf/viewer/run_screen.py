@@ -19,8 +19,11 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Log, Static
 from textual.worker import get_current_worker
 
+from piwf.canonical import JsonValue
 from piwf.errors import PiwfError
 from piwf.protocol.view_payloads import MAX_STEP_PAGE_ITEMS, Control, Display, RunView, Step
+from piwf.viewer.answer import AnswerScreen
+from piwf.viewer.graph import graph_lines
 
 if TYPE_CHECKING:
     from piwf.client.logs import AttemptLog
@@ -77,6 +80,7 @@ class RunScreen(Screen[None]):
     DEFAULT_CSS = """
     RunScreen #run-status { height: auto; padding: 0 1; background: $boost; }
     RunScreen #explain { height: auto; padding: 0 1; color: $text-muted; }
+    RunScreen #graph { height: auto; max-height: 12; padding: 0 1; }
     RunScreen #steps { height: 1fr; }
     RunScreen #log-title { padding: 0 1; background: $boost; }
     RunScreen #log { height: 1fr; }
@@ -97,6 +101,7 @@ class RunScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(f"{self.run_id}  loading…", id="run-status", markup=False)
         yield Static("", id="explain", markup=False)
+        yield Static("", id="graph", markup=False)
         table: DataTable[str] = DataTable(id="steps", cursor_type="row", zebra_stripes=True)
         yield table
         yield Static("log", id="log-title", markup=False)
@@ -147,6 +152,7 @@ class RunScreen(Screen[None]):
         self.view = view
         self.query_one("#run-status", Static).update(header_text(view))
         self.query_one("#explain", Static).update(self.viewer.wording.explain(view))
+        self.query_one("#graph", Static).update("\n".join(graph_lines(view)))
         table = self.query_one("#steps", DataTable)
         cursor = table.cursor_row
         self._steps = list(view.steps.steps)
@@ -253,7 +259,27 @@ class RunScreen(Screen[None]):
             status = display.status if display is not None else "not loaded yet"
             self.say(f"answer is not possible now: the run is {status} (no request waits)")
             return
-        self.say(f"answer it from a shell: {display.waiting_on.command}")
+        waiting = display.waiting_on
+        if waiting.action not in ("answer", "humanAnswer"):
+            self.say(f"an agent's output is submitted from a shell: {waiting.command}")
+            return
+
+        def answered(value: JsonValue | None) -> None:
+            if value is None:
+                self.say("not answered")
+            else:
+                self._answer(waiting.request_id, value)
+
+        self.app.push_screen(AnswerScreen(waiting), answered)
+
+    @work(thread=True, group="controls")
+    def _answer(self, request_id: str, value: JsonValue) -> None:
+        try:
+            receipt = self.viewer.client.answer(request_id, value)
+        except PiwfError as error:
+            self.app.call_from_thread(self.say, f"answer failed: {error}")
+            return
+        self.app.call_from_thread(self.say, f"answer: {receipt.outcome}")
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -100,6 +100,14 @@ def test_a_running_run_shows_its_current_node_its_steps_and_its_updates(
     assert display.current_node is not None
     assert (display.current_node.path, display.current_node.visit) == ("hold", 1)
     assert display.controls == ["pause", "cancel"]
+    topology = view.topology
+    assert topology is not None and topology.start_at == "first"
+    assert [(n.path, n.kind) for n in topology.nodes] == [
+        ("first", "compute"),
+        ("hold", "compute"),
+        ("last", "compute"),
+    ]
+    assert [(e.source, e.to) for e in topology.edges] == [("first", "hold"), ("hold", "last")]
     assert [(s.path, s.outcome, s.output) for s in view.steps.steps] == [
         ("first", "completed", {"n": 1})
     ]
@@ -326,6 +334,9 @@ def test_many_steps_page_within_their_item_limit_and_byte_budget(
         assert 1 <= len(first["steps"]) < 71, "the byte budget ends the page before its limit"
         assert first["nextCursor"] == str(first["steps"][-1]["index"])
         assert len(json.dumps(first["steps"])) <= STEP_PAGE_BYTES + 11_000
+        assert raw["topology"]["edges"] == [
+            {"from": "step", "on": "$output.route", "cases": {"again": "step", "done": "finish"}}
+        ]
         by_reference = [step["index"] for step in first["steps"] if "outputRef" in step]
         assert by_reference == [9], "the 40 KiB output of visit 10, and only it"
         steps = client.run_steps(run_id, page_limit=200)

@@ -49,7 +49,9 @@ DOCS = PACKAGE.parent / "docs"
 NEEDS_EXTRA = {
     "piwf.mcp.server": "mcp",
     "piwf.viewer": "textual",
+    "piwf.viewer.answer": "textual",
     "piwf.viewer.app": "textual",
+    "piwf.viewer.graph": "textual",  # the package imports its app first
     "piwf.viewer.run_list": "textual",
     "piwf.viewer.run_screen": "textual",
 }

@@ -20,7 +20,7 @@ from tests.viewer.conftest import require_textual
 require_textual()
 
 from textual.pilot import Pilot  # noqa: E402
-from textual.widgets import DataTable, Static  # noqa: E402
+from textual.widgets import DataTable, Input, Static  # noqa: E402
 
 from piwf import Client  # noqa: E402
 from piwf.cli.view import wording  # noqa: E402
@@ -79,6 +79,11 @@ def test_it_opens_a_running_run_and_follows_it_to_completion(
         status = shown(app, "#run-status")
         assert run_id in status and "running · executing" in status, status
         assert '"hold"' in shown(app, "#explain")
+        assert shown(app, "#graph").splitlines() == [
+            "✓ first (compute)  → hold",
+            "▶ hold (compute)  → last",
+            "· last (compute)",
+        ]
         steps = app.screen.query_one("#steps", DataTable)
         assert [steps.get_row_at(i)[1] for i in range(steps.row_count)] == ["first"]
         gate.touch()
@@ -93,6 +98,7 @@ def test_it_opens_a_running_run_and_follows_it_to_completion(
             ["last", "1", "completed"],
         ]
         assert "nothing is left to do" in shown(app, "#explain")
+        assert [line[0] for line in shown(app, "#graph").splitlines()] == ["✓", "✓", "✓"]
         await pilot.press("p")  # a finished run offers no control: the key says why
         assert "pause is not possible now: the run is completed" in shown(app, "#message")
 
@@ -169,16 +175,48 @@ def test_the_run_list_shows_a_started_run_and_enter_opens_it(
     drive(server, None, script)
 
 
-def test_a_shows_the_answer_command_of_a_waiting_run(server: ServerProcess, tmp_path: Path) -> None:
+def test_a_answers_the_request_a_run_waits_on_from_a_form(
+    server: ServerProcess, tmp_path: Path
+) -> None:
     with raw_client(server) as client:
-        run_id = start(client, CHECKPOINT, {"steps": []}, "answered")
+        run_id = start(client, CHECKPOINT, {"steps": ["ship"]}, "answered")
 
     async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
         await until(pilot, lambda: "waiting ·" in shown(app, "#run-status"), "waiting")
+        assert "… review (checkpoint)" in shown(app, "#graph")
         with Client(server.home, autostart=False) as client:
             waiting = client.run_view(run_id).display.waiting_on
         assert waiting is not None and waiting.request_id in shown(app, "#run-status")
         await pilot.press("a")
-        assert shown(app, "#message") == f"answer it from a shell: {waiting.command}"
+        await until(pilot, lambda: bool(app.screen.query("#answer-input")), "the answer form")
+        form = app.screen.query_one("#answer-input", Input)
+        form.value = "not json"
+        await pilot.press("enter")
+        assert shown(app, "#answer-error").startswith("not sent: "), "refused before sending"
+        with Client(server.home, autostart=False) as client:
+            assert client.run_view(run_id).display.status == "waiting"
+        form.value = '{"ok": true}'
+        await pilot.press("enter")
+        await until(
+            pilot, lambda: "completed · idle" in shown(app, "#run-status"), "the answered run"
+        )
+        with Client(server.home, autostart=False) as client:
+            assert client.get_run(run_id).output == {"applied": ["ship"], "note": {"ok": True}}
+
+    drive(server, run_id, script)
+
+
+def test_esc_leaves_the_answer_form_without_answering(server: ServerProcess) -> None:
+    with raw_client(server) as client:
+        run_id = start(client, CHECKPOINT, {"steps": []}, "left")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "waiting ·" in shown(app, "#run-status"), "waiting")
+        await pilot.press("a")
+        await until(pilot, lambda: bool(app.screen.query("#answer-input")), "the answer form")
+        await pilot.press("escape")
+        await until(pilot, lambda: shown(app, "#message") == "not answered", "the message")
+        with Client(server.home, autostart=False) as client:
+            assert client.run_view(run_id).display.status == "waiting"
 
     drive(server, run_id, script)

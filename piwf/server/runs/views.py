@@ -21,6 +21,8 @@ from piwf.protocol.client_v1 import Request
 from piwf.protocol.payloads import RunDetail
 from piwf.protocol.view_payloads import (
     MAX_STEP_UPDATES,
+    MAX_TOPOLOGY_EDGES,
+    MAX_TOPOLOGY_NODES,
     STEP_PAGE_BYTES,
     Activity,
     Capacity,
@@ -32,6 +34,9 @@ from piwf.protocol.view_payloads import (
     Step,
     StepPage,
     StepUpdate,
+    Topology,
+    TopologyEdge,
+    TopologyNode,
     ViewPagePayload,
     ViewRunPayload,
     WaitingOn,
@@ -41,7 +46,7 @@ from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
 from piwf.server.replies import InvalidPayloadError, not_found, ok, payload_of, run_id_of
 from piwf.server.runs.handlers import run_detail, step_failure
-from piwf.state import Transaction
+from piwf.state import Transaction, blobs
 from piwf.state.enums import AttemptStatus
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import run_view
@@ -103,7 +108,40 @@ class RunViews:
             detail=detail,
             display=display_of(tx, view, detail, self.context.max_workers),
             steps=steps_page(tx, view.run_id, -1, step_limit),
+            topology=topology_of(blobs.read_json(tx, view.definition_digest)),
         )
+
+
+def topology_of(snapshot: object) -> Topology | None:
+    """The bounded graph of a recorded definition snapshot (``piwf.workflow-definition.v1``);
+    None for a snapshot of another shape. Edges other than plain and switch ones are left out."""
+    workflow = snapshot.get("workflow") if isinstance(snapshot, dict) else None
+    if not isinstance(workflow, dict) or not isinstance(workflow.get("nodes"), dict):
+        return None
+    nodes = [
+        TopologyNode(
+            path=str(path), kind=str(spec.get("kind", "?")) if isinstance(spec, dict) else "?"
+        )
+        for path, spec in sorted(workflow["nodes"].items())
+    ]
+    edges: list[TopologyEdge] = []
+    for edge in workflow.get("edges") or []:
+        if not isinstance(edge, dict) or not isinstance(edge.get("from"), str):
+            continue
+        switch = edge.get("switch")
+        if isinstance(edge.get("to"), str):
+            edges.append(TopologyEdge.model_validate({"from": edge["from"], "to": edge["to"]}))
+        elif isinstance(switch, dict) and isinstance(switch.get("cases"), dict):
+            cases = {str(k): str(v) for k, v in switch["cases"].items() if isinstance(v, str)}
+            found = {"from": edge["from"], "on": str(switch.get("on")), "cases": cases}
+            edges.append(TopologyEdge.model_validate(found))
+    truncated = len(nodes) > MAX_TOPOLOGY_NODES or len(edges) > MAX_TOPOLOGY_EDGES
+    return Topology(
+        start_at=str(workflow.get("startAt", "")),
+        nodes=nodes[:MAX_TOPOLOGY_NODES],
+        edges=edges[:MAX_TOPOLOGY_EDGES],
+        truncated=truncated,
+    )
 
 
 def display_of(
