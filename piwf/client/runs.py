@@ -15,7 +15,7 @@ import os
 import queue
 import secrets
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -37,6 +37,7 @@ from piwf.protocol.payloads import (
     RequestsListPayload,
     RunCursor,
     RunDetail,
+    RunInfo,
     RunListPayload,
     RunPage,
     RunStartPayload,
@@ -50,6 +51,7 @@ from piwf.protocol.view_payloads import (
     StepPage,
     ViewPagePayload,
     ViewRunPayload,
+    ViewRunsWatchPayload,
     ViewRunWatchPayload,
     ViewUnwatchPayload,
     WatchReceipt,
@@ -174,16 +176,61 @@ class RunReadMethods:
         comes for that long (None: wait as long as the run takes). Stopping the iteration
         (``break``) ends the subscription on the server.
         """
-        subscription_id = f"watch-{secrets.token_hex(8)}"
         last: int | None = None
+
+        def watch(subscription_id: str) -> WireModel:
+            return ViewRunWatchPayload(
+                subscription_id=subscription_id, from_revision=last, step_limit=step_limit
+            )
+
+        pushes = self._watch("view.run.watch", watch, "runView", idle_timeout_s, run_id=run_id)
+        for payload in pushes:
+            view = RunView.model_validate(payload)
+            view = resolve_references(view, self.read_content, content_limit=content_limit)
+            last = view.revision
+            yield view
+            if view.detail.run.finished_at is not None:
+                return
+
+    def watch_runs(
+        self,
+        *,
+        limit: int = 50,
+        status: str | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> Generator[list[RunInfo], None, None]:
+        """Yield the newest ``limit`` runs (newest first; ``status``: only that display
+        status) now and again whenever any run changes (``view.runs.watch``), until the caller
+        stops iterating. A dropped connection is reopened and the list sent again;
+        ``idle_timeout_s`` as for :meth:`watch_run`."""
+
+        def watch(subscription_id: str) -> WireModel:
+            return ViewRunsWatchPayload.model_validate(
+                {"subscriptionId": subscription_id, "limit": limit, "status": status}
+            )
+
+        for pushed in self._watch("view.runs.watch", watch, "runList", idle_timeout_s):
+            yield RunPage.model_validate(pushed).runs
+
+    def _watch(
+        self,
+        operation: Operation,
+        payload_for: Callable[[str], WireModel],
+        event_name: str,
+        idle_timeout_s: float | None,
+        *,
+        run_id: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Subscribe with ``operation`` and yield the payload of each ``event_name`` push,
+        subscribing again (``payload_for`` gives the payload) on every new connection; the
+        subscription ends on the server when the iteration stops."""
+        subscription_id = f"watch-{secrets.token_hex(8)}"
+        what = "the run list" if run_id is None else f"run {run_id}"
         while True:
             connection = self._current_connection(autostart=False)
             events = connection.subscribe(subscription_id)
             try:
-                payload = ViewRunWatchPayload(
-                    subscription_id=subscription_id, from_revision=last, step_limit=step_limit
-                )
-                self._call("view.run.watch", payload, WatchReceipt, run_id=run_id)
+                self._call(operation, payload_for(subscription_id), WatchReceipt, run_id=run_id)
                 if self._connection is not connection:
                     continue  # the watch went out on a new connection: subscribe there
                 while True:
@@ -191,18 +238,12 @@ class RunReadMethods:
                         event = events.get(timeout=idle_timeout_s)
                     except queue.Empty:
                         raise TimeoutError(
-                            f"no change of run {run_id} came in {idle_timeout_s:g} s"
+                            f"no change of {what} came in {idle_timeout_s:g} s"
                         ) from None
                     if event is None:
                         break  # the connection ended: resume on a new one
-                    if event.event != "runView":
-                        continue
-                    view = RunView.model_validate(event.payload)
-                    view = resolve_references(view, self.read_content, content_limit=content_limit)
-                    last = view.revision
-                    yield view
-                    if view.detail.run.finished_at is not None:
-                        return
+                    if event.event == event_name:
+                        yield event.payload
             finally:
                 connection.unsubscribe(subscription_id)
                 if not connection.broken and self._connection is connection:

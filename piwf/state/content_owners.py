@@ -6,8 +6,9 @@ while that owner still holds a value with the reference's digest, so a reference
 another run's values, a made-up digest, or anything the server never advertises::
 
     scope     owner   values a reference may name
-    run       run id  final output, error text, content of its requests, the winning answer
-                      and every submitted answer of its decisions, every output submitted
+    run       run id  final output, error text, the reason it is parked, content of its
+                      requests, the winning answer and every submitted answer of its
+                      decisions, every output submitted
                       to its agent requests (as sent, as accepted) and each rejection, the
                       output and error of each node attempt and the data of each update it
                       published (the run view's steps)
@@ -29,6 +30,8 @@ _RUN_HOLDS = """
 SELECT EXISTS (
   SELECT 1 FROM runs
   WHERE run_id = :owner AND (final_output_hash = :digest OR error_hash = :digest)
+  UNION ALL
+  SELECT 1 FROM run_queue WHERE run_id = :owner AND error_hash = :digest
   UNION ALL
   SELECT 1 FROM interactive_requests WHERE run_id = :owner AND content_hash = :digest
   UNION ALL

@@ -1,7 +1,8 @@
-"""The run list: every run, newest first, refreshed every second; Enter opens one."""
+"""The run list: the newest runs, live (``Client.watch_runs``); Enter opens one."""
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual import work
@@ -9,15 +10,15 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
+from textual.worker import get_current_worker
 
 from piwf.errors import PiwfError
-from piwf.protocol.payloads import RunPage
+from piwf.protocol.payloads import RunInfo
+from piwf.viewer.run_screen import RETRY_S, WAKE_S
 
 if TYPE_CHECKING:
     from piwf.viewer.app import ViewerApp
 
-#: How often the list is read again (``run.list``; a read, no receipt).
-REFRESH_S = 1.0
 #: The newest runs the list shows.
 LISTED_RUNS = 200
 
@@ -38,29 +39,44 @@ class RunListScreen(Screen[None]):
         table = self.query_one("#runs", DataTable)
         for label in ("RUN", "STATUS", "WORKFLOW", "CREATED"):
             table.add_column(label, key=label.lower())
-        self.refresh_runs()
-        self.set_interval(REFRESH_S, self.refresh_runs)
+        self.follow_runs()
 
     @property
     def viewer(self) -> ViewerApp:
         return cast("ViewerApp", self.app)
 
     @work(thread=True, exclusive=True, group="run-list")
-    def refresh_runs(self) -> None:
-        """Read the newest runs (in a worker thread: the client blocks) and show them."""
-        try:
-            page = self.viewer.client.list_runs(limit=LISTED_RUNS)
-        except PiwfError as error:
-            self.app.call_from_thread(self._say, f"cannot list the runs: {error}")
-            return
-        self.app.call_from_thread(self._show, page)
+    def follow_runs(self) -> None:
+        """Show the list as the server pushes it after every change (in a worker thread: the
+        client blocks); the watch is renewed every WAKE_S so a cancelled worker ends."""
+        worker = get_current_worker()
 
-    def _show(self, page: RunPage) -> None:
+        def cancelled() -> bool:
+            return worker.is_cancelled
+
+        while not cancelled():
+            pushes = self.viewer.client.watch_runs(limit=LISTED_RUNS, idle_timeout_s=WAKE_S)
+            try:
+                for runs in pushes:
+                    if cancelled():
+                        return
+                    self.app.call_from_thread(self._show, runs)
+            except TimeoutError:
+                continue  # nothing changed: renew the watch
+            except PiwfError as error:
+                if cancelled():
+                    return
+                self.app.call_from_thread(self._say, f"cannot list the runs: {error}")
+                threading.Event().wait(RETRY_S)
+            finally:
+                pushes.close()  # ends the subscription on the server now
+
+    def _show(self, runs: list[RunInfo]) -> None:
         table = self.query_one("#runs", DataTable)
         timestamp = self.viewer.wording.timestamp
         rows = [
             (run.run_id, run.display_status, run.workflow_name, timestamp(run.created_at))
-            for run in page.runs
+            for run in runs
         ]
         shown = [str(key.value) for key in table.rows]
         if shown == [row[0] for row in rows]:

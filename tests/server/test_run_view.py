@@ -202,6 +202,83 @@ def test_a_run_parked_on_a_changed_source_names_the_file(
     assert explained["commands"][0] == f"piwf run resume {run_id}"
 
 
+def test_a_reason_above_16_kib_travels_by_reference_and_arrives_whole(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Five mounted workflows deep in long directory names: the changed-files reason is
+    about 20 KB, so the display carries a notice and ``reasonRef``, and the client reads the
+    whole list back into ``reason``."""
+    deep = tmp_path.joinpath(*(["d" * 240] * 15))
+    deep.mkdir(parents=True)
+    children = []
+    for index in range(5):
+        child = deep / f"child{index}.py"
+        child.write_text(
+            "from piwf.workflow import compute, define_workflow\n"
+            f"workflow = define_workflow(name='child{index}', start_at='n',"
+            " nodes={'n': compute(lambda ctx: {})}, edges=[], exits={'done': {'from': 'n'}})\n"
+        )
+        children.append(child)
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    relative = os.path.relpath(deep, tmp_path)
+    mounts = ", ".join(f"'m{i}': include('./{relative}/child{i}.py')" for i in range(5))
+    edges = ", ".join(
+        [
+            "{'from': 'first', 'to': 'hold'}",
+            "{'from': 'hold', 'to': 'm0'}",
+            *(f"{{'from': 'm{i}.done', 'to': 'm{i + 1}'}}" for i in range(4)),
+        ]
+    )
+    workflow = write_workflow(
+        tmp_path,
+        "deep",
+        f"""
+        from piwf.workflow import compute, define_workflow, include
+
+        {hold_until_gate()}
+
+        def hold(ctx):
+            wait_for_gate({str(entered)!r}, {str(gate)!r})
+            return {{}}
+
+        workflow = define_workflow(
+            name="deep", start_at="first", includes={{{mounts}}},
+            nodes={{"first": compute(lambda ctx: {{}}), "hold": compute(hold)}},
+            edges=[{edges}],
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "deep")
+        wait_for(entered.exists, timeout_s=30, what="the hold node")
+        assert client.request("run.pause", key="pause", run_id=run_id).outcome == "accepted"
+        for child in children:
+            child.write_text(child.read_text() + "# changed\n")
+        gate.touch()
+        assert client.request("run.resume", key="resume", run_id=run_id).outcome == "accepted"
+        wait_for(
+            lambda: (
+                client.request("view.run.get", run_id=run_id).receipt["display"].get("reasonCode")
+                == "sourceChanged"
+            ),
+            timeout_s=30,
+            what="the run to park sourceChanged",
+        )
+        display = client.request("view.run.get", run_id=run_id).receipt["display"]
+        reference = display["reasonRef"]
+        assert reference["length"] > 16 * 1024
+        assert "reasonRef" in display["reason"] and str(children[0]) not in display["reason"]
+        shown = client.request("run.get", run_id=run_id).receipt["parkedReason"]
+        assert shown.endswith(f"more characters: piwf run explain {run_id})")
+    with Client(server.home, autostart=False) as client:
+        whole = client.run_view(run_id).display
+    assert whole.reason_ref is None and whole.reason is not None
+    assert all(str(child) in whole.reason for child in children)
+    explained = cli_json(server, "run", "explain", run_id, "--json")
+    assert explained["cause"] == "sourceChanged"
+    assert str(children[4]) in explained["explanation"]
+
+
 def test_a_run_waiting_for_a_slot_names_the_runs_that_hold_them(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
@@ -591,6 +668,43 @@ def test_explain_names_a_runner_that_made_no_progress(
     assert (view.display.status, view.display.activity) == ("queued", "blocked")
     assert view.display.controls == ["resume", "cancel"]
     assert explained["cause"] == "runnerNoProgress"
+    assert explained["commands"] == [f"piwf run resume {run_id}"]
+
+
+def test_explain_names_a_crash_loop_and_the_resume_that_ends_it(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Each generation publishes an update (progress) and dies before its node finishes: the
+    fifth crash in a row parks the run ``runnerCrashed`` (after back-offs of 1, 2 and 4 s)."""
+    workflow = write_workflow(
+        tmp_path,
+        "crash_loop",
+        """
+        import os
+        from piwf.workflow import compute, define_workflow
+
+        def die(ctx):
+            ctx.publish_update("progress", "main", {"stage": "about to crash"})
+            os._exit(23)
+
+        workflow = define_workflow(
+            name="crash_loop", start_at="die", nodes={"die": compute(die)}, edges=[],
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "crash_loop")
+    with Client(server.home, autostart=False) as client:
+        wait_for(
+            lambda: client.run_view(run_id).display.reason_code == "runnerCrashed",
+            timeout_s=60,
+            what="the crash-loop park",
+        )
+    view, explained = every_renderer(server, run_id)
+    assert (view.display.status, view.display.activity) == ("queued", "blocked")
+    assert view.display.reason is not None and "crashed 5 times in a row" in view.display.reason
+    assert explained["cause"] == "runnerCrashed"
+    assert view.display.reason in explained["explanation"]
     assert explained["commands"] == [f"piwf run resume {run_id}"]
 
 

@@ -210,9 +210,41 @@ def test_the_run_list_subscription_pushes_the_list_when_a_run_changes(
         assert [run["runId"] for run in runs] == [run_id]
 
 
-def start_without_waiting(client: RawClient, workflow: str) -> str:
+def test_client_watch_runs_yields_the_list_after_each_change_and_survives_a_reconnect(
+    server: ServerProcess,
+) -> None:
+    """``Client.watch_runs``: the list now, then again as runs change (a status filter
+    applied by the server), the same after its connection is dropped under it."""
+    with Client(server.home, autostart=False) as client:
+        pushes = client.watch_runs(limit=5, status="waiting", idle_timeout_s=30)
+        try:
+            assert next(pushes) == []
+            with raw_client(server) as starter:
+                first = start_without_waiting(starter, CHECKPOINT)
+                runs = next(pushes)
+                while not runs:
+                    runs = next(pushes)
+                assert [run.run_id for run in runs] == [first]
+                assert runs[0].display_status == "waiting"
+                assert client._connection is not None
+                client._connection.close()  # the watch reconnects and subscribes again
+                second = start_without_waiting(starter, CHECKPOINT, key="second")
+                runs = next(pushes)
+                while [run.run_id for run in runs] != [second, first]:
+                    runs = next(pushes)
+        finally:
+            pushes.close()
+        # Closing the iteration ended the subscription on the server: 32 more fit.
+        for index in range(32):
+            subscribed = client.request(
+                "view.runs.watch", {"subscriptionId": f"more-{index}", "limit": 1}
+            )
+            assert subscribed.outcome == "accepted", subscribed
+
+
+def start_without_waiting(client: RawClient, workflow: str, key: str = "s") -> str:
     """``run.start`` on a connection that also receives events: skip them to the answer."""
-    request_id = client.send("run.start", {"workflow": workflow, "input": {"steps": []}}, key="s")
+    request_id = client.send("run.start", {"workflow": workflow, "input": {"steps": []}}, key=key)
     while True:
         message = client.receive()
         if isinstance(message, Response) and message.request_id == request_id:

@@ -326,7 +326,7 @@ class RunnerSession:
                     owner_id=self.host.owner_id,
                     lease_ms=self.host.lease_ms,
                     claim=self.claim,
-                    detail=", ".join(files)[:1000],
+                    detail=", ".join(files),
                 )
         except PiwfError as error:
             log.warning("run %s: parking for a source change failed: %s", self.run_id, error)

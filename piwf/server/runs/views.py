@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from piwf.lifecycle import TERMINAL_RUN_STATUSES
 from piwf.protocol.client_v1 import Request
-from piwf.protocol.payloads import RunDetail
+from piwf.protocol.payloads import ContentRef, RunDetail
 from piwf.protocol.view_payloads import (
     MAX_STEP_UPDATES,
     MAX_TOPOLOGY_EDGES,
@@ -182,15 +182,16 @@ def display_of(
     )
     waiting = _waiting_on(detail)
     activity: Activity = "idle"
+    stored, reason_ref = _stored_reason(tx, run_id) if view.needs_action else (None, None)
     reason = None
     capacity = None
     available_at = None
     if ambiguous:
         activity = "blocked"
-        reason = detail.parked_reason or "an effect could not be proved applied or not applied"
+        reason = stored or "an effect could not be proved applied or not applied"
     elif view.paused:
         activity = "blocked"
-        reason = detail.parked_reason or "paused"
+        reason = stored or "paused"
     elif waiting is not None:
         if waiting.kind == "agent":
             activity = "agentCommand" if detail.agent_process is not None else "waitingForAgent"
@@ -200,7 +201,7 @@ def display_of(
         activity = "executing" if node is not None else "idle"
     elif view.needs_action:
         activity = "blocked"
-        reason = detail.parked_reason or view.error_code
+        reason = stored or view.error_code
     elif view.available_at is not None and view.available_at > tx.now:
         activity, available_at = "scheduled", view.available_at
     else:
@@ -221,6 +222,7 @@ def display_of(
         controls=_controls(view, waiting, ambiguous=bool(ambiguous)),
         current_updates=current_updates,
         reason=reason,
+        reason_ref=reason_ref if activity == "blocked" else None,
         reason_code=view.error_code if activity == "blocked" else None,
         current_node=node if waiting is None else None,
         waiting_on=waiting,
@@ -228,6 +230,15 @@ def display_of(
         available_at=available_at,
         effects_to_resolve=ambiguous,
     )
+
+
+def _stored_reason(tx: Transaction, run_id: str) -> tuple[str | None, ContentRef | None]:
+    """The stored parked reason: inline up to 16 KiB, above that a notice and its reference."""
+    offered = ContentOffer(tx).text("run", run_id, run_queue.reason_digest(tx, run_id))
+    if offered.ref is None:
+        return offered.value, None
+    notice = f"the reason is {offered.ref.length} bytes long; it travels as reasonRef"
+    return notice, offered.ref
 
 
 def _waiting_on(detail: RunDetail) -> WaitingOn | None:

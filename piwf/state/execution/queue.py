@@ -69,6 +69,9 @@ UPDATE run_queue SET consecutive_errors = 0 WHERE run_id = ? AND consecutive_err
 
 _SELECT_ERROR_TEXT = "SELECT error_hash FROM run_queue WHERE run_id = ?"
 
+#: How much of a stored reason a run's projection (``run.get``) carries.
+REASON_PREVIEW_CHARS = 2000
+
 # Eligibility of a run for the scheduler, but for its due time; :blocking is a JSON array of
 # blocking error codes and :exclude a JSON array of run ids the caller is already handling. A
 # pending request waits for an answer, unless a headless agent command drives it (it has agent
@@ -213,9 +216,23 @@ def read_queue_reason(tx: Transaction, run_id: str) -> str | None:
     """Return the stored reason of the run's queue error (why it is parked), or None.
 
     The text names the broken rule, the crash count or the changed files; never a payload.
+    A reason longer than :data:`REASON_PREVIEW_CHARS` is cut there and says how many characters
+    follow; the run view carries the whole reason (by reference when it is large).
     """
+    digest = reason_digest(tx, run_id)
+    if digest is None:
+        return None
+    text = blobs.read_text(tx, digest)
+    if len(text) <= REASON_PREVIEW_CHARS:
+        return text
+    more = len(text) - REASON_PREVIEW_CHARS
+    return f"{text[:REASON_PREVIEW_CHARS]}… ({more} more characters: piwf run explain {run_id})"
+
+
+def reason_digest(tx: Transaction, run_id: str) -> bytes | None:
+    """Return the digest of the stored reason (a text blob the run owns), or None."""
     digest = tx.scalar(_SELECT_ERROR_TEXT, (run_id,))
-    return None if digest is None else blobs.read_text(tx, bytes(digest))[:2000]
+    return None if digest is None else bytes(digest)
 
 
 def next_runnable(tx: Transaction, exclude: tuple[str, ...] = ()) -> str | None:
