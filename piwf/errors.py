@@ -37,7 +37,10 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   │   └── SubmissionRejectedError submissionRejected (validate refused it; the error
     │   │                                                   says what to submit instead)
     │   ├── AgentCommandError       agentCommand       (not an argv list of non-empty strings)
-    │   └── MissingSubmissionError  missingSubmission  (an agent step's turns ended unfulfilled)
+    │   ├── MissingSubmissionError  missingSubmission  (an agent step's turns ended unfulfilled)
+    │   └── SessionError            sessionError       (a rule of interactive sessions)
+    │       ├── SessionBusyError    sessionBusy        (an unfinished run holds the session)
+    │       └── SessionAuthorityError sessionAuthority (not the session's active coordinator)
     ├── ProtocolError               protocolError      (piwf.protocol.errors: frames, messages)
     ├── ContentReadError            contentRead        (a client read of referenced content)
     │   ├── ContentReferenceError   contentReference   (a reference or range no read can serve)
@@ -324,6 +327,24 @@ class MissingSubmissionError(WorkflowError):
     submission: the attempt failed. Its code starts the node's error text."""
 
     code = "missingSubmission"
+
+
+class SessionError(WorkflowError):
+    """An interactive session's rule was broken; nothing changed."""
+
+    code = "sessionError"
+
+
+class SessionBusyError(SessionError):
+    """The session is reserved by another unfinished interactive run (one at a time)."""
+
+    code = "sessionBusy"
+
+
+class SessionAuthorityError(SessionError):
+    """The request needs the session's active coordinator epoch, and did not carry it."""
+
+    code = "sessionAuthority"
 
 
 class ContentReadError(PiwfError):

@@ -83,10 +83,18 @@ def _register() -> None:
     from piwf.cli.resources import resource_group
     from piwf.cli.runs import run_group
     from piwf.cli.server import server_group
+    from piwf.cli.sessions import session_group
     from piwf.cli.state import state_group
     from piwf.cli.view import view_command
 
-    for group in (server_group, run_group, state_group, effect_group, resource_group):
+    for group in (
+        server_group,
+        run_group,
+        state_group,
+        effect_group,
+        resource_group,
+        session_group,
+    ):
         cli.add_command(group)
     cli.add_command(requests_command)
     cli.add_command(answer_command)

@@ -58,6 +58,13 @@ def run_group() -> None:
     help="The headless agent command for this run's agent steps, split like a shell would "
     "(no shell runs); it wins over agent(command=...) and PIWF_AGENT_COMMAND.",
 )
+@click.option(
+    "--session",
+    "session_id",
+    metavar="SESSION_ID",
+    help="Bind the run interactive to this origin session: its steps go to the session's "
+    "coordinator (docs/SESSIONS.md); one unfinished run per session.",
+)
 @click.option("--wait", is_flag=True, help="Wait until the run is terminal.")
 @click.option(
     "--timeout",
@@ -75,6 +82,7 @@ def run_start(
     project: Path | None,
     title: str | None,
     agent_command_text: str | None,
+    session_id: str | None,
     wait: bool,
     timeout_s: float | None,
     as_json: bool,
@@ -90,6 +98,7 @@ def run_start(
     Example:
       piwf run start ./flows/hello.py --input '{"name": "Ada"}' --title greeting
       piwf run start ./flows/review.py --agent-command 'claude -p --mcp-config "$PIWF_MCP_CONFIG"'
+      piwf run start ./flows/chat.py --session chat-1
     """
     run_input = _read_input(input_text, input_file)
     if timeout_s is not None and not wait:
@@ -107,6 +116,7 @@ def run_start(
             project=project,
             title=title,
             agent_command=agent_command,
+            session=session_id,
         )
         if not wait:
             if as_json:

@@ -62,6 +62,7 @@ from piwf.client.interactions import InteractionMethods
 from piwf.client.logs import RunLogMethods
 from piwf.client.resources import ResourceMethods
 from piwf.client.runs import RunReadMethods, absolute_path, start_payload
+from piwf.client.sessions import SessionMethods
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
 from piwf.errors import (
     BackupFailedError,
@@ -152,7 +153,7 @@ _Receipt = TypeVar("_Receipt", bound=BaseModel)
 _T = TypeVar("_T")
 
 
-class Client(RunReadMethods, RunLogMethods, InteractionMethods, ResourceMethods):
+class Client(RunReadMethods, RunLogMethods, InteractionMethods, ResourceMethods, SessionMethods):
     """A connection to the piwf server of one state home.
 
     ``home`` defaults to :func:`piwf.config.state_home` (``PIWF_HOME``). With ``autostart``
@@ -358,6 +359,7 @@ class Client(RunReadMethods, RunLogMethods, InteractionMethods, ResourceMethods)
         title: str | None = None,
         idempotency_key: str | None = None,
         agent_command: Sequence[str] | None = None,
+        session: str | None = None,
     ) -> RunInfo:
         """Commit a new run as queued and return it (``run.start``).
 
@@ -371,9 +373,18 @@ class Client(RunReadMethods, RunLogMethods, InteractionMethods, ResourceMethods)
         raises :class:`~piwf.errors.CanonicalJsonError` when ``input`` breaks the canonical
         JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate) and
         :class:`~piwf.errors.AgentCommandError` for a command that is no list of strings.
+        ``session`` binds the run ``interactive`` to that origin session (docs/SESSIONS.md):
+        its steps go to the session's coordinator (:meth:`session`), and the run reserves the
+        session until it ends (another unfinished run there: :class:`~piwf.errors.ConflictError`
+        with code ``sessionBusy``).
         """
         wire = start_payload(
-            workflow, input=input, project=project, title=title, agent_command=agent_command
+            workflow,
+            input=input,
+            project=project,
+            title=title,
+            agent_command=agent_command,
+            session=session,
         )
         response = self.request("run.start", wire, idempotency_key=idempotency_key)
         return _receipt(RunReceipt, response).run

@@ -26,7 +26,7 @@ from piwf.canonical import JsonValue
 from piwf.client.connection import ServerConnection
 from piwf.client.content import read_content, resolve_references
 from piwf.config import agent_command_problem
-from piwf.errors import AgentCommandError, PiwfError
+from piwf.errors import AgentCommandError, PiwfError, SessionError
 from piwf.protocol import Operation, Response
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
@@ -45,6 +45,7 @@ from piwf.protocol.payloads import (
     RunWaitReceipt,
     WireModel,
 )
+from piwf.protocol.session_payloads import session_id_problem
 from piwf.protocol.view_payloads import (
     RunView,
     Step,
@@ -310,23 +311,28 @@ def start_payload(
     project: Path | None,
     title: str | None,
     agent_command: Sequence[str] | None,
+    session: str | None = None,
 ) -> dict[str, Any]:
     """The wire payload of ``run.start`` (see :meth:`piwf.client.Client.start_run`).
 
     Raises :class:`~piwf.errors.CanonicalJsonError` for an ``input`` that is not canonical
-    JSON and :class:`~piwf.errors.AgentCommandError` for an ``agent_command`` that is not a
-    list of non-empty strings.
+    JSON, :class:`~piwf.errors.AgentCommandError` for an ``agent_command`` that is not a
+    list of non-empty strings and :class:`~piwf.errors.SessionError` for a malformed
+    ``session`` id.
     """
     canonical.check_value(input, "input")
     command = None if agent_command is None else list(agent_command)
     problem = None if command is None else agent_command_problem(agent_command)
     if problem is not None:
         raise AgentCommandError(problem)
+    if session is not None and (session_problem := session_id_problem(session)) is not None:
+        raise SessionError(session_problem)
     payload = RunStartPayload(
         workflow=workflow_reference(workflow),
         project_path=str(absolute_path(project if project is not None else Path.cwd())),
         title=title,
         agent_command=command,
+        session=session,
     )
     wire = payload.to_wire()
     # The input is sent as given (canonical JSON checks it), not through pydantic's JSON

@@ -38,6 +38,13 @@ operation               kind     meaning
 ``view.run.watch``      read     push the run's view on this connection whenever it changes
 ``view.runs.watch``     read     push the run list on this connection whenever a run changes
 ``view.unwatch``        read     end one subscription of this connection
+``session.attach``      read     make this connection the coordinator of an origin session
+                                 (a new epoch; the previous one is fenced; nothing durable)
+``session.view``        read     a session's workflow messages; for the active epoch, the
+                                 next one to send
+``session.list``        read     the sessions runs were bound to
+``workflowMessage.``    durable  the conversation's evidence from the active coordinator:
+``reportBranch``                 messages found (now sent) and missing (presented again)
 ======================  =======  ==========================================================
 
 A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
@@ -75,6 +82,9 @@ Operation = Literal[
     "run.wait",
     "server.status",
     "server.stop",
+    "session.attach",
+    "session.list",
+    "session.view",
     "state.backup",
     "state.prune",
     "state.prunePreview",
@@ -86,6 +96,7 @@ Operation = Literal[
     "view.run.watch",
     "view.runs.watch",
     "view.unwatch",
+    "workflowMessage.reportBranch",
 ]
 
 #: Every operation name, sorted.
@@ -110,6 +121,7 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
         "server.stop",
         "state.backup",
         "state.prune",
+        "workflowMessage.reportBranch",
     }
 )
 
@@ -124,6 +136,9 @@ FINGERPRINT_EXCLUDED_PAYLOAD_KEYS: Mapping[Operation, frozenset[str]] = MappingP
         "checkpoint.answer": frozenset({"coordinatorEpoch"}),
         "decision.answer": frozenset({"coordinatorEpoch"}),
         "run.restart": frozenset({"coordinatorEpoch"}),
+        "interaction.submit": frozenset({"coordinatorEpoch"}),
+        "interaction.update": frozenset({"coordinatorEpoch"}),
+        "workflowMessage.reportBranch": frozenset({"coordinatorEpoch"}),
     }
 )
 

@@ -126,6 +126,10 @@ class RunStartPayload(WireModel):
     title: str | None = Field(default=None, max_length=512)
     #: The run's own headless agent command (argv); wins over the node's and the server's.
     agent_command: list[str] | None = None
+    #: Bind the run ``interactive`` to this origin session (docs/SESSIONS.md); None: headless.
+    session: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$"
+    )
 
     @field_validator("agent_command")
     @classmethod
@@ -408,6 +412,8 @@ class RunDetail(WireModel):
     #: The agent command running for its agent step now, if any.
     agent_process: AgentProcessInfo | None = None
     failure: NodeFailureInfo | None = None
+    #: The origin session of an interactive run (None: the run is headless).
+    session: str | None = None
 
 
 class AnswerPayload(WireModel):
@@ -433,6 +439,8 @@ class SubmitPayload(WireModel):
 
     request_id: str = Field(min_length=1, max_length=256)
     output: Any = None
+    #: The origin session's active coordinator epoch (required for an interactive run).
+    coordinator_epoch: str | None = Field(default=None, max_length=256)
 
 
 class SubmissionReceipt(WireModel):
@@ -456,6 +464,8 @@ class UpdatePayload(WireModel):
 
     request_id: str = Field(min_length=1, max_length=256)
     data: Any = None
+    #: The origin session's active coordinator epoch (required for an interactive run).
+    coordinator_epoch: str | None = Field(default=None, max_length=256)
 
 
 class UpdateReceipt(WireModel):

@@ -9,6 +9,7 @@ from pathlib import Path
 from piwf.protocol.client_v1 import Request
 from piwf.server.children.resolvers import ResolverJobs
 from piwf.server.commands import DurableCommands
+from piwf.server.coordinators import Coordinators
 from piwf.server.loop import EventLoop, Reply, Timer
 from piwf.state import StateDatabase
 from piwf.state.leases import Claim
@@ -46,6 +47,8 @@ class ServerContext:
     request_validation: Callable[[str, str], None] = lambda _submission_id, _run_id: None
     #: Tell ``run.wait`` waiters (and the server's other watchers) that a run changed.
     run_changed: Callable[[str], None] = lambda _run_id: None
+    #: The active coordinator (connection and epoch) of each origin session.
+    coordinators: Coordinators = field(default_factory=lambda: Coordinators(0))
     waiters: dict[str, list[Waiter]] = field(default_factory=dict)
     starts_in_flight: dict[tuple[str, str], list[tuple[Request, Reply]]] = field(
         default_factory=dict

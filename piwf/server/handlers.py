@@ -65,6 +65,7 @@ from piwf.server.runs.handlers import RunHandlers
 from piwf.server.runs.interactions import InteractionHandlers
 from piwf.server.runs.logs import RunLogReads
 from piwf.server.runs.views import RunViews
+from piwf.server.sessions import SessionHandlers, refuse_without_authority
 from piwf.state import Transaction, retention
 from piwf.state import effects as fx
 from piwf.state import execution as ex
@@ -85,6 +86,7 @@ class Handlers:
         self.resources = ResourceHandlers(context)
         self.interactions = InteractionHandlers(context)
         self.views = RunViews(context)
+        self.sessions = SessionHandlers(context)
         self.table: dict[str, Callable[[Request, Reply], None]] = {
             "server.status": self.server_status,
             "server.stop": self.server_stop,
@@ -116,6 +118,9 @@ class Handlers:
             "view.content": ContentReads(context).view_content,
             "view.run.get": self.views.view_run_get,
             "view.page": self.views.view_page,
+            "session.view": self.sessions.session_view,
+            "session.list": self.sessions.session_list,
+            "workflowMessage.reportBranch": self.sessions.report_branch,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:
@@ -203,6 +208,13 @@ class Handlers:
 
     def _answer(self, request: Request, reply: Reply, source: SubmissionSource) -> None:
         payload = payload_of(request, AnswerPayload)
+        if source is SubmissionSource.CLIENT:  # a person's answer needs no session authority
+            refusal = refuse_without_authority(
+                self.context, request, payload.request_id, payload.coordinator_epoch
+            )
+            if refusal is not None:
+                reply(refusal)
+                return
         response = self.context.commands.execute(
             request, answers.answer_change(request, payload, source)
         )

@@ -34,7 +34,9 @@ from piwf.protocol.client_v1 import Hello
 from piwf.server.children.resolvers import ResolverJobs
 from piwf.server.children.supervisor import Supervisor
 from piwf.server.commands import DurableCommands
+from piwf.server.connection_services import ConnectionServices
 from piwf.server.context import ServerContext
+from piwf.server.coordinators import COORDINATOR_OPERATIONS, Coordinators
 from piwf.server.handlers import Handlers
 from piwf.server.listener import bind_listener, check_socket_path
 from piwf.server.lock import InstanceLock
@@ -204,6 +206,7 @@ class Server:
             wake_scheduler=self._wake_scheduler,
             request_validation=self.validations.request,
             run_changed=self._run_changed,
+            coordinators=Coordinators(claim.epoch),
         )
         self.handlers = Handlers(context)
         self.retention = RetentionSweeper(
@@ -243,10 +246,16 @@ class Server:
             first_frame_deadline_s=settings.first_frame_deadline_s,
             output_stall_deadline_s=settings.output_stall_deadline_s,
         )
-        self.clients.subscriptions = Subscriptions(
-            self.handlers.context, self.loop, self.clients.send
+        services = ConnectionServices(
+            {
+                SUBSCRIPTION_OPERATIONS: Subscriptions(
+                    self.handlers.context, self.loop, self.clients.send
+                ),
+                COORDINATOR_OPERATIONS: context.coordinators,
+            }
         )
-        self.clients.subscription_operations = SUBSCRIPTION_OPERATIONS
+        self.clients.subscriptions = services
+        self.clients.subscription_operations = services.operations
         self.loop.every(settings.server_renew_s, self._renew_epoch)
         self.loop.on_wake.append(self._keep_epoch)
         if settings.idle_exit_s > 0:

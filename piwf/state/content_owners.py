@@ -11,7 +11,7 @@ another run's values, a made-up digest, or anything the server never advertises:
                       decisions, every output submitted
                       to its agent requests (as sent, as accepted) and each rejection, the
                       output and error of each node attempt and the data of each update it
-                      published (the run view's steps)
+                      published (the run view's steps), the content of its workflow messages
     resource  uid     spec, status
 
 Read-only: nothing here writes, and a read leaves no receipt or other trace.
@@ -32,6 +32,8 @@ SELECT EXISTS (
   WHERE run_id = :owner AND (final_output_hash = :digest OR error_hash = :digest)
   UNION ALL
   SELECT 1 FROM run_queue WHERE run_id = :owner AND error_hash = :digest
+  UNION ALL
+  SELECT 1 FROM workflow_messages WHERE run_id = :owner AND content_hash = :digest
   UNION ALL
   SELECT 1 FROM interactive_requests WHERE run_id = :owner AND content_hash = :digest
   UNION ALL

@@ -114,6 +114,32 @@ class ExecutionMode(StrEnum):
     HEADLESS = "headless"
 
 
+class MessageKind(StrEnum):
+    """What a workflow message presents in its origin session's conversation."""
+
+    STEP = "step"  # an agent step or checkpoint for the session's model to act on
+    DECISION = "decision"  # a protected human decision (never starts a model turn)
+    NOTIFICATION = "notification"  # a notify node's passive message
+    TERMINAL = "terminal"  # the run's final outcome
+    FOLLOW_UP = "followUp"  # a prompt queued to follow the run
+
+
+class MessageStatus(StrEnum):
+    """A workflow message's state: sent only on branch evidence (an entry id)."""
+
+    PENDING = "pending"
+    SENT = "sent"
+    CANCELLED = "cancelled"
+
+
+class StepReason(StrEnum):
+    """Why a step message presents its request (again)."""
+
+    INITIAL = "initial"
+    REMINDER = "reminder"
+    RESUMED = "resumed"
+
+
 class SourceType(StrEnum):
     """Where a run's workflow source came from."""
 

@@ -21,6 +21,7 @@ lineage         the root is not a root, or a run's parent is outside the tree
 queue           a queue row is queued, starting, running or parked
 attempt         a node attempt is pending, running or waiting
 request         an interactive request is pending or answered but not consumed
+message         a workflow message is still pending (its session has not shown it yet)
 submission      an agent submission is still ``validating`` (its child may report)
 decision        a human decision has no resolution
 lease           a lease of the tree (run, effect or decision) is held: owner set, unexpired
@@ -96,6 +97,7 @@ TREE_ROWS: Mapping[str, str] = MappingProxyType(
         "interactive_submissions": """request_id IN (SELECT request_id FROM interactive_requests
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
         "run_notifications": _RUNS,
+        "workflow_messages": _RUNS,
         "human_decisions": _RUNS,
         "human_decision_resolutions": """decision_id IN (SELECT decision_id FROM human_decisions
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
@@ -160,6 +162,9 @@ _PROTECTIONS: Mapping[str, str] = MappingProxyType(
         "request": """
             SELECT 1 FROM interactive_requests WHERE run_id IN (SELECT value FROM json_each(:runs))
               AND status IN ('pending', 'answered')""",
+        "message": """
+            SELECT 1 FROM workflow_messages WHERE run_id IN (SELECT value FROM json_each(:runs))
+              AND status = 'pending'""",
         "submission": """
             SELECT 1 FROM interactive_submissions s
               JOIN interactive_requests i ON i.request_id = s.request_id

@@ -80,6 +80,8 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf server start",
         "piwf server status",
         "piwf server stop",
+        "piwf session list",
+        "piwf session show",
         "piwf state backup",
         "piwf state prune",
         "piwf state restore",

@@ -31,6 +31,7 @@ EXPECTED_DURABLE = {
     "resource.apply",
     "resource.delete",
     "resource.reconcile",
+    "workflowMessage.reportBranch",
 }
 EXPECTED_READ = {
     "server.status",
@@ -50,6 +51,9 @@ EXPECTED_READ = {
     "view.runs.watch",
     "view.unwatch",
     "run.logs",
+    "session.attach",
+    "session.view",
+    "session.list",
 }
 
 

@@ -84,7 +84,13 @@ def test_a_command_that_finds_another_server_owns_the_epoch_stops_the_server(
         pytest.raises(UnavailableError) as refused,
     ):
         client.start_run(HELLO, input={"who": "late"})
-    assert refused.value.error_code == "claimLost", "retry later: a new server will take it"
+    # Whichever notices the loss first answers: the start's own command (claimLost), or the
+    # server stopping under it while the resolver still loads the workflow (resolverFailed,
+    # "the server is stopping"; more likely when the machine is busy). Both say: retry later.
+    assert (refused.value.error_code, str(refused.value)) in {
+        ("claimLost", str(refused.value)),
+        ("resolverFailed", "the server is stopping"),
+    }, refused.value
     assert server.process.wait(timeout=30) == 1, "stopped at once, not at the next renewal"
     with StateDatabase(server.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
         assert tx.scalar("SELECT count(*) FROM runs") == 0, "nothing was written"

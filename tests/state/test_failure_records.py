@@ -1,8 +1,9 @@
 """Failure records in the state file: stored with the attempt, read back, and the schema change.
 
 Adding ``node_attempts.failure_hash`` changed the DDL in place (the alpha policy of seed 000
-and docs/STATE.md: no migrations). A database the previous code created must therefore be
-refused before anything touches it, with the one reset instruction, never half-read.
+and docs/STATE.md: no migrations), and so has every schema change since (the latest: workflow
+messages). A database the previous code created must therefore be refused before anything
+touches it, with the one reset instruction, never half-read.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from piwf.state import database as state_database
 from piwf.state.enums import RunnerStatus
 from piwf.state.execution import attempts
 from piwf.state.schema import SCHEMA_DIGEST, STATEMENTS
-from piwf.state.schema.logs import LOG_STATEMENTS
+from piwf.state.schema.sessions import SESSION_STATEMENTS
 from piwf.workflow import compute, define_workflow
 from piwf.workflow.context import Outcome
 from piwf.workflow.engine import execute
@@ -35,27 +36,34 @@ from .test_execution_support import (
     launch_if_runnable,
 )
 
-#: The DDL digest of the schema before failure records (commit b7c2c43); the reconstruction
-#: below must give exactly it, so the test builds the file the previous code built.
-PREVIOUS_DIGEST = "81762fd475ca1e4645a3aff71211ed637ff51b05fb58e11092fdc155471fdebe"
+#: The DDL digest of the previous schema (commit badf021: before workflow messages); the
+#: reconstruction below must give exactly it, so the test builds the file the previous code
+#: built.
+PREVIOUS_DIGEST = "e4bb358d231b37cd210a4f54854659cb57e6a5afb0809726848032b4d4e622ea"
+
+_QUEUE_SESSION_INDEX = (
+    "CREATE UNIQUE INDEX run_queue_active_session_idx ON run_queue(origin_session_id)\n"
+    "  WHERE status IN ('queued', 'starting', 'running') AND origin_session_id IS NOT NULL"
+)
 
 
 def previous_statements() -> tuple[str, ...]:
-    """The current DDL without what failure records added to ``node_attempts`` (and without
-    the tables added after them: attempt logs)."""
-    added = (
-        "  failure_hash BLOB REFERENCES blobs(blob_hash),\n",
-        ",\n  CHECK (failure_hash IS NULL OR status IN ('failed', 'timed_out', 'cancelled'))",
-    )
+    """The current DDL as it was before workflow messages: no session tables, and the queue
+    row's old ``origin_session_id`` column and its index back in place."""
     statements = []
-    later = {statement.strip() for statement in LOG_STATEMENTS}
+    later = {statement.strip() for statement in SESSION_STATEMENTS}
     for statement in STATEMENTS:
         if statement in later:
             continue
-        for text in added:
-            statement = statement.replace(text, "")
+        if statement.startswith("CREATE TABLE run_queue ("):
+            statement = statement.replace(
+                "  available_at INTEGER NOT NULL,\n",
+                "  available_at INTEGER NOT NULL,\n  origin_session_id TEXT,\n",
+            )
         statements.append(statement)
-    assert statements != list(STATEMENTS), "the reconstruction removed nothing"
+        if statement.startswith("CREATE INDEX run_queue_claim_idx"):
+            statements.append(_QUEUE_SESSION_INDEX)
+    assert statements != list(STATEMENTS), "the reconstruction changed nothing"
     return tuple(statements)
 
 
@@ -80,8 +88,9 @@ def test_a_database_of_the_previous_schema_is_refused_untouched(
     finally:
         state_database.expected_shape.cache_clear()
     with closing(sqlite3.connect(path)) as raw:
-        columns = {row[1] for row in raw.execute("PRAGMA table_info(node_attempts)")}
-    assert "error_hash" in columns and "failure_hash" not in columns
+        columns = {row[1] for row in raw.execute("PRAGMA table_info(run_queue)")}
+        tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+    assert "origin_session_id" in columns and "workflow_messages" not in tables
 
     before = path.read_bytes()
     with pytest.raises(IncompatibleStateError) as refused:

@@ -15,7 +15,7 @@ import pytest
 from piwf.clock import FakeClock
 from piwf.errors import InvalidTransitionError
 from piwf.lifecycle import Adopted, Applied
-from piwf.state import StateDatabase, compaction
+from piwf.state import StateDatabase, blobs, compaction
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state import retention as rt
@@ -289,6 +289,21 @@ def _unknown_owner_gone(db: StateDatabase, _clock: FakeClock) -> None:
     sql(db, "DELETE FROM later_feature")
 
 
+def _message_pending(db: StateDatabase, clock: FakeClock) -> None:
+    with db.write() as tx:
+        content = blobs.put_json(tx, {"kind": "terminal"})
+        tx.execute(
+            "INSERT INTO workflow_messages (message_id, run_id, session_id, kind, source_id,"
+            " content_hash, order_number, status, created_at, updated_at)"
+            " VALUES ('message-a', 'run-a', 's', 'terminal', 'run-a', ?, 1, 'pending', ?, ?)",
+            (content, clock.now_ms(), clock.now_ms()),
+        )
+
+
+def _message_sent(db: StateDatabase, _clock: FakeClock) -> None:
+    sql(db, "UPDATE workflow_messages SET status = 'sent', entry_id = 'e-1'")
+
+
 PROTECTIONS: list[tuple[str, Plant, Plant]] = [
     ("queue", _queue_parked, _queue_done),
     ("attempt", _attempt_waiting, _attempt_completed),
@@ -297,6 +312,7 @@ PROTECTIONS: list[tuple[str, Plant, Plant]] = [
     ("lease", _lease_held, _lease_expired),
     ("effect", _effect_pending, _effect_cancelled),
     ("runner", _runner_running, _runner_exited),
+    ("message", _message_pending, _message_sent),
     ("crossTree:runs", _restarted_from_another_tree, _own_root_again),
     ("reference:later_feature", _unknown_owner, _unknown_owner_gone),
 ]

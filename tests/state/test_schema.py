@@ -33,6 +33,9 @@ MIRRORS: list[tuple[str, str, Iterable[Enum]]] = [
     ("node_attempts", "status", e.AttemptStatus),
     ("run_bindings", "execution_mode", e.ExecutionMode),
     ("run_sources", "source_type", e.SourceType),
+    ("workflow_messages", "kind", e.MessageKind),
+    ("workflow_messages", "status", e.MessageStatus),
+    ("workflow_messages", "reason", e.StepReason),
 ]
 
 
@@ -143,19 +146,26 @@ def test_restart_lineage_rules(db: StateDatabase) -> None:
             add_run(tx, f"run-bad-{index}", **fields)  # type: ignore[arg-type]
 
 
-def test_an_interactive_session_reserves_one_active_run(db: StateDatabase) -> None:
+def test_one_pending_step_message_per_request_and_sent_means_an_entry(
+    db: StateDatabase,
+) -> None:
+    def message(tx: Transaction, number: int, status: str, entry: str | None) -> None:
+        content = blobs.put_json(tx, {})
+        tx.execute(
+            "INSERT INTO workflow_messages (message_id, run_id, session_id, kind, reason,"
+            " source_id, content_hash, order_number, status, entry_id, created_at, updated_at)"
+            " VALUES (?, 'run-1', 's', 'step', 'initial', 'request-1', ?, ?, ?, ?, 1, 1)",
+            (f"message-{number}", content, number, status, entry),
+        )
+
     with db.write() as tx:
         add_run(tx, "run-1")
-        add_run(tx, "run-2")
-        tx.execute(
-            "INSERT INTO run_queue (run_id, status, available_at, origin_session_id,"
-            " created_at, updated_at) VALUES ('run-1', 'queued', 1, 's', 1, 1)"
-        )
+        message(tx, 1, "pending", None)
+        message(tx, 2, "sent", "entry-2")
     with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"), db.write() as tx:
-        tx.execute(
-            "INSERT INTO run_queue (run_id, status, available_at, origin_session_id,"
-            " created_at, updated_at) VALUES ('run-2', 'running', 1, 's', 1, 1)"
-        )
+        message(tx, 3, "pending", None)
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"), db.write() as tx:
+        message(tx, 4, "sent", None)
 
 
 def test_foreign_keys_are_enforced(db: StateDatabase) -> None:

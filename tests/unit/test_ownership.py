@@ -55,6 +55,7 @@ OWNERS = {
     "agent_processes": "execution/agents.py",
     "agent_turns": "execution/agents.py",
     "attempt_logs": "execution/attempt_logs.py",
+    "workflow_messages": "execution/messages.py",
 }
 
 #: The one deliberate exception: retention deletes a whole expired run tree by deleting its

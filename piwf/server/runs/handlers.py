@@ -12,7 +12,13 @@ import re
 from collections.abc import Callable
 
 from piwf.canonical import JsonValue
-from piwf.errors import PiwfError, RunCommandError, StateUnavailableError, WorkflowLoadError
+from piwf.errors import (
+    PiwfError,
+    RunCommandError,
+    SessionBusyError,
+    StateUnavailableError,
+    WorkflowLoadError,
+)
 from piwf.lifecycle import RunStatus
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
@@ -53,7 +59,7 @@ from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, SourceType
-from piwf.state.execution import agents, attempts
+from piwf.state.execution import agents, attempts, messages
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
@@ -173,6 +179,16 @@ class RunHandlers:
         run_id = chosen_run_id or run_store.new_run_id()
         if run_store.load_run(tx, run_id) is not None:
             return CommandResult.failed("conflict", RunCommandError(f"run {run_id} already exists"))
+        holder = (
+            None if new_run.session_id is None else messages.session_holder(tx, new_run.session_id)
+        )
+        if holder is not None:
+            busy = SessionBusyError(
+                f"session {new_run.session_id} is reserved by run {holder} until it ends"
+                f" (one unfinished run per session): wait for it, or cancel it with"
+                f" piwf run cancel {holder}"
+            )
+            return CommandResult.failed("conflict", busy)
         view = run_store.create_run(tx, run_id, new_run, Actor(ActorType.CLIENT))
         receipt = RunReceipt(run=run_info(view)).to_wire()
         return CommandResult.accepted(receipt, run_id=run_id, revision=view.revision)
@@ -369,6 +385,7 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
         decisions=answers.decision_infos(tx, run_id, offer),
         agent_requests=interactions.agent_request_infos(tx, run_id, offer),
         parked_reason=run_queue.read_queue_reason(tx, run_id) if view.needs_action else None,
+        session=messages.session_of(tx, run_id),
         agent_process=_agent_process(tx, run_id),
         failure=run_failure(tx, view),
     )
@@ -479,6 +496,7 @@ def new_run_from(payload: RunStartPayload, result: dict[str, JsonValue]) -> run_
         sources=sources,
         title=title if isinstance(title, str) else None,
         project_path=payload.project_path,
+        session_id=payload.session,
         launch_options=(
             None
             if payload.agent_command is None

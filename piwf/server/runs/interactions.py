@@ -48,6 +48,7 @@ from piwf.server.failures import failure_response
 from piwf.server.loop import Reply
 from piwf.server.replies import error_response, payload_of
 from piwf.server.runs.answers import UnknownRequestError
+from piwf.server.sessions import refuse_without_authority
 from piwf.state import Transaction
 from piwf.state.enums import AgentSubmissionOutcome
 from piwf.state.execution import requests
@@ -70,6 +71,12 @@ class InteractionHandlers:
     def interaction_submit(self, request: Request, reply: Reply) -> None:
         """Submit one agent output; the answer waits until its outcome is durable."""
         payload = payload_of(request, SubmitPayload)
+        unauthorized = refuse_without_authority(
+            self.context, request, payload.request_id, payload.coordinator_epoch
+        )
+        if unauthorized is not None:
+            reply(unauthorized)
+            return
         key = request.idempotency_key
         assert key is not None, "durable requests carry a key (protocol rule)"
         answer: Response | None = None
@@ -115,6 +122,12 @@ class InteractionHandlers:
     def interaction_update(self, request: Request, reply: Reply) -> None:
         """Record a progress update of an agent request (durable, non-completing)."""
         payload = payload_of(request, UpdatePayload)
+        unauthorized = refuse_without_authority(
+            self.context, request, payload.request_id, payload.coordinator_epoch
+        )
+        if unauthorized is not None:
+            reply(unauthorized)
+            return
 
         def change(tx: Transaction) -> CommandResult:
             found = sub.update_request(tx, payload.request_id, payload.data, run_id=request.run_id)

@@ -30,11 +30,12 @@ from piwf.lifecycle import (
     CommandKind,
     Conflict,
     EffectStatus,
+    InteractionKind,
     Lineage,
     RecoveryRequired,
     RunStatus,
 )
-from piwf.state import decisions
+from piwf.state import blobs, decisions
 from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
@@ -44,7 +45,7 @@ from piwf.state.enums import (
     QueueStatus,
     ResourceType,
 )
-from piwf.state.execution import attempts, queue, runs
+from piwf.state.execution import attempts, messages, queue, requests, runs
 from piwf.state.execution.core import (
     RunLaunch,
     close_run_dependents,
@@ -156,6 +157,7 @@ def cancel_run(
         tx, run, attempt_status=AttemptStatus.CANCELLED, actor=actor, claim=authority
     )
     runs.finish(tx, run_id, RunStatus.CANCELLED)
+    messages.run_ended(tx, run_id, RunStatus.CANCELLED.value, error="cancelled")
     queue.set_queue(tx, run_id, QueueStatus.CANCELLED)
     release_claim(tx, authority)
     return Applied(runs.require_run(tx, run_id))
@@ -196,6 +198,7 @@ def pause_run(
         return authority
     record_run_change(tx, run, "run.paused", actor, authority)
     runs.set_paused(tx, run_id, True)
+    messages.run_paused(tx, run_id)
     queue.park_keeping_error(tx, run_id)
     release_claim(tx, authority)
     return Applied(runs.require_run(tx, run_id))
@@ -230,11 +233,22 @@ def resume_run(
         return Conflict(f"run {run_id} is held by a live claim (generation {lease.generation})")
     record_run_change(tx, run, "run.resumed", actor, None, {"errorCode": run.error_code})
     runs.set_paused(tx, run_id, False)
+    if run.paused:
+        _present_open_request_again(tx, run_id)
     queue.end_crash_streak(tx, run_id)
     queued = run.status is RunStatus.QUEUED
     status = QueueStatus.QUEUED if queued else QueueStatus.PARKED
     queue.set_queue(tx, run_id, status, available_now=run.status is not RunStatus.WAITING)
     return Applied(runs.require_run(tx, run_id))
+
+
+def _present_open_request_again(tx: Transaction, run_id: str) -> None:
+    """A resumed interactive run presents its still-pending step once more (``resumed``); a
+    protected decision was never withdrawn by the pause, so it gets no new message."""
+    for request in requests.pending_requests(tx, run_id):
+        if request.kind is not InteractionKind.HUMAN_DECISION:
+            content = blobs.read_json(tx, request.content_hash)
+            messages.present_again(tx, run_id, request.request_id, request.kind, content)
 
 
 def restart_run(
@@ -260,6 +274,10 @@ def restart_run(
         return Conflict(f"run {run_id} has unsettled effects")
     if runs.load_run(tx, new_run_id) is not None:
         return Conflict(f"run {new_run_id} already exists")
+    session = messages.session_of(tx, run_id)
+    holder = None if session is None else messages.session_holder(tx, session)
+    if holder is not None:
+        return Conflict(f"session {session} is reserved by run {holder} until it ends")
     fingerprint = canonical.digest([parent.run_id, parent.revision])
     resource_id = ensure_resource(tx, ResourceType.RUN, new_run_id)
     payload = {

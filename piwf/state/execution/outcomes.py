@@ -27,7 +27,7 @@ from piwf.state.enums import (
     InteractionStatus,
     QueueStatus,
 )
-from piwf.state.execution import attempts, queue, requests, runs
+from piwf.state.execution import attempts, messages, queue, requests, runs
 from piwf.state.execution.core import (
     RUNNER_ACTOR,
     close_run_dependents,
@@ -109,6 +109,7 @@ def apply_request_interaction(
         timeout_ms=message.timeout_ms,
     )
     attempts.set_waiting(tx, active.attempt_id)
+    messages.request_opened(tx, run.run_id, message.request_id, kind, message.content)
     decision_kind = _DECISION_KINDS.get(kind)
     if decision_kind is not None:
         decisions.open_decision_in(
@@ -204,6 +205,8 @@ def apply_finish(
     revision = record_run_change(tx, run, f"run.{status.value}", RUNNER_ACTOR, claim, payload)
     close_run_dependents(tx, run, attempt_status=attempt_status, actor=RUNNER_ACTOR, claim=claim)
     runs.finish(tx, run.run_id, status, output_hash=output_hash, error_hash=error_hash)
+    error = None if status is RunStatus.COMPLETED else (message.error or status.value)
+    messages.run_ended(tx, run.run_id, status.value, output=message.output, error=error)
     failure = FailureClass.NODE_FAILED if status is RunStatus.FAILED else None
     queue.set_queue(tx, run.run_id, queue_status, error_code=failure)
     release_claim(tx, claim)

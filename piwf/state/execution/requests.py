@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from piwf.lifecycle import AnsweredBy, InteractionKind
 from piwf.state.database import Transaction
 from piwf.state.enums import InteractionStatus
+from piwf.state.execution import messages
 
 _SELECT = """
 SELECT i.request_id, i.run_id, i.attempt_id, i.kind, i.content_hash, i.on_timeout_hash,
@@ -148,8 +149,10 @@ def insert_request(
 def answer(
     tx: Transaction, request_id: str, *, answer_hash: bytes, answered_by: AnsweredBy
 ) -> None:
-    """A ``pending`` request becomes ``answered`` (an earlier rejection is cleared)."""
+    """A ``pending`` request becomes ``answered`` (an earlier rejection is cleared); the
+    messages presenting it are withdrawn."""
     tx.execute(_ANSWER, (answer_hash, answered_by.value, tx.now, request_id))
+    messages.source_closed(tx, request_id)
 
 
 def record_rejection(tx: Transaction, request_id: str, rejection_hash: bytes) -> None:
@@ -163,8 +166,9 @@ def settle(tx: Transaction, request_id: str) -> None:
 
 
 def cancel(tx: Transaction, request_id: str) -> None:
-    """An open request becomes ``cancelled``."""
+    """An open request becomes ``cancelled``; the messages presenting it are withdrawn."""
     tx.execute(_CANCEL, (tx.now, request_id))
+    messages.source_closed(tx, request_id)
 
 
 def cancel_open_of_run(tx: Transaction, run_id: str) -> None:

@@ -86,7 +86,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)
 
 _INSERT_BINDING = """
 INSERT INTO run_bindings (run_id, origin_session_id, execution_mode, created_at)
-VALUES (?, NULL, ?, ?)
+VALUES (?, ?, ?, ?)
 """
 
 _INSERT_SOURCE = """
@@ -171,6 +171,8 @@ class NewRun:
     title: str | None = None
     project_path: str | None = None
     launch_options: JsonValue = None
+    #: The origin session an interactive run is bound to (None: headless).
+    session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -449,7 +451,8 @@ def create_run(tx: Transaction, run_id: str, new: NewRun, actor: Actor) -> RunRo
         ),
     )
     queue.insert_queued(tx, run_id)
-    tx.execute(_INSERT_BINDING, (run_id, ExecutionMode.HEADLESS.value, tx.now))
+    mode = ExecutionMode.HEADLESS if new.session_id is None else ExecutionMode.INTERACTIVE
+    tx.execute(_INSERT_BINDING, (run_id, new.session_id, mode.value, tx.now))
     for source in new.sources:
         tx.execute(
             _INSERT_SOURCE,

@@ -29,7 +29,7 @@ from piwf.lifecycle import Adopted, Applied, CommandKind, Conflict, Lineage, Run
 from piwf.state import blobs, decisions
 from piwf.state.database import Transaction
 from piwf.state.enums import AttemptStatus, FailureClass, InteractionStatus, QueueStatus
-from piwf.state.execution import attempts, queue, requests, runners, runs, updates
+from piwf.state.execution import attempts, messages, queue, requests, runners, runs, updates
 from piwf.state.execution.attempts import AttemptRow
 from piwf.state.execution.core import (
     RUNNER_ACTOR,
@@ -346,6 +346,7 @@ def apply_notify(
         message_hash=message_hash,
         run_revision=revision,
     )
+    messages.notified(tx, run.run_id, message.notification_id, message.kind.value, message.message)
     return Applied(Committed(revision))
 
 

@@ -22,6 +22,7 @@ part of the digest, so it never changes without a reason)::
     interactions                 agent submissions and their validation
     agents                       attempt active intervals, agent processes, agent turns
     logs                         attempt logs (each attempt's captured output file)
+    sessions                     workflow messages (what an origin session's conversation shows)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from piwf.state.schema.interactions import INTERACTION_STATEMENTS
 from piwf.state.schema.logs import LOG_STATEMENTS
 from piwf.state.schema.resources import RESOURCE_STATEMENTS
 from piwf.state.schema.retention import RETENTION_STATEMENTS
+from piwf.state.schema.sessions import SESSION_STATEMENTS
 
 SCHEMA_NAME = "piwf-state"
 SCHEMA_VERSION = 1
@@ -55,6 +57,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         *INTERACTION_STATEMENTS,
         *AGENT_STATEMENTS,
         *LOG_STATEMENTS,
+        *SESSION_STATEMENTS,
     )
 )
 

@@ -110,7 +110,6 @@ CREATE TABLE run_queue (
   status TEXT NOT NULL CHECK (status IN (
     'queued', 'starting', 'running', 'parked', 'done', 'failed', 'cancelled')),
   available_at INTEGER NOT NULL,
-  origin_session_id TEXT,
   consecutive_errors INTEGER NOT NULL DEFAULT 0 CHECK (consecutive_errors >= 0),
   error_code TEXT CHECK (error_code IN (
     'claimLost', 'runnerCrashed', 'runnerNoProgress', 'runnerTimedOut', 'serverUnavailable',
@@ -126,12 +125,6 @@ CREATE TABLE run_queue (
 
 _RUN_QUEUE_CLAIM_INDEX = """
 CREATE INDEX run_queue_claim_idx ON run_queue(status, available_at, created_at)
-"""
-
-# An interactive run reserves its origin session while it is queued or executing.
-_RUN_QUEUE_ACTIVE_SESSION_INDEX = """
-CREATE UNIQUE INDEX run_queue_active_session_idx ON run_queue(origin_session_id)
-  WHERE status IN ('queued', 'starting', 'running') AND origin_session_id IS NOT NULL
 """
 
 _NODE_ATTEMPTS = """
@@ -227,7 +220,6 @@ RUN_STATEMENTS: tuple[str, ...] = (
     _RUN_BINDINGS_SESSION_INDEX,
     _RUN_QUEUE,
     _RUN_QUEUE_CLAIM_INDEX,
-    _RUN_QUEUE_ACTIVE_SESSION_INDEX,
     _NODE_ATTEMPTS,
     _NODE_ATTEMPTS_ACTIVE_INDEX,
     _NODE_ATTEMPTS_RUN_INDEX,

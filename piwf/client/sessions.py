@@ -1,0 +1,246 @@
+"""The origin-session side of the client: :meth:`Client.session` and :class:`SessionCoordinator`.
+
+A program that hosts a conversation (a chat host, an agent loop, a notebook) coordinates an
+origin session: it starts runs with ``session=``, and the server fills the session with
+workflow messages (steps, decisions, notifications, terminal results) that the coordinator
+shows in order and proves shown with a branch report (docs/SESSIONS.md)::
+
+    with Client() as client:
+        session = client.session("chat-1", inspect_branch=my_branch)
+        run = client.start_run("review.py", session="chat-1")
+        while (message := session.next_message(timeout_s=60)) is not None:
+            entry_id = my_chat.show(message.content)       # put it in the conversation
+            session.delivered(message.message_id, entry_id) # the evidence: now it is sent
+            if message.kind == "step":
+                session.submit(message.content["requestId"], my_model.answer(message.content))
+            if message.kind == "terminal":
+                break
+
+One coordinator per session: attaching fences the previous one, whose reports, submissions and
+answers are refused from then on (code ``sessionAuthority``). An epoch belongs to one
+connection, so after a reconnect the coordinator attaches again and, before anything else,
+reports what the conversation holds (``inspect_branch``), as the seed requires.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from piwf import canonical
+from piwf.canonical import JsonValue
+from piwf.client.connection import ServerConnection
+from piwf.client.content import resolve_references
+from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
+from piwf.protocol.payloads import AnswerReceipt, SubmissionReceipt, UpdateReceipt
+from piwf.protocol.session_payloads import (
+    ReportBranchReceipt,
+    SessionAttachPayload,
+    SessionAttachReceipt,
+    SessionInfo,
+    SessionList,
+    SessionListPayload,
+    SessionView,
+    SessionViewPayload,
+    WorkflowMessageInfo,
+)
+
+if TYPE_CHECKING:
+    from piwf.client.client import Client
+
+#: What a conversation holds, as a host finds it: message id -> entry id for the workflow
+#: messages found, the ids searched for and not found, and whether the session is idle with no
+#: pending input (absence counts only then).
+BranchEvidence = tuple[Mapping[str, str], Sequence[str], bool]
+
+#: How often :meth:`SessionCoordinator.next_message` asks again while nothing is eligible.
+DEFAULT_POLL_S = 0.25
+
+
+class SessionMethods:
+    """The session methods of :class:`piwf.client.Client`."""
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        inspect_branch: Callable[[list[WorkflowMessageInfo]], BranchEvidence] | None = None,
+        poll_s: float = DEFAULT_POLL_S,
+    ) -> SessionCoordinator:
+        """Return the coordinator of origin session ``session_id`` (it attaches on first use).
+
+        ``inspect_branch`` is called with the session's messages after every attach and
+        returns what the conversation holds (:data:`BranchEvidence`); the coordinator reports
+        it before it hands out any message, so a message shown before a crash is adopted
+        instead of shown twice. Without it, nothing is reported (a host that keeps no history).
+        """
+        client: Client = self  # type: ignore[assignment]  # a mixin of Client
+        return SessionCoordinator(client, session_id, inspect_branch=inspect_branch, poll_s=poll_s)
+
+    def list_sessions(self, limit: int = 50) -> list[SessionInfo]:
+        """The sessions runs were bound to, most recently used first (``session.list``)."""
+        client: Client = self  # type: ignore[assignment]  # a mixin of Client
+        payload = SessionListPayload(limit=limit)
+        return client._call("session.list", payload, SessionList).sessions
+
+
+class SessionCoordinator:
+    """The one coordinator of an origin session, on one client (not thread-safe)."""
+
+    def __init__(
+        self,
+        client: Client,
+        session_id: str,
+        *,
+        inspect_branch: Callable[[list[WorkflowMessageInfo]], BranchEvidence] | None,
+        poll_s: float,
+    ) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.inspect_branch = inspect_branch
+        self.poll_s = poll_s
+        #: The epoch this coordinator holds (None before the first attach).
+        self.epoch: str | None = None
+        self._connection: ServerConnection | None = None
+
+    # -- attaching -----------------------------------------------------------------------------
+
+    def attach(self) -> SessionAttachReceipt:
+        """Become the session's coordinator on the current connection (a new epoch), then
+        report the branch when ``inspect_branch`` was given."""
+        payload = SessionAttachPayload(session_id=self.session_id)
+        receipt = self.client._call("session.attach", payload, SessionAttachReceipt)
+        self.epoch = receipt.coordinator_epoch
+        self._connection = self.client._connection
+        if self.inspect_branch is not None:
+            found, missing, idle = self.inspect_branch(self.view().messages)
+            self.report_branch(found, missing, idle=idle)
+        return receipt
+
+    def _ensure_attached(self) -> str:
+        connection = self.client._connection
+        if (
+            self.epoch is None
+            or connection is None
+            or connection is not self._connection
+            or connection.broken
+        ):
+            self.client._current_connection(autostart=self.client.autostart)
+            self.attach()
+        assert self.epoch is not None
+        return self.epoch
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def view(self) -> SessionView:
+        """The session's messages (content read in full) and, for this epoch, the next one."""
+        payload = SessionViewPayload(session_id=self.session_id, coordinator_epoch=self.epoch)
+        view = self.client._call("session.view", payload, SessionView)
+        return resolve_references(view, self.client.read_content)
+
+    def next_message(self, timeout_s: float | None = None) -> WorkflowMessageInfo | None:
+        """The message to show next, once one is eligible (None when ``timeout_s`` passes).
+
+        The same message comes back until :meth:`delivered` reports it shown (or its source
+        withdraws it): a host that dies between showing and reporting shows nothing twice, as
+        long as ``inspect_branch`` finds it next time.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            self._ensure_attached()
+            view = self.view()
+            if view.next_message_id is not None:
+                for message in view.messages:
+                    if message.message_id == view.next_message_id:
+                        return message
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            threading.Event().wait(self.poll_s if left is None else min(self.poll_s, left))
+
+    # -- reporting and acting --------------------------------------------------------------
+
+    def report_branch(
+        self,
+        found: Mapping[str, str] | None = None,
+        missing: Sequence[str] = (),
+        *,
+        idle: bool = True,
+        idempotency_key: str | None = None,
+    ) -> ReportBranchReceipt:
+        """Report what the conversation holds (``workflowMessage.reportBranch``): ``found``
+        maps message ids to the entries that hold them (those become ``sent``), ``missing``
+        lists ids looked for and not found (a sent step or decision whose request is still
+        open is presented again, once), ``idle``: no model turn runs and no input waits."""
+        epoch = self._ensure_attached() if self.epoch is None else self.epoch
+        payload: dict[str, Any] = {
+            "sessionId": self.session_id,
+            "coordinatorEpoch": epoch,
+            "found": [
+                {"messageId": message_id, "entryId": entry_id}
+                for message_id, entry_id in (found or {}).items()
+            ],
+            "missing": list(missing),
+            "idle": idle,
+        }
+        response = self.client.request(
+            "workflowMessage.reportBranch", payload, idempotency_key=idempotency_key
+        )
+        return ReportBranchReceipt.model_validate(response.receipt or {})
+
+    def delivered(self, message_id: str, entry_id: str) -> ReportBranchReceipt:
+        """Report one message shown: it is in the conversation as ``entry_id``."""
+        return self.report_branch({message_id: entry_id})
+
+    def submit(
+        self, request_id: str, output: JsonValue, *, idempotency_key: str | None = None
+    ) -> SubmissionReceipt:
+        """Submit an agent step's output as this session (:meth:`Client.submit`, with the
+        epoch): the receipt comes once its validation is durable."""
+        canonical.check_value(output, "output")
+        payload = {
+            "requestId": request_id,
+            "output": output,
+            "coordinatorEpoch": self._ensure_attached(),
+        }
+        response = self.client.request(
+            "interaction.submit",
+            payload,
+            idempotency_key=idempotency_key,
+            timeout_s=self.client.request_timeout_s + SUBMIT_EXTRA_WAIT_S,
+        )
+        receipt = SubmissionReceipt.model_validate(response.receipt or {})
+        return resolve_references(receipt, self.client.read_content)
+
+    def update(
+        self, request_id: str, data: JsonValue, *, idempotency_key: str | None = None
+    ) -> UpdateReceipt:
+        """Record a progress update of an agent step as this session."""
+        canonical.check_value(data, "data")
+        payload = {
+            "requestId": request_id,
+            "data": data,
+            "coordinatorEpoch": self._ensure_attached(),
+        }
+        response = self.client.request(
+            "interaction.update", payload, idempotency_key=idempotency_key
+        )
+        return UpdateReceipt.model_validate(response.receipt or {})
+
+    def answer(
+        self, request_id: str, response: JsonValue, *, idempotency_key: str | None = None
+    ) -> AnswerReceipt:
+        """Answer a checkpoint as this session (``checkpoint.answer`` with the epoch). A
+        protected decision is a person's: ``piwf answer`` or :meth:`Client.answer`."""
+        canonical.check_value(response, "response")
+        payload = {
+            "requestId": request_id,
+            "response": response,
+            "coordinatorEpoch": self._ensure_attached(),
+        }
+        answered = self.client.request(
+            "checkpoint.answer", payload, idempotency_key=idempotency_key
+        )
+        return AnswerReceipt.model_validate(answered.receipt or {})

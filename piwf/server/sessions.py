@@ -1,0 +1,154 @@
+"""The origin-session operations: ``session.view``, ``session.list`` and
+``workflowMessage.reportBranch`` (``session.attach`` is :mod:`piwf.server.coordinators`), and
+the authority check that submissions, updates and answers of an interactive run pass first.
+
+A view is one read: the session's message window (every message of an unfinished run and
+every pending one, in session order, bounded at MAX_WINDOW_MESSAGES, with the complete count),
+its content inline up to 16 KiB or by content reference, and the next message to send, named
+only to the active epoch. Reading creates no receipt. A branch report is durable: its receipt
+commits with the messages it marks sent and the presentations it makes again.
+"""
+
+from __future__ import annotations
+
+from piwf.errors import SessionAuthorityError
+from piwf.protocol.client_v1 import Request, Response
+from piwf.protocol.session_payloads import (
+    MAX_WINDOW_MESSAGES,
+    ReportBranchPayload,
+    ReportBranchReceipt,
+    SessionInfo,
+    SessionList,
+    SessionListPayload,
+    SessionView,
+    SessionViewPayload,
+    WorkflowMessageInfo,
+)
+from piwf.server.commands import CommandResult
+from piwf.server.content_offer import ContentOffer
+from piwf.server.context import ServerContext
+from piwf.server.loop import Reply
+from piwf.server.replies import InvalidPayloadError, error_response, ok, payload_of
+from piwf.state import Transaction
+from piwf.state.execution import messages, requests
+from piwf.state.execution.messages import MessageRow
+
+
+class SessionHandlers:
+    """Answers the session operations from the store and the coordinators."""
+
+    def __init__(self, context: ServerContext) -> None:
+        self.context = context
+
+    def session_view(self, request: Request, reply: Reply) -> None:
+        payload = payload_of(request, SessionViewPayload)
+        session_id = payload.session_id
+        coordinators = self.context.coordinators
+        active = coordinators.is_active(session_id, payload.coordinator_epoch)
+        with self.context.db.read() as tx:
+            rows, total = messages.window(tx, session_id, MAX_WINDOW_MESSAGES)
+            offer = ContentOffer(tx)
+            listed = [_message_info(offer, row) for row in rows]
+            following = messages.next_eligible(tx, session_id) if active else None
+            holder = messages.session_holder(tx, session_id)
+        view = SessionView(
+            session_id=session_id,
+            active_run_id=holder,
+            coordinated=coordinators.coordinated(session_id),
+            active_epoch=active,
+            messages=listed,
+            total=total,
+            next_message_id=None if following is None else following.message_id,
+        )
+        reply(ok(request, view))
+
+    def session_list(self, request: Request, reply: Reply) -> None:
+        payload = payload_of(request, SessionListPayload)
+        with self.context.db.read() as tx:
+            rows = messages.list_sessions(tx, payload.limit)
+        coordinated = self.context.coordinators.coordinated
+        sessions = [
+            SessionInfo(
+                session_id=row.session_id,
+                runs=row.runs,
+                active_run_id=row.active_run_id,
+                pending_messages=row.pending_messages,
+                coordinated=coordinated(row.session_id),
+                last_run_at=row.last_run_at,
+            )
+            for row in rows
+        ]
+        reply(ok(request, SessionList(sessions=sessions)))
+
+    def report_branch(self, request: Request, reply: Reply) -> None:
+        payload = payload_of(request, ReportBranchPayload)
+        session_id = payload.session_id
+        if not self.context.coordinators.is_active(session_id, payload.coordinator_epoch):
+            # Answered before the command runs, so nothing is stored: the same report from
+            # the epoch that replaces this one (a retry after reconnecting) is still applied.
+            error = _not_the_coordinator(session_id)
+            reply(error_response(request, "rejected", error.code, str(error)))
+            return
+        found = [(entry.message_id, entry.entry_id) for entry in payload.found]
+
+        def change(tx: Transaction) -> CommandResult:
+            try:
+                outcome = messages.apply_branch_report(
+                    tx, session_id, found, payload.missing, idle=payload.idle
+                )
+            except messages.NotInSessionError as error:
+                stranger = InvalidPayloadError(
+                    f"message {error.args[0]} is not a message of session {session_id}; a"
+                    " report names only messages of its session's view"
+                )
+                return CommandResult.failed("rejected", stranger)
+            receipt = ReportBranchReceipt(
+                session_id=session_id, sent=outcome.sent, presented_again=outcome.presented_again
+            )
+            return CommandResult.accepted(receipt.to_wire())
+
+        reply(self.context.commands.execute(request, change))
+
+
+def refuse_without_authority(
+    context: ServerContext, request: Request, request_id: str, epoch: str | None
+) -> Response | None:
+    """The refusal to answer when ``request_id`` belongs to an interactive run and ``epoch``
+    is not its session's active coordinator epoch; None otherwise (a headless run, an unknown
+    request: the operation itself answers those).
+
+    The model-facing actions of an interactive run (a submission, an update, a checkpoint
+    answer) belong to its session. The refusal is answered before the command runs, so
+    nothing is stored and the same request from the active epoch is applied.
+    """
+    with context.db.read() as tx:
+        found = requests.get_request(tx, request_id)
+        session_id = None if found is None else messages.session_of(tx, found.run_id)
+    if session_id is None or context.coordinators.is_active(session_id, epoch):
+        return None
+    error = _not_the_coordinator(session_id)
+    return error_response(request, "rejected", error.code, str(error))
+
+
+def _not_the_coordinator(session_id: str) -> SessionAuthorityError:
+    return SessionAuthorityError(
+        f"only the active coordinator of session {session_id} may do this; attach as its"
+        " coordinator (Client.session) and send the coordinatorEpoch it gives"
+    )
+
+
+def _message_info(offer: ContentOffer, row: MessageRow) -> WorkflowMessageInfo:
+    content = offer.json("run", row.run_id, row.content_hash)
+    return WorkflowMessageInfo(
+        message_id=row.message_id,
+        run_id=row.run_id,
+        kind=row.kind.value,
+        reason=None if row.reason is None else row.reason.value,
+        source_id=row.source_id,
+        order=row.order_number,
+        state=row.status.value,
+        entry_id=row.entry_id,
+        content=content.value,
+        content_ref=content.ref,
+        created_at=row.created_at,
+    )
