@@ -130,6 +130,9 @@ class AnsweredBy(StrEnum):
     TIMEOUT_POLICY = "timeout_policy"
     EXPIRED = "expired"
     SESSION = "session"
+    #: An interactive agent step's session ended more turns than the reminder rule allows
+    #: without a submission: the visit fails ``missingSubmission``.
+    UNPRODUCTIVE = "unproductive"
 
 
 class NotifyKind(StrEnum):

@@ -24,6 +24,7 @@ reports what the conversation holds (``inspect_branch``), as the seed requires.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +45,8 @@ from piwf.protocol.session_payloads import (
     SessionListPayload,
     SessionView,
     SessionViewPayload,
+    TurnInfo,
+    TurnReceipt,
     WorkflowMessageInfo,
 )
 
@@ -189,6 +192,43 @@ class SessionCoordinator:
             "workflowMessage.reportBranch", payload, idempotency_key=idempotency_key
         )
         return ReportBranchReceipt.model_validate(response.receipt or {})
+
+    def start_turn(
+        self, message: WorkflowMessageInfo, *, turn_id: str | None = None
+    ) -> TurnReceipt:
+        """Report a model turn starting on ``message`` (``workflowTurn.report``); the server
+        decides whether it is workflow work (``ownership``: ``active`` or ``absent``). Report
+        the same ``turn_id`` again after a reconnect: the saved turn comes back."""
+        return self._turn(
+            {
+                "turnId": turn_id or f"turn-{secrets.token_hex(8)}",
+                "messageId": message.message_id,
+                "runId": message.run_id,
+                "phase": "start",
+            }
+        )
+
+    def end_turn(
+        self, turn: TurnInfo, stop_reason: str, *, response_entry_id: str | None = None
+    ) -> TurnReceipt:
+        """Report how a turn ended: ``completed``, ``aborted`` (the person stopped it: the
+        run pauses), ``error`` or ``lost``. An end on a step still pending counts toward the
+        reminder rule (two ``reminder`` steps, then the visit fails ``missingSubmission``)."""
+        payload: dict[str, Any] = {
+            "turnId": turn.turn_id,
+            "messageId": turn.message_id,
+            "runId": turn.run_id,
+            "phase": "end",
+            "stopReason": stop_reason,
+        }
+        if response_entry_id is not None:
+            payload["responseEntryId"] = response_entry_id
+        return self._turn(payload)
+
+    def _turn(self, fields: dict[str, Any]) -> TurnReceipt:
+        payload = {"sessionId": self.session_id, "coordinatorEpoch": self._ensure_attached()}
+        response = self.client.request("workflowTurn.report", {**payload, **fields})
+        return TurnReceipt.model_validate(response.receipt or {})
 
     def delivered(self, message_id: str, entry_id: str) -> ReportBranchReceipt:
         """Report one message shown: it is in the conversation as ``entry_id``."""

@@ -45,6 +45,7 @@ operation               kind     meaning
 ``session.list``        read     the sessions runs were bound to
 ``workflowMessage.``    durable  the conversation's evidence from the active coordinator:
 ``reportBranch``                 messages found (now sent) and missing (presented again)
+``workflowTurn.report`` durable  a model turn's start or end on a sent message
 ======================  =======  ==========================================================
 
 A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
@@ -97,6 +98,7 @@ Operation = Literal[
     "view.runs.watch",
     "view.unwatch",
     "workflowMessage.reportBranch",
+    "workflowTurn.report",
 ]
 
 #: Every operation name, sorted.
@@ -122,6 +124,7 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
         "state.backup",
         "state.prune",
         "workflowMessage.reportBranch",
+        "workflowTurn.report",
     }
 )
 
@@ -139,6 +142,7 @@ FINGERPRINT_EXCLUDED_PAYLOAD_KEYS: Mapping[Operation, frozenset[str]] = MappingP
         "interaction.submit": frozenset({"coordinatorEpoch"}),
         "interaction.update": frozenset({"coordinatorEpoch"}),
         "workflowMessage.reportBranch": frozenset({"coordinatorEpoch"}),
+        "workflowTurn.report": frozenset({"coordinatorEpoch"}),
     }
 )
 

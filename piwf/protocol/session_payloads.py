@@ -8,6 +8,8 @@ session's conversation is filled by one coordinator at a time::
     session.view        the session's messages (a bounded window in session order, their
                         complete count) and, for the active epoch only, the next one to send
     session.list        the sessions runs were bound to
+    workflowTurn.report durable: a model turn's exact start or end on a sent message (the
+                        server decides whether it is workflow work: ``ownership``)
     workflowMessage.reportBranch
                         durable: what the conversation holds (message id -> entry id for the
                         messages found, the ids searched for and not found, whether the
@@ -131,6 +133,50 @@ class ReportBranchReceipt(WireModel):
     session_id: str
     sent: list[str] = Field(default_factory=list)
     presented_again: list[str] = Field(default_factory=list)
+
+
+TurnStopReason = Literal["completed", "aborted", "error", "lost"]
+
+
+class TurnReportPayload(WireModel):
+    """``workflowTurn.report``: one model turn's start (``stopReason`` absent) or end, from the
+    active epoch, on a sent workflow message."""
+
+    session_id: str = Field(min_length=1, max_length=128, pattern=_SESSION_ID)
+    coordinator_epoch: str = Field(min_length=1, max_length=256)
+    turn_id: str = Field(pattern=_MESSAGE_ID)
+    message_id: str = Field(pattern=_MESSAGE_ID)
+    run_id: str = Field(pattern=_MESSAGE_ID)
+    phase: Literal["start", "end"]
+    stop_reason: TurnStopReason | None = None
+    #: The conversation entry of the turn's reply, if it has one.
+    response_entry_id: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+class TurnInfo(WireModel):
+    """A saved workflow turn."""
+
+    turn_id: str
+    message_id: str
+    run_id: str
+    state: Literal["started", "ended"]
+    stop_reason: TurnStopReason | None = None
+    response_entry_id: str | None = None
+    started_at: int
+    ended_at: int | None = None
+
+
+class TurnReceipt(WireModel):
+    """``active``: the turn is workflow work now; ``settled``: it ended (its rules applied);
+    ``absent``: not workflow work (a closed message, or an end of a turn never started)."""
+
+    ownership: Literal["active", "settled", "absent"]
+    turn: TurnInfo | None = None
+    #: A reminder step this end presented, whether it paused the run (an abort), whether it
+    #: gave the step up (the third unproductive end: the visit fails ``missingSubmission``).
+    reminder_message_id: str | None = None
+    paused: bool = False
+    gave_up: bool = False
 
 
 class SessionListPayload(WireModel):

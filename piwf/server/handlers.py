@@ -121,6 +121,7 @@ class Handlers:
             "session.view": self.sessions.session_view,
             "session.list": self.sessions.session_list,
             "workflowMessage.reportBranch": self.sessions.report_branch,
+            "workflowTurn.report": self.sessions.turn_report,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:

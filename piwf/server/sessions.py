@@ -11,7 +11,8 @@ commits with the messages it marks sent and the presentations it makes again.
 
 from __future__ import annotations
 
-from piwf.errors import SessionAuthorityError
+from piwf.errors import SessionAuthorityError, SessionError
+from piwf.lifecycle import Conflict
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.session_payloads import (
     MAX_WINDOW_MESSAGES,
@@ -22,6 +23,9 @@ from piwf.protocol.session_payloads import (
     SessionListPayload,
     SessionView,
     SessionViewPayload,
+    TurnInfo,
+    TurnReceipt,
+    TurnReportPayload,
     WorkflowMessageInfo,
 )
 from piwf.server.commands import CommandResult
@@ -30,8 +34,10 @@ from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
 from piwf.server.replies import InvalidPayloadError, error_response, ok, payload_of
 from piwf.state import Transaction
-from piwf.state.execution import messages, requests
+from piwf.state.enums import ActorType, TurnStopReason
+from piwf.state.execution import messages, requests, turns
 from piwf.state.execution.messages import MessageRow
+from piwf.state.records import Actor
 
 
 class SessionHandlers:
@@ -90,12 +96,21 @@ class SessionHandlers:
             reply(error_response(request, "rejected", error.code, str(error)))
             return
         found = [(entry.message_id, entry.entry_id) for entry in payload.found]
+        context = self.context
 
         def change(tx: Transaction) -> CommandResult:
             try:
                 outcome = messages.apply_branch_report(
                     tx, session_id, found, payload.missing, idle=payload.idle
                 )
+                if payload.idle:  # an idle session runs no turn: an open one is over
+                    turns.end_open_turns_lost(
+                        tx,
+                        session_id,
+                        actor=Actor(ActorType.SESSION, session_id),
+                        control_owner_id=context.server_id,
+                        lease_ms=context.run_lease_ms,
+                    )
             except messages.NotInSessionError as error:
                 stranger = InvalidPayloadError(
                     f"message {error.args[0]} is not a message of session {session_id}; a"
@@ -108,6 +123,79 @@ class SessionHandlers:
             return CommandResult.accepted(receipt.to_wire())
 
         reply(self.context.commands.execute(request, change))
+        self.context.wake_scheduler()
+
+    def turn_report(self, request: Request, reply: Reply) -> None:
+        """``workflowTurn.report``: a turn's start or end, applied with its rules."""
+        payload = payload_of(request, TurnReportPayload)
+        session_id = payload.session_id
+        if not self.context.coordinators.is_active(session_id, payload.coordinator_epoch):
+            error = _not_the_coordinator(session_id)
+            reply(error_response(request, "rejected", error.code, str(error)))
+            return
+        if (payload.phase == "end") != (payload.stop_reason is not None):
+            raise InvalidPayloadError("stopReason: an end carries one, a start none")
+        context = self.context
+        actor = Actor(ActorType.SESSION, session_id)
+
+        def change(tx: Transaction) -> CommandResult:
+            if payload.phase == "start":
+                result = turns.start_turn(
+                    tx,
+                    session_id=session_id,
+                    turn_id=payload.turn_id,
+                    message_id=payload.message_id,
+                    run_id=payload.run_id,
+                    actor=actor,
+                    control_owner_id=context.server_id,
+                    lease_ms=context.run_lease_ms,
+                )
+            else:
+                assert payload.stop_reason is not None
+                result = turns.end_turn(
+                    tx,
+                    session_id=session_id,
+                    turn_id=payload.turn_id,
+                    stop_reason=TurnStopReason(payload.stop_reason),
+                    response_entry_id=payload.response_entry_id,
+                    actor=actor,
+                    control_owner_id=context.server_id,
+                    lease_ms=context.run_lease_ms,
+                )
+            if isinstance(result, Conflict):
+                return CommandResult.failed("conflict", SessionError(result.evidence))
+            return CommandResult.accepted(_turn_receipt(result).to_wire(), run_id=payload.run_id)
+
+        response = context.commands.execute(request, change)
+        reply(response)
+        if response.outcome == "accepted":
+            context.wake_scheduler()  # a given-up step is runnable now
+            context.run_changed(payload.run_id)
+
+
+def _turn_receipt(result: turns.TurnReceipt) -> TurnReceipt:
+    saved = result.turn
+    info = (
+        None
+        if saved is None
+        else TurnInfo(
+            turn_id=saved.turn_id,
+            message_id=saved.message_id,
+            run_id=saved.run_id,
+            state=saved.state.value,
+            stop_reason=None if saved.stop_reason is None else saved.stop_reason.value,
+            response_entry_id=saved.response_entry_id,
+            started_at=saved.started_at,
+            ended_at=saved.ended_at,
+        )
+    )
+    return TurnReceipt(
+        ownership=result.ownership,
+        turn=info,
+        reminder_message_id=result.reminded,
+        paused=result.paused,
+        gave_up=result.gave_up,
+    )
 
 
 def refuse_without_authority(

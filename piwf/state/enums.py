@@ -132,6 +132,22 @@ class MessageStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class TurnState(StrEnum):
+    """A workflow turn: open until its end is reported (or proved lost)."""
+
+    STARTED = "started"
+    ENDED = "ended"
+
+
+class TurnStopReason(StrEnum):
+    """How a workflow turn ended."""
+
+    COMPLETED = "completed"
+    ABORTED = "aborted"  # the person stopped it: the run pauses
+    ERROR = "error"
+    LOST = "lost"  # proved over without an end report (an idle branch, a newer turn)
+
+
 class StepReason(StrEnum):
     """Why a step message presents its request (again)."""
 

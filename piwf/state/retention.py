@@ -22,6 +22,7 @@ queue           a queue row is queued, starting, running or parked
 attempt         a node attempt is pending, running or waiting
 request         an interactive request is pending or answered but not consumed
 message         a workflow message is still pending (its session has not shown it yet)
+turn            a workflow turn is still open (its session has not reported its end)
 submission      an agent submission is still ``validating`` (its child may report)
 decision        a human decision has no resolution
 lease           a lease of the tree (run, effect or decision) is held: owner set, unexpired
@@ -98,6 +99,7 @@ TREE_ROWS: Mapping[str, str] = MappingProxyType(
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
         "run_notifications": _RUNS,
         "workflow_messages": _RUNS,
+        "workflow_turns": _RUNS,
         "human_decisions": _RUNS,
         "human_decision_resolutions": """decision_id IN (SELECT decision_id FROM human_decisions
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
@@ -165,6 +167,9 @@ _PROTECTIONS: Mapping[str, str] = MappingProxyType(
         "message": """
             SELECT 1 FROM workflow_messages WHERE run_id IN (SELECT value FROM json_each(:runs))
               AND status = 'pending'""",
+        "turn": """
+            SELECT 1 FROM workflow_turns WHERE run_id IN (SELECT value FROM json_each(:runs))
+              AND state = 'started'""",
         "submission": """
             SELECT 1 FROM interactive_submissions s
               JOIN interactive_requests i ON i.request_id = s.request_id

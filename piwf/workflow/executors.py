@@ -215,6 +215,12 @@ class VisitExecutor:
                 else f"decision {pending.request_id} expired with no default response"
             )
             return VisitDone(Outcome.TIMED_OUT, error=error, request_id=pending.request_id)
+        if pending.answered_by is AnsweredBy.UNPRODUCTIVE:
+            error = (
+                f"missingSubmission: agent request {pending.request_id}: its session ended"
+                " its turns without submitting (two reminders were sent)"
+            )
+            return VisitDone(Outcome.FAILED, error=error, request_id=pending.request_id)
         # An agent's answer is its accepted submission: ``validate`` already ran on it, in a
         # validation child (the server) or in-process (the memory port), never here.
         return VisitDone(Outcome.OK, pending.answer, request_id=pending.request_id)

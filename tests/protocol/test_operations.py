@@ -32,6 +32,7 @@ EXPECTED_DURABLE = {
     "resource.delete",
     "resource.reconcile",
     "workflowMessage.reportBranch",
+    "workflowTurn.report",
 }
 EXPECTED_READ = {
     "server.status",

@@ -48,13 +48,15 @@ _QUEUE_SESSION_INDEX = (
 
 
 def previous_statements() -> tuple[str, ...]:
-    """The current DDL as it was before workflow messages: no session tables, and the queue
-    row's old ``origin_session_id`` column and its index back in place."""
+    """The current DDL as it was before workflow messages: no session tables, no
+    ``unproductive`` answer, and the queue row's old ``origin_session_id`` column and its
+    index back in place."""
     statements = []
     later = {statement.strip() for statement in SESSION_STATEMENTS}
     for statement in STATEMENTS:
         if statement in later:
             continue
+        statement = statement.replace(", 'session', 'unproductive')", ", 'session')")
         if statement.startswith("CREATE TABLE run_queue ("):
             statement = statement.replace(
                 "  available_at INTEGER NOT NULL,\n",

@@ -56,6 +56,7 @@ OWNERS = {
     "agent_turns": "execution/agents.py",
     "attempt_logs": "execution/attempt_logs.py",
     "workflow_messages": "execution/messages.py",
+    "workflow_turns": "execution/turns.py",
 }
 
 #: The one deliberate exception: retention deletes a whole expired run tree by deleting its

@@ -231,6 +231,25 @@ def present_again(
 ) -> MessageRow | None:
     """Present an open request once more (after a resume, or when the reported branch lost
     it): one ``resumed`` step or one decision; a pending one of that source is kept instead."""
+    return _present(tx, run_id, request_id, kind, content, StepReason.RESUMED)
+
+
+def remind(
+    tx: Transaction, run_id: str, request_id: str, kind: InteractionKind, content: JsonValue
+) -> MessageRow | None:
+    """Present a still-pending step as a ``reminder`` (a turn ended without a submission); a
+    pending step of that request is kept instead."""
+    return _present(tx, run_id, request_id, kind, content, StepReason.REMINDER)
+
+
+def _present(
+    tx: Transaction,
+    run_id: str,
+    request_id: str,
+    kind: InteractionKind,
+    content: JsonValue,
+    step_reason: StepReason,
+) -> MessageRow | None:
     session = session_of(tx, run_id)
     message_kind = _KIND_OF_REQUEST.get(kind)
     if session is None or message_kind is None:
@@ -238,7 +257,7 @@ def present_again(
     pending = tx.one(_SELECT_PENDING_OF_SOURCE, (message_kind.value, request_id))
     if pending is not None:
         return _message(pending)
-    reason = StepReason.RESUMED if message_kind is MessageKind.STEP else None
+    reason = step_reason if message_kind is MessageKind.STEP else None
     body = _request_content(request_id, kind, content, reason)
     return _insert(tx, run_id, session, message_kind, request_id, body, reason)
 

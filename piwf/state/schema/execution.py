@@ -303,7 +303,7 @@ CREATE TABLE interactive_requests (
   status TEXT NOT NULL CHECK (status IN ('pending', 'answered', 'settled', 'cancelled')),
   answer_hash BLOB REFERENCES blobs(blob_hash),
   answered_by TEXT CHECK (answered_by IN (
-    'human', 'client', 'timeout_policy', 'expired', 'session')),
+    'human', 'client', 'timeout_policy', 'expired', 'session', 'unproductive')),
   rejection_hash BLOB REFERENCES blobs(blob_hash),
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,

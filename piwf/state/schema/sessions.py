@@ -9,6 +9,8 @@
   sender, send lease or duplicate flag: the coordinator that holds the session's epoch sends,
   and branch evidence (an entry id) is the only proof of a send. At most one pending step
   message per source (the partial unique index).
+- ``workflow_turns``: the session's model turns accepted as workflow work, one open per
+  session; how each ended (``completed``, ``aborted``, ``error``, ``lost``).
 """
 
 from __future__ import annotations
@@ -53,6 +55,37 @@ CREATE UNIQUE INDEX workflow_messages_pending_step_idx ON workflow_messages(sour
   WHERE kind = 'step' AND status = 'pending'
 """
 
+# One model turn of the session that the server accepted as workflow work on a sent message:
+# exact start and end; ``counted`` marks an end that counted toward the step's unproductive
+# turns (the reminder rule).
+_WORKFLOW_TURNS = """
+CREATE TABLE workflow_turns (
+  turn_id TEXT PRIMARY KEY CHECK (length(turn_id) BETWEEN 1 AND 256),
+  message_id TEXT NOT NULL REFERENCES workflow_messages(message_id) ON DELETE CASCADE,
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  session_id TEXT NOT NULL CHECK (length(session_id) BETWEEN 1 AND 128),
+  state TEXT NOT NULL CHECK (state IN ('started', 'ended')),
+  stop_reason TEXT CHECK (stop_reason IN ('completed', 'aborted', 'error', 'lost')),
+  response_entry_id TEXT CHECK (response_entry_id IS NULL
+    OR length(response_entry_id) BETWEEN 1 AND 256),
+  counted INTEGER NOT NULL DEFAULT 0 CHECK (counted IN (0, 1)),
+  started_at INTEGER NOT NULL,
+  ended_at INTEGER,
+  CHECK ((state = 'started') = (stop_reason IS NULL AND ended_at IS NULL)),
+  CHECK (counted = 0 OR state = 'ended')
+) STRICT
+"""
+
+# One open turn per session (and so per message).
+_WORKFLOW_TURNS_OPEN_SESSION_INDEX = """
+CREATE UNIQUE INDEX workflow_turns_open_session_idx ON workflow_turns(session_id)
+  WHERE state = 'started'
+"""
+
+_WORKFLOW_TURNS_MESSAGE_INDEX = """
+CREATE INDEX workflow_turns_message_idx ON workflow_turns(message_id, started_at)
+"""
+
 #: The session statements in execution order (after every table they reference).
 SESSION_STATEMENTS: tuple[str, ...] = (
     _WORKFLOW_MESSAGES,
@@ -60,4 +93,7 @@ SESSION_STATEMENTS: tuple[str, ...] = (
     _WORKFLOW_MESSAGES_RUN_INDEX,
     _WORKFLOW_MESSAGES_SOURCE_INDEX,
     _WORKFLOW_MESSAGES_PENDING_STEP_INDEX,
+    _WORKFLOW_TURNS,
+    _WORKFLOW_TURNS_OPEN_SESSION_INDEX,
+    _WORKFLOW_TURNS_MESSAGE_INDEX,
 )
