@@ -37,6 +37,7 @@ from piwf.client.content import resolve_references
 from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
 from piwf.protocol.payloads import AnswerReceipt, SubmissionReceipt, UpdateReceipt
 from piwf.protocol.session_payloads import (
+    FollowUpReceipt,
     ReportBranchReceipt,
     SessionAttachPayload,
     SessionAttachReceipt,
@@ -229,6 +230,21 @@ class SessionCoordinator:
         payload = {"sessionId": self.session_id, "coordinatorEpoch": self._ensure_attached()}
         response = self.client.request("workflowTurn.report", {**payload, **fields})
         return TurnReceipt.model_validate(response.receipt or {})
+
+    def queue_follow_up(self, run_id: str, prompt: str) -> FollowUpReceipt:
+        """Queue ``prompt`` to follow run ``run_id`` (``followUp.queue``): it comes as a
+        ``followUp`` message once the run completed, its terminal message was shown (and any
+        turn on it ended), and earlier follow-ups likewise; a run that fails or is cancelled
+        cancels it."""
+        payload = {"sessionId": self.session_id, "runId": run_id, "prompt": prompt}
+        response = self.client.request("followUp.queue", payload)
+        return FollowUpReceipt.model_validate(response.receipt or {})
+
+    def remove_follow_up(self, message_id: str) -> FollowUpReceipt:
+        """Withdraw a follow-up that was not shown yet (``followUp.remove``)."""
+        payload = {"sessionId": self.session_id, "messageId": message_id}
+        response = self.client.request("followUp.remove", payload)
+        return FollowUpReceipt.model_validate(response.receipt or {})
 
     def delivered(self, message_id: str, entry_id: str) -> ReportBranchReceipt:
         """Report one message shown: it is in the conversation as ``entry_id``."""

@@ -46,6 +46,8 @@ operation               kind     meaning
 ``workflowMessage.``    durable  the conversation's evidence from the active coordinator:
 ``reportBranch``                 messages found (now sent) and missing (presented again)
 ``workflowTurn.report`` durable  a model turn's start or end on a sent message
+``followUp.queue``      durable  queue a prompt to follow an interactive run that completes
+``followUp.remove``     durable  withdraw a follow-up not shown yet
 ======================  =======  ==========================================================
 
 A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
@@ -64,6 +66,8 @@ Operation = Literal[
     "checkpoint.answer",
     "decision.answer",
     "effect.resolve",
+    "followUp.queue",
+    "followUp.remove",
     "interaction.submit",
     "interaction.update",
     "requests.list",
@@ -110,6 +114,8 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
         "checkpoint.answer",
         "decision.answer",
         "effect.resolve",
+        "followUp.queue",
+        "followUp.remove",
         "interaction.submit",
         "interaction.update",
         "resource.apply",

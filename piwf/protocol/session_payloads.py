@@ -8,6 +8,9 @@ session's conversation is filled by one coordinator at a time::
     session.view        the session's messages (a bounded window in session order, their
                         complete count) and, for the active epoch only, the next one to send
     session.list        the sessions runs were bound to
+    followUp.queue      durable: a prompt to show once the run completed and its terminal
+                        message (and every earlier follow-up) was shown and its turn ended
+    followUp.remove     durable: withdraw a follow-up not shown yet
     workflowTurn.report durable: a model turn's exact start or end on a sent message (the
                         server decides whether it is workflow work: ``ownership``)
     workflowMessage.reportBranch
@@ -177,6 +180,33 @@ class TurnReceipt(WireModel):
     reminder_message_id: str | None = None
     paused: bool = False
     gave_up: bool = False
+
+
+#: A follow-up prompt's size limit (characters).
+MAX_FOLLOW_UP_CHARS = 16 * 1024
+
+
+class FollowUpQueuePayload(WireModel):
+    """``followUp.queue``: a prompt to follow the session's run once it completed."""
+
+    session_id: str = Field(min_length=1, max_length=128, pattern=_SESSION_ID)
+    run_id: str = Field(pattern=_MESSAGE_ID)
+    prompt: str = Field(min_length=1, max_length=MAX_FOLLOW_UP_CHARS)
+
+
+class FollowUpRemovePayload(WireModel):
+    """``followUp.remove``: withdraw a follow-up that was not shown yet."""
+
+    session_id: str = Field(min_length=1, max_length=128, pattern=_SESSION_ID)
+    message_id: str = Field(pattern=_MESSAGE_ID)
+
+
+class FollowUpReceipt(WireModel):
+    """The follow-up's message and its state (``pending`` queued, ``cancelled`` removed)."""
+
+    message_id: str
+    run_id: str
+    state: MessageState
 
 
 class SessionListPayload(WireModel):

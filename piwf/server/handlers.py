@@ -122,6 +122,8 @@ class Handlers:
             "session.list": self.sessions.session_list,
             "workflowMessage.reportBranch": self.sessions.report_branch,
             "workflowTurn.report": self.sessions.turn_report,
+            "followUp.queue": self.sessions.follow_up_queue,
+            "followUp.remove": self.sessions.follow_up_remove,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:

@@ -16,6 +16,9 @@ from piwf.lifecycle import Conflict
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.session_payloads import (
     MAX_WINDOW_MESSAGES,
+    FollowUpQueuePayload,
+    FollowUpReceipt,
+    FollowUpRemovePayload,
     ReportBranchPayload,
     ReportBranchReceipt,
     SessionInfo,
@@ -171,6 +174,51 @@ class SessionHandlers:
         if response.outcome == "accepted":
             context.wake_scheduler()  # a given-up step is runnable now
             context.run_changed(payload.run_id)
+
+    def follow_up_queue(self, request: Request, reply: Reply) -> None:
+        """``followUp.queue``: a prompt to follow the session's run (module docstring)."""
+        payload = payload_of(request, FollowUpQueuePayload)
+
+        def change(tx: Transaction) -> CommandResult:
+            if messages.session_of(tx, payload.run_id) not in (None, payload.session_id):
+                refused = SessionError(
+                    f"run {payload.run_id} belongs to another session; queue its follow-ups there"
+                )
+                return CommandResult.failed("rejected", refused)
+            queued = messages.queue_follow_up(tx, payload.run_id, payload.prompt)
+            if isinstance(queued, str):
+                return CommandResult.failed("rejected", SessionError(queued))
+            receipt = FollowUpReceipt(
+                message_id=queued.message_id, run_id=queued.run_id, state=queued.status.value
+            )
+            return CommandResult.accepted(receipt.to_wire(), run_id=payload.run_id)
+
+        reply(self.context.commands.execute(request, change))
+
+    def follow_up_remove(self, request: Request, reply: Reply) -> None:
+        """``followUp.remove``: withdraw a pending follow-up of the session."""
+        payload = payload_of(request, FollowUpRemovePayload)
+
+        def change(tx: Transaction) -> CommandResult:
+            found = messages.get_message(tx, payload.message_id)
+            if found is None or found.session_id != payload.session_id:
+                missing = SessionError(
+                    f"no follow-up {payload.message_id} in session {payload.session_id}"
+                )
+                return CommandResult.failed("notFound", missing)
+            if not messages.remove_follow_up(tx, payload.message_id):
+                state = found.status.value
+                refused = SessionError(
+                    f"message {payload.message_id} is a {found.kind.value} ({state}): only a"
+                    " pending follow-up can be removed"
+                )
+                return CommandResult.failed("rejected", refused)
+            receipt = FollowUpReceipt(
+                message_id=found.message_id, run_id=found.run_id, state="cancelled"
+            )
+            return CommandResult.accepted(receipt.to_wire(), run_id=found.run_id)
+
+        reply(self.context.commands.execute(request, change))
 
 
 def _turn_receipt(result: turns.TurnReceipt) -> TurnReceipt:

@@ -33,6 +33,8 @@ EXPECTED_DURABLE = {
     "resource.reconcile",
     "workflowMessage.reportBranch",
     "workflowTurn.report",
+    "followUp.queue",
+    "followUp.remove",
 }
 EXPECTED_READ = {
     "server.status",

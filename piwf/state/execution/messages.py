@@ -87,6 +87,18 @@ UPDATE workflow_messages SET status = 'cancelled', updated_at = ?
 WHERE run_id = ? AND status = 'pending' AND kind IN ('step', 'decision')
 """
 
+_SELECT_RUN_STATUS = "SELECT status FROM runs WHERE run_id = ?"
+
+_CANCEL_FOLLOW_UPS_OF_RUN = """
+UPDATE workflow_messages SET status = 'cancelled', updated_at = ?
+WHERE run_id = ? AND status = 'pending' AND kind = 'followUp'
+"""
+
+_CANCEL_FOLLOW_UP = """
+UPDATE workflow_messages SET status = 'cancelled', updated_at = ?
+WHERE message_id = ? AND kind = 'followUp' AND status = 'pending'
+"""
+
 _MARK_SENT = """
 UPDATE workflow_messages SET status = 'sent', entry_id = ?, updated_at = ?
 WHERE message_id = ? AND status IN ('pending', 'cancelled')
@@ -115,12 +127,26 @@ _NEXT_ELIGIBLE = """
 SELECT message_id, run_id, session_id, kind, reason, source_id, content_hash, order_number,
        status, entry_id, created_at, updated_at
 FROM workflow_messages
-WHERE session_id = ? AND status = 'pending' AND (
+WHERE session_id = :session AND status = 'pending' AND (
   kind IN ('notification', 'terminal')
   OR (kind IN ('step', 'decision') AND EXISTS (
         SELECT 1 FROM interactive_requests i JOIN runs r ON r.run_id = i.run_id
         WHERE i.request_id = workflow_messages.source_id AND i.status = 'pending'
-          AND r.finished_at IS NULL AND (workflow_messages.kind = 'decision' OR r.paused = 0))))
+          AND r.finished_at IS NULL AND (workflow_messages.kind = 'decision' OR r.paused = 0)))
+  OR (kind = 'followUp'
+      AND NOT EXISTS (SELECT 1 FROM run_bindings b JOIN runs r ON r.run_id = b.run_id
+                      WHERE b.origin_session_id = :session AND r.finished_at IS NULL)
+      AND NOT EXISTS (SELECT 1 FROM workflow_messages e
+                      WHERE e.session_id = :session
+                        AND (e.kind = 'terminal' AND e.run_id = workflow_messages.run_id
+                             OR e.kind = 'followUp'
+                                AND e.order_number < workflow_messages.order_number)
+                        AND (e.status = 'pending'
+                             OR EXISTS (SELECT 1 FROM workflow_turns t
+                                        WHERE t.message_id = e.message_id
+                                          AND t.state = 'started')))
+      AND EXISTS (SELECT 1 FROM workflow_messages f
+                  WHERE f.run_id = workflow_messages.run_id AND f.kind = 'terminal')))
 ORDER BY order_number LIMIT 1
 """
 
@@ -144,10 +170,6 @@ WHERE b.origin_session_id IS NOT NULL
 GROUP BY b.origin_session_id
 ORDER BY last_run_at DESC
 LIMIT ?
-"""
-
-_SELECT_RUNS_OF_SESSION = """
-SELECT run_id FROM run_bindings WHERE origin_session_id = ? ORDER BY created_at DESC LIMIT ?
 """
 
 #: A terminal message carries the run's output up to this size (encoded); a larger one stays
@@ -293,6 +315,8 @@ def run_ended(
     if session is None:
         return None
     tx.execute(_CANCEL_OPEN_OF_RUN, (tx.now, run_id))
+    if status != "completed":  # a failed or cancelled run's follow-ups have nothing to follow
+        tx.execute(_CANCEL_FOLLOW_UPS_OF_RUN, (tx.now, run_id))
     body: dict[str, JsonValue] = {
         "kind": MessageKind.TERMINAL.value,
         "runId": run_id,
@@ -305,6 +329,29 @@ def run_ended(
     else:  # the run keeps it: run.get reads it (by content reference)
         body["outputBytes"] = encoded
     return _insert(tx, run_id, session, MessageKind.TERMINAL, run_id, body, None)
+
+
+def queue_follow_up(tx: Transaction, run_id: str, prompt: str) -> MessageRow | str:
+    """Queue a prompt to follow an interactive run; the error text when it cannot.
+
+    It becomes eligible once the run completed, its terminal message was shown and any turn on
+    it ended, every earlier follow-up of the session likewise, and no unfinished run holds the
+    session. A failed or cancelled run cancels its pending follow-ups.
+    """
+    session = session_of(tx, run_id)
+    if session is None:
+        return f"run {run_id} is headless: only an interactive run has follow-ups"
+    status = tx.scalar(_SELECT_RUN_STATUS, (run_id,))
+    if status in ("failed", "timed_out", "cancelled"):
+        return f"run {run_id} ended {status}: a follow-up follows only a run that completes"
+    body: JsonValue = {"kind": MessageKind.FOLLOW_UP.value, "runId": run_id, "prompt": prompt}
+    source = f"followup-{secrets.token_hex(10)}"
+    return _insert(tx, run_id, session, MessageKind.FOLLOW_UP, source, body, None)
+
+
+def remove_follow_up(tx: Transaction, message_id: str) -> bool:
+    """Cancel a pending follow-up; False when it is not one (sent, cancelled, another kind)."""
+    return tx.execute(_CANCEL_FOLLOW_UP, (tx.now, message_id)).rowcount == 1
 
 
 def source_closed(tx: Transaction, request_id: str) -> None:
@@ -408,7 +455,7 @@ def window(tx: Transaction, session_id: str, limit: int) -> tuple[list[MessageRo
 
 def next_eligible(tx: Transaction, session_id: str) -> MessageRow | None:
     """Return the message the session's coordinator should send next, or None."""
-    row = tx.one(_NEXT_ELIGIBLE, (session_id,))
+    row = tx.one(_NEXT_ELIGIBLE, {"session": session_id})
     return None if row is None else _message(row)
 
 
@@ -424,11 +471,6 @@ def list_sessions(tx: Transaction, limit: int) -> list[SessionRow]:
         )
         for row in tx.all(_SELECT_SESSIONS, (limit,))
     ]
-
-
-def runs_of_session(tx: Transaction, session_id: str, limit: int) -> list[str]:
-    """The ids of the runs bound to ``session_id``, newest first."""
-    return [str(row[0]) for row in tx.all(_SELECT_RUNS_OF_SESSION, (session_id, limit))]
 
 
 # Helpers ------------------------------------------------------------------------------------
