@@ -76,7 +76,10 @@ def cli() -> None:
 
 def _register() -> None:
     # Imported here: the command modules import this package's siblings while it initialises.
-    from piwf.cli import logs  # noqa: F401 - registers `piwf run logs` on the run group
+    from piwf.cli import (
+        attach,  # noqa: F401 - registers `piwf session attach`
+        logs,  # noqa: F401 - registers `piwf run logs` on the run group
+    )
     from piwf.cli.effects import effect_group
     from piwf.cli.mcp import mcp_command
     from piwf.cli.requests import answer_command, requests_command, submit_command, update_command

@@ -282,7 +282,10 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
             connection, launch, command_message.revision, node_ended=lifeline.end_descendants
         )
         agents = CommandDriver(pipe_port, launch, end_descendants=lifeline.end_descendants)
-        result = execute(command, loaded.compiled, pipe_port, agents=agents)
+        interactive = launch.execution_mode == "interactive"
+        result = execute(
+            command, loaded.compiled, pipe_port, agents=agents, interactive=interactive
+        )
     except ClaimLostError:
         return EXIT_CLAIM_LOST
     send("exiting", status=result.status.value)

@@ -23,9 +23,29 @@ CONTRACT_HEADING = "Workflow step contract"
 
 
 def step_contract(
-    *, workflow: str, path: str, attempt_id: str, request_id: str, expected_output: str
+    *,
+    workflow: str,
+    path: str,
+    attempt_id: str,
+    request_id: str,
+    expected_output: str,
+    session: bool = False,
 ) -> str:
-    """Return the contract text of one agent request (no leading blank line)."""
+    """Return the contract text of one agent request (no leading blank line).
+
+    ``session``: the run is interactive, so the output goes through its origin session (its
+    coordinator submits it; ``piwf submit`` is refused there) and the contract says so.
+    """
+    if session:
+        return "\n".join(
+            [
+                f"{CONTRACT_HEADING} (workflow: {workflow}, step: {path}, attempt: {attempt_id})",
+                f"Complete this step by submitting your output for request {request_id}"
+                " exactly once, through this session.",
+                "If your output is refused, the error says why: fix it and submit again.",
+                f"Expected output: {expected_output}",
+            ]
+        )
     return "\n".join(
         [
             f"{CONTRACT_HEADING} (workflow: {workflow}, step: {path}, attempt: {attempt_id})",

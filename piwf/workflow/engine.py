@@ -105,6 +105,7 @@ def execute(
     clock: Clock | None = None,
     cancel: CancellationSignal | None = None,
     agents: AgentDriver | None = None,
+    interactive: bool = False,
 ) -> ExecutionResult:
     """Execute ``command`` for ``workflow`` through ``port`` until the run parks or ends.
 
@@ -112,11 +113,18 @@ def execute(
     fit the saved run. ``cancel`` is a run-level signal: once set, the running node sees it on
     ``ctx.signal`` and no further node starts; the run finishes ``cancelled``. ``agents``
     fulfils agent requests once they are committed (a headless agent command); without it an
-    agent visit parks ``waiting``.
+    agent visit parks ``waiting``. ``interactive``: the run belongs to an origin session, so
+    an agent step's contract tells the model to submit through that session.
     """
     saved = plan_command(command, workflow, port)
     run = _Execution(
-        workflow, port, saved.run_id, clock or SystemClock(), cancel or CancellationSignal(), agents
+        workflow,
+        port,
+        saved.run_id,
+        clock or SystemClock(),
+        cancel or CancellationSignal(),
+        agents,
+        interactive=interactive,
     )
     return run.execute(command, saved)
 
@@ -275,11 +283,15 @@ class _Execution:
         clock: Clock,
         cancel: CancellationSignal,
         agents: AgentDriver | None,
+        *,
+        interactive: bool = False,
     ) -> None:
         self.workflow = workflow
         self.port = port
         self.gate = PortGate(port)
-        self.executor = VisitExecutor(self.gate, run_id, workflow.definition.name, agents)
+        self.executor = VisitExecutor(
+            self.gate, run_id, workflow.definition.name, agents, interactive=interactive
+        )
         self.run_id = run_id
         self.clock = clock
         self.cancel = cancel

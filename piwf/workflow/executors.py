@@ -169,6 +169,8 @@ class VisitExecutor:
         run_id: str,
         workflow_name: str,
         agents: AgentDriver | None = None,
+        *,
+        interactive: bool = False,
     ) -> None:
         self.gate = gate
         self.port = gate.port
@@ -177,6 +179,8 @@ class VisitExecutor:
         self.workflow_name = workflow_name
         #: Fulfils agent requests (a headless agent command); None: agent visits park.
         self.agents = agents
+        #: The run belongs to an origin session: its steps are submitted through it.
+        self.interactive = interactive
 
     def start(
         self, node: CompiledNode, ctx: NodeContext, frame: Frame, timeout_ms: int | None
@@ -424,6 +428,7 @@ class VisitExecutor:
                 attempt_id=identity.attempt_id(self.run_id, ctx.path, ctx.visit, ctx.attempt),
                 request_id=request_id,
                 expected_output=spec.expected_output,
+                session=self.interactive,
             )
             content["prompt"] = with_contract(str(content["prompt"]), contract)
         message = InteractionRequested(

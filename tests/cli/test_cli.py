@@ -80,6 +80,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf server start",
         "piwf server status",
         "piwf server stop",
+        "piwf session attach",
         "piwf session list",
         "piwf session show",
         "piwf state backup",

@@ -73,6 +73,8 @@ def test_an_agent_step_appears_once_and_survives_the_sessions_restart(
         assert (message.kind, message.reason, message.state) == ("step", "initial", "pending")
         assert message.content["request"]["prompt"].startswith("Plan a release in three steps.")
         request_id = message.content["requestId"]
+        prompt = message.content["request"]["prompt"]
+        assert "through this session" in prompt and "piwf submit" not in prompt
         # The host "restarts" before it shows anything: a new client, a new epoch.
     with client_of(server) as client:
         again = client.session("s-once")

@@ -1,0 +1,180 @@
+"""``piwf session attach``: a terminal host where a person acts as the origin session.
+
+It attaches as the session's coordinator (fencing any other), says what it lost track of (a
+terminal keeps no conversation, so every sent step still open is presented again), then shows
+each workflow message in session order and reports it shown. On a step it runs one turn: the
+person types the output (an agent step) or the answer (a checkpoint) as one line of JSON, which
+it submits as the session; a rejection is shown and the person types again. A protected
+decision is answered as a person. Ctrl-C during a turn aborts it (the run pauses; `piwf run
+resume` presents the step again); Ctrl-C while it waits exits.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from piwf import canonical
+from piwf.cli import render
+from piwf.cli.common import command, json_option, open_client
+from piwf.cli.sessions import session_group
+from piwf.client.sessions import SessionCoordinator
+from piwf.errors import RejectedError, SubmissionRejectedCommandError
+from piwf.protocol.session_payloads import WorkflowMessageInfo
+
+
+@session_group.command("attach")
+@click.argument("session_id")
+@click.option(
+    "--exit-when-done",
+    is_flag=True,
+    help="Exit after a run's terminal message once no run holds the session "
+    "(exit 0 if that run completed, else 1).",
+)
+@json_option
+@command
+def session_attach(session_id: str, exit_when_done: bool, as_json: bool) -> None:
+    """Act as SESSION_ID in this terminal: show its workflow messages in order and answer its
+    steps (one line of JSON each).
+
+    Start runs for it with `piwf run start WORKFLOW --session SESSION_ID`. With --json every
+    message is printed as one JSON document per line. Ctrl-C during a step aborts the turn
+    (the run pauses); Ctrl-C while waiting exits.
+
+    \b
+    Example:
+      piwf session attach chat-1
+    """
+    with open_client() as client:
+        host = client.session(session_id, inspect_branch=_lost_everything)
+        host.attach()
+        _say(f"attached to session {session_id} as its coordinator; waiting for messages")
+        shown = 0
+        while True:
+            try:
+                message = host.next_message()
+            except KeyboardInterrupt:
+                _say("detached")
+                return
+            assert message is not None  # no timeout: it waits for one
+            shown += 1
+            _show(message, as_json)
+            host.delivered(message.message_id, f"terminal-{host.epoch}-{shown}")
+            if message.kind == "step":
+                _take_turn(host, message)
+            elif message.kind == "decision":
+                _answer_decision(host, message)
+            elif message.kind == "terminal" and exit_when_done and _session_free(host):
+                raise SystemExit(0 if message.content.get("status") == "completed" else 1)
+
+
+def _session_free(host: SessionCoordinator) -> bool:
+    return host.view().active_run_id is None
+
+
+def _lost_everything(
+    messages: list[WorkflowMessageInfo],
+) -> tuple[dict[str, str], list[str], bool]:
+    """A terminal keeps no conversation: every sent message is missing from it."""
+    return {}, [message.message_id for message in messages if message.state == "sent"], True
+
+
+def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo) -> None:
+    request = message.content
+    agent = request.get("requestKind") == "agent"
+    started = host.start_turn(message)
+    if started.ownership != "active" or started.turn is None:
+        _say("(this step is closed now; waiting for the next message)")
+        return
+    prompt = "output JSON> " if agent else "answer JSON> "
+    while True:
+        try:
+            line = click.prompt(prompt, prompt_suffix="", err=True)
+        except (KeyboardInterrupt, click.Abort):
+            host.end_turn(started.turn, "aborted")
+            _say(f"turn aborted: run {message.run_id} is paused (piwf run resume {message.run_id})")
+            return
+        value = _parse(line)
+        if value is _NOT_JSON:
+            continue
+        try:
+            if agent:
+                host.submit(request["requestId"], value)
+            else:
+                host.answer(request["requestId"], value)
+        except SubmissionRejectedCommandError as rejected:
+            _say(f"rejected: {rejected}")
+            continue
+        except RejectedError as refused:
+            _say(f"refused: {refused}")
+            continue
+        host.end_turn(started.turn, "completed")
+        _say("accepted")
+        return
+
+
+def _answer_decision(host: SessionCoordinator, message: WorkflowMessageInfo) -> None:
+    while True:
+        try:
+            line = click.prompt("decision JSON> ", prompt_suffix="", err=True)
+        except (KeyboardInterrupt, click.Abort):
+            _say("not answered: answer it later with piwf answer")
+            return
+        value = _parse(line)
+        if value is _NOT_JSON:
+            continue
+        try:
+            host.client.answer(message.content["requestId"], value)
+        except RejectedError as refused:
+            _say(f"refused: {refused}")
+            continue
+        _say("answered")
+        return
+
+
+_NOT_JSON: Any = object()
+
+
+def _parse(line: str) -> Any:
+    try:
+        value = json.loads(line)
+        canonical.check_value(value, "value")
+    except ValueError as error:
+        _say(f"not JSON ({error}); type one line of JSON")
+        return _NOT_JSON
+    return value
+
+
+def _show(message: WorkflowMessageInfo, as_json: bool) -> None:
+    if as_json:
+        render.emit_json(message.to_wire())
+        return
+    content = message.content if isinstance(message.content, dict) else {}
+    header = f"── {message.kind}" + (f" ({message.reason})" if message.reason else "")
+    click.echo(f"{header} · run {message.run_id}")
+    if message.kind in ("step", "decision"):
+        request = content.get("request")
+        text = request.get("prompt") if isinstance(request, dict) else None
+        if text is None and isinstance(request, dict):
+            text = request.get("summary")
+        click.echo(str(text) if text is not None else canonical.encode(request).decode())
+        if isinstance(request, dict) and text == request.get("summary"):
+            click.echo(canonical.encode(request).decode())
+    elif message.kind == "notification":
+        click.echo(str(content.get("message", "")))
+    elif message.kind == "terminal":
+        outcome = content.get("output") if content.get("status") == "completed" else None
+        click.echo(
+            f"run {content.get('status')}"
+            + ("" if outcome is None else f": {canonical.encode(outcome).decode()}")
+        )
+        if content.get("error"):
+            click.echo(f"error: {content['error']}")
+    else:
+        click.echo(str(content.get("prompt", "")))
+
+
+def _say(text: str) -> None:
+    click.echo(text, err=True)
