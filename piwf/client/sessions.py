@@ -210,11 +210,18 @@ class SessionCoordinator:
         )
 
     def end_turn(
-        self, turn: TurnInfo, stop_reason: str, *, response_entry_id: str | None = None
+        self,
+        turn: TurnInfo,
+        stop_reason: str,
+        *,
+        response_entry_id: str | None = None,
+        response_text: str | None = None,
     ) -> TurnReceipt:
         """Report how a turn ended: ``completed``, ``aborted`` (the person stopped it: the
         run pauses), ``error`` or ``lost``. An end on a step still pending counts toward the
-        reminder rule (two ``reminder`` steps, then the visit fails ``missingSubmission``)."""
+        reminder rule (two ``reminder`` steps, then the visit fails ``missingSubmission``).
+        ``response_text`` is the turn's visible reply: on an assistant-message step it becomes
+        the step's output (the receipt's ``submission_id``; ``refusal`` says why not)."""
         payload: dict[str, Any] = {
             "turnId": turn.turn_id,
             "messageId": turn.message_id,
@@ -224,6 +231,8 @@ class SessionCoordinator:
         }
         if response_entry_id is not None:
             payload["responseEntryId"] = response_entry_id
+        if response_text is not None:
+            payload["responseText"] = response_text
         return self._turn(payload)
 
     def _turn(self, fields: dict[str, Any]) -> TurnReceipt:

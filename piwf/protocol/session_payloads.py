@@ -154,6 +154,8 @@ class TurnReportPayload(WireModel):
     stop_reason: TurnStopReason | None = None
     #: The conversation entry of the turn's reply, if it has one.
     response_entry_id: str | None = Field(default=None, min_length=1, max_length=256)
+    #: The turn's visible reply: the output of an assistant-message step (ignored otherwise).
+    response_text: str | None = Field(default=None, max_length=65536)
 
 
 class TurnInfo(WireModel):
@@ -180,6 +182,10 @@ class TurnReceipt(WireModel):
     reminder_message_id: str | None = None
     paused: bool = False
     gave_up: bool = False
+    #: An assistant-message step's reply became this submission (validated like any).
+    submission_id: str | None = None
+    #: Why an assistant-message reply was not taken (the step stays pending).
+    refusal: str | None = None
 
 
 #: A follow-up prompt's size limit (characters).

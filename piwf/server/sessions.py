@@ -161,6 +161,7 @@ class SessionHandlers:
                     turn_id=payload.turn_id,
                     stop_reason=TurnStopReason(payload.stop_reason),
                     response_entry_id=payload.response_entry_id,
+                    response_text=payload.response_text,
                     actor=actor,
                     control_owner_id=context.server_id,
                     lease_ms=context.run_lease_ms,
@@ -171,6 +172,9 @@ class SessionHandlers:
 
         response = context.commands.execute(request, change)
         reply(response)
+        submission = (response.receipt or {}).get("submissionId")
+        if response.outcome == "accepted" and isinstance(submission, str):
+            context.request_validation(submission, payload.run_id)  # an assistant's reply
         if response.outcome == "accepted":
             context.wake_scheduler()  # a given-up step is runnable now
             context.run_changed(payload.run_id)
@@ -243,6 +247,8 @@ def _turn_receipt(result: turns.TurnReceipt) -> TurnReceipt:
         reminder_message_id=result.reminded,
         paused=result.paused,
         gave_up=result.gave_up,
+        submission_id=result.submission_id,
+        refusal=result.refusal,
     )
 
 

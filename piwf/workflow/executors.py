@@ -421,6 +421,16 @@ class VisitExecutor:
             self.gate.raise_if_failed()
             return raised(failure_outcome(ctx.signal), error)
         self.gate.raise_if_failed()
+        if isinstance(spec, AgentNode) and spec.assistant_max_chars is not None:
+            if not self.interactive:
+                headless = (
+                    f"agent step {ctx.path!r} takes the session's visible reply"
+                    " (assistant_message): a headless run has no session; start the run with"
+                    " --session SESSION_ID"
+                )
+                return VisitDone(Outcome.FAILED, error=headless)
+            if isinstance(content, dict):
+                content["assistantMessage"] = {"maxChars": spec.assistant_max_chars}
         if isinstance(spec, AgentNode) and isinstance(content, dict):
             contract = step_contract(
                 workflow=self.workflow_name,

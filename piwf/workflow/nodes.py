@@ -291,10 +291,13 @@ class AgentNode:
     timeout_ms: TimeoutSpec = DEFAULT_AGENT_TIMEOUT_MS
     status_detail: str | None = None
     command: tuple[str, ...] | None = None
+    #: An assistant-message step: the session's one visible reply (at most this many
+    #: characters) is the output. Only an interactive run can take one.
+    assistant_max_chars: int | None = None
 
     def structure(self) -> dict[str, JsonValue]:
         """Return this node's part of the definition snapshot."""
-        return {
+        structure: dict[str, JsonValue] = {
             "kind": self.kind.value,
             "expectedOutput": self.expected_output,
             "validates": self.validate is not None,
@@ -302,6 +305,25 @@ class AgentNode:
             "timeoutMs": timeout_structure(self.timeout_ms),
             "command": None if self.command is None else list(self.command),
         }
+        if self.assistant_max_chars is not None:
+            structure["assistantMessage"] = {"maxChars": self.assistant_max_chars}
+        return structure
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    """``expected_output`` of an agent step whose output is the session's one visible reply."""
+
+    max_chars: int
+
+
+def assistant_message(*, max_chars: int = 4000) -> AssistantMessage:
+    """The output of an agent step is the origin session's one visible reply: plain text of
+    at most ``max_chars`` characters, which ``validate`` may still check. Such a step runs only
+    in an interactive run (``run start --session``); a headless run refuses it."""
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or not 1 <= max_chars <= 65536:
+        raise WorkflowDefinitionError("assistant_message(): max_chars must be 1 to 65536")
+    return AssistantMessage(max_chars=max_chars)
 
 
 Node: TypeAlias = (
@@ -470,7 +492,7 @@ def human_decision(
 def agent(
     *,
     prompt: str | NodeCallable,
-    expected_output: str,
+    expected_output: str | AssistantMessage,
     validate: Callable[[JsonValue, NodeContext], Any] | None = None,
     timeout_ms: TimeoutSpec = DEFAULT_AGENT_TIMEOUT_MS,
     status_detail: str | None = None,
@@ -479,8 +501,15 @@ def agent(
     """Return an interactive step; ``validate(output, ctx)`` may reject or normalise output.
 
     ``command`` (an argv list such as ``["claude", "-p"]``) is the agent command a headless run
-    starts for this step unless the run names its own.
+    starts for this step unless the run names its own. ``expected_output`` describes the
+    JSON to submit, or is :func:`assistant_message` for a step whose output is the session's
+    visible reply.
     """
+    assistant = expected_output if isinstance(expected_output, AssistantMessage) else None
+    if assistant is not None:
+        expected_output = (
+            f"your one visible reply, plain text of at most {assistant.max_chars} characters"
+        )
     if command is not None and (problem := agent_command_problem(command)) is not None:
         raise WorkflowDefinitionError(f"agent(): command: {problem}")
     if not isinstance(prompt, str) and not callable(prompt):
@@ -496,6 +525,7 @@ def agent(
         timeout_ms=_timeout("agent", timeout_ms),
         status_detail=status_detail,
         command=None if command is None else tuple(command),
+        assistant_max_chars=None if assistant is None else assistant.max_chars,
     )
 
 

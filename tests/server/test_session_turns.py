@@ -11,7 +11,7 @@ import pytest
 
 from piwf.client import Client
 from piwf.client.sessions import SessionCoordinator
-from piwf.errors import ConflictError
+from piwf.errors import ConflictError, RejectedError
 from piwf.protocol.session_payloads import WorkflowMessageInfo
 from tests.server.harness import ServerFactory, ServerProcess, wait_for
 from tests.server.test_execution import FAST, write_workflow
@@ -155,3 +155,76 @@ def test_an_open_turn_counts_the_steps_active_time(server: ServerProcess, tmp_pa
         assert counting() is True
         host.end_turn(turn.turn, "completed")
         wait_for(lambda: not counting(), timeout_s=10, what="the interval to close")
+
+
+ASSISTANT = """
+from piwf.workflow import agent, assistant_message, compute, define_workflow
+
+def no_shouting(output, ctx):
+    if output.isupper():
+        raise ValueError("do not shout: write the reply in normal case")
+    return output.strip()
+
+workflow = define_workflow(
+    name="reply",
+    start_at="reply",
+    nodes={
+        "reply": agent(
+            prompt="Greet the user in one sentence.",
+            expected_output=assistant_message(max_chars=40),
+            validate=no_shouting,
+        ),
+        "finish": compute(lambda ctx: {"reply": ctx.outputs["reply"]}),
+    },
+    edges=[{"from": "reply", "to": "finish"}],
+)
+"""
+
+
+def rejection(client: Client, run_id: str) -> str | None:
+    waiting = client.get_run(run_id).waiting_on
+    return None if waiting is None else waiting.latest_rejection
+
+
+def test_an_assistant_message_step_takes_the_sessions_visible_reply(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = write_workflow(tmp_path, "reply", ASSISTANT)
+    with client_of(server) as client:
+        with pytest.raises(RejectedError, match="--session") as headless:
+            client.start_run(workflow, input={})
+        assert headless.value.error_code == "sessionError"
+        run = client.start_run(workflow, input={}, session="t-assistant")
+        host = client.session("t-assistant")
+        message = next_of(host)
+        assert message.content["request"]["assistantMessage"] == {"maxChars": 40}
+        assert "at most 40 characters" in message.content["request"]["prompt"]
+        host.delivered(message.message_id, "entry-1")
+        long = host.start_turn(message)
+        assert long.turn is not None
+        refused = host.end_turn(long.turn, "completed", response_text="x" * 41)
+        assert refused.refusal is not None and "41 characters" in refused.refusal
+        assert refused.reminder_message_id is not None  # too long: an unproductive turn
+        reminder = next_of(host)
+        host.delivered(reminder.message_id, "entry-2")
+        shout = host.start_turn(reminder)
+        assert shout.turn is not None
+        submitted = host.end_turn(shout.turn, "completed", response_text="HELLO THERE")
+        assert submitted.submission_id is not None
+        wait_for(
+            lambda: (
+                client.get_run(run.run_id).waiting_on is not None
+                and client.get_run(run.run_id).waiting_on.latest_rejection is not None
+            ),  # type: ignore[union-attr]
+            timeout_s=30,
+            what="the validation to reject the shouted reply",
+        )
+        # Rejected: the request stays pending and its sent reminder stays open for a new turn
+        # (a turn that ended with a validating reply was not counted: no new reminder).
+        assert host.view().next_message_id is None
+        good = host.start_turn(reminder)
+        assert good.turn is not None
+        host.end_turn(good.turn, "completed", response_text="  Hello, and welcome!  ")
+        done = client.wait_run(run.run_id, timeout_s=30)
+        assert done.run.status == "completed"
+        assert done.output == {"reply": "Hello, and welcome!"}

@@ -16,6 +16,7 @@ from piwf.errors import (
     PiwfError,
     RunCommandError,
     SessionBusyError,
+    SessionError,
     StateUnavailableError,
     WorkflowLoadError,
 )
@@ -182,6 +183,13 @@ class RunHandlers:
         holder = (
             None if new_run.session_id is None else messages.session_holder(tx, new_run.session_id)
         )
+        assistant = None if new_run.session_id else _assistant_step(new_run.definition_snapshot)
+        if assistant is not None:
+            headless = SessionError(
+                f"step {assistant!r} takes the session's visible reply (assistant_message), and"
+                " a headless run has no session: start the run with --session SESSION_ID"
+            )
+            return CommandResult.failed("rejected", headless)
         if holder is not None:
             busy = SessionBusyError(
                 f"session {new_run.session_id} is reserved by run {holder} until it ends"
@@ -503,6 +511,26 @@ def new_run_from(payload: RunStartPayload, result: dict[str, JsonValue]) -> run_
             else {"agentCommand": list[JsonValue](payload.agent_command)}
         ),
     )
+
+
+def _assistant_step(snapshot: JsonValue) -> str | None:
+    """The name of an assistant-message step anywhere in a definition snapshot, or None."""
+    if isinstance(snapshot, dict):
+        nodes = snapshot.get("nodes")
+        if isinstance(nodes, dict):
+            for name, node in nodes.items():
+                if isinstance(node, dict) and "assistantMessage" in node:
+                    return str(name)
+        for value in snapshot.values():
+            found = _assistant_step(value)
+            if found is not None:
+                return found
+    elif isinstance(snapshot, list):
+        for item in snapshot:
+            found = _assistant_step(item)
+            if found is not None:
+                return found
+    return None
 
 
 def resolver_error(result: dict[str, JsonValue]) -> PiwfError:

@@ -16,6 +16,8 @@ notifications never open a turn.
 
 The end of a turn on a step whose request is still pending:
 
+- ``completed`` with the turn's visible reply, on an assistant-message step: the reply (at most
+  its ``maxChars``) is submitted as the output and validated like any submission; not counted.
 - ``aborted``: the run is paused (pending step messages withdrawn with it); not counted.
 - ``completed``, ``error``, ``lost``: counted as unproductive when the run is not paused and
   no submission is validating. The first two counted ends each present one ``reminder`` step;
@@ -47,7 +49,15 @@ from piwf.state.enums import (
     TurnState,
     TurnStopReason,
 )
-from piwf.state.execution import active_time, control, messages, queue, requests, runs
+from piwf.state.execution import (
+    active_time,
+    control,
+    messages,
+    queue,
+    requests,
+    runs,
+    submissions,
+)
 from piwf.state.execution.core import record_run_change, take_run_authority
 from piwf.state.leases import release_claim
 from piwf.state.records import Actor
@@ -119,6 +129,10 @@ class TurnReceipt:
     reminded: str | None = None
     paused: bool = False
     gave_up: bool = False
+    #: The submission an assistant-message reply became (its validation is to be started).
+    submission_id: str | None = None
+    #: Why an assistant-message reply was not taken (too long, refused).
+    refusal: str | None = None
 
 
 def get_turn(tx: Transaction, turn_id: str) -> TurnRow | None:
@@ -175,8 +189,10 @@ def end_turn(
     actor: Actor,
     control_owner_id: str,
     lease_ms: int,
+    response_text: str | None = None,
 ) -> TurnReceipt | Conflict:
-    """Record a turn's end and apply its rules (module docstring); a repeat adopts."""
+    """Record a turn's end and apply its rules (module docstring); a repeat adopts.
+    ``response_text``: the turn's visible reply (an assistant-message step's output)."""
     existing = get_turn(tx, turn_id)
     if existing is None:
         return TurnReceipt("absent", None)
@@ -187,7 +203,16 @@ def end_turn(
             return TurnReceipt("settled", existing)
         reason = "?" if existing.stop_reason is None else existing.stop_reason.value
         return Conflict(f"turn {turn_id} already ended {reason}")
-    return _end(tx, existing, stop_reason, response_entry_id, actor, control_owner_id, lease_ms)
+    return _end(
+        tx,
+        existing,
+        stop_reason,
+        response_entry_id,
+        actor,
+        control_owner_id,
+        lease_ms,
+        response_text,
+    )
 
 
 def end_open_turns_lost(
@@ -208,6 +233,7 @@ def _end(
     actor: Actor,
     control_owner_id: str,
     lease_ms: int,
+    response_text: str | None = None,
 ) -> TurnReceipt:
     message = messages.get_message(tx, turn.message_id)
     assert message is not None  # a turn's message goes only with its run
@@ -216,6 +242,16 @@ def _end(
     )
     pending = request is not None and request.status.value == "pending"
     run = runs.require_run(tx, turn.run_id)
+    submitted, refusal = None, None
+    if (
+        request is not None
+        and pending
+        and stop_reason is TurnStopReason.COMPLETED
+        and response_text is not None
+        and not run.paused
+        and not run.terminal
+    ):
+        submitted, refusal = _submit_reply(tx, turn, request, response_text)
     counted = (
         pending
         and stop_reason is not TurnStopReason.ABORTED
@@ -227,6 +263,8 @@ def _end(
     if request is not None:
         active_time.close_interval(tx, request.attempt_id)
     ended = get_turn(tx, turn.turn_id)
+    if submitted is not None:
+        return TurnReceipt("settled", ended, submission_id=submitted)
     if request is None or not pending or run.terminal:
         return TurnReceipt("settled", ended)
     if stop_reason is TurnStopReason.ABORTED:
@@ -241,10 +279,36 @@ def _end(
         content = blobs.read_json(tx, request.content_hash)
         reminder = messages.remind(tx, run.run_id, request.request_id, request.kind, content)
         return TurnReceipt(
-            "settled", ended, reminded=None if reminder is None else reminder.message_id
+            "settled",
+            ended,
+            reminded=None if reminder is None else reminder.message_id,
+            refusal=refusal,
         )
     given_up = _give_up(tx, run, request.request_id, actor, control_owner_id, lease_ms)
-    return TurnReceipt("settled", ended, gave_up=given_up)
+    return TurnReceipt("settled", ended, gave_up=given_up, refusal=refusal)
+
+
+def _submit_reply(
+    tx: Transaction, turn: TurnRow, request: requests.RequestRow, text: str
+) -> tuple[str | None, str | None]:
+    """An assistant-message step takes the turn's visible reply as its output: submit it
+    (validated like any submission; the turn id is its idempotency key). Returns the new
+    submission's id, or why the reply was refused; (None, None) for any other step."""
+    content = blobs.read_json(tx, request.content_hash)
+    assistant = content.get("assistantMessage") if isinstance(content, dict) else None
+    limit = assistant.get("maxChars") if isinstance(assistant, dict) else None
+    if not isinstance(limit, int):
+        return None, None
+    if len(text) > limit:
+        return None, f"the reply has {len(text)} characters; this step takes at most {limit}"
+    found = submissions.submit(
+        tx, request.request_id, text, idempotency_key=f"turn:{turn.turn_id}", run_id=turn.run_id
+    )
+    if isinstance(found, submissions.SubmitRefused):
+        return None, str(found.error)
+    if found is None or not found.created:
+        return None, None
+    return found.submission.submission_id, None
 
 
 def _give_up(
