@@ -1,0 +1,109 @@
+"""Figure 9: CLI latency, the wall time of one ``piwf`` command as a user's shell runs it.
+
+Each command is a fresh process of the installed ``piwf`` entry point (the console script next
+to this interpreter), timed from ``Popen`` to exit: interpreter start, imports, the request (for
+``run list``, one connection and one ``run.list`` against a real running server holding
+:data:`FULL_RUNS` completed two-node runs), rendering and exit. Output goes to a pipe that is
+drained, so rendering costs what it costs, but no terminal does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sysconfig
+import time
+from pathlib import Path
+
+from tests.bench.common import BenchError, Figure, percentile, scratch_dir
+from tests.bench.fig_runs import Context, completed, submit_runs
+from tests.bench.piwf_side import PiwfServer, server_environment, two_node_workflow
+
+#: Completed runs in the server's database for ``piwf run list`` (one default page is 50).
+FULL_RUNS = 50
+SMOKE_RUNS = 3
+#: Timed invocations of each command (after one untimed warm-up, which fills the OS caches).
+FULL_SAMPLES = 20
+SMOKE_SAMPLES = 2
+COMMAND_TIMEOUT_S = 60.0
+
+COMMANDS: dict[str, list[str]] = {
+    "piwf --version": ["--version"],
+    "piwf --help": ["--help"],
+    "piwf run list": ["run", "list"],
+}
+
+
+def installed_piwf() -> Path:
+    """The ``piwf`` console script of this interpreter's environment."""
+    script = Path(sysconfig.get_path("scripts")) / "piwf"
+    if not script.is_file():
+        raise BenchError(f"no piwf console script in {script.parent}: install piwf first")
+    return script
+
+
+def time_command(command: list[str], env: dict[str, str], cwd: Path) -> float:
+    """Seconds from start to exit of one ``command`` process; it must exit 0."""
+    began = time.perf_counter()
+    finished = subprocess.run(
+        command,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=COMMAND_TIMEOUT_S,
+        check=False,
+    )
+    elapsed = time.perf_counter() - began
+    if finished.returncode != 0:
+        raise BenchError(
+            f"{' '.join(command[1:])} exited {finished.returncode}: "
+            f"{finished.stderr.decode(errors='replace')[-500:]}"
+        )
+    return elapsed
+
+
+def figure_cli(context: Context) -> Figure:
+    sizes = context.sizes
+    runs = SMOKE_RUNS if sizes.smoke else FULL_RUNS
+    samples = SMOKE_SAMPLES if sizes.smoke else FULL_SAMPLES
+    figure = Figure(
+        9,
+        f"CLI latency: one command, a new process each time ({samples} runs each, ms)",
+        ["command", "median", "p90", "min", "max"],
+    )
+    piwf = installed_piwf()
+    with scratch_dir() as workdir:
+        workflow = two_node_workflow(workdir)
+        with PiwfServer(workdir / "h") as server, server.client() as client:
+            for run_id in submit_runs(client, workflow, runs, sizes.submit_threads):
+                completed(client, run_id)
+            env = server_environment(server.home)
+            for name, arguments in COMMANDS.items():
+                command = [str(piwf), *arguments]
+                time_command(command, env, workdir)
+                values = [time_command(command, env, workdir) for _ in range(samples)]
+                median, p90 = percentile(values, 50), percentile(values, 90)
+                figure.add(
+                    [
+                        name,
+                        f"{median * 1000:.0f}",
+                        f"{p90 * 1000:.0f}",
+                        f"{min(values) * 1000:.0f}",
+                        f"{max(values) * 1000:.0f}",
+                    ],
+                    name,
+                    {
+                        "medianS": median,
+                        "p90S": p90,
+                        "minS": min(values),
+                        "maxS": max(values),
+                        "samples": samples,
+                    },
+                )
+    figure.settings = {
+        "entry point": "the installed piwf console script, run with subprocess (stdout a pipe)",
+        "server": f"a running piwf server holding {runs} completed two-node runs",
+        "run list": "the default page (--limit 50), human output",
+    }
+    figure.notes.append("each command ran once untimed first (OS page cache warm, .pyc written)")
+    return figure
