@@ -10,6 +10,7 @@ drained, so rendering costs what it costs, but no terminal does.
 from __future__ import annotations
 
 import subprocess
+import sys
 import sysconfig
 import time
 from pathlib import Path
@@ -21,7 +22,8 @@ from tests.bench.piwf_side import PiwfServer, server_environment, two_node_workf
 #: Completed runs in the server's database for ``piwf run list`` (one default page is 50).
 FULL_RUNS = 50
 SMOKE_RUNS = 3
-#: Timed invocations of each command (after one untimed warm-up, which fills the OS caches).
+#: Timed invocations of each command (after one untimed warm-up, which fills the OS caches),
+#: taken round-robin over the commands.
 FULL_SAMPLES = 20
 SMOKE_SAMPLES = 2
 COMMAND_TIMEOUT_S = 60.0
@@ -30,6 +32,14 @@ COMMANDS: dict[str, list[str]] = {
     "piwf --version": ["--version"],
     "piwf --help": ["--help"],
     "piwf run list": ["run", "list"],
+}
+#: What any command costs before piwf's own work, on the same interpreter: its start, and the
+#: imports of click and of pydantic (every command that talks to a server validates frames
+#: with pydantic models; --version and --help need neither).
+FLOORS: dict[str, str] = {
+    "floor: python -c pass": "pass",
+    "floor: import click": "import click",
+    "floor: import click, pydantic.BaseModel": "import click; from pydantic import BaseModel",
 }
 
 
@@ -56,7 +66,7 @@ def time_command(command: list[str], env: dict[str, str], cwd: Path) -> float:
     elapsed = time.perf_counter() - began
     if finished.returncode != 0:
         raise BenchError(
-            f"{' '.join(command[1:])} exited {finished.returncode}: "
+            f"{' '.join(command)} exited {finished.returncode}: "
             f"{finished.stderr.decode(errors='replace')[-500:]}"
         )
     return elapsed
@@ -78,10 +88,20 @@ def figure_cli(context: Context) -> Figure:
             for run_id in submit_runs(client, workflow, runs, sizes.submit_threads):
                 completed(client, run_id)
             env = server_environment(server.home)
-            for name, arguments in COMMANDS.items():
-                command = [str(piwf), *arguments]
+            # An installed piwf has its bytecode compiled (pip does it at install); in a
+            # development install the untimed first run writes it, unless the caller's shell
+            # forbids that, which would time compiling every module on every run.
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            commands = {name: [str(piwf), *arguments] for name, arguments in COMMANDS.items()}
+            commands.update({name: [sys.executable, "-c", code] for name, code in FLOORS.items()})
+            for command in commands.values():
                 time_command(command, env, workdir)
-                values = [time_command(command, env, workdir) for _ in range(samples)]
+            # Round-robin, so a burst of load elsewhere on the machine touches every row alike.
+            found: dict[str, list[float]] = {name: [] for name in commands}
+            for _ in range(samples):
+                for name, command in commands.items():
+                    found[name].append(time_command(command, env, workdir))
+            for name, values in found.items():
                 median, p90 = percentile(values, 50), percentile(values, 90)
                 figure.add(
                     [
@@ -106,4 +126,5 @@ def figure_cli(context: Context) -> Figure:
         "run list": "the default page (--limit 50), human output",
     }
     figure.notes.append("each command ran once untimed first (OS page cache warm, .pyc written)")
+    figure.notes.append("floor rows: the same interpreter, only starting and importing")
     return figure
