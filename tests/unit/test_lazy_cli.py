@@ -3,11 +3,14 @@
 Each check runs the CLI's ``main`` in a fresh interpreter (``python -c``) and reads what that
 interpreter imported, so an eager import added anywhere on the way (``piwf.cli``, the
 package's ``__init__``, a module they import) fails here. What the commands do is tested in
-tests/cli; this file is only about what gets imported and that the lazy listing is faithful.
+tests/cli; this file is only about what gets imported and that the lazy listing is faithful,
+and that the protocol models, whose validators are now built on first use, all build and
+build correctly when many threads use one first at the same moment.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -145,3 +148,75 @@ def test_a_usage_error_of_a_lazily_loaded_command_is_one_json_document(
     document = json.loads(stdout)
     assert document["error"]["code"] == "usage"
     assert document["error"]["message"]
+
+
+# The protocol models build their validators on first use (defer_build) -------------------
+
+#: The modules of wire models that the client and the server share.
+WIRE_MODULES = (
+    "piwf.protocol.client_v1",
+    "piwf.protocol.payloads",
+    "piwf.protocol.log_payloads",
+    "piwf.protocol.resource_payloads",
+    "piwf.protocol.state_payloads",
+    "piwf.protocol.view_payloads",
+)
+
+
+def wire_models() -> list[type[Any]]:
+    """Every wire model class of :data:`WIRE_MODULES` (all of them derive from two bases)."""
+    for name in WIRE_MODULES:
+        importlib.import_module(name)
+    from piwf.protocol import client_v1, payloads
+
+    def below(base: type[Any]) -> list[type[Any]]:
+        return [found for sub in base.__subclasses__() for found in (sub, *below(sub))]
+
+    return [*below(payloads.WireModel), *below(client_v1._WireModel)]
+
+
+def test_every_deferred_wire_model_builds() -> None:
+    # A broken field would otherwise surface only when a process first used the model.
+    models = wire_models()
+    assert len(models) > 80
+    for model in models:
+        model.model_rebuild(raise_errors=True)
+        assert model.__pydantic_complete__, model.__name__
+
+
+#: In a fresh interpreter (nothing built yet), 16 threads validate the same models at once, a
+#: valid value and one with an unknown field each; prints each thread's findings.
+CONCURRENT_FIRST_USE = """
+import json, threading
+from piwf.protocol.client_v1 import parse_server_message
+from piwf.protocol.payloads import RunCursor, RunPage
+start = threading.Barrier(16)
+found = []
+def use():
+    start.wait()
+    page = RunPage.model_validate({"runs": [], "nextCursor": {"createdAt": 1, "runId": "r-1"}})
+    try:
+        RunCursor.model_validate({"createdAt": 1, "runId": "r-1", "extra": 1})
+        refused = False
+    except ValueError:
+        refused = True
+    frame = b'{"outcome":"accepted","requestId":"q-1","schema":"piwf.client.v1","type":"response"}'
+    found.append([page.next_cursor.run_id, refused, parse_server_message(frame).outcome])
+threads = [threading.Thread(target=use) for _ in range(16)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join(60)
+print(json.dumps(found))
+"""
+
+
+def test_first_use_from_many_threads_at_once_validates_with_each_models_own_fields() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-c", CONCURRENT_FIRST_USE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(finished.stdout) == [["r-1", True, "accepted"]] * 16
