@@ -7,27 +7,140 @@ Exit codes are a protocol: 0 success, 1 runtime error, 2 usage error. Every comm
     piwf run show --json           -> {"error":{"code":"usage","message":"..."}}      exit 2
 
 Commands live in :mod:`.server`, :mod:`.runs`, :mod:`.state`, :mod:`.effects`,
-:mod:`.requests`, :mod:`.resources`, :mod:`.mcp` and :mod:`.view`; output in :mod:`.render`;
+:mod:`.requests`, :mod:`.resources`, :mod:`.sessions` (and :mod:`.attach`), :mod:`.mcp` and
+:mod:`.view`; output in :mod:`.render`;
 the shared flag, error handling and client in :mod:`.common`. docs/CLI.md documents each one.
+
+A command's module is imported only when that command runs or shows its own help
+(:data:`COMMANDS`): ``piwf --version`` and ``piwf --help`` import click and the version, not
+the client or the protocol models, so they answer in about the time Python and click take to
+start.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from piwf._version import __version__
-from piwf.cli import render
 
 _JSON_REQUESTED = "piwf.json"
 
 
+@dataclass(frozen=True)
+class LazyCommand:
+    """Where a top-level command is defined, and what ``piwf --help`` lists for it.
+
+    ``summary`` is the first paragraph of the command's help, word for word: the group's help
+    shortens it exactly as click shortens the real command's help, so the listing is the same
+    whether or not the module has been imported (tests/unit/test_lazy_cli.py checks both).
+    """
+
+    module: str
+    attribute: str
+    summary: str
+
+    def load(self) -> click.Command:
+        """Import the module and return the command it defines."""
+        found = getattr(importlib.import_module(self.module), self.attribute)
+        if not isinstance(found, click.Command):
+            raise TypeError(f"{self.module}.{self.attribute} is not a click command")
+        return found
+
+
+#: Every top-level command, one line each: name -> module, attribute, summary. Only
+#: ``piwf.cli`` modules (tests/unit/test_import_rules.py checks the imports of each).
+COMMANDS: dict[str, LazyCommand] = {
+    "answer": LazyCommand(
+        "piwf.cli.requests",
+        "answer_command",
+        "Answer one exact pending request as a person (decision.answer).",
+    ),
+    "effect": LazyCommand(
+        "piwf.cli.effects",
+        "effect_group",
+        "Resolve managed effects that piwf could not prove applied or not.",
+    ),
+    "mcp": LazyCommand(
+        "piwf.cli.mcp",
+        "mcp_command",
+        "Serve the workflow tool to an MCP client over stdio (extra: piwf[mcp]).",
+    ),
+    "requests": LazyCommand(
+        "piwf.cli.requests",
+        "requests_command",
+        "List pending checkpoints, decisions and agent requests, oldest first.",
+    ),
+    "resource": LazyCommand(
+        "piwf.cli.resources",
+        "resource_group",
+        "Apply, inspect, reconcile and delete managed resources.",
+    ),
+    # piwf.cli.logs adds `piwf run logs` to the run group it imports from piwf.cli.runs.
+    "run": LazyCommand(
+        "piwf.cli.logs", "run_group", "Start, list, inspect, wait for and cancel workflow runs."
+    ),
+    "server": LazyCommand(
+        "piwf.cli.server", "server_group", "Start, stop and inspect the piwf server of $PIWF_HOME."
+    ),
+    # piwf.cli.attach adds `piwf session attach` to the group it imports from piwf.cli.sessions.
+    "session": LazyCommand(
+        "piwf.cli.attach",
+        "session_group",
+        "Origin sessions: attach as one, list them, show one's workflow messages.",
+    ),
+    "state": LazyCommand(
+        "piwf.cli.state",
+        "state_group",
+        "Inspect, verify, back up and restore the state database of $PIWF_HOME.",
+    ),
+    "submit": LazyCommand(
+        "piwf.cli.requests",
+        "submit_command",
+        "Submit an agent step's output for one exact request and wait for its validation.",
+    ),
+    "update": LazyCommand(
+        "piwf.cli.requests",
+        "update_command",
+        "Record a progress update on an agent request without completing it.",
+    ),
+    "view": LazyCommand(
+        "piwf.cli.view", "view_command", "Watch runs live in the terminal (extra: piwf[view])."
+    ),
+}
+
+
 class PiwfGroup(click.Group):
-    """The top-level group: with ``--json`` anywhere in the arguments, a usage error is also
-    reported as one JSON document on stdout (exit status 2 either way)."""
+    """The top-level group: its commands load on first use (:data:`COMMANDS`), and with
+    ``--json`` anywhere in the arguments, a usage error is also reported as one JSON document
+    on stdout (exit status 2 either way)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.add_command(COMMANDS[cmd_name].load(), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the commands as click does, from each summary: nothing is imported."""
+        rows: list[tuple[str, click.Command]] = []
+        for name in self.list_commands(ctx):
+            loaded = self.commands.get(name)
+            if loaded is None:
+                loaded = click.Command(name, help=COMMANDS[name].summary)
+            if not loaded.hidden:
+                rows.append((name, loaded))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
 
     def make_context(
         self,
@@ -56,7 +169,9 @@ class PiwfGroup(click.Group):
 
 
 def _usage_error_as_json(error: click.UsageError) -> None:
-    render.emit_json({"error": {"code": "usage", "message": error.format_message()}})
+    from piwf.canonical import encode_text  # not render: it imports the protocol models
+
+    click.echo(encode_text({"error": {"code": "usage", "message": error.format_message()}}))
     raise click.exceptions.Exit(error.exit_code)
 
 
@@ -72,42 +187,6 @@ def cli() -> None:
     Example:
       piwf run start ./flows/hello.py --wait
     """
-
-
-def _register() -> None:
-    # Imported here: the command modules import this package's siblings while it initialises.
-    from piwf.cli import (
-        attach,  # noqa: F401 - registers `piwf session attach`
-        logs,  # noqa: F401 - registers `piwf run logs` on the run group
-    )
-    from piwf.cli.effects import effect_group
-    from piwf.cli.mcp import mcp_command
-    from piwf.cli.requests import answer_command, requests_command, submit_command, update_command
-    from piwf.cli.resources import resource_group
-    from piwf.cli.runs import run_group
-    from piwf.cli.server import server_group
-    from piwf.cli.sessions import session_group
-    from piwf.cli.state import state_group
-    from piwf.cli.view import view_command
-
-    for group in (
-        server_group,
-        run_group,
-        state_group,
-        effect_group,
-        resource_group,
-        session_group,
-    ):
-        cli.add_command(group)
-    cli.add_command(requests_command)
-    cli.add_command(answer_command)
-    cli.add_command(mcp_command)
-    cli.add_command(submit_command)
-    cli.add_command(update_command)
-    cli.add_command(view_command)
-
-
-_register()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -12,7 +12,9 @@ from piwf.protocol.session_payloads import SessionInfo, SessionView, WorkflowMes
 
 @click.group("session")
 def session_group() -> None:
-    """Origin sessions: list them, show one's workflow messages (docs/SESSIONS.md).
+    """Origin sessions: attach as one, list them, show one's workflow messages.
+
+    Interactive runs are bound to them (docs/SESSIONS.md).
 
     \b
     Example:

@@ -85,6 +85,8 @@ class _WireModel(BaseModel):
         frozen=True,
         alias_generator=to_camel,
         populate_by_name=True,
+        # Validators are built on first use, not at import (see payloads.WireModel).
+        defer_build=True,
     )
 
     def to_wire(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tests.bench import peers
 from tests.bench.common import REPOSITORY, Figure, has_numbers, machine
+from tests.bench.fig_cli import figure_cli
 from tests.bench.fig_control import figure_control_plane, figure_growth, figure_memory
 from tests.bench.fig_mixed import figure_mixed_pool
 from tests.bench.fig_recovery import figure_recovery
@@ -35,6 +36,7 @@ FIGURES: dict[int, Callable[[Context], Figure]] = {
     6: figure_growth,
     7: figure_memory,
     8: figure_mixed_pool,
+    9: figure_cli,
 }
 SYSTEMS = ("piwf", "dbos", "huey")
 

@@ -35,7 +35,10 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "CLI.md"
 def walk(command: click.Command, path: str = "piwf") -> Iterator[tuple[str, click.Command]]:
     """Every command and group below ``command``, with its full command path."""
     if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
+        context = click.Context(command)  # the top-level group loads each command on demand
+        for name in command.list_commands(context):
+            sub = command.get_command(context, name)
+            assert sub is not None, f"{path} lists {name} but has no such command"
             yield f"{path} {name}", sub
             yield from walk(sub, f"{path} {name}")
 

@@ -84,6 +84,11 @@ CLI_MAY_IMPORT = (
     "piwf.viewer",
 )
 
+#: What the top-level group ``piwf.cli`` may import itself: it loads each command's module by
+#: name from its COMMANDS table when the command runs, so ``piwf --version`` and ``--help`` stay
+#: light (tests/unit/test_lazy_cli.py checks what they import at run time).
+CLI_GROUP_MAY_IMPORT = frozenset({"piwf._version", "piwf.canonical"})
+
 #: The only CLI module that reaches the viewer, so the base install never imports Textual.
 VIEWER_IMPORTERS = frozenset({"piwf.cli.view"})
 
@@ -167,6 +172,30 @@ def test_the_cli_imports_the_client_and_reaches_the_server_only_through_its_entr
         " payload models; the server only through its entry point:\n  " + "\n  ".join(broken)
     )
     assert to_server == CLI_TO_SERVER, f"the CLI's edges to the server changed: {to_server}"
+
+
+def test_the_cli_group_imports_only_the_version_and_loads_commands_only_from_the_cli() -> None:
+    from piwf.cli import COMMANDS
+
+    group = sorted(
+        where(found)
+        for found in ALL
+        if found.module.name == CLI
+        and within(found.target, "piwf")
+        and found.target not in CLI_GROUP_MAY_IMPORT
+    )
+    assert group == [], "piwf.cli loads its commands lazily; it imports:\n  " + "\n  ".join(group)
+    # The commands' modules are imported by a name the import graph cannot read: each must be
+    # a CLI module, so the rules above (which read every CLI module) cover what it imports.
+    tree = modules(ROOT)
+    outside = sorted(
+        f"{name}: {entry.module}"
+        for name, entry in COMMANDS.items()
+        if entry.module not in tree or not within(entry.module, CLI) or entry.module == CLI
+    )
+    assert outside == [], "the lazy command table names a module outside piwf.cli:\n  " + (
+        "\n  ".join(outside)
+    )
 
 
 def test_only_the_view_command_reaches_the_viewer_and_only_the_viewer_imports_textual() -> None:
