@@ -137,6 +137,7 @@ def run_detail(detail: RunDetail) -> str:
             [
                 ("workflow", f"{run.workflow_name} ({run.workflow_ref})"),
                 ("title", run.title),
+                ("session", None if detail.session is None else f"{detail.session} (interactive)"),
                 ("status", f"{run.status}{queue}"),
                 ("detail", run.status_detail),
                 ("error", run.error_code),

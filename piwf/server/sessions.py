@@ -274,8 +274,9 @@ def refuse_without_authority(
 
 def _not_the_coordinator(session_id: str) -> SessionAuthorityError:
     return SessionAuthorityError(
-        f"only the active coordinator of session {session_id} may do this; attach as its"
-        " coordinator (Client.session) and send the coordinatorEpoch it gives"
+        f"only the active coordinator of session {session_id} may do this: act as the session"
+        f" with piwf session attach {session_id}, or from Python with"
+        f" Client.session({session_id!r})"
     )
 
 

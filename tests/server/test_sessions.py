@@ -5,6 +5,7 @@ pause and resume, the terminal message (docs/SESSIONS.md)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,7 @@ def test_a_plain_submit_to_an_interactive_run_is_refused_and_changes_nothing(
         with pytest.raises(RejectedError) as refused:
             client.submit(message.content["requestId"], {"steps": ["a", "b", "c"]})
         assert refused.value.error_code == "sessionAuthority"
-        assert "s-plain" in str(refused.value)
+        assert "piwf session attach s-plain" in str(refused.value)
         detail = client.get_run(run.run_id)
         assert detail.waiting_on is not None
         assert detail.waiting_on.request_id == message.content["requestId"]
@@ -277,6 +278,10 @@ def test_the_cli_binds_a_run_lists_its_session_and_shows_its_messages(
     shown = json.loads(piwf(server, "session", "show", "cli-1", "--json").stdout)
     assert [m["messageId"] for m in shown["messages"]] == [message.message_id]
     assert "nextMessageId" not in shown  # a reader holds no epoch: it is told nothing to send
+    run_id = json.loads(piwf(server, "run", "list", "--json").stdout)["runs"][0]["runId"]
+    shown_run = piwf(server, "run", "show", run_id).stdout
+    assert re.search(r"session +cli-1 \(interactive\)", shown_run), shown_run
+    assert "next      piwf session attach cli-1" in shown_run  # not piwf submit: refused here
     text = piwf(server, "session", "show", "cli-1").stdout
     assert message.message_id in text and "step (initial)" in text and "pending" in text
     assert piwf(server, "session", "show", "bad id!").returncode != 0

@@ -246,6 +246,9 @@ def _waiting_on(detail: RunDetail) -> WaitingOn | None:
     if request is None:
         return None
     action, command = _ACTIONS.get(request.kind, ("answer", "piwf answer {request} VALUE"))
+    if detail.session is not None and request.kind != "human_decision":
+        # The model-facing actions of an interactive run belong to its session.
+        command = f"piwf session attach {detail.session}"
     return WaitingOn(
         path=request.path,
         visit=request.visit,
