@@ -285,3 +285,26 @@ def test_the_cli_binds_a_run_lists_its_session_and_shows_its_messages(
     text = piwf(server, "session", "show", "cli-1").stdout
     assert message.message_id in text and "step (initial)" in text and "pending" in text
     assert piwf(server, "session", "show", "bad id!").returncode != 0
+
+
+def test_a_protected_decision_is_a_decision_message_a_person_answers(
+    server: ServerProcess,
+) -> None:
+    decision = str(FIXTURES / "decision_timeout.py")
+    with client_of(server) as client:
+        run = client.start_run(decision, input={"release": "1.2"}, session="s-decide")
+        host = client.session("s-decide")
+        message = next_of(host)
+        assert (message.kind, message.reason) == ("decision", None)
+        host.delivered(message.message_id, "entry-1")
+        assert host.start_turn(message).ownership == "absent"  # a decision opens no turn
+        client.pause_run(run.run_id)  # a pause leaves a decision presentable
+        [kept] = [m for m in host.view().messages if m.message_id == message.message_id]
+        assert kept.state == "sent"
+        client.resume_run(run.run_id)
+        assert [m.kind for m in host.view().messages].count("decision") == 1  # none added
+        # A person answers a protected decision: no coordinator epoch is needed.
+        client.answer(message.content["requestId"], {"choice": "ship"})
+        assert client.wait_run(run.run_id, timeout_s=30).output == {"shipped": "1.2"}
+        terminal = next_of(host)
+        assert (terminal.kind, terminal.content["status"]) == ("terminal", "completed")
