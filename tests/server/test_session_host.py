@@ -13,7 +13,9 @@ from piwf.client import Client
 from tests.server.harness import ServerFactory
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "SESSIONS.md"
-HOST, WORKFLOW = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)[:2]
+BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+[HOST] = [block for block in BLOCKS if "A scripted chat host" in block]
+[WORKFLOW] = [block for block in BLOCKS if 'name="chat"' in block]
 
 
 def test_the_documented_chat_host_is_short_and_completes_the_workflow(
