@@ -75,16 +75,34 @@ def hanging_workflow(directory: Path, name: str, timeout_ms: int | None, *, rout
 def agent_pids(tmp_path: Path) -> Iterator[Path]:
     """The hanging command's pid file; every pid in it is killed after the test."""
     pids = tmp_path / "pids"
+    _SEEN.clear()  # the pids of one test only: an earlier test's may have been reused
     yield pids
     for pid in read_pids(pids):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+        process = _SEEN.get(pid)
+        with contextlib.suppress(psutil.Error):
+            if process is not None and process.is_running():  # never a pid reused since
+                process.kill()
+    _SEEN.clear()
+
+
+#: Each agent pid seen, as the process it named when first read (the hanging command writes
+#: its pid as it starts). With two test workers the suite starts processes fast enough for a
+#: 32768-pid space to wrap within a test, so ``gone`` must not ask about a bare pid.
+_SEEN: dict[int, psutil.Process | None] = {}
+ZOMBIE = psutil.STATUS_ZOMBIE
 
 
 def read_pids(pids: Path) -> list[int]:
     if not pids.exists():
         return []
-    return [int(line) for line in pids.read_text().split()]
+    found = [int(line) for line in pids.read_text().split()]
+    for pid in found:
+        if pid not in _SEEN:
+            try:
+                _SEEN[pid] = psutil.Process(pid)
+            except psutil.NoSuchProcess:
+                _SEEN[pid] = None  # it ended already
+    return found
 
 
 def agent_runs(pids: Path, count: int, timeout_s: float = 30) -> list[int]:
@@ -99,8 +117,11 @@ def agent_runs(pids: Path, count: int, timeout_s: float = 30) -> list[int]:
 
 
 def gone(pid: int) -> bool:
+    """The agent process ``pid`` named when it was read has ended (or is a zombie); a new
+    process that reuses the pid does not count as the agent."""
+    process = _SEEN.get(pid)  # every pid a test asks about came through read_pids
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return process is None or not process.is_running() or process.status() == ZOMBIE
     except psutil.NoSuchProcess:
         return True
 
