@@ -154,6 +154,12 @@ class ServerFactory:
             server.process.wait(timeout=10)
             if server.process.stderr is not None:
                 server.process.stderr.close()
+        # A runner leads its own process group and ends when its lifeline sees the server
+        # gone; one a test stopped (SIGSTOP) cannot, so every recorded runner still alive is
+        # killed here (identity-checked: never a reused pid).
+        for runner in runner_processes(self.home):
+            with suppress(psutil.Error):
+                runner.kill()
         violations = state_violations(self.home) if self.started and self.verify else []
         assert violations == [], f"the test left a database that fails verify: {violations}"
 
