@@ -92,7 +92,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "session": LazyCommand(
         "piwf.cli.attach",
         "session_group",
-        "Origin sessions: attach as one, list them, show one's workflow messages.",
+        "Origin sessions: attach as one, list them, show their messages and capture.",
     ),
     "state": LazyCommand(
         "piwf.cli.state",

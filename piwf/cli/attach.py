@@ -6,7 +6,8 @@ each workflow message in session order and reports it shown. On a step it runs o
 person types the output (an agent step) or the answer (a checkpoint) as one line of JSON, which
 it submits as the session; a rejection is shown and the person types again. A protected
 decision is answered as a person. Ctrl-C during a turn aborts it (the run pauses; `piwf run
-resume` presents the step again); Ctrl-C while it waits exits.
+resume` presents the step again); Ctrl-C while it waits exits. Each turn's capture keeps the
+step as shown and every line typed (``piwf session capture RUN``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client
 from piwf.cli.sessions import session_group
 from piwf.client.sessions import SessionCoordinator
-from piwf.errors import RejectedError, SubmissionRejectedCommandError
-from piwf.protocol.session_payloads import WorkflowMessageInfo
+from piwf.errors import ConflictError, RejectedError, SubmissionRejectedCommandError
+from piwf.protocol.capture_payloads import CapturedEntry, CapturedEvent
+from piwf.protocol.session_payloads import TurnInfo, WorkflowMessageInfo
 
 
 @session_group.command("attach")
@@ -61,9 +63,10 @@ def session_attach(session_id: str, exit_when_done: bool, as_json: bool) -> None
             assert message is not None  # no timeout: it waits for one
             shown += 1
             _show(message, as_json)
-            host.delivered(message.message_id, f"terminal-{host.epoch}-{shown}")
+            entry_id = f"terminal-{host.epoch}-{shown}"
+            host.delivered(message.message_id, entry_id)
             if message.kind == "step":
-                _take_turn(host, message)
+                _take_turn(host, message, entry_id)
             elif message.kind == "decision":
                 _answer_decision(host, message)
             elif message.kind == "terminal" and exit_when_done and _session_free(host):
@@ -81,21 +84,29 @@ def _lost_everything(
     return {}, [message.message_id for message in messages if message.state == "sent"], True
 
 
-def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo) -> None:
+def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id: str) -> None:
+    """One turn on a step: the person types until a value is accepted. The turn's capture
+    keeps the step as shown and every line typed (rejections as events)."""
     request = message.content
     agent = request.get("requestKind") == "agent"
     started = host.start_turn(message)
     if started.ownership != "active" or started.turn is None:
         _say("(this step is closed now; waiting for the next message)")
         return
+    turn = started.turn
+    _capture(host, turn, CapturedEntry(entry_id=entry_id, kind="workflowMessage", content=request))
     prompt = "output JSON> " if agent else "answer JSON> "
+    typed = 0
     while True:
         try:
             line = click.prompt(prompt, prompt_suffix="", err=True)
         except (KeyboardInterrupt, click.Abort):
-            host.end_turn(started.turn, "aborted")
+            host.end_turn(turn, "aborted")
             _say(f"turn aborted: run {message.run_id} is paused (piwf run resume {message.run_id})")
             return
+        typed += 1
+        line_entry = CapturedEntry(entry_id=f"{entry_id}-typed-{typed}", kind="user", content=line)
+        _capture(host, turn, line_entry)
         value = _parse(line)
         if value is _NOT_JSON:
             continue
@@ -106,13 +117,26 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo) -> None:
                 host.answer(request["requestId"], value)
         except SubmissionRejectedCommandError as rejected:
             _say(f"rejected: {rejected}")
+            _capture(host, turn, CapturedEvent(event_type="rejection", payload=str(rejected)))
             continue
         except RejectedError as refused:
             _say(f"refused: {refused}")
             continue
-        host.end_turn(started.turn, "completed")
+        host.end_turn(turn, "completed", response_entry_id=line_entry.entry_id)
         _say("accepted")
         return
+
+
+def _capture(host: SessionCoordinator, turn: TurnInfo, item: CapturedEntry | CapturedEvent) -> None:
+    """Record one entry or event of the turn; a capture the server refuses (a line longer
+    than a captured value may be) is said, and the turn goes on."""
+    try:
+        if isinstance(item, CapturedEntry):
+            host.record(turn, entries=[item])
+        else:
+            host.record(turn, events=[item])
+    except (RejectedError, ConflictError) as refused:
+        _say(f"(not captured: {refused})")
 
 
 def _answer_decision(host: SessionCoordinator, message: WorkflowMessageInfo) -> None:

@@ -1,18 +1,24 @@
-"""``piwf session list`` and ``piwf session show``: the origin sessions interactive runs are
-bound to, and what each session's conversation must show (docs/SESSIONS.md)."""
+"""``piwf session list``, ``piwf session show`` and ``piwf session capture``: the origin
+sessions interactive runs are bound to, what each session's conversation must show, and what a
+session recorded of a run's turns (docs/SESSIONS.md)."""
 
 from __future__ import annotations
 
 import click
 
+from piwf import canonical
 from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client
+from piwf.client.capture import CapturedTurn
 from piwf.protocol.session_payloads import SessionInfo, SessionView, WorkflowMessageInfo
+
+#: Characters of an entry's content ``session capture`` shows on one line (``--full``: all).
+PREVIEW_CHARS = 120
 
 
 @click.group("session")
 def session_group() -> None:
-    """Origin sessions: attach as one, list them, show one's workflow messages.
+    """Origin sessions: attach as one, list them, show their messages and capture.
 
     Interactive runs are bound to them (docs/SESSIONS.md).
 
@@ -65,6 +71,86 @@ def session_show(session_id: str, as_json: bool) -> None:
         render.emit_json(view.to_wire())
         return
     click.echo(_view_text(view))
+
+
+@session_group.command("capture")
+@click.argument("run_id")
+@click.option("--attempt", "attempt_id", help="Only this node attempt's turns.")
+@click.option("--full", is_flag=True, help="Print every entry's content whole.")
+@json_option
+@command
+def session_capture(run_id: str, attempt_id: str | None, full: bool, as_json: bool) -> None:
+    """Show what the session recorded of an interactive run's turns: each accepted turn (the
+    step it worked on, how it ended, what its bounds dropped), then its entries and events in
+    the order the session reported them.
+
+    \b
+    Example:
+      piwf session capture run-1a2b3c
+    """
+    with open_client() as client:
+        captured = client.read_capture(run_id, attempt_id=attempt_id)
+    if as_json:
+        render.emit_json(
+            {
+                "runId": run_id,
+                "turns": [
+                    {
+                        "segment": turn.segment.to_wire(),
+                        "entries": [entry.to_wire() for entry in turn.entries],
+                        "events": [event.to_wire() for event in turn.events],
+                    }
+                    for turn in captured
+                ],
+            }
+        )
+        return
+    if not captured:
+        click.echo(
+            f"run {run_id} has no captured turns: a session records them with"
+            " SessionCoordinator.record while a turn is active (docs/SESSIONS.md)"
+        )
+        return
+    click.echo("\n\n".join(_turn_text(turn, full) for turn in captured))
+
+
+def _turn_text(turn: CapturedTurn, full: bool) -> str:
+    segment = turn.segment
+    about = segment.node_path or "the run's conversation"
+    state = segment.status if segment.failure is None else f"{segment.status}: {segment.failure}"
+    lines = [
+        f"turn {segment.turn_id} on {about} ({state})",
+        f"  session {segment.session_id}, {segment.entry_count} entries,"
+        f" {segment.event_count} events, {segment.stored_bytes} bytes",
+    ]
+    if segment.dropped_entries or segment.dropped_events:
+        lines.append(
+            f"  dropped beyond the bounds: {segment.dropped_entries} entries,"
+            f" {segment.dropped_events} events"
+        )
+    roles = {entry_id: role for role, entry_id in segment.roles.items() if role in _SHOWN_ROLES}
+    for entry in turn.entries:
+        role = f" ({roles[entry.entry_id]})" if entry.entry_id in roles else ""
+        lines.append(f"  {entry.entry_seq:>4}  {entry.kind}{role}  {entry.entry_id}")
+        lines.append(f"        {_preview(entry.content, full)}")
+    if turn.events:
+        lines.append("  events:")
+        for event in turn.events:
+            call = f" [{event.tool_call_id}]" if event.tool_call_id else ""
+            lines.append(
+                f"  {event.event_seq:>4}  {event.event_type}{call}  {_preview(event.payload, full)}"
+            )
+    return "\n".join(lines)
+
+
+_SHOWN_ROLES = ("prompt", "response")
+
+
+def _preview(value: object, full: bool) -> str:
+    text = value if isinstance(value, str) else canonical.encode_text(value)
+    if full or len(text) <= PREVIEW_CHARS:
+        return text
+    return f"{text[: PREVIEW_CHARS - 1]}… ({len(text)} characters; --full shows all)"
 
 
 def _row(item: SessionInfo) -> list[str]:

@@ -11,6 +11,8 @@ module              contents
                     outcome-to-error mapping (:data:`OUTCOME_ERRORS`, :data:`CODE_ERRORS`)
 ``runs``            the run reads and waits of :class:`Client`
 ``logs``            a run's node attempt logs (``run.logs``): pages, complete, followed
+``sessions``        :meth:`Client.session`: the coordinator of an origin session
+``capture``         :meth:`Client.read_capture`: a run's session capture, read back whole
 ``resources``       the ``resource.*`` methods of :class:`Client`
 ``content``         assembling and verifying values the server sent by content reference
 ``connection``      socket path checks (lstat, no symlinks), ``hello``, the reader thread
@@ -24,6 +26,7 @@ DESIGN.md allows: they open an inactive file (a backup or its copy), never the l
 nothing else here imports :mod:`piwf.state`.
 """
 
+from piwf.client.capture import CapturedTurn
 from piwf.client.client import (
     CODE_ERRORS,
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -37,6 +40,7 @@ from piwf.client.client import (
     Client,
 )
 from piwf.client.runs import workflow_reference
+from piwf.protocol.capture_payloads import CapturedEntry, CapturedEvent
 
 __all__ = [
     "CODE_ERRORS",
@@ -48,6 +52,9 @@ __all__ = [
     "RETRY_BASE_S",
     "RETRY_MAX_ATTEMPTS",
     "RETRY_MAX_WAIT_S",
+    "CapturedEntry",
+    "CapturedEvent",
+    "CapturedTurn",
     "Client",
     "workflow_reference",
 ]

@@ -52,6 +52,7 @@ from tenacity import (
 )
 
 from piwf.client import launcher
+from piwf.client.capture import CaptureMethods
 from piwf.client.connection import (
     NotListeningError,
     ServerConnection,
@@ -153,7 +154,14 @@ _Receipt = TypeVar("_Receipt", bound=BaseModel)
 _T = TypeVar("_T")
 
 
-class Client(RunReadMethods, RunLogMethods, InteractionMethods, ResourceMethods, SessionMethods):
+class Client(
+    RunReadMethods,
+    RunLogMethods,
+    InteractionMethods,
+    ResourceMethods,
+    SessionMethods,
+    CaptureMethods,
+):
     """A connection to the piwf server of one state home.
 
     ``home`` defaults to :func:`piwf.config.state_home` (``PIWF_HOME``). With ``autostart``

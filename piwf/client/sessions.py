@@ -28,13 +28,19 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.client.connection import ServerConnection
 from piwf.client.content import resolve_references
 from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
+from piwf.protocol.capture_payloads import (
+    CapturedEntry,
+    CapturedEvent,
+    CaptureRecordPayload,
+    CaptureRecordReceipt,
+)
 from piwf.protocol.payloads import AnswerReceipt, SubmissionReceipt, UpdateReceipt
 from piwf.protocol.session_payloads import (
     FollowUpReceipt,
@@ -53,6 +59,8 @@ from piwf.protocol.session_payloads import (
 
 if TYPE_CHECKING:
     from piwf.client.client import Client
+
+_Item = TypeVar("_Item", CapturedEntry, CapturedEvent)
 
 #: What a conversation holds, as a host finds it: message id -> entry id for the workflow
 #: messages found, the ids searched for and not found, and whether the session is idle with no
@@ -255,6 +263,36 @@ class SessionCoordinator:
         response = self.client.request("followUp.remove", payload)
         return FollowUpReceipt.model_validate(response.receipt or {})
 
+    def record(
+        self,
+        turn: TurnInfo | str,
+        *,
+        entries: Sequence[CapturedEntry | Mapping[str, Any]] = (),
+        events: Sequence[CapturedEvent | Mapping[str, Any]] = (),
+        idempotency_key: str | None = None,
+    ) -> CaptureRecordReceipt:
+        """Record what the conversation holds of an accepted turn (``sessionCapture.record``):
+        its entries (``CapturedEntry(entry_id=..., kind=..., content=..., role=...)``, the
+        conversation's own entry ids) and events (``CapturedEvent(event_type=...,
+        payload=..., tool_call_id=...)``), in order, before the turn's end is reported. An
+        entry recorded again is adopted; events are kept once per ``idempotency_key``. The
+        turn's segment keeps at most 2000 entries and 5000 events; the receipt counts what it
+        dropped beyond. Read it back with :meth:`Client.read_capture`."""
+        turn_id = turn if isinstance(turn, str) else turn.turn_id
+        payload = CaptureRecordPayload(
+            session_id=self.session_id,
+            coordinator_epoch=self._ensure_attached(),
+            turn_id=turn_id,
+            entries=[_model(CapturedEntry, entry) for entry in entries],
+            events=[_model(CapturedEvent, event) for event in events],
+        )
+        return self.client._call(
+            "sessionCapture.record",
+            payload,
+            CaptureRecordReceipt,
+            idempotency_key=idempotency_key,
+        )
+
     def delivered(self, message_id: str, entry_id: str) -> ReportBranchReceipt:
         """Report one message shown: it is in the conversation as ``entry_id``."""
         return self.report_branch({message_id: entry_id})
@@ -309,3 +347,8 @@ class SessionCoordinator:
             "checkpoint.answer", payload, idempotency_key=idempotency_key
         )
         return AnswerReceipt.model_validate(answered.receipt or {})
+
+
+def _model(kind: type[_Item], item: _Item | Mapping[str, Any]) -> _Item:
+    """An entry or event as its wire model (a mapping may use Python or wire names)."""
+    return item if isinstance(item, kind) else kind.model_validate(item)

@@ -48,6 +48,9 @@ operation               kind     meaning
 ``workflowTurn.report`` durable  a model turn's start or end on a sent message
 ``followUp.queue``      durable  queue a prompt to follow an interactive run that completes
 ``followUp.remove``     durable  withdraw a follow-up not shown yet
+``sessionCapture.``     durable  entries and events of an accepted turn, from the active
+``record``                       coordinator (the turn's session capture)
+``sessionCapture.read`` read     a run's captured turns and one turn's entries and events
 ======================  =======  ==========================================================
 
 A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
@@ -90,6 +93,8 @@ Operation = Literal[
     "session.attach",
     "session.list",
     "session.view",
+    "sessionCapture.read",
+    "sessionCapture.record",
     "state.backup",
     "state.prune",
     "state.prunePreview",
@@ -127,6 +132,7 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
         "run.resume",
         "run.start",
         "server.stop",
+        "sessionCapture.record",
         "state.backup",
         "state.prune",
         "workflowMessage.reportBranch",
@@ -149,6 +155,7 @@ FINGERPRINT_EXCLUDED_PAYLOAD_KEYS: Mapping[Operation, frozenset[str]] = MappingP
         "interaction.update": frozenset({"coordinatorEpoch"}),
         "workflowMessage.reportBranch": frozenset({"coordinatorEpoch"}),
         "workflowTurn.report": frozenset({"coordinatorEpoch"}),
+        "sessionCapture.record": frozenset({"coordinatorEpoch"}),
     }
 )
 

@@ -45,6 +45,11 @@ def session_id_problem(value: object) -> str | None:
 
 _MESSAGE_ID = r"^[\x21-\x7e]{1,256}$"
 
+#: The patterns of a session id and of a record id (a message, turn, run or entry id), for the
+#: payload modules that extend this one.
+SESSION_ID_PATTERN = _SESSION_ID
+RECORD_ID_PATTERN = _MESSAGE_ID
+
 #: Messages one session view carries at most (the count says how many there are).
 MAX_WINDOW_MESSAGES = 200
 #: Entries one branch report may name at most.

@@ -44,6 +44,7 @@ from piwf.protocol.state_payloads import (
     ViolationInfo,
 )
 from piwf.server import maintenance
+from piwf.server.capture import CaptureHandlers
 from piwf.server.commands import CommandResult
 from piwf.server.content_reads import ContentReads
 from piwf.server.context import ServerContext
@@ -87,6 +88,7 @@ class Handlers:
         self.interactions = InteractionHandlers(context)
         self.views = RunViews(context)
         self.sessions = SessionHandlers(context)
+        self.capture = CaptureHandlers(context)
         self.table: dict[str, Callable[[Request, Reply], None]] = {
             "server.status": self.server_status,
             "server.stop": self.server_stop,
@@ -124,6 +126,8 @@ class Handlers:
             "workflowTurn.report": self.sessions.turn_report,
             "followUp.queue": self.sessions.follow_up_queue,
             "followUp.remove": self.sessions.follow_up_remove,
+            "sessionCapture.record": self.capture.record,
+            "sessionCapture.read": self.capture.read,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:

@@ -11,7 +11,8 @@ another run's values, a made-up digest, or anything the server never advertises:
                       decisions, every output submitted
                       to its agent requests (as sent, as accepted) and each rejection, the
                       output and error of each node attempt and the data of each update it
-                      published (the run view's steps), the content of its workflow messages
+                      published (the run view's steps), the content of its workflow messages,
+                      the entries and event payloads of its session capture
     resource  uid     spec, status
 
 Read-only: nothing here writes, and a read leaves no receipt or other trace.
@@ -52,6 +53,10 @@ SELECT EXISTS (
   UNION ALL
   SELECT 1 FROM workflow_updates u JOIN node_attempts a USING (attempt_id)
   WHERE a.run_id = :owner AND u.data_hash = :digest
+  UNION ALL
+  SELECT 1 FROM session_entries WHERE run_id = :owner AND content_hash = :digest
+  UNION ALL
+  SELECT 1 FROM session_events WHERE run_id = :owner AND payload_hash = :digest
 )
 """
 

@@ -148,6 +148,23 @@ class TurnStopReason(StrEnum):
     LOST = "lost"  # proved over without an end report (an idle branch, a newer turn)
 
 
+class SegmentStatus(StrEnum):
+    """A session capture segment: recording until its turn's end is reported."""
+
+    RECORDING = "recording"
+    COMPLETE = "complete"
+    FAILED = "failed"  # the end proved an interruption (aborted, error, lost)
+
+
+class AttemptEntryRole(StrEnum):
+    """Which captured entry of a node attempt an ``attempt_entries`` row names."""
+
+    PROMPT = "prompt"  # the step message's entry
+    RESPONSE = "response"  # the turn's reply entry
+    FIRST = "first"
+    LAST = "last"
+
+
 class StepReason(StrEnum):
     """Why a step message presents its request (again)."""
 

@@ -100,6 +100,11 @@ TREE_ROWS: Mapping[str, str] = MappingProxyType(
         "run_notifications": _RUNS,
         "workflow_messages": _RUNS,
         "workflow_turns": _RUNS,
+        "session_segments": _RUNS,
+        "session_entries": _RUNS,
+        "session_events": _RUNS,
+        "attempt_entries": """attempt_id IN (SELECT attempt_id FROM node_attempts
+            WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
         "human_decisions": _RUNS,
         "human_decision_resolutions": """decision_id IN (SELECT decision_id FROM human_decisions
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",

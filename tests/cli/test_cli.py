@@ -84,6 +84,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf server status",
         "piwf server stop",
         "piwf session attach",
+        "piwf session capture",
         "piwf session list",
         "piwf session show",
         "piwf state backup",

@@ -33,6 +33,7 @@ EXPECTED_DURABLE = {
     "resource.reconcile",
     "workflowMessage.reportBranch",
     "workflowTurn.report",
+    "sessionCapture.record",
     "followUp.queue",
     "followUp.remove",
 }
@@ -56,6 +57,7 @@ EXPECTED_READ = {
     "run.logs",
     "session.attach",
     "session.view",
+    "sessionCapture.read",
     "session.list",
 }
 

@@ -106,6 +106,17 @@ def test_a_person_takes_an_agent_step_and_a_checkpoint_to_completion(
         done = client.wait_run(run.run_id, timeout_s=10)
         assert done.run.status == "completed"
         assert done.output == {"note": "ship it", "approval": {"approved": True}}
+        # Each turn's capture keeps the step as shown and every line the person typed.
+        captured = client.read_capture(run.run_id)
+    draft = captured[0]
+    assert draft.segment.status == "complete"
+    assert [(e.kind, e.content) for e in draft.entries[1:]] == [
+        ("user", "not json"),
+        ("user", '{"note": "ship it"}'),
+    ]
+    assert draft.entries[0].kind == "workflowMessage"
+    assert draft.segment.roles["prompt"] == draft.entries[0].entry_id
+    assert draft.segment.roles["response"] == draft.entries[2].entry_id
 
 
 # conformance: I5

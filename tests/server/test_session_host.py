@@ -41,6 +41,8 @@ def test_the_documented_chat_host_is_short_and_completes_the_workflow(
         "[step] Review this plan: ['write', 'test', 'ship']",
         "[terminal] the run completed",
         "output: {'steps': ['write', 'test', 'ship'], 'verdict': 'looks complete'}",
+        "captured plan: 2 entries",
+        "captured review: 2 entries",
     ]
     with Client(server.home, autostart=False) as client:
         [session] = [s for s in client.list_sessions() if s.session_id == "chat-demo"]

@@ -1,8 +1,8 @@
 """Failure records in the state file: stored with the attempt, read back, and the schema change.
 
 Adding ``node_attempts.failure_hash`` changed the DDL in place (the alpha policy of seed 000
-and docs/STATE.md: no migrations), and so has every schema change since (the latest: workflow
-messages). A database the previous code created must therefore be refused before anything
+and docs/STATE.md: no migrations), and so has every schema change since (the latest: session
+capture). A database the previous code created must therefore be refused before anything
 touches it, with the one reset instruction, never half-read.
 """
 
@@ -21,6 +21,7 @@ from piwf.state import database as state_database
 from piwf.state.enums import RunnerStatus
 from piwf.state.execution import attempts
 from piwf.state.schema import SCHEMA_DIGEST, STATEMENTS
+from piwf.state.schema.capture import CAPTURE_STATEMENTS
 from piwf.state.schema.sessions import SESSION_STATEMENTS
 from piwf.workflow import compute, define_workflow
 from piwf.workflow.context import Outcome
@@ -48,11 +49,11 @@ _QUEUE_SESSION_INDEX = (
 
 
 def previous_statements() -> tuple[str, ...]:
-    """The current DDL as it was before workflow messages: no session tables, no
+    """The current DDL as it was before workflow messages: no session or capture tables, no
     ``unproductive`` answer, and the queue row's old ``origin_session_id`` column and its
     index back in place."""
     statements = []
-    later = {statement.strip() for statement in SESSION_STATEMENTS}
+    later = {statement.strip() for statement in (*SESSION_STATEMENTS, *CAPTURE_STATEMENTS)}
     for statement in STATEMENTS:
         if statement in later:
             continue

@@ -36,6 +36,10 @@ MIRRORS: list[tuple[str, str, Iterable[Enum]]] = [
     ("workflow_messages", "kind", e.MessageKind),
     ("workflow_messages", "status", e.MessageStatus),
     ("workflow_messages", "reason", e.StepReason),
+    ("workflow_turns", "state", e.TurnState),
+    ("workflow_turns", "stop_reason", e.TurnStopReason),
+    ("session_segments", "status", e.SegmentStatus),
+    ("attempt_entries", "role", e.AttemptEntryRole),
 ]
 
 

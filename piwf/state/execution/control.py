@@ -45,7 +45,7 @@ from piwf.state.enums import (
     QueueStatus,
     ResourceType,
 )
-from piwf.state.execution import attempts, messages, queue, requests, runs
+from piwf.state.execution import attempts, messages, queue, requests, runs, turns
 from piwf.state.execution.core import (
     RunLaunch,
     close_run_dependents,
@@ -158,6 +158,7 @@ def cancel_run(
     )
     runs.finish(tx, run_id, RunStatus.CANCELLED)
     messages.run_ended(tx, run_id, RunStatus.CANCELLED.value, error="cancelled")
+    turns.end_turns_of_run(tx, run_id)
     queue.set_queue(tx, run_id, QueueStatus.CANCELLED)
     release_claim(tx, authority)
     return Applied(runs.require_run(tx, run_id))

@@ -27,7 +27,7 @@ from piwf.state.enums import (
     InteractionStatus,
     QueueStatus,
 )
-from piwf.state.execution import attempts, messages, queue, requests, runs
+from piwf.state.execution import attempts, messages, queue, requests, runs, turns
 from piwf.state.execution.core import (
     RUNNER_ACTOR,
     close_run_dependents,
@@ -207,6 +207,7 @@ def apply_finish(
     runs.finish(tx, run.run_id, status, output_hash=output_hash, error_hash=error_hash)
     error = None if status is RunStatus.COMPLETED else (message.error or status.value)
     messages.run_ended(tx, run.run_id, status.value, output=message.output, error=error)
+    turns.end_turns_of_run(tx, run.run_id)
     failure = FailureClass.NODE_FAILED if status is RunStatus.FAILED else None
     queue.set_queue(tx, run.run_id, queue_status, error_code=failure)
     release_claim(tx, claim)

@@ -28,6 +28,12 @@ An open turn of an agent step keeps its attempt's active-time interval open (the
 counts only while the session works on it). A server restart closes no turn: the session
 reports the same started turn again (its interval reopens).
 
+An accepted turn records its session capture (:mod:`piwf.state.execution.capture`): the
+segment opens with the ``active`` receipt and finishes with the reported end. When the run
+ends while a turn is open, the run's terminal change ends the turn ``lost``
+(``ended_by_run``) but leaves its capture recording; the session's late end report adopts
+that end and finishes the capture.
+
 Writers run inside the caller's one change and never commit.
 """
 
@@ -51,6 +57,7 @@ from piwf.state.enums import (
 )
 from piwf.state.execution import (
     active_time,
+    capture,
     control,
     messages,
     queue,
@@ -69,7 +76,7 @@ Ownership = Literal["active", "settled", "absent"]
 
 _COLUMNS = """
 SELECT turn_id, message_id, run_id, session_id, state, stop_reason, response_entry_id,
-       counted, started_at, ended_at
+       counted, started_at, ended_at, ended_by_run
 FROM workflow_turns
 """
 
@@ -86,6 +93,16 @@ _END = """
 UPDATE workflow_turns
 SET state = 'ended', stop_reason = ?, response_entry_id = ?, counted = ?, ended_at = ?
 WHERE turn_id = ? AND state = 'started'
+"""
+
+_END_OF_RUN = """
+UPDATE workflow_turns SET state = 'ended', stop_reason = 'lost', ended_by_run = 1, ended_at = ?
+WHERE run_id = ? AND state = 'started'
+RETURNING turn_id, message_id
+"""
+
+_SET_RESPONSE_ENTRY = """
+UPDATE workflow_turns SET response_entry_id = ? WHERE turn_id = ? AND response_entry_id IS NULL
 """
 
 _COUNT_ENDED_OF_MESSAGE = (
@@ -117,6 +134,8 @@ class TurnRow:
     counted: bool
     started_at: int
     ended_at: int | None
+    #: Ended ``lost`` by its run's terminal change (a late end report adopts it).
+    ended_by_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,6 +182,7 @@ def start_turn(
             return Conflict(f"turn {turn_id} was started on another message")
         if existing.state is TurnState.STARTED:
             _reopen_interval(tx, existing)
+            _open_capture(tx, existing)
             return TurnReceipt("active", existing)
         return TurnReceipt("settled", existing)
     message = messages.get_message(tx, message_id)
@@ -176,6 +196,7 @@ def start_turn(
     started = get_turn(tx, turn_id)
     assert started is not None
     _reopen_interval(tx, started)
+    _open_capture(tx, started)
     return TurnReceipt("active", started)
 
 
@@ -199,6 +220,11 @@ def end_turn(
     if existing.session_id != session_id:
         return Conflict(f"turn {turn_id} is not a turn of session {session_id}")
     if existing.state is TurnState.ENDED:
+        if existing.ended_by_run:  # the run ended first: this end adopts that end
+            if response_entry_id is not None:
+                tx.execute(_SET_RESPONSE_ENTRY, (response_entry_id, turn_id))
+            capture.finish_segment(tx, turn_id, stop_reason)
+            return TurnReceipt("settled", get_turn(tx, turn_id))
         if existing.stop_reason is stop_reason:
             return TurnReceipt("settled", existing)
         reason = "?" if existing.stop_reason is None else existing.stop_reason.value
@@ -218,11 +244,28 @@ def end_turn(
 def end_open_turns_lost(
     tx: Transaction, session_id: str, *, actor: Actor, control_owner_id: str, lease_ms: int
 ) -> list[TurnReceipt]:
-    """An idle session proves its open turn over: end it ``lost`` (branch report, idle)."""
-    return [
+    """An idle session proves its open turn over: end it ``lost`` (branch report, idle), and
+    fail the capture of a turn its run's end closed whose end was never reported."""
+    ended = [
         _end(tx, _turn(row), TurnStopReason.LOST, None, actor, control_owner_id, lease_ms)
         for row in tx.all(_SELECT_OPEN_OF_SESSION, (session_id,))
     ]
+    capture.settle_idle(tx, session_id)
+    return ended
+
+
+def end_turns_of_run(tx: Transaction, run_id: str) -> int:
+    """A run became terminal: its open turns end ``lost`` in the same change (no rule applies
+    to a finished run), their active time stops; their capture keeps recording until the
+    session reports the end. Returns how many ended."""
+    closed = tx.all(_END_OF_RUN, (tx.now, run_id))
+    for row in closed:
+        message = messages.get_message(tx, str(row[1]))
+        if message is not None and message.kind is MessageKind.STEP:
+            request = requests.get_request(tx, message.source_id)
+            if request is not None:
+                active_time.close_interval(tx, request.attempt_id)
+    return len(closed)
 
 
 def _end(
@@ -260,6 +303,7 @@ def _end(
         and not bool(tx.scalar(_VALIDATING, (message.source_id,)))
     )
     tx.execute(_END, (stop_reason.value, response_entry_id, int(counted), tx.now, turn.turn_id))
+    capture.finish_segment(tx, turn.turn_id, stop_reason)
     if request is not None:
         active_time.close_interval(tx, request.attempt_id)
     ended = get_turn(tx, turn.turn_id)
@@ -362,6 +406,23 @@ def _open(tx: Transaction, message: messages.MessageRow) -> bool:
     )
 
 
+def _open_capture(tx: Transaction, turn: TurnRow) -> None:
+    """An accepted turn records its capture; a step's turn records for its attempt."""
+    message = messages.get_message(tx, turn.message_id)
+    request = (
+        requests.get_request(tx, message.source_id)
+        if message is not None and message.kind is MessageKind.STEP
+        else None
+    )
+    capture.open_segment(
+        tx,
+        turn_id=turn.turn_id,
+        run_id=turn.run_id,
+        session_id=turn.session_id,
+        attempt_id=None if request is None else request.attempt_id,
+    )
+
+
 def _reopen_interval(tx: Transaction, turn: TurnRow) -> None:
     """An open turn of an agent step counts its attempt's active time."""
     message = messages.get_message(tx, turn.message_id)
@@ -384,4 +445,5 @@ def _turn(row: sqlite3.Row) -> TurnRow:
         counted=bool(row[7]),
         started_at=int(row[8]),
         ended_at=None if row[9] is None else int(row[9]),
+        ended_by_run=bool(row[10]),
     )

@@ -22,7 +22,9 @@ part of the digest, so it never changes without a reason)::
     interactions                 agent submissions and their validation
     agents                       attempt active intervals, agent processes, agent turns
     logs                         attempt logs (each attempt's captured output file)
-    sessions                     workflow messages (what an origin session's conversation shows)
+    sessions                     workflow messages (what an origin session's conversation shows),
+                                 workflow turns
+    capture                      session capture: segments, entries, attempt entries, events
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import hashlib
 
 from piwf.state.schema.agents import AGENT_STATEMENTS
+from piwf.state.schema.capture import CAPTURE_STATEMENTS
 from piwf.state.schema.core import RECORD_STATEMENTS, SERVER_STATEMENTS
 from piwf.state.schema.decisions import DECISION_STATEMENTS
 from piwf.state.schema.execution import RUN_STATEMENTS, RUNNER_STATEMENTS
@@ -58,6 +61,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         *AGENT_STATEMENTS,
         *LOG_STATEMENTS,
         *SESSION_STATEMENTS,
+        *CAPTURE_STATEMENTS,
     )
 )
 

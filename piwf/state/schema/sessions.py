@@ -57,7 +57,8 @@ CREATE UNIQUE INDEX workflow_messages_pending_step_idx ON workflow_messages(sour
 
 # One model turn of the session that the server accepted as workflow work on a sent message:
 # exact start and end; ``counted`` marks an end that counted toward the step's unproductive
-# turns (the reminder rule).
+# turns (the reminder rule); ``ended_by_run`` an end (``lost``) the run's terminal change made,
+# which the session's late matching end report adopts.
 _WORKFLOW_TURNS = """
 CREATE TABLE workflow_turns (
   turn_id TEXT PRIMARY KEY CHECK (length(turn_id) BETWEEN 1 AND 256),
@@ -69,10 +70,12 @@ CREATE TABLE workflow_turns (
   response_entry_id TEXT CHECK (response_entry_id IS NULL
     OR length(response_entry_id) BETWEEN 1 AND 256),
   counted INTEGER NOT NULL DEFAULT 0 CHECK (counted IN (0, 1)),
+  ended_by_run INTEGER NOT NULL DEFAULT 0 CHECK (ended_by_run IN (0, 1)),
   started_at INTEGER NOT NULL,
   ended_at INTEGER,
   CHECK ((state = 'started') = (stop_reason IS NULL AND ended_at IS NULL)),
-  CHECK (counted = 0 OR state = 'ended')
+  CHECK (counted = 0 OR state = 'ended'),
+  CHECK (ended_by_run = 0 OR stop_reason = 'lost')
 ) STRICT
 """
 
