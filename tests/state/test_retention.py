@@ -538,3 +538,60 @@ def test_any_constraint_refusal_mid_delete_leaves_the_tree_whole(
     assert dump(db) == before
     db.connection.execute("DROP TRIGGER temp.refuse")
     assert isinstance(delete(db, clock, "run-a"), Applied)
+
+
+def test_a_trees_session_capture_goes_with_it_and_its_blobs_too(
+    db: StateDatabase, clock: FakeClock
+) -> None:
+    completed(db, "run-a", "a")
+    attempt = first_attempt(db, "run-a")
+    now = clock.now_ms()
+    with db.write() as tx:
+        content = blobs.put_json(tx, {"kind": "step"})
+        entry = blobs.put_json(tx, "only the capture holds this")
+        payload = blobs.put_json(tx, {"tool": "grep"})
+        tx.execute(
+            "INSERT INTO workflow_messages (message_id, run_id, session_id, kind, reason,"
+            " source_id, content_hash, order_number, status, entry_id, created_at, updated_at)"
+            " VALUES ('message-a', 'run-a', 's', 'step', 'initial', 'req-a', ?, 1, 'sent',"
+            " 'e-1', ?, ?)",
+            (content, now, now),
+        )
+        tx.execute(
+            "INSERT INTO workflow_turns (turn_id, message_id, run_id, session_id, state,"
+            " stop_reason, started_at, ended_at) VALUES ('turn-a', 'message-a', 'run-a', 's',"
+            " 'ended', 'completed', ?, ?)",
+            (now, now),
+        )
+        tx.execute(
+            "INSERT INTO session_segments (segment_id, run_id, attempt_id, turn_id, session_id,"
+            " status, entry_count, event_count, created_at, finished_at)"
+            " VALUES ('segment-a', 'run-a', ?, 'turn-a', 's', 'complete', 1, 1, ?, ?)",
+            (attempt, now, now),
+        )
+        tx.execute(
+            "INSERT INTO session_entries (segment_id, run_id, entry_seq, run_seq, entry_id,"
+            " entry_kind, content_hash, content_bytes, recorded_at)"
+            " VALUES ('segment-a', 'run-a', 1, 1, 'e-1', 'user', ?, 29, ?)",
+            (entry, now),
+        )
+        tx.execute(
+            "INSERT INTO attempt_entries (attempt_id, role, segment_id, entry_id)"
+            " VALUES (?, 'prompt', 'segment-a', 'e-1')",
+            (attempt,),
+        )
+        tx.execute(
+            "INSERT INTO session_events (segment_id, run_id, event_seq, run_seq, event_type,"
+            " payload_hash, payload_bytes, recorded_at)"
+            " VALUES ('segment-a', 'run-a', 1, 1, 'toolCall', ?, 15, ?)",
+            (payload, now),
+        )
+    clock.advance(31 * DAY)
+    assert reasons(db, clock, "run-a") == ()  # a finished capture protects nothing
+    assert isinstance(delete(db, clock, "run-a"), Applied)
+    with db.read() as tx:
+        for table in ("session_segments", "session_entries", "attempt_entries", "session_events"):
+            assert tx.scalar(f"SELECT count(*) FROM {table}") == 0, table
+        assert tx.scalar("SELECT count(*) FROM blobs WHERE blob_hash = ?", (entry,)) == 0
+    assert violations(db) == []
+    assert orphan_blobs(db) == 0
