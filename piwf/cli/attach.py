@@ -23,7 +23,7 @@ from piwf.cli.common import command, json_option, open_client
 from piwf.cli.sessions import session_group
 from piwf.client.sessions import SessionCoordinator
 from piwf.errors import ConflictError, RejectedError, SubmissionRejectedCommandError
-from piwf.protocol.capture_payloads import CapturedEntry, CapturedEvent
+from piwf.protocol.session_capture_payloads import CapturedEntry, CapturedEvent
 from piwf.protocol.session_payloads import TurnInfo, WorkflowMessageInfo
 
 

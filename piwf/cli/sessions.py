@@ -9,7 +9,7 @@ import click
 from piwf import canonical
 from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client
-from piwf.client.capture import CapturedTurn
+from piwf.client.session_capture import CapturedTurn
 from piwf.protocol.session_payloads import SessionInfo, SessionView, WorkflowMessageInfo
 
 #: Characters of an entry's content ``session capture`` shows on one line (``--full``: all).

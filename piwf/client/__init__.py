@@ -26,7 +26,6 @@ DESIGN.md allows: they open an inactive file (a backup or its copy), never the l
 nothing else here imports :mod:`piwf.state`.
 """
 
-from piwf.client.capture import CapturedTurn
 from piwf.client.client import (
     CODE_ERRORS,
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -40,7 +39,8 @@ from piwf.client.client import (
     Client,
 )
 from piwf.client.runs import workflow_reference
-from piwf.protocol.capture_payloads import CapturedEntry, CapturedEvent
+from piwf.client.session_capture import CapturedTurn
+from piwf.protocol.session_capture_payloads import CapturedEntry, CapturedEvent
 
 __all__ = [
     "CODE_ERRORS",

@@ -52,7 +52,6 @@ from tenacity import (
 )
 
 from piwf.client import launcher
-from piwf.client.capture import CaptureMethods
 from piwf.client.connection import (
     NotListeningError,
     ServerConnection,
@@ -63,6 +62,7 @@ from piwf.client.interactions import InteractionMethods
 from piwf.client.logs import RunLogMethods
 from piwf.client.resources import ResourceMethods
 from piwf.client.runs import RunReadMethods, absolute_path, start_payload
+from piwf.client.session_capture import CaptureMethods
 from piwf.client.sessions import SessionMethods
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
 from piwf.errors import (

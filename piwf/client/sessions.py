@@ -35,13 +35,13 @@ from piwf.canonical import JsonValue
 from piwf.client.connection import ServerConnection
 from piwf.client.content import resolve_references
 from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
-from piwf.protocol.capture_payloads import (
+from piwf.protocol.payloads import AnswerReceipt, SubmissionReceipt, UpdateReceipt
+from piwf.protocol.session_capture_payloads import (
     CapturedEntry,
     CapturedEvent,
     CaptureRecordPayload,
     CaptureRecordReceipt,
 )
-from piwf.protocol.payloads import AnswerReceipt, SubmissionReceipt, UpdateReceipt
 from piwf.protocol.session_payloads import (
     FollowUpReceipt,
     ReportBranchReceipt,

@@ -44,7 +44,6 @@ from piwf.protocol.state_payloads import (
     ViolationInfo,
 )
 from piwf.server import maintenance
-from piwf.server.capture import CaptureHandlers
 from piwf.server.commands import CommandResult
 from piwf.server.content_reads import ContentReads
 from piwf.server.context import ServerContext
@@ -66,6 +65,7 @@ from piwf.server.runs.handlers import RunHandlers
 from piwf.server.runs.interactions import InteractionHandlers
 from piwf.server.runs.logs import RunLogReads
 from piwf.server.runs.views import RunViews
+from piwf.server.session_capture import CaptureHandlers
 from piwf.server.sessions import SessionHandlers, refuse_without_authority
 from piwf.state import Transaction, retention
 from piwf.state import effects as fx
@@ -88,7 +88,7 @@ class Handlers:
         self.interactions = InteractionHandlers(context)
         self.views = RunViews(context)
         self.sessions = SessionHandlers(context)
-        self.capture = CaptureHandlers(context)
+        self.session_capture = CaptureHandlers(context)
         self.table: dict[str, Callable[[Request, Reply], None]] = {
             "server.status": self.server_status,
             "server.stop": self.server_stop,
@@ -126,8 +126,8 @@ class Handlers:
             "workflowTurn.report": self.sessions.turn_report,
             "followUp.queue": self.sessions.follow_up_queue,
             "followUp.remove": self.sessions.follow_up_remove,
-            "sessionCapture.record": self.capture.record,
-            "sessionCapture.read": self.capture.read,
+            "sessionCapture.record": self.session_capture.record,
+            "sessionCapture.read": self.session_capture.read,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:

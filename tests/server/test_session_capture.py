@@ -17,7 +17,7 @@ from piwf.client import CapturedEntry, CapturedEvent, Client
 from piwf.client.sessions import SessionCoordinator
 from piwf.errors import ConflictError, NotFoundError, RejectedError
 from piwf.protocol.session_payloads import WorkflowMessageInfo
-from piwf.state.execution.capture import MAX_SEGMENT_ENTRIES
+from piwf.state.execution.session_capture import MAX_SEGMENT_ENTRIES
 from tests.server.harness import ServerFactory, ServerProcess
 from tests.server.test_execution import FAST, write_workflow
 from tests.server.test_sessions import CHAT, client_of, next_of

@@ -21,7 +21,7 @@ from piwf.state import database as state_database
 from piwf.state.enums import RunnerStatus
 from piwf.state.execution import attempts
 from piwf.state.schema import SCHEMA_DIGEST, STATEMENTS
-from piwf.state.schema.capture import CAPTURE_STATEMENTS
+from piwf.state.schema.session_capture import CAPTURE_STATEMENTS
 from piwf.state.schema.sessions import SESSION_STATEMENTS
 from piwf.workflow import compute, define_workflow
 from piwf.workflow.context import Outcome

@@ -78,7 +78,7 @@ CLI_MAY_IMPORT = (
     "piwf.protocol.view_payloads",
     "piwf.protocol.log_payloads",
     "piwf.protocol.session_payloads",
-    "piwf.protocol.capture_payloads",
+    "piwf.protocol.session_capture_payloads",
     # ``piwf mcp`` starts the MCP server, a client of the server built on piwf.Client.
     "piwf.mcp.server",
     # ``piwf view`` starts the Textual viewer (only from its command: VIEWER_IMPORTERS).

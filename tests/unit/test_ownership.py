@@ -57,10 +57,10 @@ OWNERS = {
     "attempt_logs": "execution/attempt_logs.py",
     "workflow_messages": "execution/messages.py",
     "workflow_turns": "execution/turns.py",
-    "session_segments": "execution/capture.py",
-    "session_entries": "execution/capture.py",
-    "attempt_entries": "execution/capture.py",
-    "session_events": "execution/capture.py",
+    "session_segments": "execution/session_capture.py",
+    "session_entries": "execution/session_capture.py",
+    "attempt_entries": "execution/session_capture.py",
+    "session_events": "execution/session_capture.py",
 }
 
 #: The one deliberate exception: retention deletes a whole expired run tree by deleting its

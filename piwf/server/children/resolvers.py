@@ -9,6 +9,10 @@ killed and the resolution fails with :class:`ResolverFailedError` (the caller an
 ``unavailable`` and stores no receipt); the server itself never imports the workflow. A
 resolver's captured output is kept in ``$PIWF_HOME/server/runners/resolver-*.log`` only when it
 wrote something.
+
+A workflow whose sources are unchanged since an earlier resolution forks no child: its answer
+comes from :class:`~piwf.server.children.definition_cache.DefinitionCache` (still from the
+loop, after :meth:`ResolverJobs.resolve` returns).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError, WorkflowLoadError
 from piwf.processes import ChildKind
+from piwf.server.children.definition_cache import DefinitionCache
 from piwf.server.children.link import ChildLink
 from piwf.server.children.pipes import PipeClosedError, PipeOverflowError
 from piwf.server.children.start_methods import ChildStartError
@@ -45,6 +50,7 @@ class ResolverFailedError(WorkflowLoadError):
 @dataclass
 class _Job:
     done: Done
+    request: dict[str, JsonValue]
     handle: ChildHandle | None = None
     link: ChildLink | None = None
     deadline: Timer | None = None
@@ -59,6 +65,7 @@ class ResolverJobs:
         self.supervisor = supervisor
         self.timeout_s = timeout_s
         self.jobs: list[_Job] = []
+        self.cache = DefinitionCache()
 
     @property
     def active(self) -> int:
@@ -67,8 +74,12 @@ class ResolverJobs:
 
     def resolve(self, request: dict[str, JsonValue], done: Done) -> None:
         """Start a child for ``request``; ``done`` gets its reply dict or an error (later, from
-        the loop, never before this returns)."""
-        job = _Job(done)
+        the loop, never before this returns). Unchanged sources are answered from the cache."""
+        cached = self.cache.lookup(request)
+        if cached is not None:
+            self.loop.call_later(0, lambda: done(cached))
+            return
+        job = _Job(done, request)
         self.jobs.append(job)
         project = request.get("projectPath")
         try:
@@ -158,4 +169,6 @@ class ResolverJobs:
             self.jobs.remove(job)
         if isinstance(result, PiwfError) and job.handle is not None:
             self.supervisor.kill(job.handle)
+        if not isinstance(result, PiwfError):
+            self.cache.remember(job.request, result)
         job.done(result)

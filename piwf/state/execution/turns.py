@@ -28,7 +28,7 @@ An open turn of an agent step keeps its attempt's active-time interval open (the
 counts only while the session works on it). A server restart closes no turn: the session
 reports the same started turn again (its interval reopens).
 
-An accepted turn records its session capture (:mod:`piwf.state.execution.capture`): the
+An accepted turn records its session capture (:mod:`piwf.state.execution.session_capture`): the
 segment opens with the ``active`` receipt and finishes with the reported end. When the run
 ends while a turn is open, the run's terminal change ends the turn ``lost``
 (``ended_by_run``) but leaves its capture recording; the session's late end report adopts
@@ -57,12 +57,12 @@ from piwf.state.enums import (
 )
 from piwf.state.execution import (
     active_time,
-    capture,
     control,
     messages,
     queue,
     requests,
     runs,
+    session_capture,
     submissions,
 )
 from piwf.state.execution.core import record_run_change, take_run_authority
@@ -223,7 +223,7 @@ def end_turn(
         if existing.ended_by_run:  # the run ended first: this end adopts that end
             if response_entry_id is not None:
                 tx.execute(_SET_RESPONSE_ENTRY, (response_entry_id, turn_id))
-            capture.finish_segment(tx, turn_id, stop_reason)
+            session_capture.finish_segment(tx, turn_id, stop_reason)
             return TurnReceipt("settled", get_turn(tx, turn_id))
         if existing.stop_reason is stop_reason:
             return TurnReceipt("settled", existing)
@@ -250,7 +250,7 @@ def end_open_turns_lost(
         _end(tx, _turn(row), TurnStopReason.LOST, None, actor, control_owner_id, lease_ms)
         for row in tx.all(_SELECT_OPEN_OF_SESSION, (session_id,))
     ]
-    capture.settle_idle(tx, session_id)
+    session_capture.settle_idle(tx, session_id)
     return ended
 
 
@@ -303,7 +303,7 @@ def _end(
         and not bool(tx.scalar(_VALIDATING, (message.source_id,)))
     )
     tx.execute(_END, (stop_reason.value, response_entry_id, int(counted), tx.now, turn.turn_id))
-    capture.finish_segment(tx, turn.turn_id, stop_reason)
+    session_capture.finish_segment(tx, turn.turn_id, stop_reason)
     if request is not None:
         active_time.close_interval(tx, request.attempt_id)
     ended = get_turn(tx, turn.turn_id)
@@ -414,7 +414,7 @@ def _open_capture(tx: Transaction, turn: TurnRow) -> None:
         if message is not None and message.kind is MessageKind.STEP
         else None
     )
-    capture.open_segment(
+    session_capture.open_segment(
         tx,
         turn_id=turn.turn_id,
         run_id=turn.run_id,

@@ -24,7 +24,7 @@ part of the digest, so it never changes without a reason)::
     logs                         attempt logs (each attempt's captured output file)
     sessions                     workflow messages (what an origin session's conversation shows),
                                  workflow turns
-    capture                      session capture: segments, entries, attempt entries, events
+    session_capture              session capture: segments, entries, attempt entries, events
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 
 from piwf.state.schema.agents import AGENT_STATEMENTS
-from piwf.state.schema.capture import CAPTURE_STATEMENTS
 from piwf.state.schema.core import RECORD_STATEMENTS, SERVER_STATEMENTS
 from piwf.state.schema.decisions import DECISION_STATEMENTS
 from piwf.state.schema.execution import RUN_STATEMENTS, RUNNER_STATEMENTS
@@ -40,6 +39,7 @@ from piwf.state.schema.interactions import INTERACTION_STATEMENTS
 from piwf.state.schema.logs import LOG_STATEMENTS
 from piwf.state.schema.resources import RESOURCE_STATEMENTS
 from piwf.state.schema.retention import RETENTION_STATEMENTS
+from piwf.state.schema.session_capture import CAPTURE_STATEMENTS
 from piwf.state.schema.sessions import SESSION_STATEMENTS
 
 SCHEMA_NAME = "piwf-state"

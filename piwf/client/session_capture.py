@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from piwf.client.content import resolve_references
-from piwf.protocol.capture_payloads import (
+from piwf.protocol.session_capture_payloads import (
     CapturedEntryInfo,
     CapturedEventInfo,
     CaptureReadPayload,

@@ -13,7 +13,8 @@ from __future__ import annotations
 from piwf import canonical
 from piwf.errors import CanonicalJsonError, SessionError
 from piwf.lifecycle import Conflict
-from piwf.protocol.capture_payloads import (
+from piwf.protocol.client_v1 import Request
+from piwf.protocol.session_capture_payloads import (
     MAX_CAPTURED_VALUE_BYTES,
     MAX_READ_SEGMENTS,
     SERVER_EVENT_TYPES,
@@ -25,7 +26,6 @@ from piwf.protocol.capture_payloads import (
     RunCapture,
     SegmentInfo,
 )
-from piwf.protocol.client_v1 import Request
 from piwf.server.commands import CommandResult
 from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext
@@ -34,8 +34,8 @@ from piwf.server.replies import InvalidPayloadError, error_response, not_found, 
 from piwf.server.sessions import not_the_coordinator
 from piwf.state import Transaction
 from piwf.state.enums import AttemptEntryRole
-from piwf.state.execution import capture, runs
-from piwf.state.execution.capture import CapturedEntry, CapturedEvent, SegmentRow
+from piwf.state.execution import runs, session_capture
+from piwf.state.execution.session_capture import CapturedEntry, CapturedEvent, SegmentRow
 
 
 class CaptureHandlers:
@@ -71,14 +71,14 @@ class CaptureHandlers:
             events.append(CapturedEvent(event.event_type, content, event.tool_call_id))
 
         def change(tx: Transaction) -> CommandResult:
-            segment = capture.segment_of_turn(tx, payload.turn_id)
+            segment = session_capture.segment_of_turn(tx, payload.turn_id)
             if segment is None or segment.session_id != session_id:
                 missing = SessionError(
                     f"turn {payload.turn_id} is not an accepted turn of session {session_id}:"
                     " capture starts when workflowTurn.report answers ownership active"
                 )
                 return CommandResult.failed("notFound", missing)
-            outcome = capture.record(tx, segment, entries, events)
+            outcome = session_capture.record(tx, segment, entries, events)
             if isinstance(outcome, Conflict):
                 return CommandResult.failed("conflict", SessionError(outcome.evidence))
             saved = outcome.segment
@@ -105,7 +105,7 @@ class CaptureHandlers:
             if runs.load_run(tx, run_id) is None:
                 reply(not_found(request, run_id))
                 return
-            rows, total = capture.segments_of_run(
+            rows, total = session_capture.segments_of_run(
                 tx, run_id, attempt_id=payload.attempt_id, limit=MAX_READ_SEGMENTS
             )
             segments = [_segment_info(tx, row) for row in rows]
@@ -127,8 +127,12 @@ def _with_page(
     to tell whether more follow)."""
     offer = ContentOffer(tx)
     limit = payload.limit
-    entries = capture.entries_of(tx, segment.segment_id, after=payload.after_entry, limit=limit + 1)
-    events = capture.events_of(tx, segment.segment_id, after=payload.after_event, limit=limit + 1)
+    entries = session_capture.entries_of(
+        tx, segment.segment_id, after=payload.after_entry, limit=limit + 1
+    )
+    events = session_capture.events_of(
+        tx, segment.segment_id, after=payload.after_event, limit=limit + 1
+    )
     entry_infos = []
     for entry in entries[:limit]:
         content = offer.json("run", segment.run_id, entry.content_hash)
@@ -173,7 +177,9 @@ def _with_page(
 def _segment_info(tx: Transaction, row: SegmentRow) -> SegmentInfo:
     roles = {}
     if row.attempt_id is not None:
-        for role, (segment_id, entry_id) in capture.attempt_roles(tx, row.attempt_id).items():
+        for role, (segment_id, entry_id) in session_capture.attempt_roles(
+            tx, row.attempt_id
+        ).items():
             if segment_id == row.segment_id:
                 roles[role.value] = entry_id
     return SegmentInfo(
