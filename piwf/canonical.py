@@ -50,10 +50,19 @@ def encode(value: object) -> bytes:
 
     Raises :class:`CanonicalJsonError` for unsupported types, non-finite floats, unsafe
     integers, lone surrogates, non-string keys and nesting deeper than :data:`MAX_DEPTH`.
+
+    A value made only of ``None``, booleans, safe integers, strings, lists, tuples and dicts
+    whose keys sort the same by code point as by UTF-16 code unit (no key character at or
+    above U+D800) is written by the standard library's C encoder, whose output for exactly
+    those types is the canonical form; anything else (a float, another mapping or sequence
+    type, an unsafe integer, such a key) takes the rule-by-rule encoder below.
     """
-    parts: list[str] = []
-    _encode_into(value, parts, 0)
-    text = "".join(parts)
+    if _plain(value, 0):
+        text = _PLAIN_ENCODER(value)
+    else:
+        parts: list[str] = []
+        _encode_into(value, parts, 0)
+        text = "".join(parts)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -81,8 +90,21 @@ def encode_text(value: object) -> str:
 
 
 def decode(data: bytes | str) -> JsonValue:
-    """Parse canonical JSON, refusing anything that :func:`encode` would not have produced."""
+    """Parse canonical JSON, refusing anything that :func:`encode` would not have produced.
+
+    Canonical text is first read by the standard library's parser alone: when encoding what it
+    read gives back exactly the same bytes, the text was canonical (sorted unique keys, safe
+    integers, finite numbers, no lone surrogate: :func:`encode` refuses or rewrites anything
+    else), and the value is returned. Any other text is parsed again rule by rule, so a refusal
+    names the rule it broke.
+    """
     raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        quick = json.loads(raw, parse_constant=_refuse_constant)
+        if encode(quick) == raw:
+            return quick  # type: ignore[no-any-return]
+    except (ValueError, RecursionError):  # CanonicalJsonError is a ValueError too
+        pass
     value = parse(raw)
     if encode(value) != raw:
         raise CanonicalJsonError(
@@ -170,6 +192,35 @@ def _shortest_digits(value: float) -> tuple[str, int]:
     leading_zeros = len(whole + fraction) - len((whole + fraction).lstrip("0"))
     point = len(whole) + exponent - leading_zeros
     return digits.rstrip("0") or "0", point
+
+
+#: The C encoder with canonical settings, for values :func:`_plain` accepts.
+_PLAIN_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+).encode
+
+_PLAIN_SCALARS = (str, bool, type(None))
+
+
+def _plain(value: object, depth: int) -> bool:
+    """Whether ``value`` holds only types the C encoder writes canonically (see encode)."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(value, _PLAIN_SCALARS):
+        return True
+    kind = type(value)
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    if kind is dict:
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str or (key and max(key) >= "\ud800"):
+                return False
+            if not _plain(item, depth + 1):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_plain(item, depth + 1) for item in value)  # type: ignore[attr-defined]
+    return False
 
 
 def _encode_into(value: object, parts: list[str], depth: int) -> None:

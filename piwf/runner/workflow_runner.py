@@ -56,7 +56,11 @@ from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, enter_directory, name_pr
 from piwf.runner.lifeline import Lifeline
 from piwf.runner.verified_sources import SourcesChanged, load_verified_workflow
 from piwf.workflow import port
-from piwf.workflow.port_codec import from_json, result_from_json, to_json
+from piwf.workflow.port_codec import from_json, prepare_hints, result_from_json, to_json
+
+# This module is preloaded by the fork server (piwf.processes.FORKSERVER_PRELOAD): the port's
+# field types resolved here are inherited by every runner it forks.
+prepare_hints()
 
 
 class PipePort:

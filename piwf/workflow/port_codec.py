@@ -170,3 +170,39 @@ def _decode_dataclass(cls: type[Any], value: JsonValue, where: str) -> Any:
             raise PortCodecError(f"{where}: missing field {name!r}")
         arguments[name] = _decode(hints[name], value[name], f"{where}.{name}")
     return cls(**arguments)
+
+
+def prepare_hints() -> None:
+    """Resolve now the field types of every port dataclass and of the dataclasses they hold.
+
+    Each process resolves them once, on first use; a process that forks children (the fork
+    server) calls this first, so every child it forks inherits them instead of resolving them
+    again for its one run. A type that does not resolve here is left for its first use, which
+    reports it.
+    """
+    pending = [
+        value
+        for value in vars(port).values()
+        if isinstance(value, type) and dataclasses.is_dataclass(value)
+    ]
+    seen: set[type[Any]] = set()
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        try:
+            hints = _hints(cls)
+        except (NameError, TypeError):
+            continue
+        for hint in hints.values():
+            pending.extend(_dataclasses_in(hint))
+
+
+def _dataclasses_in(annotation: Any) -> list[type[Any]]:
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return [annotation]
+    found: list[type[Any]] = []
+    for argument in typing.get_args(annotation):
+        found.extend(_dataclasses_in(argument))
+    return found

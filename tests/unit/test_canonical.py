@@ -217,3 +217,66 @@ def test_python_json_agrees_on_ascii_values() -> None:
     value = {"z": [1, 2.5, "x"], "a": {"n": None, "t": True}}
     expected = json.dumps(value, sort_keys=True, separators=(",", ":"))
     assert canonical.encode_text(value) == expected
+
+
+def rule_by_rule(value: object) -> bytes:
+    """The reference encoder alone (what encode did before its C fast path)."""
+    parts: list[str] = []
+    canonical._encode_into(value, parts, 0)
+    return "".join(parts).encode("utf-8")
+
+
+plain_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-canonical.MAX_SAFE_INTEGER, max_value=canonical.MAX_SAFE_INTEGER)
+    | st.text().filter(lambda text: not any("\ud800" <= c <= "\udfff" for c in text)),
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.tuples(children, children)
+        # Keys of every plane: those with a character at or above U+D800 (where UTF-16 order
+        # and code point order part) must take the reference encoder.
+        | st.dictionaries(
+            st.text(alphabet=st.characters(codec="utf-8"), max_size=6), children, max_size=5
+        )
+    ),
+    max_leaves=30,
+)
+
+
+@given(plain_values)
+def test_the_fast_encoder_writes_exactly_what_the_rules_write(value: Any) -> None:
+    assert canonical.encode(value) == rule_by_rule(value)
+
+
+@given(json_values)
+def test_decode_gives_back_every_encoded_value_by_either_path(value: Any) -> None:
+    data = canonical.encode(value)
+    assert data == rule_by_rule(value)
+    assert canonical.encode(canonical.decode(data)) == data
+
+
+def test_keys_beyond_the_basic_plane_sort_by_utf16_units_on_the_fast_path_too() -> None:
+    # U+FF61 sorts after U+1F600 by UTF-16 code units (0xD83D < 0xFF61), before it by code point.
+    value = {"\uff61": 1, "\U0001f600": 2}
+    assert canonical.encode(value) == '{"\U0001f600":2,"\uff61":1}'.encode()
+    assert canonical.encode({"a": [value]}) == rule_by_rule({"a": [value]})
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (b'{"a":1,"a":1}', "duplicateKey"),
+        (b'{"a":1,"a":2}', "duplicateKey"),
+        (b"1e400", "nonFinite"),
+        (b"9007199254740992", "unsafeInteger"),
+        (b'"\\ud800"', "loneSurrogate"),
+        (b"\xef\xbb\xbf1", "badEncoding"),
+        (b'{"b":1,"a":2}', "nonCanonical"),
+        (b"[" * 200 + b"]" * 200, "tooDeep"),
+    ],
+)
+def test_refusals_name_their_rule_whatever_the_fast_parse_saw(text: bytes, reason: str) -> None:
+    with pytest.raises(CanonicalJsonError) as refused:
+        canonical.decode(text)
+    assert refused.value.reason == reason
