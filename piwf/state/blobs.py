@@ -66,6 +66,7 @@ def put_bytes(
     ``expected_digest``, when given, must equal the SHA-256 of ``content``. Raises
     :class:`BlobConflictError` when the digest is already stored with other bytes or another
     media type (which would mean a corrupt file or a hash collision); an exact repeat adopts.
+    A new blob costs one statement; only a digest already stored is read back and compared.
     """
     digest = hashlib.sha256(content).digest()
     if expected_digest is not None and expected_digest != digest:
@@ -74,7 +75,8 @@ def put_bytes(
         canonical.decode(content)
     elif media_type is MediaType.TEXT:
         _check_utf8(content)
-    tx.execute(_INSERT, (digest, media_type.value, len(content), content, tx.now))
+    if tx.execute(_INSERT, (digest, media_type.value, len(content), content, tx.now)).rowcount:
+        return digest  # stored now, these very bytes: nothing to compare
     stored = tx.one(_SELECT, (digest,))
     if stored is None:  # pragma: no cover - the insert above guarantees a row
         raise BlobMissingError(f"blob {digest.hex()[:16]} vanished inside its transaction")
