@@ -69,6 +69,9 @@ SETTLED_GRACE_S = 2.0
 GROUP_GRACE_S = 0.5
 #: How long the end of a group waits for its leader's exit to be seen.
 _EXIT_WAIT_S = 5.0
+#: How long a turn waits, once its runner is being ended, for the lifeline's exit (which
+#: comes within its bounded grace rounds, far sooner).
+_STOPPING_WAIT_S = 30.0
 #: The variables an agent command may name in its arguments (``$NAME`` or ``${NAME}``): the
 #: runner substitutes exactly these, nothing else, and no shell ever runs.
 _ARGUMENT_VARIABLES = ("PIWF_REQUEST_ID", "PIWF_MCP_CONFIG", "PIWF_HOME")
@@ -198,12 +201,15 @@ class CommandDriver:
         launch: Launch,
         *,
         end_descendants: Callable[[], None],
+        stopping: Callable[[], bool] = lambda: False,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.port = port
         self.launch = launch
         #: Ends every process this runner still has below it (the lifeline's).
         self.end_descendants = end_descendants
+        #: Whether this runner is being ended (the lifeline's): no new turn may start then.
+        self.stopping = stopping
         self.environ = os.environ if environ is None else environ
 
     def drive(self, turn: AgentTurn) -> AgentOutcome | None:
@@ -213,6 +219,7 @@ class CommandDriver:
         if command is None:
             return None
         while True:
+            self._refuse_when_stopping()
             ended = self._one_turn(command, turn)
             if not isinstance(ended, TurnEnded):
                 return ended
@@ -229,6 +236,17 @@ class CommandDriver:
             if ended.unproductive_turns >= MAX_UNPRODUCTIVE_TURNS:
                 return AgentFailed(_missing_submission(turn, request.rejection))
 
+    def _refuse_when_stopping(self) -> None:
+        """Start no agent command while this runner is being ended.
+
+        The server stops a runner (SIGTERM) at its agent's active-time deadline; the lifeline
+        thread then ends the agent's group, and this thread, seeing its command gone, would
+        otherwise start the next turn's command before the lifeline ends the runner too. The
+        lifeline's exit comes within its bounded grace; this never returns before it."""
+        if self.stopping():
+            threading.Event().wait(_STOPPING_WAIT_S)
+            raise RunCommandError("the runner is being stopped; no further agent turn starts")
+
     def _one_turn(self, command: list[str], turn: AgentTurn) -> TurnEnded | AgentFailed:
         home = self.launch.state_home or str(state_home())
         with tempfile.TemporaryDirectory(prefix="piwf-agent-") as directory:
@@ -237,6 +255,7 @@ class CommandDriver:
                 self.environ, request_id=turn.request_id, home=home, mcp_config=str(config)
             )
             argv = expand_arguments(command, environment)
+            self._refuse_when_stopping()
             try:
                 process = subprocess.Popen(
                     argv,

@@ -285,7 +285,12 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
         pipe_port = PipePort(
             connection, launch, command_message.revision, node_ended=lifeline.end_descendants
         )
-        agents = CommandDriver(pipe_port, launch, end_descendants=lifeline.end_descendants)
+        agents = CommandDriver(
+            pipe_port,
+            launch,
+            end_descendants=lifeline.end_descendants,
+            stopping=lambda: lifeline.stopping,
+        )
         interactive = launch.execution_mode == "interactive"
         result = execute(
             command, loaded.compiled, pipe_port, agents=agents, interactive=interactive

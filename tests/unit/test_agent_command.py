@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import stat
+import sys
 from pathlib import Path
 
+import pytest
+
+from piwf.errors import RunCommandError
 from piwf.protocol.runner_v1 import AgentRequestState, Launch, TurnStarted
+from piwf.runner import agent_command
 from piwf.runner.agent_command import (
     agent_environment,
     choose_command,
@@ -99,3 +104,22 @@ def test_reminders_carry_their_number_and_the_latest_rejection() -> None:
     assert "Your last submission was rejected: summary must not be empty" in second
     empty = TurnStarted(turn=1, unproductiveTurns=0, prompt="", request=started(0).request)
     assert turn_prompt(empty, TURN) == "local prompt"
+
+
+def test_a_runner_being_stopped_starts_no_further_agent_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lifeline ends a stopped runner's agent first; the turn loop must not answer that by
+    starting the command again (seen as a second agent process at an active-time deadline)."""
+    marker = tmp_path / "started"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
+    monkeypatch.setattr(agent_command, "_STOPPING_WAIT_S", 0.0)
+    driver = agent_command.CommandDriver(
+        None,  # type: ignore[arg-type]  # never reached: no turn starts
+        launch(runAgentCommand=command),
+        end_descendants=lambda: None,
+        stopping=lambda: True,
+    )
+    with pytest.raises(RunCommandError, match="being stopped"):
+        driver.drive(TURN)
+    assert not marker.exists()
