@@ -19,8 +19,9 @@ import sqlite3
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,12 +116,13 @@ def figure_throughput(context: Context) -> Figure:
         )
     if "huey" in context.systems:
         measure["Huey"] = lambda d: float(peers.run_huey("throughput", d, n=n)["seconds"])
-    for _ in range(sizes.reps):
-        for name, run in measure.items():
-            with scratch_dir() as workdir:
-                before = children_cpu_s()
-                rates.setdefault(name, []).append(n / run(workdir))
-                cpu.setdefault(name, []).append((children_cpu_s() - before) / n)
+    with adopting_orphans():
+        for _ in range(sizes.reps):
+            for name, run in measure.items():
+                with scratch_dir() as workdir:
+                    before = children_cpu_s()
+                    rates.setdefault(name, []).append(n / run(workdir))
+                    cpu.setdefault(name, []).append((children_cpu_s() - before) / n)
     spreads = {name: Spread.of(values) for name, values in rates.items()}
     loop = spreads["piwf, submit loop"].median
     threaded = spreads[f"piwf, {sizes.submit_threads} submit threads"].median
@@ -156,14 +158,23 @@ def figure_throughput(context: Context) -> Figure:
     return figure
 
 
-def children_cpu_s() -> float:
-    """User + system CPU seconds of every descendant of this process that has ended so far.
+@contextmanager
+def adopting_orphans() -> Iterator[None]:
+    """While inside, this process is the subreaper of its descendants (Linux): a piwf server's
+    fork server and the runners it forked outlive their parent by a moment and would be reaped
+    by init, their CPU time lost. On the way out it stops adopting and reaps what it adopted,
+    so later figures (5 measures how fast init reaps an orphan) see the usual parentage."""
+    _set_subreaper(True)
+    try:
+        yield
+    finally:
+        _set_subreaper(False)
+        children_cpu_s()
 
-    A piwf server's fork server and the runners it forked outlive their parent by a moment
-    and would be reaped by init, their CPU time lost: this process becomes their subreaper
-    (Linux), and every descendant that ended is reaped here first, within a few seconds.
-    """
-    _become_subreaper()
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of every descendant of this process that has ended so far;
+    every descendant that ended is reaped here first, within a few seconds."""
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         try:
@@ -176,10 +187,10 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _become_subreaper() -> None:
-    """Adopt orphaned descendants (``PR_SET_CHILD_SUBREAPER``), so their CPU time counts."""
+def _set_subreaper(adopting: bool) -> None:
+    """Adopt orphaned descendants, or stop adopting them (``PR_SET_CHILD_SUBREAPER``)."""
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(adopting), 0, 0, 0)
 
 
 _PR_SET_CHILD_SUBREAPER = 36
