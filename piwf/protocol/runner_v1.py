@@ -26,6 +26,11 @@ before it writes the prompt; under the runner's live claim; the answer starts a 
 ``process.unregister`` (after the command's process group is shut down; valid after the claim
 is released; the answer carries the request's state).
 
+A ``batch`` call (:class:`Batch`) carries up to :data:`MAX_BATCH_CALLS` state-changing port
+calls, each with its own message id and receipt, applied in order in one transaction: the
+runner sends a node's end with the next node's start, and the run's start with its first
+node's, so a node costs one commit. Its result lists one response per call judged.
+
 A payload or result whose frame would pass 1 MiB travels as a digest-bound content reference
 (:mod:`piwf.protocol.content`), moved in 512 KiB parts with the ``content.part`` (child to
 server) and ``content.read`` (server to child) calls.
@@ -193,12 +198,71 @@ AGENT_OPERATIONS: tuple[AgentOperation, ...] = (
 #: Agent operation name → its declaration.
 AGENT_OPERATION: Mapping[str, AgentOperation] = {op.name: op for op in AGENT_OPERATIONS}
 
+#: The call that carries several state-changing port calls in one frame (:class:`Batch`).
+BATCH_OPERATION: Final = "batch"
+#: The most port calls one batch carries.
+MAX_BATCH_CALLS: Final = 4
+
 #: Every operation a ``call`` may name.
 OPERATIONS: tuple[str, ...] = (
     tuple(op.name for op in PORT_OPERATIONS)
     + CONTENT_OPERATIONS
     + tuple(op.name for op in AGENT_OPERATIONS)
+    + (BATCH_OPERATION,)
 )
+
+
+class BatchedCall(_Call):
+    """One port call inside a :class:`Batch`: its own message id (its receipt's) and a
+    state-changing port operation with its payload, inline (never a content reference)."""
+
+    message_id: str = Field(
+        alias="messageId", min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$"
+    )
+    operation: str = Field(max_length=64)
+    payload: dict[str, Any]
+
+    @field_validator("operation")
+    @classmethod
+    def _state_changing(cls, value: str) -> str:
+        declared = PORT_OPERATION.get(value)
+        if declared is None or not declared.changes_state:
+            raise ValueError("a batch carries state-changing port operations only")
+        return value
+
+
+class Batch(_Call):
+    """``batch``: port calls the runner sends together, applied in order in one transaction.
+
+    The batch call's ``expectedRevision`` is the first call's; each later call is judged
+    against the revision the one before it left (nothing else commits in between). The first
+    call that is not applied ends the batch: the calls after it are not applied, and the
+    answer lists a response for each call up to that one.
+    """
+
+    calls: list[BatchedCall] = Field(min_length=2, max_length=MAX_BATCH_CALLS)
+
+    @field_validator("calls")
+    @classmethod
+    def _distinct_ids(cls, value: list[BatchedCall]) -> list[BatchedCall]:
+        if len({call.message_id for call in value}) != len(value):
+            raise ValueError("every call of a batch has its own message id")
+        return value
+
+
+class BatchedResponse(_Call):
+    """The answer to one call of a batch (the fields of a :class:`CallResponse`)."""
+
+    message_id: str = Field(alias="messageId", min_length=1, max_length=256)
+    outcome: Literal["accepted", "adopted", "rejected", "claimLost"]
+    result: Any = None
+    error: str | None = Field(default=None, max_length=1024)
+
+
+class BatchResult(_Call):
+    """The result of an ``accepted`` batch call: one response per call that was judged."""
+
+    responses: list[BatchedResponse] = Field(min_length=1, max_length=MAX_BATCH_CALLS)
 
 
 class Launch(_Model):

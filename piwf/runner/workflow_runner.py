@@ -20,6 +20,11 @@ Its stdout is line-buffered and both streams are flushed before every node start
 reports, so the server, which drains the capture pipes first, files what a node printed under
 that node's attempt (docs/EXECUTION.md, "Attempt logs").
 
+A node's end waits for the runner's next state-changing call and travels with it in one
+``batch`` (the run's start likewise with its first node's): the engine only checks that these
+were applied, and between them it runs only routing, so a node costs one commit. Any other call
+sends what waits first, and a refusal found then stops the command as it would have at once.
+
 A headless agent step runs its agent command through :class:`~piwf.runner.agent_command.
 CommandDriver` (the engine's agent driver); while the command runs the server may send an
 unsolicited ``interaction.settled`` notice, which :class:`PipePort` remembers wherever it
@@ -41,12 +46,15 @@ from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.config import CONTENT_PART_BYTES, MAX_FRAME_BYTES
 from piwf.errors import ClaimLostError, RunCommandError
-from piwf.lifecycle import Adopted, Applied
+from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.protocol import content
 from piwf.protocol.runner_v1 import (
+    BATCH_OPERATION,
+    MAX_BATCH_CALLS,
     OPERATION_OF_MESSAGE,
     PORT_OPERATION,
     SCHEMA,
+    BatchResult,
     CallResponse,
     Command,
     InteractionSettled,
@@ -61,6 +69,11 @@ from piwf.workflow.port_codec import from_json, prepare_hints, result_from_json,
 # This module is preloaded by the fork server (piwf.processes.FORKSERVER_PRELOAD): the port's
 # field types resolved here are inherited by every runner it forks.
 prepare_hints()
+
+
+#: Port calls whose answer the engine only checks for success and that may wait for the
+#: runner's next state-changing call, to travel in one batch with it.
+DEFERRED_OPERATIONS = frozenset({"begin_run", "node_finished", "node_failed"})
 
 
 class PipePort:
@@ -83,6 +96,8 @@ class PipePort:
         #: Agent requests the server said are no longer pending (``interaction.settled``).
         self.settled: set[str] = set()
         self._ids = itertools.count(1)
+        #: Changes waiting for the next call (:data:`DEFERRED_OPERATIONS`), oldest first.
+        self._deferred: list[object] = []
 
     def call(self, operation: str, payload: dict[str, JsonValue]) -> CallResponse:
         """Send one call and block for its response; raise on loss of authority.
@@ -92,6 +107,8 @@ class PipePort:
         carries a result (a conflict, a recovery requirement) is returned for the engine to act
         on; one without a result raises.
         """
+        if self._deferred:
+            self.flush()
         message_id = f"m{next(self._ids)}"
         frame = self._frame(message_id, operation, payload)
         if len(frame) > content.INLINE_LIMIT:
@@ -142,7 +159,7 @@ class PipePort:
             "payload": payload,
         }
         declared = PORT_OPERATION.get(operation)
-        if declared is not None and declared.changes_state:
+        if operation == BATCH_OPERATION or (declared is not None and declared.changes_state):
             message["expectedRevision"] = self.revision
         return canonical.encode(message)
 
@@ -182,11 +199,75 @@ class PipePort:
         return self.call(OPERATION_OF_MESSAGE[type(message)].name, payload)
 
     def _send(self, message: object) -> port.PortResult:
-        result = result_from_json(self._call_port(message).result)
-        if isinstance(result, (Applied, Adopted)) and result.value.revision is not None:
-            self.revision = result.value.revision
+        """Send ``message`` with the changes waiting before it, or keep it waiting (a
+        :data:`DEFERRED_OPERATIONS` change: provisionally applied, judged when it is sent)."""
+        if OPERATION_OF_MESSAGE[type(message)].name in DEFERRED_OPERATIONS:
+            self._deferred.append(message)
+            if len(self._deferred) < MAX_BATCH_CALLS:
+                return Applied(port.Committed())
+            return self._send_now(self._take_deferred())
+        return self._send_now([*self._take_deferred(), message])
+
+    def flush(self) -> None:
+        """Send the changes waiting for a next call now; raise if one was not applied."""
+        waiting = self._take_deferred()
+        if not waiting:
+            return
+        result = self._send_now(waiting)
+        if isinstance(result, Conflict):
+            raise RunCommandError(f"the server refused a change: {result.evidence}")
+        if not isinstance(result, (Applied, Adopted)):
+            raise RunCommandError(f"the server refused a change: {result.reason}")
+
+    def _take_deferred(self) -> list[object]:
+        waiting, self._deferred = self._deferred, []
+        return waiting
+
+    def _send_now(self, messages: list[object]) -> port.PortResult:
+        """Send one change, or several as one batch; return the result of the last one
+        judged (the first not applied ends a batch)."""
+        if len(messages) == 1:
+            result = result_from_json(self._call_port(messages[0]).result)
+            self._note_revision(result)
+        else:
+            result = self._send_batch(messages)
         faults.point("child.after_commit")  # the server committed; the child has not acted
         return result
+
+    def _send_batch(self, messages: list[object]) -> port.PortResult:
+        calls: list[JsonValue] = []
+        for message in messages:
+            calls.append(
+                {
+                    "messageId": f"m{next(self._ids)}",
+                    "operation": OPERATION_OF_MESSAGE[type(message)].name,
+                    "payload": to_json(message),
+                }
+            )
+        response = self.call(BATCH_OPERATION, {"calls": calls})
+        answers = BatchResult.model_validate(response.result).responses
+        sent_ids = [call["messageId"] for call in calls if isinstance(call, dict)]
+        if [answer.message_id for answer in answers] != sent_ids[: len(answers)]:
+            raise RunCommandError("the server answered a batch with other message ids")
+        result: port.PortResult | None = None
+        for answer in answers:
+            if answer.outcome == "claimLost":
+                raise ClaimLostError(
+                    "generationChanged", f"run:{self.launch.run_id}", self.launch.generation
+                )
+            if answer.outcome == "rejected" and answer.result is None:
+                raise RunCommandError(answer.error or "the server refused a batched change")
+            result = result_from_json(answer.result)
+            if not isinstance(result, (Applied, Adopted)):
+                return result
+            self._note_revision(result)
+        if result is None or len(answers) != len(messages):
+            raise RunCommandError("the server judged only part of a batch it applied")
+        return result
+
+    def _note_revision(self, result: port.PortResult) -> None:
+        if isinstance(result, (Applied, Adopted)) and result.value.revision is not None:
+            self.revision = result.value.revision
 
     def read_run(self, run_id: str) -> port.SavedRun | None:
         saved = self._call_port(port.RunRead(run_id)).result
@@ -292,9 +373,15 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
             stopping=lambda: lifeline.stopping,
         )
         interactive = launch.execution_mode == "interactive"
-        result = execute(
-            command, loaded.compiled, pipe_port, agents=agents, interactive=interactive
-        )
+        try:
+            result = execute(
+                command, loaded.compiled, pipe_port, agents=agents, interactive=interactive
+            )
+        except Exception:
+            # A change that waited for a next call is still reported before the crash.
+            with contextlib.suppress(Exception):
+                pipe_port.flush()
+            raise
     except ClaimLostError:
         return EXIT_CLAIM_LOST
     send("exiting", status=result.status.value)

@@ -258,6 +258,8 @@ class Server:
         self.clients.subscription_operations = services.operations
         self.loop.every(settings.server_renew_s, self._renew_epoch)
         self.loop.on_wake.append(self._keep_epoch)
+        # Runner messages read in one turn commit together, then are answered (group_commit.py).
+        self.loop.after_dispatch.append(self.db.group.flush)
         if settings.idle_exit_s > 0:
             self.loop.every(min(settings.idle_exit_s / 4, 5.0), self._exit_if_idle)
 

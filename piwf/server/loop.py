@@ -89,6 +89,9 @@ class EventLoop:
         self.stop_requested = False
         #: Called after every wait, before the turn's I/O and timers (see :meth:`run_once`).
         self.on_wake: list[Callable[[], None]] = []
+        #: Called after the turn's I/O is dispatched and again after its timers ran (see
+        #: :meth:`run_once`): nothing queued in a turn waits for the next one.
+        self.after_dispatch: list[Callable[[], None]] = []
         self._signals_seen: list[int] = []
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_reader.setblocking(False)
@@ -121,7 +124,9 @@ class EventLoop:
         self.call_later(interval_s, tick)
 
     def run_once(self) -> None:
-        """One turn: wait, run the wake duties, dispatch I/O, then run due timers.
+        """One turn: wait, run the wake duties, dispatch I/O, run the after-dispatch duties
+        (the group commit of what the I/O queued), run due timers, and the after-dispatch
+        duties again.
 
         Wake duties (:attr:`on_wake`) run first after every wait, before any I/O or timer of
         that turn is served: a process that was stopped or starved inside ``select`` checks its
@@ -133,7 +138,13 @@ class EventLoop:
         for key, mask in events:
             callback: IoCallback = key.data
             _contained(callback, mask)
+        self._after_dispatch()
         self._run_due_timers()
+        self._after_dispatch()
+
+    def _after_dispatch(self) -> None:
+        for duty in self.after_dispatch:
+            _contained(duty)
 
     def close(self) -> None:
         """Release the selector and the wake-up pair."""

@@ -17,7 +17,8 @@ digest) and the exact ``sqlite_schema`` shape compared with a database built fro
 Transactions are explicit: :meth:`StateDatabase.write` opens ``BEGIN IMMEDIATE`` (never a
 deferred read that later writes), :meth:`StateDatabase.read` a consistent read snapshot. A
 helper that receives a :class:`Transaction` never commits; nested ``write()``/``read()`` calls
-join the outer transaction.
+join the outer transaction. Writes that may wait for the end of a server loop turn are queued
+in :attr:`StateDatabase.group` and commit together (:mod:`piwf.state.group_commit`).
 
 Failures of the file itself never leave SQLite's own exceptions to the caller and never leave
 the connection inside a transaction::
@@ -59,6 +60,7 @@ from piwf.errors import (
     UnsafeStateHomeError,
 )
 from piwf.state.failures import sqlite_result, state_error_of_sqlite
+from piwf.state.group_commit import GroupCommit
 from piwf.state.open_check import QUICK_CHECK_BUDGET_S, bounded_quick_check
 from piwf.state.schema import (
     APPLICATION_ID,
@@ -173,6 +175,8 @@ class StateDatabase:
         self.mode: Mode = mode
         self.clock: Clock = clock or SystemClock()
         self._transaction: Transaction | None = None
+        #: Writes queued to commit together at the end of a server loop turn (group_commit.py).
+        self.group = GroupCommit(self)
         #: Set when a ROLLBACK failed: the next transaction first opens a fresh connection.
         self._needs_reopen = False
         if mode == "read-write":
@@ -189,10 +193,21 @@ class StateDatabase:
     def write(self) -> Iterator[Transaction]:
         """Open (or join) a ``BEGIN IMMEDIATE`` transaction; commit on success, else roll back.
 
+        Writes queued in :attr:`group` are committed first, in their own transaction.
+
         Raises :class:`ReadOnlyStateError` on a read-only handle, :class:`StateBusyError` when
         another writer holds the lock past ``busy_timeout``, and
         :class:`InvalidTransitionError` when called inside a :meth:`read` snapshot.
         """
+        if self._transaction is None and self.group.pending:
+            self.group.flush()  # writes queued earlier commit first: the order of writes holds
+        with self.write_now() as transaction:
+            yield transaction
+
+    @contextmanager
+    def write_now(self) -> Iterator[Transaction]:
+        """:meth:`write` without first committing the writes queued in :attr:`group` (the
+        group's own transaction)."""
         if self.mode == "read-only":
             raise ReadOnlyStateError(f"{self.path.name} is open read-only; writes are refused")
         if self._transaction is not None:

@@ -59,6 +59,22 @@ HOSTILE_CALLS = {
     "a payload of the wrong shape": """
         found.call("node_finished", {"run_id": ctx.run_id, "path": 7, "surprise": True})
     """,
+    "a batch with another run's change": """
+        from piwf.workflow import port as p
+        own = p.NodeFinished(run_id=ctx.run_id, path="attack", visit=1, attempt=1,
+                             output={"hostile": "early"}, finished_at_ms=1)
+        forged = p.NodeFinished(run_id=victim, path="hold", visit=1, attempt=1,
+                                output={"forged": True}, finished_at_ms=1)
+        found.call("batch", {"calls": [
+            {"messageId": "b1", "operation": "node_finished", "payload": p.message_to_json(own)},
+            {"messageId": "b2", "operation": "node_finished",
+             "payload": p.message_to_json(forged)}]})
+    """,
+    "a batch that is not runner.v1": """
+        found.call("batch", {"calls": [
+            {"messageId": "b1", "operation": "read_run", "payload": {"run_id": ctx.run_id}},
+            {"messageId": "b2", "operation": "read_run", "payload": {"run_id": victim}}]})
+    """,
     "an unknown operation": """
         found.call("drop_tables", {"run_id": ctx.run_id})
     """,

@@ -28,6 +28,7 @@ from piwf import lifecycle
 from piwf.protocol import client_v1, payloads, runner_v1
 from piwf.protocol.runner_v1 import (
     AGENT_OPERATIONS,
+    BATCH_OPERATION,
     CONTENT_OPERATIONS,
     OPERATIONS,
     PORT_OPERATIONS,
@@ -135,7 +136,8 @@ def test_the_port_is_the_declared_operations() -> None:
     }
     assert methods == {op.name for op in PORT_OPERATIONS}
     agent_calls = tuple(op.name for op in AGENT_OPERATIONS)
-    assert tuple(op.name for op in PORT_OPERATIONS) + CONTENT_OPERATIONS + agent_calls == OPERATIONS
+    declared = tuple(op.name for op in PORT_OPERATIONS) + CONTENT_OPERATIONS + agent_calls
+    assert (*declared, BATCH_OPERATION) == OPERATIONS
     messages = [op.message for op in PORT_OPERATIONS]
     assert len(set(messages)) == len(messages), "each operation carries its own message type"
 

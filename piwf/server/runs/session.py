@@ -9,8 +9,10 @@ everything said to it::
     child ─sourceChanged──▶ park the run sourceChanged
     child ─call───────────▶ content.read | content.part    parts of values too large for a frame
                             read_run                      the run's own saved state (or a parent's)
-                            a state change                decode_runner_call + apply_runner_call,
-                                                          under this generation's own claim
+                            a state change (or a batch)   decoded, applied in the loop turn's
+                                                          group commit under this generation's
+                                                          own claim, answered after the commit
+                                                          (server/runs/state_calls.py)
                             process.register | process.unregister   its headless agent
                                                           command (server/runs/agents.py)
     child ─exiting────────▶ noted; the exit itself comes from the supervisor
@@ -59,16 +61,17 @@ from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.agents import AgentCalls, reap_runner_groups
 from piwf.server.runs.attempt_output import AttemptOutput
 from piwf.server.runs.content_transfer import ContentTransfer
+from piwf.server.runs.state_calls import serve_state_call
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
-from piwf.state.enums import ActorType, RunnerMessageOutcome, RunnerStatus
+from piwf.state.enums import ActorType, RunnerStatus
 from piwf.state.execution import attempts
 from piwf.state.execution.core import RunLaunch
 from piwf.state.leases import Claim
 from piwf.state.records import Actor, read_revision
 from piwf.workflow import port
 from piwf.workflow.commands import RestartCommand, ResumeCommand, StartCommand, command_to_json
-from piwf.workflow.port_codec import from_json, result_to_json, to_json
+from piwf.workflow.port_codec import from_json, to_json
 
 log = logging.getLogger("piwf.server")
 
@@ -155,6 +158,8 @@ class RunnerSession:
     agents: AgentCalls | None = None
     #: Where its captured output goes: each node attempt's own log (set when attached).
     attempt_output: AttemptOutput | None = None
+    #: The state-change call waiting for this loop turn's group commit, if any.
+    queued_call: ChildMessage | None = None
 
     @property
     def run_id(self) -> str:
@@ -194,7 +199,7 @@ class RunnerSession:
             return
         except PipeOverflowError:
             self.unregister()
-            self._reject_protocol("the runner sent a frame over the 1 MiB frame limit")
+            self.reject_protocol("the runner sent a frame over the 1 MiB frame limit")
             return
         for raw in messages:
             if self.stop_reason is not None:
@@ -248,24 +253,25 @@ class RunnerSession:
     # -- serving the child -----------------------------------------------------------------
 
     def _serve(self, raw: bytes) -> None:
+        if self.queued_call is not None:
+            # A later message is judged after the earlier one is committed and answered.
+            self.host.db.group.flush()
         try:
             message = ChildMessage.model_validate(canonical.decode(raw))
         except (PiwfError, ValidationError):
-            self._reject_protocol("the runner sent a message that is not runner.v1")
+            self.reject_protocol("the runner sent a message that is not runner.v1")
             return
         if message.run_id != self.run_id:
             if message.kind == "call" and message.message_id:
-                self._respond(
-                    message.message_id, "rejected", error="protocolRejected: not this run"
-                )
-            self._reject_protocol("a runner message named another run than its own")
+                self.respond(message.message_id, "rejected", error="protocolRejected: not this run")
+            self.reject_protocol("a runner message named another run than its own")
             return
         if (
             message.generation != self.launch.generation
             or message.runner_epoch != self.runner_epoch
         ):
             if message.kind == "call" and message.message_id:
-                self._respond(message.message_id, "claimLost", error="stale generation")
+                self.respond(message.message_id, "claimLost", error="stale generation")
             self.host.stop(self, RunnerStatus.CLAIM_LOST)
             return
         if message.kind == "ready":
@@ -357,61 +363,15 @@ class RunnerSession:
         except StateUnavailableError:
             raise
         except PiwfError as error:
-            self._respond(message.message_id, "rejected", error=str(error))
+            self.respond(message.message_id, "rejected", error=str(error))
             return
         if operation == "read_run":
             self._read_run(message.message_id, payload)
             return
         # The authority is always the claim this runner was launched with: a payload naming
-        # another run is a protocol violation, never a way into that run.
-        try:
-            call = ex.decode_runner_call(self.claim, operation, payload)
-        except ex.RunnerCallRejectedError as error:
-            self._respond(message.message_id, "rejected", error=f"{error.code}: {error}")
-            self._reject_protocol(str(error))
-            return
-        output = self.attempt_output
-        assert output is not None, "calls are served once the child is attached"
-        output.before(call.message)  # what the node printed goes to its own log first
-        try:
-            with self.host.db.write() as tx:
-                self.host.verify_server_claim(tx)
-                reply = ex.apply_runner_call(
-                    tx,
-                    self.claim,
-                    self.runner_epoch,
-                    message.message_id,
-                    call,
-                    expected_revision=message.expected_revision,
-                    lease_ms=self.host.lease_ms,
-                )
-                output.within(tx, call.message, reply.outcome)
-        except ClaimLostError:
-            self._respond(message.message_id, "claimLost", error="claim lost")
-            self.server_lost_claim = True
-            self.host.stop(self, RunnerStatus.CLAIM_LOST)
-            return
-        except StateUnavailableError:
-            raise
-        except PiwfError as error:
-            self._respond(message.message_id, "rejected", error=str(error))
-            return
-        faults.point("runner.after_message_commit")
-        output.after(call.message, reply.outcome)
-        result = None if reply.result is None else result_to_json(reply.result)
-        self._respond(message.message_id, reply.outcome.value, result, reply.error)
-        if reply.outcome is RunnerMessageOutcome.CLAIM_LOST:
-            self.server_lost_claim = True
-            self.host.stop(self, RunnerStatus.CLAIM_LOST)
-        elif isinstance(call.message, (port.RunParked, port.RunFinished)) and reply.outcome in (
-            RunnerMessageOutcome.ACCEPTED,
-            RunnerMessageOutcome.ADOPTED,
-        ):
-            # The command is over: the child exits next, and its exit is not a crash.
-            self.ended = True
-            self.host.run_changed(self.run_id)
-        elif isinstance(call.message, port.NodeStarted):
-            self._watch_deadline(call.message)
+        # another run is a protocol violation, never a way into that run. Applied with the other
+        # runner calls of this loop turn, in one transaction, and answered after it committed.
+        serve_state_call(self, message, payload, lambda: self._call(message))
 
     def agent_calls(self) -> AgentCalls:
         """This runner's agent calls (created on first use)."""
@@ -429,10 +389,10 @@ class RunnerSession:
             lease_ms=self.host.lease_ms,
             verify_server_claim=self.host.verify_server_claim,
         )
-        self._respond(message.message_id, answer.outcome, answer.result, answer.error)
+        self.respond(message.message_id, answer.outcome, answer.result, answer.error)
         self.host.agent_activity(self.run_id)
         if answer.violation is not None:
-            self._reject_protocol(answer.violation)
+            self.reject_protocol(answer.violation)
         elif answer.claim_lost:
             self.server_lost_claim = True
             self.host.stop(self, RunnerStatus.CLAIM_LOST)
@@ -453,12 +413,12 @@ class RunnerSession:
         except PiwfError:
             wanted = None
         if wanted is None or wanted not in (self.run_id, self.launch.parent_run_id):
-            self._respond(message_id, "rejected", error="protocolRejected: not this run")
-            self._reject_protocol("read_run names another run than the runner's own")
+            self.respond(message_id, "rejected", error="protocolRejected: not this run")
+            self.reject_protocol("read_run names another run than the runner's own")
             return
         with self.host.db.read() as tx:
             saved = ex.read_saved_run(tx, wanted)
-        self._respond(message_id, "accepted", None if saved is None else to_json(saved))
+        self.respond(message_id, "accepted", None if saved is None else to_json(saved))
 
     def _content(self, message_id: str, operation: str, payload: dict[str, Any]) -> None:
         """Serve ``content.read`` parts of offered values; take ``content.part`` uploads."""
@@ -471,11 +431,11 @@ class RunnerSession:
         except StateUnavailableError:
             raise
         except PiwfError as error:
-            self._respond(message_id, "rejected", error=str(error))
+            self.respond(message_id, "rejected", error=str(error))
             return
-        self._respond(message_id, "accepted", result)
+        self.respond(message_id, "accepted", result)
 
-    def _reject_protocol(self, detail: str) -> None:
+    def reject_protocol(self, detail: str) -> None:
         """Stop a runner that broke the runner protocol; its run parks ``protocolRejected``.
 
         ``detail`` names the broken rule, never a payload value; it becomes the queue's error
@@ -486,7 +446,7 @@ class RunnerSession:
             self.protocol_rejection = detail[:500]
         self.host.stop(self, RunnerStatus.CRASHED, kill=True)
 
-    def _respond(
+    def respond(
         self,
         message_id: str,
         outcome: str,
@@ -508,7 +468,7 @@ class RunnerSession:
 
     # -- deadlines -------------------------------------------------------------------------
 
-    def _watch_deadline(self, started: port.NodeStarted) -> None:
+    def watch_deadline(self, started: port.NodeStarted) -> None:
         """Back up the engine's own node timeout: a child still on this attempt a grace period
         after its deadline (frozen, or stuck where the engine cannot interrupt it) is killed."""
         if started.deadline_ms is None:
@@ -541,6 +501,7 @@ class RunnerSession:
         While the database cannot serve, the slot and the claim (renewed meanwhile) are kept
         and the record is retried.
         """
+        self.host.db.group.flush()  # a call it made before it ended is decided first
         status = self._outcome(handle)
         code = handle.returncode
         try:
