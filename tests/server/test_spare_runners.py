@@ -16,7 +16,14 @@ import pytest
 
 from tests.server.children import METHODS, gone, start_server
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
-from tests.server.test_execution import FAST, query, wait_run
+from tests.server.test_execution import (
+    FAST,
+    hold_until_gate,
+    query,
+    start,
+    wait_run,
+    write_workflow,
+)
 from tests.server.test_start_methods import facts_workflow, read_facts
 
 IDLE_TITLE = "piwf runner (idle)"
@@ -82,6 +89,44 @@ def test_a_launch_hands_its_run_to_the_spare_the_server_kept_ready(
     # It ran one generation and exited; the next spare is another process.
     wait_for(lambda: gone(spare), what="the used spare's exit")
     one_spare(server, other_than=spare.pid)
+
+
+def test_the_next_spare_waits_while_the_run_that_took_the_last_one_still_runs(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    """Once a launched runner is ready (its start no longer needs the CPU), the slot it left
+    free gets its spare: the next run, started while this one runs, does not wait for a fork.
+    The claim poll (the scheduler's backstop, which also refills) is set far beyond the test."""
+    server = start_server(servers, "forkserver", env={"PIWF_CLAIM_POLL_S": "600"})
+    first_spare = one_spare(server)
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = write_workflow(
+        tmp_path,
+        "held",
+        f"""
+        from piwf.workflow import compute, define_workflow
+
+        {hold_until_gate()}
+
+        def hold(ctx):
+            wait_for_gate({str(entered)!r}, {str(gate)!r})
+            return {{}}
+
+        workflow = define_workflow(
+            name="held", start_at="hold", nodes={{"hold": compute(hold)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "held")
+        wait_for(entered.exists, what="the held node to run")
+        assert not gone(first_spare), "the run runs in the spare that waited for it"
+        # The run is still running: a new spare is already there for the next launch.
+        next_spare = one_spare(server, other_than=first_spare.pid)
+        assert query(server, "SELECT status FROM runs") == [("running",)]
+        gate.touch()
+        assert wait_run(client, run_id)["status"] == "completed"
+    assert not gone(next_spare)
 
 
 def test_a_spare_enters_the_project_directory_as_a_fresh_runner_would(

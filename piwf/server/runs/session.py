@@ -126,6 +126,10 @@ class SessionHost(Protocol):
         """The session's exit is recorded: free its slot and schedule the next run."""
         ...
 
+    def fill_spares(self) -> None:
+        """A runner became ready: start spare runners for the free slots (spares.py)."""
+        ...
+
     def agent_activity(self, run_id: str) -> None:
         """An agent process of ``run_id`` was registered or unregistered: its active time
         started or stopped counting (the deadline timer is recomputed)."""
@@ -319,6 +323,7 @@ class RunnerSession:
         with self.host.db.read() as tx:
             revision = read_revision(tx, self.claim.resource_id) or 0
         self._send(Command(command=command_to_json(command), revision=revision).encode())
+        self.host.fill_spares()  # its start no longer needs the CPU: the next run's child may
 
     def _source_changed(self, files: list[str]) -> None:
         log.warning("run %s: %d source file(s) changed; parked", self.run_id, len(files))
