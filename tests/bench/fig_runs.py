@@ -300,7 +300,7 @@ def piwf_chain(workdir: Path, nodes: int, reps: int) -> dict[str, Any]:
 
 
 def _run_counts(home: Path, run_id: str) -> dict[str, int]:
-    """Revisions (each one committed write transaction) and runner messages of one run."""
+    """Revisions and runner messages (changes, each with its receipt) of one run."""
     with StateDatabase(home / "state.sqlite", mode="read-only") as db, db.read() as tx:
         revisions = tx.scalar(
             "SELECT revision FROM resources r JOIN runs u ON u.resource_id = r.resource_id"
@@ -357,8 +357,9 @@ def figure_per_node(context: Context) -> Figure:
         )
     figure.notes.append(
         f"piwf run of {nodes} nodes: {chain['revisions']} run revisions "
-        f"({chain['revisions'] / nodes:.2f} per node; each is one committed write transaction) "
-        f"and {chain['runnerMessages']} stored runner messages"
+        f"({chain['revisions'] / nodes:.2f} per node) and {chain['runnerMessages']} stored runner "
+        "messages; a node's end and the next node's start commit in one transaction (one batch "
+        "call), so a node costs one commit"
     )
     figure.notes.append(
         f"floor: median of {sizes.floor_commits} commits of one small row, same process and "
