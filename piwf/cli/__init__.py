@@ -7,8 +7,8 @@ Exit codes are a protocol: 0 success, 1 runtime error, 2 usage error. Every comm
     piwf run show --json           -> {"error":{"code":"usage","message":"..."}}      exit 2
 
 Commands live in :mod:`.server`, :mod:`.runs`, :mod:`.state`, :mod:`.effects`,
-:mod:`.requests`, :mod:`.resources`, :mod:`.sessions` (and :mod:`.attach`), :mod:`.mcp` and
-:mod:`.view`; output in :mod:`.render`;
+:mod:`.requests`, :mod:`.resources`, :mod:`.sessions` (and :mod:`.attach`), :mod:`.workflows`,
+:mod:`.mcp` and :mod:`.view`; output in :mod:`.render`;
 the shared flag, error handling and client in :mod:`.common`. docs/CLI.md documents each one.
 
 A command's module is imported only when that command runs or shows its own help
@@ -111,6 +111,11 @@ COMMANDS: dict[str, LazyCommand] = {
     ),
     "view": LazyCommand(
         "piwf.cli.view", "view_command", "Watch runs live in the terminal (extra: piwf[view])."
+    ),
+    "workflows": LazyCommand(
+        "piwf.cli.workflows",
+        "workflows_group",
+        "List the workflows run start finds by name, and show one's nodes and input.",
     ),
 }
 

@@ -51,6 +51,9 @@ operation               kind     meaning
 ``sessionCapture.``     durable  entries and events of an accepted turn, from the active
 ``record``                       coordinator (the turn's session capture)
 ``sessionCapture.read`` read     a run's captured turns and one turn's entries and events
+``workflow.list``       read     the workflows ``run.start NAME`` finds, in discovery order
+``workflow.show``       read     one workflow's nodes, edges and input contract (loaded in a
+                                 resolver child, as ``run.start`` loads it)
 ======================  =======  ==========================================================
 
 A *durable* operation changes state. Its request must carry an ``idempotencyKey``; the server
@@ -106,6 +109,8 @@ Operation = Literal[
     "view.run.watch",
     "view.runs.watch",
     "view.unwatch",
+    "workflow.list",
+    "workflow.show",
     "workflowMessage.reportBranch",
     "workflowTurn.report",
 ]

@@ -8,7 +8,7 @@ frames::
     request  {"workflow": str, "projectPath": str | null, "stateHome": str}
              (or a resource-manager request: :mod:`piwf.runner.resource_resolve`)
     reply    {"ok": true, "workflowName": str, "workflowRef": str, "definitionDigest": hex,
-              "snapshot": {...}, "title": str | null,
+              "snapshot": {...}, "title": str | null, "input": {"kind", ...},
               "sources": {"root": {"location", "sha256"}, "mounted": [...]}}
           or {"ok": false, "error": {"code": str, "message": str}}
 
@@ -81,8 +81,33 @@ def resolve(request: JsonValue) -> dict[str, JsonValue]:
         "definitionDigest": loaded.compiled.digest,
         "snapshot": loaded.compiled.snapshot,
         "title": title if isinstance(title, str) else None,
+        "input": input_contract(loaded.definition.input),
         "sources": loaded.sources.to_json(),
     }
+
+
+def input_contract(parser: object) -> dict[str, JsonValue]:
+    """What ``define_workflow(input=...)`` accepts (``workflow.show``): any JSON value, a
+    pydantic model (its name, and its JSON schema when that is canonical JSON of at most
+    64 KiB), or a parser callable (its name)."""
+    from pydantic import BaseModel
+
+    if parser is None:
+        return {"kind": "any"}
+    name = str(getattr(parser, "__qualname__", type(parser).__name__))[:200]
+    if not (isinstance(parser, type) and issubclass(parser, BaseModel)):
+        return {"kind": "parser", "parser": name}
+    contract: dict[str, JsonValue] = {"kind": "model", "model": name}
+    try:
+        schema = canonical.decode(canonical.encode(parser.model_json_schema()))
+    except Exception:  # a schema piwf cannot carry (floats, huge): the name is still shown
+        return contract
+    if len(canonical.encode(schema)) <= _MAX_INPUT_SCHEMA_BYTES:
+        contract["jsonSchema"] = schema
+    return contract
+
+
+_MAX_INPUT_SCHEMA_BYTES = 64 * 1024
 
 
 def _bounded(text: str, limit: int = 1000) -> str:

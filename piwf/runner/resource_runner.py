@@ -165,6 +165,7 @@ def _resolve_workflow(workflow: str, launch: ReconcileLaunch) -> dict[str, JsonV
         {"workflow": workflow, "projectPath": launch.project_path, "stateHome": launch.state_home}
     )
     resolved.pop("ok", None)
+    resolved.pop("input", None)  # what workflow.show describes; a child run does not need it
     return resolved
 
 

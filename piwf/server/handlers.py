@@ -67,6 +67,7 @@ from piwf.server.runs.logs import RunLogReads
 from piwf.server.runs.views import RunViews
 from piwf.server.session_capture import CaptureHandlers
 from piwf.server.sessions import SessionHandlers, refuse_without_authority
+from piwf.server.workflows import WorkflowHandlers
 from piwf.state import Transaction, retention
 from piwf.state import effects as fx
 from piwf.state import execution as ex
@@ -89,6 +90,7 @@ class Handlers:
         self.views = RunViews(context)
         self.sessions = SessionHandlers(context)
         self.session_capture = CaptureHandlers(context)
+        self.workflows = WorkflowHandlers(context)
         self.table: dict[str, Callable[[Request, Reply], None]] = {
             "server.status": self.server_status,
             "server.stop": self.server_stop,
@@ -128,6 +130,8 @@ class Handlers:
             "followUp.remove": self.sessions.follow_up_remove,
             "sessionCapture.record": self.session_capture.record,
             "sessionCapture.read": self.session_capture.read,
+            "workflow.list": self.workflows.workflow_list,
+            "workflow.show": self.workflows.workflow_show,
         }
 
     def handle(self, request: Request, reply: Reply) -> None:

@@ -95,6 +95,8 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf submit",
         "piwf update",
         "piwf view",
+        "piwf workflows list",
+        "piwf workflows show",
     ]
 
 

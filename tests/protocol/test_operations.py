@@ -58,6 +58,8 @@ EXPECTED_READ = {
     "session.attach",
     "session.view",
     "sessionCapture.read",
+    "workflow.list",
+    "workflow.show",
     "session.list",
 }
 

@@ -206,6 +206,10 @@ class RunnerSession:
             self.reject_protocol("the runner sent a frame over the 1 MiB frame limit")
             return
         for raw in messages:
+            if self.queued_call is not None:
+                # A later message is judged after the earlier one is committed and answered
+                # (which may have stopped this runner).
+                self.host.db.group.flush()
             if self.stop_reason is not None:
                 # Being stopped (claim loss, protocol violation, deadline, cancel, shutdown):
                 # nothing it sends from now on is applied, even what was already in the pipe,
@@ -257,9 +261,6 @@ class RunnerSession:
     # -- serving the child -----------------------------------------------------------------
 
     def _serve(self, raw: bytes) -> None:
-        if self.queued_call is not None:
-            # A later message is judged after the earlier one is committed and answered.
-            self.host.db.group.flush()
         try:
             message = ChildMessage.model_validate(canonical.decode(raw))
         except (PiwfError, ValidationError):

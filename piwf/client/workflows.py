@@ -1,0 +1,67 @@
+"""``Client`` methods that show which workflows ``run.start NAME`` finds, and what one is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel
+
+from piwf.client.runs import absolute_path, workflow_reference
+from piwf.protocol.workflow_payloads import (
+    WorkflowDescription,
+    WorkflowList,
+    WorkflowListPayload,
+    WorkflowShowPayload,
+)
+
+if TYPE_CHECKING:
+    from piwf.protocol import Operation
+    from piwf.protocol.payloads import WireModel
+
+_Receipt = TypeVar("_Receipt", bound=BaseModel)
+
+
+class WorkflowMethods:
+    """Workflow discovery (``workflow.list``, ``workflow.show``)."""
+
+    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
+
+        def _call(
+            self,
+            operation: Operation,
+            payload: WireModel,
+            receipt_type: type[_Receipt],
+            *,
+            run_id: str | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> _Receipt:
+            """Send one operation and parse its receipt."""
+            ...
+
+    def list_workflows(self, *, project: Path | None = None) -> WorkflowList:
+        """Every workflow ``start_run(NAME)`` finds from ``project`` (default: the current
+        directory), in discovery order: the project's ``.piwf/workflows/``, the state home's
+        ``workflows/``, then the built-ins; ``directories`` lists where it looked. No workflow
+        code is loaded."""
+        payload = WorkflowListPayload(project_path=_project_path(project))
+        return self._call("workflow.list", payload, WorkflowList)
+
+    def show_workflow(
+        self, workflow: str | Path, *, project: Path | None = None
+    ) -> WorkflowDescription:
+        """Load ``workflow`` (a name, discovered as :meth:`start_run` does, or a file path) in
+        a resolver child and describe it: nodes, edges, exits, mounts and input contract.
+
+        Raises :class:`~piwf.errors.RejectedError` with ``error_code`` ``workflowLoad`` and the
+        loader's message when the file does not load or no workflow has that name.
+        """
+        payload = WorkflowShowPayload(
+            workflow=workflow_reference(workflow), project_path=_project_path(project)
+        )
+        return self._call("workflow.show", payload, WorkflowDescription)
+
+
+def _project_path(project: Path | None) -> str:
+    return str(absolute_path(project if project is not None else Path.cwd()))

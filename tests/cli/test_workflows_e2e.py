@@ -1,0 +1,222 @@
+"""``piwf workflows list | show`` and their client methods, against a real server.
+
+Discovery is what ``run start NAME`` does: the project's ``.piwf/workflows/``, then the home's
+``workflows/``, then the built-ins; the first file of a name wins. ``list`` loads no workflow
+code; ``show`` loads it in a resolver child, as ``run start`` does.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from piwf.client import Client
+from piwf.errors import RejectedError
+from tests.cli.test_cli_e2e import REPO, Piwf, piwf  # noqa: F401 (the fixture)
+
+FIXTURES = REPO / "fixtures" / "workflows"
+
+
+def write(directory: Path, name: str, source: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.py"
+    path.write_text(textwrap.dedent(source).lstrip())
+    return path
+
+
+def marking(marker: Path, name: str) -> str:
+    """A workflow whose import leaves ``marker`` behind (to see whether code was loaded)."""
+    return f"""
+        import pathlib
+        from piwf.workflow import compute, define_workflow
+
+        pathlib.Path({str(marker)!r}).write_text("imported")
+        workflow = define_workflow(
+            name={name!r}, start_at="only", nodes={{"only": compute(lambda ctx: 1)}}, edges=[]
+        )
+        """
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "shop"
+    (root / ".piwf" / "workflows").mkdir(parents=True)
+    return root
+
+
+def test_list_shows_what_a_name_finds_in_discovery_order_without_loading_code(
+    piwf: Piwf,  # noqa: F811
+    project: Path,
+    tmp_path: Path,
+) -> None:
+    piwf.home.mkdir(mode=0o700)  # the state home, as piwf would create it
+    home_flows = piwf.home / "workflows"
+    project_flows = project / ".piwf" / "workflows"
+    marker = tmp_path / "imported"
+    write(project_flows, "greet", marking(marker, "greet-project"))
+    write(home_flows, "greet", marking(marker, "greet-home"))  # hidden by the project's
+    write(home_flows, "nightly", marking(marker, "nightly"))
+    write(project_flows, "_helper", marking(marker, "helper"))  # never discovered
+    listing = piwf.json("workflows", "list", "--project", str(project))
+    found = {entry["name"]: (entry["origin"], entry["path"]) for entry in listing["workflows"]}
+    assert found["greet"] == ("project", str(project_flows / "greet.py"))
+    assert found["nightly"] == ("home", str(home_flows / "nightly.py"))
+    assert found["noop"][0] == "builtin"
+    assert "_helper" not in found
+    assert [place["origin"] for place in listing["directories"]] == ["project", "home", "builtin"]
+    assert listing["directories"][0] == {
+        "origin": "project",
+        "directory": str(project_flows),
+        "exists": True,
+    }
+    assert not marker.exists(), "listing loaded no workflow code"
+    text = piwf.run("workflows", "list", "--project", str(project))
+    assert text.returncode == 0, text.stderr
+    assert "greet" in text.stdout and "searched, in order:" in text.stdout
+    # What the listing says is what run start runs: the project's greet.
+    started = piwf.json("run", "start", "greet", "--project", str(project), "--wait")
+    assert started["run"]["workflowName"] == "greet-project"
+
+
+def test_show_describes_the_workflow_run_start_would_run(
+    piwf: Piwf,  # noqa: F811
+    project: Path,
+) -> None:
+    write(
+        project / ".piwf" / "workflows",
+        "order",
+        """
+        from pydantic import BaseModel
+        from piwf.workflow import checkpoint, compute, define_workflow
+
+        class Order(BaseModel):
+            item: str
+            quantity: int = 1
+
+        workflow = define_workflow(
+            name="order",
+            title="Place an order",
+            start_at="check",
+            input=Order,
+            nodes={
+                "place": compute(lambda ctx: {"placed": True}),
+                "check": compute(lambda ctx: {"ok": True}),
+                "confirm": checkpoint(summary="Confirm the order"),
+            },
+            edges=[{"from": "check", "to": "confirm"}, {"from": "confirm", "to": "place"}],
+        )
+        """,
+    )
+    shown = piwf.json("workflows", "show", "order", "--project", str(project))
+    assert shown["name"] == "order"
+    assert shown["title"] == "Place an order"
+    assert shown["source"] == str(project / ".piwf" / "workflows" / "order.py")
+    assert shown["startAt"] == "check"
+    # Nodes in the order a run meets them, each with its kind and declared settings.
+    assert [(node["nodeId"], node["kind"]) for node in shown["nodes"]] == [
+        ("check", "compute"),
+        ("confirm", "checkpoint"),
+        ("place", "compute"),
+    ]
+    assert shown["nodes"][1]["structure"] == {"summary": "Confirm the order"}
+    assert shown["edges"] == [
+        {"from": "check", "to": "confirm"},
+        {"from": "confirm", "to": "place"},
+    ]
+    contract = shown["input"]
+    assert (contract["kind"], contract["model"]) == ("model", "Order")
+    assert contract["jsonSchema"]["required"] == ["item"]
+    # The digest is the one run start records for the same file.
+    started = piwf.json(
+        "run", "start", "order", "--project", str(project), "--input", '{"item": "tea"}'
+    )
+    assert started["run"]["definitionDigest"] == shown["definitionDigest"]
+    text = piwf.run("workflows", "show", "order", "--project", str(project))
+    assert text.returncode == 0, text.stderr
+    assert "parsed by the pydantic model Order" in text.stdout
+    assert "check -> confirm" in text.stdout
+
+
+def test_show_names_switch_routes_exits_and_mounts(piwf: Piwf) -> None:  # noqa: F811
+    routed = piwf.json("workflows", "show", str(FIXTURES / "failure_route.py"))
+    (edge,) = routed["edges"]
+    assert edge["switch"]["on"] == "$result.outcome"
+    assert routed["nodes"][0]["nodeId"] == "fragile"
+    composed = piwf.json("workflows", "show", str(FIXTURES / "composition.py"))
+    assert set(composed["includes"]) == {"docs", "workspace"}
+    text = piwf.run("workflows", "show", str(FIXTURES / "failure_route.py"))
+    assert "fragile on $result.outcome: " in text.stdout
+
+
+def test_a_workflow_that_does_not_load_is_reported_with_the_loaders_message(
+    piwf: Piwf,  # noqa: F811
+    project: Path,
+) -> None:
+    flows = project / ".piwf" / "workflows"
+    write(flows, "broken", "import not_a_module_anywhere\n")
+    write(
+        flows,
+        "dangling",
+        """
+        from piwf.workflow import compute, define_workflow
+        workflow = define_workflow(name="dangling", start_at="a",
+                                   nodes={"a": compute(lambda ctx: 1)},
+                                   edges=[{"from": "a", "to": "b"}])
+        """,
+    )
+    for name, expected in (
+        ("broken", "No module named 'not_a_module_anywhere'"),
+        ("dangling", "targets unknown node 'b'"),
+        ("missing", "no workflow named 'missing' (searched"),
+    ):
+        answer = piwf.json("workflows", "show", name, "--project", str(project), exit_code=1)
+        assert answer["error"]["code"] == "workflowLoad", answer
+        assert expected in answer["error"]["message"], answer
+    # Both broken files are still listed (listing loads nothing) and nothing was recorded.
+    names = [
+        w["name"] for w in piwf.json("workflows", "list", "--project", str(project))["workflows"]
+    ]
+    assert {"broken", "dangling"} <= set(names)
+    assert piwf.json("run", "list")["runs"] == []
+
+
+def test_the_client_lists_and_shows_workflows(
+    piwf: Piwf,  # noqa: F811
+    project: Path,
+) -> None:
+    write(
+        project / ".piwf" / "workflows",
+        "parsed",
+        """
+        from piwf.workflow import compute, define_workflow
+
+        def parse_order(raw):
+            return raw
+
+        workflow = define_workflow(
+            name="parsed", start_at="only", input=parse_order,
+            nodes={"only": compute(lambda ctx: 1)}, edges=[],
+        )
+        """,
+    )
+    with Client(piwf.home) as client:
+        listing = client.list_workflows(project=project)
+        assert [w.name for w in listing.workflows if w.origin == "project"] == ["parsed"]
+        shown = client.show_workflow("parsed", project=project)
+        assert (shown.input.kind, shown.input.parser) == ("parser", "parse_order")
+        assert client.show_workflow(FIXTURES / "hello.py").input.kind == "any"
+        with pytest.raises(RejectedError, match="no workflow named 'nope'") as refused:
+            client.show_workflow("nope", project=project)
+        assert refused.value.error_code == "workflowLoad"
+        # Bad payloads are refused at once, naming the field, before any child starts.
+        for operation, payload in (
+            ("workflow.list", {"projectPath": "relative/dir"}),
+            ("workflow.show", {"workflow": "parsed", "projectPath": "relative/dir"}),
+            ("workflow.show", {"workflow": ""}),
+            ("workflow.list", {"surprise": True}),
+        ):
+            with pytest.raises(RejectedError) as bad:
+                client.request(operation, payload)  # type: ignore[arg-type]
+            assert bad.value.error_code == "invalidPayload", (operation, payload)
