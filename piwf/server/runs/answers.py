@@ -221,6 +221,11 @@ class DecisionDeadlines:
         next_deadline: int | None = None
         now = 0
         try:
+            with self.db.read() as tx:
+                next_deadline, now = decision_store.next_deadline(tx), tx.now
+            if next_deadline is None or next_deadline > now:  # nothing is due: no write
+                self._schedule_next(next_deadline, now)
+                return
             with self.db.write() as tx:
                 owner = self.owner_id()
                 settled = ex.expire_due_decisions(
@@ -236,6 +241,9 @@ class DecisionDeadlines:
             log.warning("decision deadlines: a pass failed: %s", error)
         if run_ids:
             self.settled(run_ids)
+        self._schedule_next(next_deadline, now)
+
+    def _schedule_next(self, next_deadline: int | None, now: int) -> None:
         delay = self.poll_s
         if next_deadline is not None and next_deadline > now:
             # A deadline already past is a run that has not parked yet: its runner's exit

@@ -101,8 +101,11 @@ class AgentDeadlines:
         now = 0
         try:
             with self.db.read() as tx:
-                due = [item for item in ex.pending_agent_deadlines(tx) if item.due]
-            self._stop_due_runners({item.run_id for item in due})
+                pending = ex.pending_agent_deadlines(tx)
+            self._stop_due_runners({item.run_id for item in pending if item.due})
+            if not pending:  # nothing counts: nothing to expire, no deadline to wait for
+                self._schedule(self.poll_s)
+                return
             with self.db.write() as tx:
                 self.runners.verify_server_claim(tx)
                 owner = self.runners.owner_id

@@ -391,8 +391,16 @@ class Executor:
                     envelope=envelope.model_dump(by_alias=True, exclude_none=True),
                     lease_ms=self.settings.run_lease_ms,
                 )
-            if isinstance(recorded, Conflict):
-                raise PiwfError(f"runner launch refused: {recorded.evidence}")
+                if isinstance(recorded, Conflict):
+                    raise PiwfError(f"runner launch refused: {recorded.evidence}")
+                # A spare's process is known already: recorded with its launch, one commit.
+                known = _started_process(spare)
+                if known is not None:
+                    process = ex.record_runner_process(
+                        tx, launch.claim, runner_epoch, *known, lease_ms=self.settings.run_lease_ms
+                    )
+                    if isinstance(process, Conflict):
+                        raise PiwfError(f"runner process refused: {process.evidence}")
         except StateUnavailableError as error:
             if spare is not None:  # the retry starts a child of its own, under a new epoch
                 self.supervisor.kill(spare)
@@ -429,7 +437,7 @@ class Executor:
             if not handle.started:
                 handle.on_started.append(on_started)
         active.attach(handle, envelope.encode(), self.settings.ready_timeout_s)
-        if handle.started:  # a spare whose pid and identity came before its run
+        if handle.started and known is None:  # a spare whose pid came before its run
             self._record_process(active)
 
     def _runner_ended(self, active: RunnerSession, handle: ChildHandle) -> None:
@@ -531,6 +539,13 @@ class Executor:
         self.run_changed(active.run_id)
         self.loop.call_later(0, self.schedule)
         self.on_runner_exit()
+
+
+def _started_process(spare: ChildHandle | None) -> tuple[int, str] | None:
+    """The pid and start identity of a spare whose process is known, else None."""
+    if spare is None or not spare.started or spare.pid is None or spare.identity is None:
+        return None
+    return spare.pid, spare.identity
 
 
 def _listed(command: tuple[str, ...] | None) -> list[str] | None:

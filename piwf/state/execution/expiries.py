@@ -100,9 +100,12 @@ class Expiry:
 def pending_agent_deadlines(tx: Transaction, run_id: str | None = None) -> list[AgentDeadline]:
     """Return the deadline of every pending agent request that has one (of one run, or of
     all), oldest request first, as of ``tx.now``."""
+    rows = tx.all(_SELECT_PENDING_AGENT_IDS, {"run_id": run_id})
+    if not rows:  # the common case: no agent deadline is counting anywhere
+        return []
     open_attempts = {interval.attempt_id for interval in active_time.open_intervals(tx)}
     found = []
-    for row in tx.all(_SELECT_PENDING_AGENT_IDS, {"run_id": run_id}):
+    for row in rows:
         request = requests.get_request(tx, row["request_id"])
         if request is None or request.timeout_ms is None:  # pragma: no cover - just selected
             continue
