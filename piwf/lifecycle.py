@@ -98,13 +98,15 @@ class CommandKind(StrEnum):
 
 
 class Lineage(StrEnum):
-    """How a run came to exist: a root start or a restart of a terminal run.
+    """How a run came to exist: a root start, a restart of a terminal run, or a fork of a run
+    from one of its steps (it starts at that node with the outputs recorded before it).
 
-    ``runs.lineage_kind`` stores ``restart`` and leaves a root run's column NULL.
+    ``runs.lineage_kind`` stores ``restart`` or ``fork`` and leaves a root run's column NULL.
     """
 
     ROOT = "root"
     RESTART = "restart"
+    FORK = "fork"
 
 
 # Requests and notifications ----------------------------------------------------------------

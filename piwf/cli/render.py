@@ -28,6 +28,7 @@ from piwf.protocol.payloads import (
     RunDetail,
     RunInfo,
     RunPage,
+    RunSource,
     ServerStatus,
 )
 from piwf.protocol.state_payloads import BackupReceipt, PruneReport, StateStatus, VerifyReceipt
@@ -127,6 +128,21 @@ def _needed_action(detail: RunDetail) -> str | None:
     return f"{reason}; {step}" if reason else step
 
 
+def source_table(sources: list[RunSource]) -> str:
+    """Each recorded mount (``(root)`` first): how it named its workflow, the file it found."""
+    rows = [
+        [
+            source.mount_path or "(root)",
+            f"{source.reference_kind} {source.reference}",
+            source.source_ref
+            + (f" (piwf {source.piwf_version})" if source.piwf_version is not None else ""),
+        ]
+        for source in sources
+    ]
+    text = table(["MOUNT", "REFERENCE", "SOURCE"], rows)
+    return "\n".join("  " + line for line in text.split("\n"))
+
+
 def run_detail(detail: RunDetail) -> str:
     """One run with its fields and recorded sources."""
     run = detail.run
@@ -146,7 +162,7 @@ def run_detail(detail: RunDetail) -> str:
                 ("created", timestamp(run.created_at)),
                 ("updated", timestamp(run.updated_at)),
                 ("finished", timestamp(run.finished_at) if run.finished_at else None),
-                ("parent", run.parent_run_id),
+                ("parent", run.parent_run_id and f"{run.parent_run_id} ({run.lineage})"),
                 ("root", run.root_run_id if run.root_run_id != run.run_id else None),
                 ("restart", run.restart_number or None),
                 ("definition", run.definition_digest),
@@ -155,13 +171,7 @@ def run_detail(detail: RunDetail) -> str:
     ]
     if detail.sources:
         lines.append("sources:")
-        rows = [
-            [source.mount_path or "(root)", source.source_type, source.source_ref]
-            for source in detail.sources
-        ]
-        lines.append(
-            "\n".join("  " + line for line in table(["MOUNT", "TYPE", "SOURCE"], rows).split("\n"))
-        )
+        lines.append(source_table(detail.sources))
     if detail.effects:
         lines.append("effects:")
         rows = [

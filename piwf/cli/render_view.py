@@ -75,7 +75,7 @@ def step_cells(step: Step) -> list[str]:
     return [
         step.path,
         str(step.visit) + (f".{step.attempt}" if step.attempt > 1 else ""),
-        step.outcome,
+        step.outcome + (f" ({len(step.earlier_tries) + 1} tries)" if step.earlier_tries else ""),
         timestamp(step.started_at)[11:] if step.started_at else "-",
         duration(step.duration_ms) if step.duration_ms is not None else "-",
         _result(step),
@@ -130,6 +130,20 @@ def explain(view: RunView) -> Explanation:
             f"every execution slot is busy ({capacity.busy} of {capacity.max_workers}), held by "
             f"{', '.join(capacity.holders)}; the run starts when one of them ends.",
             ("piwf server stop && piwf server start --max-workers N (more slots)",),
+        )
+    if display.activity == "sleeping" and display.current_node is not None:
+        node = display.current_node
+        what = (
+            f"node {node.path} is a timer"
+            if node.node_type == "timer"
+            else f"try {node.attempt - 1} of node {node.path} failed and its retry policy "
+            "tries again"
+        )
+        return Explanation(
+            "sleeping",
+            f"{what}: the run sleeps until {timestamp(display.available_at)} and then resumes "
+            "by itself (no runner or slot is held meanwhile).",
+            (),
         )
     if display.activity == "scheduled":
         return Explanation(
@@ -191,6 +205,7 @@ _ACTIVITY_TEXT = {
     "waitingForAgent": "waiting for an agent's output",
     "waitingForSlot": "waiting for a free execution slot",
     "scheduled": "waiting to be tried again",
+    "sleeping": "sleeping",
     "blocked": "blocked",
     "idle": "about to start",
 }
@@ -206,6 +221,10 @@ def _activity_text(display: Display) -> str:
         return f'{text} at node "{waiting.path}" (request {waiting.request_id})'
     if display.activity == "blocked":
         return f"{text}: {display.reason or display.reason_code or display.status}"
+    if display.activity == "sleeping" and node is not None and display.available_at:
+        return f'{text} at node "{node.path}" until {timestamp(display.available_at)}'
+    if display.activity == "scheduled" and display.available_at is not None:
+        return f"{text} at {timestamp(display.available_at)}"
     return text
 
 

@@ -320,6 +320,36 @@ _control_command(
 )
 
 
+@run_group.command("fork")
+@run_id_argument
+@click.option(
+    "--from",
+    "from_node",
+    required=True,
+    metavar="NODE",
+    help="The node the new run starts at: its full path, as 'piwf run steps' shows it.",
+)
+@json_option
+@command
+def run_fork(run_id: str, from_node: str, as_json: bool) -> None:
+    """Start a new run of a run's recorded sources at NODE, with the outputs it had before.
+
+    The steps the run finished before NODE's first visit are copied into the new run, so
+    nothing before NODE runs again; NODE and what follows it run anew. Refused while the run
+    executes or has an unsettled effect, and for a node the run never reached.
+
+    \b
+    Example:
+      piwf run fork run-0b9c --from review
+    """
+    with open_client() as client:
+        run = client.fork_run(run_id, from_node=from_node)
+    if as_json:
+        render.emit_json({"run": run.to_wire()})
+    else:
+        click.echo(f"forked as {render.run_line(run)}")
+
+
 @run_group.command("cancel")
 @run_id_argument
 @json_option

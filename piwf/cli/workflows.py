@@ -128,6 +128,8 @@ def describe(workflow: WorkflowDescription) -> str:
             inner = mount.get("workflow") if isinstance(mount, dict) else None
             inner_name = inner.get("name") if isinstance(inner, dict) else "?"
             lines.append(f"  {name}: workflow {inner_name}")
+    lines.append("sources (as run start records them):")
+    lines.append(render.source_table(workflow.sources))
     return "\n".join(lines)
 
 

@@ -98,6 +98,7 @@ from piwf.protocol.payloads import (
     EffectReceipt,
     EffectResolvePayload,
     EmptyPayload,
+    RunForkPayload,
     RunInfo,
     RunReceipt,
     ServerStatus,
@@ -421,6 +422,18 @@ class Client(
     def restart_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
         """Start a fresh run of a terminal run's workflow (``run.restart``); returns the new run."""
         return self._run_control("run.restart", run_id, idempotency_key)
+
+    def fork_run(
+        self, run_id: str, *, from_node: str, idempotency_key: str | None = None
+    ) -> RunInfo:
+        """Start a new run of ``run_id``'s recorded sources at node ``from_node`` (its full
+        path) with the outputs recorded before it (``run.fork``); returns the new run. A refusal
+        (the run executes, has unsettled effects, never ran that node) is a RejectedError."""
+        payload = RunForkPayload(from_node=from_node)
+        receipt = self._call(
+            "run.fork", payload, RunReceipt, run_id=run_id, idempotency_key=idempotency_key
+        )
+        return receipt.run
 
     def resolve_effect(
         self,

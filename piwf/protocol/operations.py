@@ -12,6 +12,8 @@ operation               kind     meaning
 ``run.pause``           durable  set the run's pause flag
 ``run.resume``          durable  clear the pause flag / requeue a parked run
 ``run.restart``         durable  start a fresh child run from the first node
+``run.fork``            durable  start a new run at one node with the source's earlier
+                                 outputs (nothing before that node runs again)
 ``run.wait``            read     answer once a run is terminal (or the wait times out)
 ``run.logs``            read     a run's node attempt logs, in bounded pages with a cursor
 ``state.status``        read     safe counts about the database
@@ -83,6 +85,7 @@ Operation = Literal[
     "resource.list",
     "resource.reconcile",
     "run.cancel",
+    "run.fork",
     "run.get",
     "run.list",
     "run.logs",
@@ -132,6 +135,7 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
         "resource.delete",
         "resource.reconcile",
         "run.cancel",
+        "run.fork",
         "run.pause",
         "run.restart",
         "run.resume",

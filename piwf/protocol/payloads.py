@@ -23,6 +23,7 @@ with the receipt model, so both sides agree on one shape::
     run.pause        {}  (runId in the envelope)               {"run": RunInfo}
     run.resume       {}  (runId in the envelope)               {"run": RunInfo}
     run.restart      {}  (runId in the envelope)               {"run": RunInfo}  (the new run)
+    run.fork         {fromNode}  (runId in the envelope)       {"run": RunInfo}  (the new run)
     effect.resolve   {effectId, resolution, note?}             {"effect": EffectInfo}
     checkpoint.answer {requestId, response}                    AnswerReceipt
     decision.answer  {requestId, response}                     AnswerReceipt
@@ -184,6 +185,12 @@ class RunWaitPayload(WireModel):
     timeout_ms: int = Field(default=30_000, ge=0, le=MAX_WAIT_MS)
 
 
+class RunForkPayload(WireModel):
+    """Fork the run in the envelope from node ``fromNode`` (its full path, as steps show it)."""
+
+    from_node: str = Field(min_length=1, max_length=1024)
+
+
 class RunInfo(WireModel):
     """A run as clients see it: no input, output, actor ids or tokens."""
 
@@ -199,6 +206,8 @@ class RunInfo(WireModel):
     error_code: str | None = None
     #: True while the run will not go on until someone acts (resume, resolve an effect).
     needs_action: bool = False
+    #: How the run came to exist: ``root``, ``restart`` or ``fork`` (of ``parentRunId``).
+    lineage: str = "root"
     parent_run_id: str | None = None
     root_run_id: str
     restart_number: int
@@ -210,12 +219,16 @@ class RunInfo(WireModel):
 
 
 class RunSource(WireModel):
-    """One recorded source of a run."""
+    """The root (``mountPath`` ``""``) or a mount of a run: how it named its workflow and the
+    file that resolved to (``referenceKind``: path, name, builtin or definition)."""
 
     mount_path: str
+    reference_kind: str
+    reference: str
     source_type: str
     source_ref: str
     source_revision: str
+    piwf_version: str | None = None
 
 
 class RunReceipt(WireModel):

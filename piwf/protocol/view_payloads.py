@@ -21,7 +21,9 @@ Display status (closed set, the seed's precedence)::
 node runs: ``currentNode``), ``agentCommand`` (a headless agent command works on the request),
 ``waitingForPerson`` / ``waitingForAgent`` (a request is pending: ``waitingOn``),
 ``waitingForSlot`` (runnable, every slot busy: ``capacity``), ``scheduled`` (runnable later:
-``availableAt``), ``blocked`` (parked until someone acts: ``reason``).
+``availableAt``), ``sleeping`` (a durable timer: a ``sleep``/``wait_until`` node or a retry
+policy's back-off, ``currentNode`` waits until ``availableAt``; no runner is held),
+``blocked`` (parked until someone acts: ``reason``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ Activity = Literal[
     "waitingForAgent",
     "waitingForSlot",
     "scheduled",
+    "sleeping",
     "blocked",
 ]
 #: What a renderer may offer; each maps to one CLI command and one client method.
@@ -73,6 +76,8 @@ class NodeRef(WireModel):
     node_type: str
     started_at: int | None = None
     deadline_at: int | None = None
+    #: A timer's wake time, or when a retry policy's next try starts.
+    wake_at: int | None = None
 
 
 class WaitingOn(WireModel):
@@ -151,6 +156,8 @@ class Step(WireModel):
     error: str | None = None
     error_ref: ContentRef | None = None
     failure: NodeFailureInfo | None = None
+    #: The tries of this visit a retry policy ran again, oldest first (each one's record).
+    earlier_tries: list[NodeFailureInfo] = Field(default_factory=list)
     #: The latest :data:`MAX_STEP_UPDATES` updates, oldest first.
     updates: list[StepUpdate] = Field(default_factory=list)
     updates_total: int = 0

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from piwf.protocol.payloads import WireModel
+from piwf.protocol.payloads import RunSource, WireModel
 
 WorkflowOrigin = Literal["project", "home", "builtin", "path"]
 
@@ -94,3 +94,6 @@ class WorkflowDescription(WireModel):
     exits: dict[str, Any]
     includes: dict[str, Any]
     input: InputContract
+    #: What ``run.start`` would record: the root and every mount (how each named its workflow,
+    #: the file that resolved to and its SHA-256), as ``run.get`` shows them.
+    sources: list[RunSource]

@@ -9,8 +9,13 @@ frames::
              (or a resource-manager request: :mod:`piwf.runner.resource_resolve`)
     reply    {"ok": true, "workflowName": str, "workflowRef": str, "definitionDigest": hex,
               "snapshot": {...}, "title": str | null, "input": {"kind", ...},
-              "sources": {"root": {"location", "sha256"}, "mounted": [...]}}
+              "sources": {"root": source, "mounted": [source, ...]}}
           or {"ok": false, "error": {"code": str, "message": str}}
+    source   {"mountPath", "referenceKind", "reference", "location", "sha256", "piwfVersion"}
+
+The workflow and every ``include("name")`` in it are discovered from the request's project
+and state home, the order ``run start NAME`` uses
+(:func:`~piwf.workflow.sources.resolve_workflow`); the sources say which file each name found.
 
 Whatever the workflow module does at import time happens here, in a throwaway process whose
 lifeline (:mod:`piwf.runner.lifeline`) begins before the import: it dies with its server, and
@@ -55,7 +60,7 @@ def resolver_main(connection: Connection) -> None:
 
 def resolve(request: JsonValue) -> dict[str, JsonValue]:
     """Resolve and compile the workflow named in ``request``; raise ``PiwfError`` on failure."""
-    from piwf.workflow.sources import find_workflow, load_workflow
+    from piwf.workflow.sources import resolve_workflow
 
     if isinstance(request, dict) and request.get("kind") == "resourceManager":
         from piwf.runner.resource_resolve import resolve_resource_manager
@@ -67,12 +72,11 @@ def resolve(request: JsonValue) -> dict[str, JsonValue]:
     assert isinstance(reference, str)
     project = request.get("projectPath")
     home = request.get("stateHome")
-    found = find_workflow(
+    loaded = resolve_workflow(
         reference,
         Path(project) if isinstance(project, str) else None,
         Path(home) if isinstance(home, str) else None,
     )
-    loaded = load_workflow(found.path)
     title = loaded.definition.title
     return {
         "ok": True,

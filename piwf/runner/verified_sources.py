@@ -3,12 +3,14 @@ does first (the workflow runner and the validation child).
 
 ::
 
-    recorded identity (root + mounted files, sha256 each)
+    recorded identity (root + every mount: reference, file, sha256)
       ── verify every hash before anything of the workflow is imported ──▶ changed: refuse
-      ── load and compile ──▶ loaded sources and definition digest equal the recorded ones?
+      ── load and compile, each include by name from the record ──▶ loaded sources and
+         definition digest equal the recorded ones?
                               no: refuse (a changed include, another definition)
 
-A refusal names the differing files; changed code never runs.
+A refusal names the differing files; changed code never runs. Nothing is discovered again: a
+file added since the run started that would now shadow a name changes nothing for this run.
 """
 
 from __future__ import annotations
@@ -36,13 +38,13 @@ def load_verified_workflow(
     own import) once the hashes matched.
     """
     # Imported here so that a broken environment shows up as a crash of this child only.
-    from piwf.workflow.sources import SourceIdentity, load_workflow, location_path, verify_sources
+    from piwf.workflow.sources import SourceIdentity, load_recorded_workflow, verify_sources
 
     identity = SourceIdentity.from_json(workflow_source)
     changed = verify_sources(identity)
     if changed:
         return SourcesChanged([source.location for source in changed])
-    loaded = load_workflow(location_path(identity.root.location))
+    loaded = load_recorded_workflow(identity)
     if loaded.sources != identity or loaded.compiled.digest != definition_digest:
         differing = {s.location for s in (loaded.sources.root, *loaded.sources.mounted)} ^ {
             s.location for s in (identity.root, *identity.mounted)

@@ -101,6 +101,7 @@ class Handlers:
             "run.pause": self.runs.run_pause,
             "run.resume": self.runs.run_resume,
             "run.restart": self.runs.run_restart,
+            "run.fork": self.runs.run_fork,
             "effect.resolve": self.effect_resolve,
             "run.wait": self.runs.run_wait,
             "run.logs": RunLogReads(context).run_logs,

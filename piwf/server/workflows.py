@@ -30,7 +30,8 @@ from piwf.server.failures import answering, failure_response
 from piwf.server.loop import Reply
 from piwf.server.replies import InvalidPayloadError, error_response, ok, payload_of
 from piwf.server.runs.handlers import resolver_error
-from piwf.workflow.sources import discover_workflows, workflow_directories
+from piwf.server.runs.recorded_sources import rows_of, source_info
+from piwf.workflow.sources import SourceIdentity, discover_workflows, workflow_directories
 
 
 class WorkflowHandlers:
@@ -121,6 +122,7 @@ def describe(result: dict[str, JsonValue]) -> WorkflowDescription:
         exits=_mapping(tree.get("exits")),
         includes=_mapping(tree.get("includes")),
         input=InputContract.model_validate(contract),
+        sources=[source_info(row) for row in rows_of(SourceIdentity.from_json(sources))],
     )
 
 

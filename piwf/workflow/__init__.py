@@ -30,6 +30,7 @@ from piwf.workflow.context import (
     NodeResult,
     Outcome,
 )
+from piwf.workflow.control_loops import ControlLoop, control_loop
 from piwf.workflow.decisions import DecisionNode, decision, decision_edge
 from piwf.workflow.definition import Include, WorkflowDefinition, define_workflow, include
 from piwf.workflow.nodes import (
@@ -47,10 +48,13 @@ from piwf.workflow.nodes import (
     notify,
     shell,
 )
+from piwf.workflow.retries import RetryPolicy, retry_policy
+from piwf.workflow.timers import sleep, wait_until
 
 __all__ = [
     "CancellationSignal",
     "Choice",
+    "ControlLoop",
     "DecisionNode",
     "Effect",
     "Include",
@@ -61,6 +65,7 @@ __all__ = [
     "NotifyKind",
     "Outcome",
     "Recovery",
+    "RetryPolicy",
     "TextInput",
     "WorkflowDefinition",
     "action",
@@ -69,6 +74,7 @@ __all__ = [
     "checkpoint",
     "choice",
     "compute",
+    "control_loop",
     "decision",
     "decision_edge",
     "define_workflow",
@@ -77,6 +83,9 @@ __all__ = [
     "include",
     "manual_effect",
     "notify",
+    "retry_policy",
     "shell",
+    "sleep",
     "text_input",
+    "wait_until",
 ]

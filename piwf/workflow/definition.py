@@ -12,8 +12,8 @@ workflow, the node or edge, and the rule:
   ``decision``, names every declared choice and nothing else;
 - an exit leaves from a node (or a nested mount exit) that has no outgoing edge.
 
-Included workflows referenced by a path string are checked by the compiler once the loader has
-resolved them.
+Included workflows referenced by text (a path, a name or ``builtin:NAME``) are checked by the
+compiler once the loader has resolved them.
 """
 
 from __future__ import annotations
@@ -40,15 +40,21 @@ MAX_NAME_CHARS = 128
 RESERVED_NAMES = frozenset({"answer", "cancel", "list", "pause", "resume", "status"})
 DEFAULT_MAX_STEPS = 100
 MAX_STEPS_LIMIT = 100_000
+#: ``include("builtin:NAME")`` names a built-in; a recorded built-in is ``builtin:NAME`` too.
+BUILTIN_PREFIX = "builtin:"
 
 
 @dataclass(frozen=True)
 class Include:
     """A mount of another workflow.
 
-    ``workflow`` is a definition object or a path string relative to the including file (the
-    loader resolves it and records the file's hash). ``input(ctx)`` computes the child input
-    from the parent context when the mount is entered (default: the parent's input).
+    ``workflow`` is a definition object or text the loader resolves
+    (:mod:`piwf.workflow.sources`): a path relative to the including file (ending in ``.py``
+    or containing ``/``), ``builtin:NAME``, or a bare name discovered as ``run start NAME``
+    discovers it (the run's project, then ``$PIWF_HOME``, then the built-ins). The run records
+    how each mount was referenced and the file (and hash) it resolved to. ``input(ctx)``
+    computes the child input from the parent context when the mount is entered (default: the
+    parent's input).
     """
 
     workflow: WorkflowDefinition | str
@@ -58,11 +64,22 @@ class Include:
 def include(
     workflow: WorkflowDefinition | str, *, input: Callable[[NodeContext], Any] | None = None
 ) -> Include:
-    """Return a mount of ``workflow``; enter it by its mount name, leave by ``<mount>.<exit>``."""
+    """Return a mount of ``workflow``; enter it by its mount name, leave by ``<mount>.<exit>``.
+
+    Raises :class:`WorkflowDefinitionError` for anything but a definition, a path, a name or
+    ``builtin:NAME``; whether the file exists is the loader's question."""
     if not isinstance(workflow, (WorkflowDefinition, str)) or workflow == "":
         raise WorkflowDefinitionError(
-            "include(): workflow must be a definition or a path such as './child.py'"
+            "include(): workflow must be a definition, a path such as './child.py', a name "
+            "such as 'child' or a built-in such as 'builtin:noop'"
         )
+    if isinstance(workflow, str) and workflow.startswith(BUILTIN_PREFIX):
+        name = workflow[len(BUILTIN_PREFIX) :]
+        if not NAME_PATTERN.match(name):
+            raise WorkflowDefinitionError(
+                f"include({workflow!r}): a built-in is named as 'builtin:NAME', NAME matching "
+                f"{NAME_PATTERN.pattern}"
+            )
     if _not_callable(input):
         raise WorkflowDefinitionError("include(): input must be callable")
     return Include(workflow=workflow, input=input)
@@ -94,7 +111,7 @@ class WorkflowDefinition:
     includes: Mapping[str, Include]
     edges: tuple[Edge, ...]
     exits: Mapping[str, Exit]
-    input: Callable[[Any], Any] | None
+    input: Callable[[Any], Any] | type[Any] | None
     max_steps: int
     title: str | Callable[[Any], str] | None
     source_file: str | None
@@ -114,7 +131,7 @@ def define_workflow(
     edges: Sequence[Mapping[str, Any]],
     includes: Mapping[str, Include] | None = None,
     exits: Mapping[str, Mapping[str, Any]] | None = None,
-    input: Callable[[Any], Any] | None = None,
+    input: Callable[[Any], Any] | type[Any] | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
     title: str | Callable[[Any], str] | None = None,
 ) -> WorkflowDefinition:

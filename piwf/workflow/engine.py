@@ -7,9 +7,12 @@ workflow code runs), rebuilds the run's progress from the saved steps and then l
     position ── NextNode ──▶ node_started(visit+1) ─▶ visit ─┐
              ── RetryVisit ─▶ node_started(same visit, attempt+1) ─▶ visit ─┤
              ── AwaitAnswer ─▶ consume the answered request ──────────────┤
+             ── AwaitWake ──▶ past the wake time: the timer ends, or the ──┤
+                              retry's next try runs; before it: park timer │
                                                                           ▼
              VisitParked ─▶ park ─▶ return waiting/parked
-             VisitDone ───▶ node_finished | node_failed ─▶ route ─▶ next position
+             VisitDone ───▶ a retry policy retries it: node_failed(retry_at) ─▶ AwaitWake
+                        └─▶ node_finished | node_failed ─▶ route ─▶ next position
              RunEnds ─────▶ finish ─▶ return terminal status
 
 Every durable change is a port message; the engine keeps nothing durable itself. An exception
@@ -18,20 +21,16 @@ raised by the port (for example claim loss) propagates unchanged and nothing mor
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn
 
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.clock import Clock, SystemClock
-from piwf.errors import CanonicalJsonError, RunCommandError
-from piwf.lifecycle import AnsweredBy, InteractionKind, Lineage, RunStatus
+from piwf.errors import CanonicalJsonError
+from piwf.lifecycle import RunStatus
 from piwf.workflow.agent_driver import AgentDriver
 from piwf.workflow.commands import (
-    ContinueCommand,
     RestartCommand,
-    ResumeCommand,
     RunCommand,
     StartCommand,
 )
@@ -46,13 +45,13 @@ from piwf.workflow.executors import (
 )
 from piwf.workflow.failure import describe_error, exception_failure, reported_failure
 from piwf.workflow.invoke import to_json
-from piwf.workflow.nodes import INTERACTION_NODE_TYPES, HumanDecisionNode
+from piwf.workflow.nodes import INTERACTION_NODE_TYPES, TimerNode
+from piwf.workflow.planning import assert_never, plan_command
 from piwf.workflow.port import (
     NodeFailed,
     NodeFinished,
     NodeStarted,
     ParkReason,
-    PendingRequest,
     RunBegun,
     RunFinished,
     RunParked,
@@ -60,8 +59,17 @@ from piwf.workflow.port import (
     UpdatePublished,
     WorkflowPort,
 )
-from piwf.workflow.replay import AwaitAnswer, NextNode, Position, RetryVisit, replay_saved_run
+from piwf.workflow.replay import (
+    AwaitAnswer,
+    AwaitWake,
+    NextNode,
+    Position,
+    RetryVisit,
+    replay_saved_run,
+)
+from piwf.workflow.retries import RetryPolicy
 from piwf.workflow.scopes import End, Next, RunProgress, TransitionError
+from piwf.workflow.timers import resolve_wake_at, timer_output
 
 MAX_UPDATE_BYTES = 64 * 1024
 MAX_UPDATE_NAME_CHARS = 256
@@ -83,18 +91,8 @@ class ExecutionResult:
     request_id: str | None = None
     park_reason: ParkReason | None = None
     detail: str | None = None
-
-
-_INTERACTION_KINDS = {
-    "checkpoint": InteractionKind.CHECKPOINT,
-    "human_decision": InteractionKind.HUMAN_DECISION,
-    "agent": InteractionKind.AGENT,
-}
-
-
-def assert_never(value: NoReturn) -> NoReturn:
-    """Fail loudly when a ``match`` meant to be exhaustive meets an unknown case."""
-    raise AssertionError(f"unhandled case: {value!r}")
+    #: When a run parked on a timer wakes (a ``sleep`` or a retry's back-off).
+    wake_at_ms: int | None = None
 
 
 def execute(
@@ -127,149 +125,6 @@ def execute(
         interactive=interactive,
     )
     return run.execute(command, saved)
-
-
-def plan_command(command: RunCommand, workflow: CompiledWorkflow, port: WorkflowPort) -> SavedRun:
-    """Return the saved run ``command`` applies to, or raise :class:`RunCommandError`.
-
-    Only saved state is read here; no workflow callable runs.
-    """
-    saved = port.read_run(command.run_id)
-    if saved is None:
-        raise RunCommandError(f"{command.kind.value}: run {command.run_id} does not exist")
-    label = f"{command.kind.value} of run {saved.run_id}"
-    match command:
-        case StartCommand():
-            if saved.lineage is not Lineage.ROOT:
-                raise RunCommandError(f"{label}: the run is a restart; send a restart command")
-            if not saved.fresh:
-                raise RunCommandError(
-                    f"{label}: the run has already started (status {saved.status.value})"
-                )
-        case RestartCommand(parent_run_id=parent_run_id):
-            if saved.lineage is not Lineage.RESTART or saved.parent_run_id != parent_run_id:
-                raise RunCommandError(f"{label}: the run is not a restart of {parent_run_id}")
-            if not saved.fresh:
-                raise RunCommandError(
-                    f"{label}: the run has already started (status {saved.status.value})"
-                )
-            _check_restart_parent(label, saved, port.read_run(parent_run_id), workflow)
-        case ResumeCommand():
-            if saved.status.terminal:
-                raise RunCommandError(
-                    f"{label}: the run is {saved.status.value}; a terminal run can only be "
-                    "restarted"
-                )
-            if saved.fresh:
-                raise RunCommandError(f"{label}: the run has not started; send start")
-            if saved.status is RunStatus.WAITING and not (saved.pending and saved.pending.answered):
-                raise RunCommandError(f"{label}: the run is waiting for an answer")
-        case ContinueCommand(request_id=request_id):
-            pending = saved.pending
-            if saved.status is not RunStatus.WAITING or pending is None:
-                raise RunCommandError(
-                    f"{label}: the run is {saved.status.value}, not waiting on a request"
-                )
-            if pending.request_id != request_id:
-                raise RunCommandError(
-                    f"{label}: the run waits on {pending.request_id}, not {request_id}"
-                )
-            if not pending.answered:
-                raise RunCommandError(f"{label}: request {request_id} has no answer yet")
-        case _:
-            assert_never(command)
-    if saved.definition_digest is not None and saved.definition_digest != workflow.digest:
-        raise RunCommandError(
-            f"{label}: the run was started with definition {saved.definition_digest}, "
-            f"not {workflow.digest}"
-        )
-    _check_saved_shape(label, saved, workflow)
-    return saved
-
-
-def _check_restart_parent(
-    label: str, saved: SavedRun, parent: SavedRun | None, workflow: CompiledWorkflow
-) -> None:
-    if parent is None:
-        raise RunCommandError(f"{label}: parent run {saved.parent_run_id} does not exist")
-    if not parent.status.terminal:
-        raise RunCommandError(
-            f"{label}: parent run {parent.run_id} is {parent.status.value}; only a terminal "
-            "run can be restarted"
-        )
-    if parent.definition_digest not in (None, workflow.digest):
-        raise RunCommandError(f"{label}: parent run used another workflow definition")
-    if parent.input != saved.input:
-        raise RunCommandError(f"{label}: the restart input differs from the parent's input")
-
-
-#: Who may close a protected decision: a person, its saved default, or its no-default expiry.
-_DECISION_ANSWERERS = (AnsweredBy.HUMAN, AnsweredBy.TIMEOUT_POLICY, AnsweredBy.EXPIRED)
-
-
-def _check_saved_shape(label: str, saved: SavedRun, workflow: CompiledWorkflow) -> None:
-    for step in saved.steps:
-        if step.path not in workflow.nodes:
-            raise RunCommandError(f"{label}: saved step {step.path!r} is not in the definition")
-    active, pending = saved.active, saved.pending
-    if active is not None and active.path not in workflow.nodes:
-        raise RunCommandError(f"{label}: active node {active.path!r} is not in the definition")
-    if pending is None:
-        return
-    if active is None or (pending.path, pending.visit) != (active.path, active.visit):
-        raise RunCommandError(f"{label}: request {pending.request_id} is not the active visit's")
-    node = workflow.nodes[active.path].node
-    if (
-        not isinstance(node, INTERACTION_NODE_TYPES)
-        or _INTERACTION_KINDS[node.kind.value] is not pending.kind
-    ):
-        raise RunCommandError(f"{label}: request {pending.request_id} does not fit its node")
-    if pending.answered and isinstance(node, HumanDecisionNode):
-        if pending.answered_by not in _DECISION_ANSWERERS:
-            raise RunCommandError(
-                f"{label}: a protected decision accepts only a human answer or its timeout policy"
-            )
-        if pending.answered_by is AnsweredBy.EXPIRED:
-            return
-        problem = node.check_answer(pending.answer)
-        if problem is not None:
-            raise RunCommandError(f"{label}: answer to {pending.request_id}: {problem}")
-
-
-@dataclass(frozen=True)
-class AnswerVisit:
-    """The visit that waits on a request: its node, the context the engine gives it, the
-    request."""
-
-    node: CompiledNode
-    context: NodeContext
-    pending: PendingRequest
-
-
-def answer_visit(
-    workflow: CompiledWorkflow,
-    saved: SavedRun,
-    *,
-    signal: CancellationSignal,
-    publisher: Callable[[str, str, object], None],
-) -> AnswerVisit:
-    """Return the waiting visit of ``saved`` with the context the engine builds for it when it
-    consumes the answer (same replay, same frame): what an agent's ``validate`` sees.
-
-    Raises :class:`RunCommandError` when the saved run does not fit ``workflow`` or waits on no
-    request, and :class:`~piwf.workflow.scopes.TransitionError` when replaying its routing fails.
-    """
-    label = f"validation of run {saved.run_id}"
-    if saved.definition_digest is not None and saved.definition_digest != workflow.digest:
-        raise RunCommandError(f"{label}: the run was started with another definition")
-    _check_saved_shape(label, saved, workflow)
-    progress = RunProgress(workflow, saved.run_id, saved.input)
-    position, _ = replay_saved_run(workflow, progress, saved)
-    if not isinstance(position, AwaitAnswer):
-        raise RunCommandError(f"{label}: the run waits on no request")
-    node = workflow.nodes[position.path]
-    context = progress.context(node, position.visit, position.attempt, signal, publisher)
-    return AnswerVisit(node, context, position.pending)
 
 
 class _Execution:
@@ -341,30 +196,72 @@ class _Execution:
                     visit = progress.next_visit(path)
                     progress.count_visit(path, visit)
                     started, outcome = self._visit(progress, path, visit, 1)
-                    attempt = 1
+                    attempt, failed_tries = 1, 0
                 case RetryVisit(path=path, visit=visit, attempt=attempt):
                     if self.cancel.cancelled:
                         return self._finish(self._cancelled())
-                    started, outcome = self._visit(progress, path, visit, attempt)
+                    failed_tries = position.failed_tries
+                    started, outcome = self._visit(progress, path, visit, attempt, failed_tries)
                 case AwaitAnswer(path=path, visit=visit, attempt=attempt):
-                    started = position.started_at_ms
+                    started, failed_tries = position.started_at_ms, 0
                     outcome = self._answer(progress, position)
+                case AwaitWake(path=path, visit=visit, attempt=attempt):
+                    if self.cancel.cancelled:
+                        return self._finish(self._cancelled())
+                    failed_tries = position.failed_tries
+                    started, outcome = self._wake(progress, position)
                 case _:
                     assert_never(position)
             self.last_path = path
             if isinstance(outcome, VisitParked):
                 return self._park(path, visit, outcome)
+            retry_at = self._retry_at(path, outcome, failed_tries + 1)
+            if retry_at is not None:
+                self._fail(path, visit, attempt, started, outcome, retry_at)
+                position = AwaitWake(path, visit, attempt + 1, started, retry_at, failed_tries + 1)
+                continue
             position = self._complete(progress, path, visit, attempt, started, outcome)
 
+    def _wake(self, progress: RunProgress, position: AwaitWake) -> tuple[int, VisitOutcome]:
+        """A visit waiting on its wake time: park again before it; after it, a timer ends and
+        a retry's pending attempt runs the next try."""
+        now = self.clock.now_ms()
+        if now < position.wake_at_ms:
+            return position.started_at_ms, VisitParked(
+                ParkReason.TIMER, wake_at_ms=position.wake_at_ms
+            )
+        if isinstance(self.workflow.nodes[position.path].node, TimerNode):
+            output = timer_output(position.wake_at_ms, now)
+            return position.started_at_ms, VisitDone(Outcome.OK, output)
+        return self._visit(
+            progress, position.path, position.visit, position.attempt, position.failed_tries
+        )
+
+    def _retry_at(self, path: str, outcome: VisitDone, failed_try: int) -> int | None:
+        """When the next try of a failed visit starts, or None when its policy (if any) ends
+        here. A cancelled run never retries."""
+        policy: RetryPolicy | None = getattr(self.workflow.nodes[path].node, "retry", None)
+        if policy is None or self.cancel.cancelled or outcome.outcome is Outcome.OK:
+            return None
+        if not policy.retries(failed_try, outcome.outcome, outcome.exception, outcome.exited):
+            return None
+        return self.clock.now_ms() + policy.delay_ms(failed_try)
+
     def _visit(
-        self, progress: RunProgress, path: str, visit: int, attempt: int
+        self, progress: RunProgress, path: str, visit: int, attempt: int, failed_tries: int = 0
     ) -> tuple[int, VisitOutcome]:
         node = self.workflow.nodes[path]
         signal = CancellationSignal(parent=self.cancel)
         publisher = _Publisher(self.gate, self.run_id, path, visit)
         ctx = progress.context(node, visit, attempt, signal, publisher)
-        timeout_ms, timeout_problem = self._timeout(node, ctx)
+        timeout_ms, problem = self._timeout(node, ctx)
         started = self.clock.now_ms()
+        wake_at = None
+        if isinstance(node.node, TimerNode) and problem is None:
+            try:
+                wake_at = resolve_wake_at(node.node, ctx, started)
+            except ValueError as error:
+                problem = VisitDone(Outcome.FAILED, error=str(error))
         waits_for_answer = isinstance(node.node, INTERACTION_NODE_TYPES)
         deadline = None if timeout_ms is None or waits_for_answer else started + timeout_ms
         message = NodeStarted(
@@ -376,14 +273,21 @@ class _Execution:
             started_at_ms=started,
             timeout_ms=timeout_ms,
             deadline_ms=deadline,
+            wake_at_ms=wake_at,
         )
         self.gate.expect(self.port.node_started, message)
         try:
-            if timeout_problem is not None:
-                return started, timeout_problem
+            if problem is not None:
+                return started, problem
+            if wake_at is not None:
+                return self._wake(progress, AwaitWake(path, visit, attempt, started, wake_at))
             # An agent's budget is active time the server keeps: it is committed with the
             # request (no wall-clock deadline above), never a limit on code running here.
-            return started, self.executor.start(node, ctx, progress.top, timeout_ms)
+            try_number = failed_tries + 1
+            outcome = self.executor.start(
+                node, ctx, progress.top, timeout_ms, try_number=try_number
+            )
+            return started, outcome
         finally:
             publisher.close()
             signal.detach()
@@ -426,19 +330,14 @@ class _Execution:
         outcome: VisitDone,
     ) -> Position:
         node = self.workflow.nodes[path]
-        finished = max(self.clock.now_ms(), started)
         if outcome.outcome is Outcome.OK:
+            finished = max(self.clock.now_ms(), started)
             done = NodeFinished(
                 self.run_id, path, visit, attempt, outcome.output, finished, outcome.request_id
             )
             self.gate.expect(self.port.node_finished, done)
         else:
-            error = outcome.error or outcome.outcome.value
-            failure = outcome.failure or reported_failure(outcome.outcome, error)
-            failed = NodeFailed(
-                self.run_id, path, visit, attempt, outcome.outcome, error, finished, failure
-            )
-            self.gate.expect(self.port.node_failed, failed)
+            finished = self._fail(path, visit, attempt, started, outcome)
         result = NodeResult(
             node=node.node_id,
             path=path,
@@ -460,12 +359,46 @@ class _Execution:
             return End(RunStatus.FAILED, None, str(error), path)
         return NextNode(decision.path) if isinstance(decision, Next) else decision
 
+    def _fail(
+        self,
+        path: str,
+        visit: int,
+        attempt: int,
+        started: int,
+        outcome: VisitDone,
+        retry_at: int | None = None,
+    ) -> int:
+        """Send the failed attempt (the visit stays open for its next try with ``retry_at``);
+        return its finish time."""
+        finished = max(self.clock.now_ms(), started)
+        error = outcome.error or outcome.outcome.value
+        failure = outcome.failure or reported_failure(outcome.outcome, error)
+        failed = NodeFailed(
+            self.run_id,
+            path,
+            visit,
+            attempt,
+            outcome.outcome,
+            error,
+            finished,
+            failure,
+            retry_at_ms=retry_at,
+        )
+        self.gate.expect(self.port.node_failed, failed)
+        return finished
+
     def _cancelled(self) -> End:
         return End(RunStatus.CANCELLED, None, "run cancelled", self.last_path)
 
     def _park(self, path: str, visit: int, parked: VisitParked) -> ExecutionResult:
         message = RunParked(
-            self.run_id, parked.reason, path, visit, parked.request_id, parked.detail
+            self.run_id,
+            parked.reason,
+            path,
+            visit,
+            parked.request_id,
+            parked.detail,
+            wake_at_ms=parked.wake_at_ms,
         )
         self.gate.expect(self.port.park, message)
         status = RunStatus.WAITING if parked.reason is ParkReason.WAITING else RunStatus.PARKED
@@ -476,6 +409,7 @@ class _Execution:
             request_id=parked.request_id,
             park_reason=parked.reason,
             detail=parked.detail,
+            wake_at_ms=parked.wake_at_ms,
         )
 
     def _finish(self, end: End) -> ExecutionResult:

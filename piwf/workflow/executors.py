@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar
 
 from piwf.canonical import JsonValue
@@ -43,6 +43,7 @@ from piwf.workflow.compiler import CompiledNode
 from piwf.workflow.context import NodeContext, Outcome
 from piwf.workflow.contract import step_contract, with_contract
 from piwf.workflow.failure import (
+    FailureKind,
     NodeFailure,
     describe_error,
     exception_failure,
@@ -66,6 +67,7 @@ from piwf.workflow.nodes import (
     NotifyNode,
     Recovery,
     ShellNode,
+    TimerNode,
 )
 from piwf.workflow.port import (
     Committed,
@@ -100,12 +102,22 @@ class VisitDone:
     error: str | None = None
     request_id: str | None = None
     failure: NodeFailure | None = None
+    #: What workflow code raised (a retry policy's ``retry_on`` looks at it); never sent.
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def exited(self) -> bool:
+        """Whether a shell command ended it by exiting non-zero (or by a signal)."""
+        return self.failure is not None and self.failure.kind is FailureKind.EXIT
 
 
 def raised(outcome: Outcome, error: Exception, context: str = "") -> VisitDone:
     """The visit whose workflow code raised ``error`` (``context`` prefixes the error text)."""
     return VisitDone(
-        outcome, error=context + describe_error(error), failure=exception_failure(error, outcome)
+        outcome,
+        error=context + describe_error(error),
+        failure=exception_failure(error, outcome),
+        exception=error,
     )
 
 
@@ -116,6 +128,7 @@ class VisitParked:
     reason: ParkReason
     request_id: str | None = None
     detail: str | None = None
+    wake_at_ms: int | None = None
 
 
 VisitOutcome: TypeAlias = VisitDone | VisitParked
@@ -183,12 +196,20 @@ class VisitExecutor:
         self.interactive = interactive
 
     def start(
-        self, node: CompiledNode, ctx: NodeContext, frame: Frame, timeout_ms: int | None
+        self,
+        node: CompiledNode,
+        ctx: NodeContext,
+        frame: Frame,
+        timeout_ms: int | None,
+        *,
+        try_number: int = 1,
     ) -> VisitOutcome:
-        """Run a new visit or a crash retry of ``node``.
+        """Run a new visit, a crash retry or a retry policy's next try of ``node``.
 
         ``timeout_ms`` is the resolved node timeout: a limit on the node's code, except for an
         agent, whose request carries it as its active-time budget (the server enforces it).
+        ``try_number`` names the retry policy's try (each try of an action is its own effect).
+        A timer visit never comes here: the engine parks it on its wake time.
         """
         spec = node.node
         match spec:
@@ -196,7 +217,9 @@ class VisitExecutor:
                 call = invoke(lambda: spec.run(ctx), timeout_ms=timeout_ms, signal=ctx.signal)
                 return self._output(call, ctx, timeout_ms)
             case ActionNode() | ShellNode():
-                return self._effect(spec, ctx, frame, timeout_ms)
+                return self._effect(spec, ctx, frame, timeout_ms, try_number)
+            case TimerNode():
+                raise AssertionError("a timer visit is the engine's, not an executor's")
             case NotifyNode():
                 return self._notify(spec, ctx)
             case CheckpointNode() | HumanDecisionNode() | AgentNode():
@@ -248,6 +271,7 @@ class VisitExecutor:
         ctx: NodeContext,
         frame: Frame,
         timeout_ms: int | None,
+        try_number: int,
     ) -> VisitOutcome:
         try:
             raw = (
@@ -261,7 +285,7 @@ class VisitExecutor:
         except Exception as error:
             self.gate.raise_if_failed()
             return raised(Outcome.FAILED, error, "effect request failed: ")
-        key = identity.effect_key(self.run_id, spec.effect.type, ctx.path, ctx.visit)
+        key = identity.effect_key(self.run_id, spec.effect.type, ctx.path, ctx.visit, try_number)
         reservation = EffectReservation(
             run_id=self.run_id,
             path=ctx.path,

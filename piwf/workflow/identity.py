@@ -12,9 +12,16 @@ from piwf import canonical
 from piwf.canonical import JsonValue
 
 
-def effect_key(run_id: str, effect_type: str, path: str, visit: int) -> str:
-    """Return the internal idempotency key of a managed effect."""
-    return "effect-" + canonical.digest_hex(["piwf.effect.v1", run_id, effect_type, path, visit])
+def effect_key(run_id: str, effect_type: str, path: str, visit: int, try_number: int = 1) -> str:
+    """Return the internal idempotency key of a managed effect.
+
+    Each try of a retry policy after the first has its own key, so a rejected try is never
+    adopted by the next; crash retries of one try share it.
+    """
+    parts: list[JsonValue] = ["piwf.effect.v1", run_id, effect_type, path, visit]
+    if try_number > 1:
+        parts.append(try_number)
+    return "effect-" + canonical.digest_hex(parts)
 
 
 def attempt_id(run_id: str, path: str, visit: int, attempt: int) -> str:

@@ -21,19 +21,15 @@ Nothing here survives the process; a "crash" in a test is an exception that esca
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from dataclasses import replace
 
 from piwf.canonical import JsonValue
 from piwf.clock import Clock
 from piwf.lifecycle import (
     Adopted,
-    AnsweredBy,
     Applied,
     CommandKind,
     Conflict,
     EffectStatus,
-    InteractionKind,
     Lineage,
     RecoveryRequired,
     RunStatus,
@@ -47,6 +43,7 @@ from piwf.workflow.engine import ExecutionResult, execute
 from piwf.workflow.failure import AttemptFailure
 from piwf.workflow.identity import request_fingerprint
 from piwf.workflow.invoke import to_json
+from piwf.workflow.memory_answers import MemoryAnswers
 from piwf.workflow.memory_records import EffectRecord, MemoryRun, MemorySubmission
 from piwf.workflow.nodes import Recovery
 from piwf.workflow.port import (
@@ -71,14 +68,16 @@ from piwf.workflow.port import (
     StepRecord,
     UpdatePublished,
 )
-from piwf.workflow.validation import Accepted, Verdict, validate_candidate
 
 #: The answer to a repeat of a committed change (the in-memory port names no revision for it).
 _UNCHANGED: Adopted[Committed] = Adopted(Committed())
 
 
-class MemoryPort:
-    """A thread-safe in-memory port; every accepted message is appended to ``messages``."""
+class MemoryPort(MemoryAnswers):
+    """A thread-safe in-memory port; every accepted message is appended to ``messages``.
+
+    Answering its requests from outside (a person, a submission, a timeout) is
+    :class:`~piwf.workflow.memory_answers.MemoryAnswers`'s part."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -124,71 +123,6 @@ class MemoryPort:
                 parent.restart_number + 1,
                 parent.definition_digest,
             )
-
-    def answer(
-        self, request_id: str, answer: JsonValue, *, answered_by: AnsweredBy = AnsweredBy.HUMAN
-    ) -> str:
-        """Answer the open request ``request_id``; return its run id.
-
-        Raises ``ValueError`` when no run waits on that request or it is already answered.
-        """
-        with self._lock:
-            run = self._run_with_request(request_id)
-            assert run.pending is not None
-            if run.pending.answered:
-                raise ValueError(f"request {request_id} is already answered")
-            run.pending = replace(
-                run.pending, answered=True, answer=to_json(answer), answered_by=answered_by
-            )
-            return run.run_id
-
-    def submit(self, workflow: CompiledWorkflow, request_id: str, output: JsonValue) -> Verdict:
-        """Validate ``output`` for agent request ``request_id`` in-process and return the verdict
-        (:func:`~piwf.workflow.validation.validate_candidate`); accepted answers the request by
-        ``client``, rejected leaves it pending; :attr:`submissions` keeps every candidate.
-        ``ValueError`` when no run waits on it, it is no agent request or already answered."""
-        with self._lock:
-            run = self._run_with_request(request_id)
-            assert run.pending is not None
-            if run.pending.kind is not InteractionKind.AGENT:
-                raise ValueError(f"request {request_id} is not an agent request")
-            if run.pending.answered:
-                raise ValueError(f"request {request_id} is already answered")
-            saved = self.read_run(run.run_id)
-        assert saved is not None
-        verdict = validate_candidate(workflow, saved, request_id, to_json(output))
-        with self._lock:
-            self.submissions.append(MemorySubmission(request_id, to_json(output), verdict))
-            if isinstance(verdict, Accepted):
-                self.answer(request_id, verdict.value, answered_by=AnsweredBy.CLIENT)
-        return verdict
-
-    def answer_by_timeout_policy(self, request_id: str) -> str:
-        """Record a decision's ``on_timeout`` default as its answer; return the run id."""
-        with self._lock:
-            request = self.requests.get(request_id)
-            policy = request.on_timeout if request is not None else None
-            if not isinstance(policy, Mapping) or "response" not in policy:
-                raise ValueError(f"request {request_id} has no timeout policy")
-            return self.answer(
-                request_id, policy["response"], answered_by=AnsweredBy.TIMEOUT_POLICY
-            )
-
-    def expire_request(self, request_id: str) -> str:
-        """The decision's deadline passes unanswered; return the run id.
-
-        Its ``on_timeout`` default becomes the answer (``timeout_policy``); without a default the
-        request is closed ``expired`` and the visit ends ``timed_out``, as the server's deadline
-        pass does. Raises ``ValueError`` for a request without a deadline.
-        """
-        with self._lock:
-            request = self.requests.get(request_id)
-            policy = request.on_timeout if request is not None else None
-            if not isinstance(policy, Mapping) or "afterMs" not in policy:
-                raise ValueError(f"request {request_id} has no deadline")
-            if "response" in policy:
-                return self.answer_by_timeout_policy(request_id)
-            return self.answer(request_id, None, answered_by=AnsweredBy.EXPIRED)
 
     def resolve_effect(
         self,
@@ -284,9 +218,9 @@ class MemoryPort:
             if active is not None:
                 if (active.path, active.visit) != (message.path, message.visit):
                     return Conflict(f"visit {active.visit} of {active.path!r} is still active")
-                if message.attempt == active.attempt:
+                if message.attempt == active.attempt and not run.try_pending:
                     return _UNCHANGED
-                if message.attempt != active.attempt + 1:
+                if message.attempt != active.attempt + (0 if run.try_pending else 1):
                     return Conflict(f"attempt {message.attempt} does not follow {active.attempt}")
                 if run.pending is not None:
                     return Conflict(f"visit {active.visit} of {active.path!r} waits on a request")
@@ -298,7 +232,10 @@ class MemoryPort:
                 message.attempt,
                 message.started_at_ms,
                 message.deadline_ms,
+                message.wake_at_ms,
+                0 if active is None else active.failed_tries,
             )
+            run.try_pending = False
             run.visits[message.path] = message.visit
             return self._accept(message)
 
@@ -332,7 +269,21 @@ class MemoryPort:
             active = self._active(run, message.path, message.visit, message.attempt)
             if isinstance(active, Conflict):
                 return active
-            self._close_visit(run, active, message, message.outcome, None, message.error)
+            if run.try_pending:
+                return Conflict(f"attempt {message.attempt} has not started")
+            if message.retry_at_ms is None:
+                self._close_visit(run, active, message, message.outcome, None, message.error)
+            else:  # the visit stays open: its next try is pending until retry_at
+                run.active = ActiveVisit(
+                    message.path,
+                    message.visit,
+                    message.attempt + 1,
+                    message.finished_at_ms,
+                    None,
+                    message.retry_at_ms,
+                    active.failed_tries + 1,
+                )
+                run.try_pending, run.pending = True, None
             if message.failure is not None:
                 failed = AttemptFailure(
                     message.path, message.visit, message.attempt, message.outcome, message.failure
@@ -361,7 +312,7 @@ class MemoryPort:
                 message.finished_at_ms,
             )
         )
-        run.active, run.pending = None, None
+        run.active, run.pending, run.try_pending = None, None, False
 
     def reserve_effect(self, message: EffectReservation) -> PortResult:
         """Reserve, adopt, refuse or send to recovery, by key and request fingerprint.
@@ -485,7 +436,8 @@ class MemoryPort:
             return self._accept(message)
 
     def park(self, message: RunParked) -> PortResult:
-        """Park the run ``waiting`` on its open request, or ``parked`` on an ambiguous effect."""
+        """Park the run ``waiting`` on its open request, or ``parked`` on an ambiguous effect
+        or on the active visit's wake time (a timer: :meth:`wake` or a resume at that time)."""
         with self._lock:
             run = self._running(message.run_id)
             if isinstance(run, Conflict):
@@ -494,11 +446,16 @@ class MemoryPort:
             if isinstance(active, Conflict):
                 return active
             waiting = message.reason is ParkReason.WAITING
-            if waiting and (
+            if message.reason is ParkReason.TIMER:
+                if message.wake_at_ms is None or message.wake_at_ms != active.wake_at_ms:
+                    return Conflict(
+                        f"visit {message.visit} of {message.path!r} has no such wake time"
+                    )
+            elif waiting and (
                 run.pending is None or message.request_id not in (None, run.pending.request_id)
             ):
                 return Conflict(f"visit {message.visit} of {message.path!r} has no open request")
-            if not waiting and not any(
+            elif not waiting and not any(
                 record.status is EffectStatus.AMBIGUOUS for record in self.effects_of(run.run_id)
             ):
                 return Conflict(f"run {run.run_id} has no ambiguous effect")
@@ -524,6 +481,7 @@ class MemoryPort:
                     record.status = EffectStatus.AMBIGUOUS
             run.status, run.output, run.error = message.status, message.output, message.error
             run.active, run.pending, run.park_reason = None, None, None
+            run.try_pending = False
             return self._accept(message)
 
     # Internals ----------------------------------------------------------------------------

@@ -60,3 +60,5 @@ class MemoryRun:
     park_reason: ParkReason | None = None
     output: JsonValue = None
     error: str | None = None
+    #: The active attempt is a retry's next try, not started yet (it waits on its wake time).
+    try_pending: bool = False

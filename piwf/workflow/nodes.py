@@ -14,6 +14,7 @@ kind               contract
 ``checkpoint``     commits an input request and parks the run until it is answered
 ``human_decision`` a protected checkpoint: only a person or its timeout policy answers
 ``agent``          an interactive step fulfilled by a session or a headless agent command
+``timer``          ``sleep`` / ``wait_until``: the run parks until a committed wake time
 =================  ======================================================================
 
 Every node's :meth:`structure` is its part of the definition snapshot: structure only, never
@@ -34,11 +35,15 @@ from piwf.decision_answers import TextInput, check_decision_answer
 from piwf.errors import CanonicalJsonError, WorkflowDefinitionError
 from piwf.lifecycle import NotifyKind
 from piwf.workflow.choices import Choice, declare_choices
+from piwf.workflow.effect_markers import Effect as Effect
+from piwf.workflow.effect_markers import Recovery as Recovery
+from piwf.workflow.effect_markers import idempotent_effect as idempotent_effect
+from piwf.workflow.effect_markers import manual_effect as manual_effect
+from piwf.workflow.retries import RetryPolicy, check_retry, retry_structure
 
 if TYPE_CHECKING:
     from piwf.workflow.context import NodeContext
 
-MAX_EFFECT_TYPE_CHARS = 256
 #: Default deadline of an agent step (active time; enforced by the server).
 DEFAULT_AGENT_TIMEOUT_MS = 15 * 60_000
 #: Cap on captured stdout and stderr of a shell node, each, in characters.
@@ -52,15 +57,6 @@ TimeoutSpec: TypeAlias = "int | Callable[[NodeContext], int | None] | None"
 NodeCallable: TypeAlias = "Callable[[NodeContext], Any]"
 
 
-class Recovery(str, Enum):
-    """What happens to a managed effect after an uncertain runner exit."""
-
-    #: The effect returns to pending and is retried (needs an external key or read-back check).
-    IDEMPOTENT = "idempotent"
-    #: The effect becomes ambiguous and the run parks until an operator decides.
-    MANUAL = "manual"
-
-
 class NodeKind(str, Enum):
     """The closed set of node kinds a workflow graph can contain."""
 
@@ -71,53 +67,7 @@ class NodeKind(str, Enum):
     CHECKPOINT = "checkpoint"
     HUMAN_DECISION = "human_decision"
     AGENT = "agent"
-
-
-@dataclass(frozen=True)
-class Effect:
-    """A managed-effect marker: the effect ``type`` and its ``recovery`` contract.
-
-    The internal idempotency key is never part of the marker: the engine derives it from the
-    run id, this type, the full compiled node path and the visit number.
-    """
-
-    type: str
-    recovery: Recovery
-
-    def structure(self) -> dict[str, JsonValue]:
-        """Return the snapshot form ``{type, recovery}``."""
-        return {"type": self.type, "recovery": self.recovery.value}
-
-
-def idempotent_effect(effect_type: str) -> Effect:
-    """Declare an effect that is safe to retry after an uncertain exit.
-
-    Use it only when the external system deduplicates (an idempotency key sent in the request)
-    or the action checks whether it already applied. ``effect_type`` is trimmed and must then be
-    1..256 characters; otherwise :class:`WorkflowDefinitionError` is raised.
-    """
-    return Effect(_effect_type(effect_type), Recovery.IDEMPOTENT)
-
-
-def manual_effect(effect_type: str) -> Effect:
-    """Declare an effect that an operator must review after an uncertain exit.
-
-    After a crash or timeout while it was applying, the effect becomes ambiguous, the run parks
-    with ``effectAmbiguous`` and nothing retries it automatically.
-    """
-    return Effect(_effect_type(effect_type), Recovery.MANUAL)
-
-
-def _effect_type(value: object) -> str:
-    if not isinstance(value, str):
-        raise WorkflowDefinitionError(f"effect type must be a string, got {type(value).__name__}")
-    trimmed = value.strip()
-    if not 1 <= len(trimmed) <= MAX_EFFECT_TYPE_CHARS:
-        raise WorkflowDefinitionError(
-            f"effect type must be 1..{MAX_EFFECT_TYPE_CHARS} characters after trimming, "
-            f"got {len(trimmed)}"
-        )
-    return trimmed
+    TIMER = "timer"
 
 
 @dataclass(frozen=True)
@@ -127,10 +77,16 @@ class ComputeNode:
     kind: ClassVar[NodeKind] = NodeKind.COMPUTE
     run: NodeCallable
     timeout_ms: TimeoutSpec = None
+    retry: RetryPolicy | None = None
 
     def structure(self) -> dict[str, JsonValue]:
         """Return this node's part of the definition snapshot."""
-        return {"kind": self.kind.value, "timeoutMs": timeout_structure(self.timeout_ms)}
+        structure: dict[str, JsonValue] = {
+            "kind": self.kind.value,
+            "timeoutMs": timeout_structure(self.timeout_ms),
+        }
+        retry_structure(structure, self.retry)
+        return structure
 
 
 @dataclass(frozen=True)
@@ -142,15 +98,18 @@ class ActionNode:
     run: NodeCallable
     request: NodeCallable | None = None
     timeout_ms: TimeoutSpec = None
+    retry: RetryPolicy | None = None
 
     def structure(self) -> dict[str, JsonValue]:
         """Return this node's part of the definition snapshot."""
-        return {
+        structure: dict[str, JsonValue] = {
             "kind": self.kind.value,
             "effect": self.effect.structure(),
             "request": "computed" if self.request is not None else "default",
             "timeoutMs": timeout_structure(self.timeout_ms),
         }
+        retry_structure(structure, self.retry)
+        return structure
 
 
 @dataclass(frozen=True)
@@ -170,11 +129,12 @@ class ShellNode:
     max_output_chars: int = MAX_SHELL_OUTPUT_CHARS
     request: NodeCallable | None = None
     timeout_ms: TimeoutSpec = None
+    retry: RetryPolicy | None = None
 
     def structure(self) -> dict[str, JsonValue]:
         """Return this node's part of the definition snapshot (a static argv is structure)."""
         command: JsonValue = list(self.command) if isinstance(self.command, tuple) else "computed"
-        return {
+        structure: dict[str, JsonValue] = {
             "kind": self.kind.value,
             "effect": self.effect.structure(),
             "command": command,
@@ -185,6 +145,8 @@ class ShellNode:
             "request": "computed" if self.request is not None else "default",
             "timeoutMs": timeout_structure(self.timeout_ms),
         }
+        retry_structure(structure, self.retry)
+        return structure
 
 
 @dataclass(frozen=True)
@@ -198,6 +160,30 @@ class NotifyNode:
     def structure(self) -> dict[str, JsonValue]:
         """Return this node's part of the definition snapshot."""
         return {"kind": self.kind.value, "notifyKind": self.notify_kind.value}
+
+
+@dataclass(frozen=True)
+class TimerNode:
+    """A durable timer (``sleep`` or ``wait_until``, :mod:`piwf.workflow.timers`).
+
+    Exactly one of ``duration_ms`` (a delay from the visit's start) and ``until_ms`` (an
+    absolute epoch-millisecond instant) is set; either may be a callable of the context. The
+    visit commits its absolute wake time with its start; its output is ``{"wake_at_ms",
+    "woke_at_ms"}``.
+    """
+
+    kind: ClassVar[NodeKind] = NodeKind.TIMER
+    duration_ms: int | NodeCallable | None = None
+    until_ms: int | NodeCallable | None = None
+
+    def structure(self) -> dict[str, JsonValue]:
+        """Return this node's part of the definition snapshot (a computed time is ``computed``)."""
+        name, value = (
+            ("sleepMs", self.duration_ms)
+            if self.duration_ms is not None
+            else ("untilMs", self.until_ms)
+        )
+        return {"kind": self.kind.value, name: "computed" if callable(value) else value}
 
 
 @dataclass(frozen=True)
@@ -334,6 +320,7 @@ Node: TypeAlias = (
     | CheckpointNode
     | HumanDecisionNode
     | AgentNode
+    | TimerNode
 )
 NODE_TYPES: tuple[type, ...] = (
     ComputeNode,
@@ -343,15 +330,23 @@ NODE_TYPES: tuple[type, ...] = (
     CheckpointNode,
     HumanDecisionNode,
     AgentNode,
+    TimerNode,
 )
 EFFECT_NODE_TYPES: tuple[type, ...] = (ActionNode, ShellNode)
 INTERACTION_NODE_TYPES: tuple[type, ...] = (CheckpointNode, HumanDecisionNode, AgentNode)
 
 
-def compute(run: NodeCallable, *, timeout_ms: TimeoutSpec = None) -> ComputeNode:
-    """Return a pure node whose output is ``run(ctx)``; it may run again after a crash."""
+def compute(
+    run: NodeCallable, *, timeout_ms: TimeoutSpec = None, retry: RetryPolicy | None = None
+) -> ComputeNode:
+    """Return a pure node whose output is ``run(ctx)``; it may run again after a crash.
+
+    ``retry`` (:func:`~piwf.workflow.retries.retry_policy`) runs a failed try again after a
+    durable back-off."""
     return ComputeNode(
-        run=_callable("compute", "run", run), timeout_ms=_timeout("compute", timeout_ms)
+        run=_callable("compute", "run", run),
+        timeout_ms=_timeout("compute", timeout_ms),
+        retry=check_retry("compute", retry),
     )
 
 
@@ -361,18 +356,22 @@ def action(
     run: NodeCallable,
     request: NodeCallable | None = None,
     timeout_ms: TimeoutSpec = None,
+    retry: RetryPolicy | None = None,
 ) -> ActionNode:
     """Return a managed side-effect node.
 
     ``request(ctx)`` gives the effect request whose fingerprint guards the effect key (default:
     ``{"input": ..., "outputs": ...}`` of the node's context). The output is ``run(ctx)``. After
-    a crash the engine adopts a settled effect instead of calling ``run`` again.
+    a crash the engine adopts a settled effect instead of calling ``run`` again. ``retry``
+    runs a failed try again (an ``idempotent_effect`` only; each try is its own effect).
     """
+    marker = _effect("action", effect)
     return ActionNode(
-        effect=_effect("action", effect),
+        effect=marker,
         run=_callable("action", "run", run),
         request=_optional_callable("action", "request", request),
         timeout_ms=_timeout("action", timeout_ms),
+        retry=check_retry("action", retry, manual=marker.recovery is Recovery.MANUAL),
     )
 
 
@@ -386,6 +385,7 @@ def shell(
     max_output_chars: int = MAX_SHELL_OUTPUT_CHARS,
     request: NodeCallable | None = None,
     timeout_ms: TimeoutSpec = None,
+    retry: RetryPolicy | None = None,
 ) -> ShellNode:
     """Return a node that runs one subprocess as a managed effect.
 
@@ -417,8 +417,9 @@ def shell(
         raise WorkflowDefinitionError(
             f"shell(): max_output_chars must be an integer in 1..{MAX_SHELL_OUTPUT_CHARS}"
         )
+    marker = _effect("shell", effect)
     return ShellNode(
-        effect=_effect("shell", effect),
+        effect=marker,
         command=static,
         parse=_optional_callable("shell", "parse", parse),
         cwd=cwd,
@@ -426,6 +427,7 @@ def shell(
         max_output_chars=max_output_chars,
         request=_optional_callable("shell", "request", request),
         timeout_ms=_timeout("shell", timeout_ms),
+        retry=check_retry("shell", retry, manual=marker.recovery is Recovery.MANUAL),
     )
 
 

@@ -62,6 +62,8 @@ class ParkReason(StrEnum):
 
     WAITING = "waiting"
     EFFECT_AMBIGUOUS = "effectAmbiguous"
+    #: A durable timer: a ``sleep``/``wait_until`` visit, or a retry's back-off.
+    TIMER = "timer"
 
 
 class EffectOutcome(StrEnum):
@@ -91,13 +93,20 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class ActiveVisit:
-    """The one unfinished node visit of a run (at most one exists)."""
+    """The one unfinished node visit of a run (at most one exists).
+
+    ``wake_at_ms`` is the committed wake time of a timer visit, or the instant a retry's next
+    try may start (the attempt is then ``pending``); ``failed_tries`` counts the tries of this
+    visit a retry policy already saw fail.
+    """
 
     path: str
     visit: int
     attempt: int
     started_at_ms: int
     deadline_ms: int | None
+    wake_at_ms: int | None = None
+    failed_tries: int = 0
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,8 @@ class NodeStarted:
     started_at_ms: int
     timeout_ms: int | None
     deadline_ms: int | None
+    #: A timer visit's absolute wake time, committed with its start.
+    wake_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +210,9 @@ class NodeFailed:
     see; ``failure`` the structured, bounded record the port stores with the attempt
     (:mod:`piwf.workflow.failure`). The engine always sends it; ``None`` is kept for a sender
     that has no record.
+
+    With ``retry_at_ms`` the failed try is kept as a failed attempt but the visit stays open: a
+    retry policy opens attempt + 1 ``pending`` until that instant (no step is appended).
     """
 
     run_id: str
@@ -209,13 +223,15 @@ class NodeFailed:
     error: str
     finished_at_ms: int
     failure: NodeFailure | None = None
+    retry_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
 class EffectReservation:
     """Reserve the managed effect ``effect_key`` before the action runs.
 
-    ``effect_key`` is derived from (run id, effect type, full path, visit);
+    ``effect_key`` is derived from (run id, effect type, full path, visit, and the try of a
+    retry policy after the first);
     ``request_fingerprint`` is the SHA-256 of the request's canonical JSON.
     """
 
@@ -284,7 +300,8 @@ class InteractionRequested:
 
 @dataclass(frozen=True)
 class RunParked:
-    """The engine stops without a terminal status (``waiting`` or ``effectAmbiguous``)."""
+    """The engine stops without a terminal status (``waiting``, ``effectAmbiguous`` or
+    ``timer``, which names the committed ``wake_at_ms`` of the active visit)."""
 
     run_id: str
     reason: ParkReason
@@ -292,6 +309,7 @@ class RunParked:
     visit: int
     request_id: str | None = None
     detail: str | None = None
+    wake_at_ms: int | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ the inputs and outputs the engine would give the visit::
         NextNode      a new visit of a path
         RetryVisit    the unfinished visit again (a crash retry keeps the visit number)
         AwaitAnswer   the unfinished visit waits on a request
+        AwaitWake     the unfinished visit waits on a committed wake time (a timer, or a
+                      retry policy's back-off before its next try)
         End           the run ends (a terminal routing decision)
 """
 
@@ -38,6 +40,21 @@ class RetryVisit:
     path: str
     visit: int
     attempt: int
+    #: Tries of this visit a retry policy already saw fail (crash retries are not tries).
+    failed_tries: int = 0
+
+
+@dataclass(frozen=True)
+class AwaitWake:
+    """The unfinished visit of ``path`` waits until ``wake_at_ms``: a timer visit (which then
+    finishes) or a retry's pending ``attempt`` (which then runs the next try)."""
+
+    path: str
+    visit: int
+    attempt: int
+    started_at_ms: int
+    wake_at_ms: int
+    failed_tries: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,7 +68,7 @@ class AwaitAnswer:
     pending: PendingRequest
 
 
-Position: TypeAlias = NextNode | RetryVisit | AwaitAnswer | End
+Position: TypeAlias = NextNode | RetryVisit | AwaitAnswer | AwaitWake | End
 
 
 def replay_saved_run(
@@ -108,4 +125,14 @@ def replay_saved_run(
             active.path, active.visit, active.attempt, active.started_at_ms, saved.pending
         )
         return position, last_path
-    return RetryVisit(active.path, active.visit, active.attempt + 1), last_path
+    if active.wake_at_ms is not None:
+        wake = AwaitWake(
+            active.path,
+            active.visit,
+            active.attempt,
+            active.started_at_ms,
+            active.wake_at_ms,
+            active.failed_tries,
+        )
+        return wake, last_path
+    return RetryVisit(active.path, active.visit, active.attempt + 1, active.failed_tries), last_path

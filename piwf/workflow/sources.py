@@ -5,14 +5,23 @@ variable name; ``workflow`` by convention). The loader hashes the file's bytes a
 exactly those bytes as a module with a unique private name, so the hash always describes the
 code that ran; it never changes ``sys.path``.
 
-Discovery order for a name (the file stem): ``<project>/.piwf/workflows/*.py``, then
-``$PIWF_HOME/workflows/*.py``, then the built-ins shipped in ``piwf/workflow/builtins/``. A
-path (anything ending in ``.py`` or containing a separator) names a file directly. Files whose
-name starts with ``_`` are never discovered.
+A reference names a workflow the same way for ``run start`` and for ``include()``
+(:func:`reference_kind`):
 
-Source identity = the root file's location and SHA-256 plus every mounted file's location and
-SHA-256. Locations are absolute paths, or ``builtin:<name>`` for built-ins. A runner calls
-:func:`verify_sources` before loading and compares :attr:`LoadedWorkflow.sources` after.
+- a path (anything ending in ``.py`` or containing a separator) names a file directly,
+  relative to the project for ``run start`` and to the including file for ``include()``;
+- ``builtin:NAME`` names the built-in ``piwf/workflow/builtins/NAME.py``;
+- a bare name (the file stem) is discovered in this order: ``<project>/.piwf/workflows/``,
+  then ``$PIWF_HOME/workflows/``, then the built-ins. Files whose name starts with ``_`` are
+  never discovered.
+
+Source identity (:class:`SourceIdentity`) = one :class:`MountSource` for the root (mount path
+``""``) and one for every mount: how it was referenced and what that resolved to, a location
+(an absolute path, or ``builtin:<name>``) with the SHA-256 of its bytes (and, for a built-in,
+the piwf version that shipped it). A run records it in ``run_sources``. A runner calls
+:func:`verify_sources` before loading anything, then :func:`load_recorded_workflow`, which
+takes every include by name from the record instead of discovering it again, and compares the
+loaded identity with the recorded one.
 """
 
 from __future__ import annotations
@@ -22,22 +31,26 @@ import importlib.util
 import itertools
 import os
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import ModuleType
 
+from piwf._version import __version__
 from piwf.canonical import JsonValue
 from piwf.config import state_home
 from piwf.errors import WorkflowDefinitionError, WorkflowLoadError
+from piwf.lifecycle import StrEnum
 from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
-from piwf.workflow.definition import WorkflowDefinition
+from piwf.workflow.definition import BUILTIN_PREFIX, WorkflowDefinition
 from piwf.workflow.failure import WORKFLOW_MODULE_PREFIX
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtins"
-BUILTIN_PREFIX = "builtin:"
 _MODULE_NUMBERS = itertools.count(1)
+
+#: Finds the file of a bare workflow name, or raises :class:`WorkflowLoadError`.
+NameFinder = Callable[[str], Path]
 
 
 class WorkflowOrigin(str, Enum):
@@ -49,6 +62,25 @@ class WorkflowOrigin(str, Enum):
     PATH = "path"
 
 
+class ReferenceKind(StrEnum):
+    """How a workflow was referenced (``run_sources.reference_kind``)."""
+
+    PATH = "path"
+    NAME = "name"
+    BUILTIN = "builtin"
+    #: A definition object given to ``include()``; its reference is the workflow's name.
+    DEFINITION = "definition"
+
+
+def reference_kind(reference: str) -> ReferenceKind:
+    """Return how the text ``reference`` names a workflow (never ``DEFINITION``)."""
+    if reference.startswith(BUILTIN_PREFIX):
+        return ReferenceKind.BUILTIN
+    if reference.endswith(".py") or "/" in reference or os.sep in reference:
+        return ReferenceKind.PATH
+    return ReferenceKind.NAME
+
+
 @dataclass(frozen=True)
 class SourceFile:
     """One source file: its location and the hex SHA-256 of its bytes."""
@@ -56,17 +88,79 @@ class SourceFile:
     location: str
     sha256: str
 
+
+@dataclass(frozen=True)
+class MountSource:
+    """How one mount (``mount_path`` ``""``: the root) referenced its workflow, and the file
+    that resolved to.
+
+    ``piwf_version`` is set for a built-in: with ``sha256`` it is the built-in's revision.
+    Comparisons leave it out: a run is pinned to the bytes that ran, so a piwf upgrade that
+    ships the same built-in bytes changes nothing that runs, and one that changes them is a
+    changed source like any other.
+    """
+
+    mount_path: str
+    kind: ReferenceKind
+    reference: str
+    location: str
+    sha256: str
+    piwf_version: str | None = field(default=None, compare=False)
+
+    @property
+    def file(self) -> SourceFile:
+        """The file this mount resolved to."""
+        return SourceFile(self.location, self.sha256)
+
+    @property
+    def builtin(self) -> bool:
+        """Whether the file is a built-in (``builtin:<name>``)."""
+        return self.location.startswith(BUILTIN_PREFIX)
+
     def to_json(self) -> dict[str, JsonValue]:
-        """Return ``{"location", "sha256"}``."""
-        return {"location": self.location, "sha256": self.sha256}
+        """Return ``{"mountPath", "referenceKind", "reference", "location", "sha256",
+        "piwfVersion"}``."""
+        return {
+            "mountPath": self.mount_path,
+            "referenceKind": self.kind.value,
+            "reference": self.reference,
+            "location": self.location,
+            "sha256": self.sha256,
+            "piwfVersion": self.piwf_version,
+        }
+
+    @classmethod
+    def from_json(cls, value: JsonValue) -> MountSource:
+        """Parse :meth:`to_json` output; raises ``ValueError`` for any other shape."""
+        if not isinstance(value, Mapping) or set(value) != set(_MOUNT_KEYS):
+            raise ValueError(f"a mount source must be {{{', '.join(_MOUNT_KEYS)}}}")
+        texts = [value[key] for key in _MOUNT_KEYS[:5]]
+        version = value["piwfVersion"]
+        if not all(isinstance(text, str) for text in texts) or len(str(texts[4])) != 64:
+            raise ValueError("a mount source needs text fields and a 64-digit sha256")
+        if version is not None and not isinstance(version, str):
+            raise ValueError("a mount source's piwfVersion must be text or null")
+        mount_path, kind, reference, location, digest = (str(text) for text in texts)
+        return cls(mount_path, ReferenceKind(kind), reference, location, digest, version)
+
+
+_MOUNT_KEYS = ("mountPath", "referenceKind", "reference", "location", "sha256", "piwfVersion")
 
 
 @dataclass(frozen=True)
 class SourceIdentity:
-    """The root file plus every mounted file (sorted by location, root excluded)."""
+    """The root's source (mount path ``""``) plus every mount's, sorted by mount path."""
 
-    root: SourceFile
-    mounted: tuple[SourceFile, ...]
+    root: MountSource
+    mounted: tuple[MountSource, ...]
+
+    def entries(self) -> tuple[MountSource, ...]:
+        """The root, then every mount."""
+        return (self.root, *self.mounted)
+
+    def files(self) -> tuple[SourceFile, ...]:
+        """Every distinct file, root first (a file mounted twice is listed once)."""
+        return tuple(dict.fromkeys(entry.file for entry in self.entries()))
 
     def to_json(self) -> dict[str, JsonValue]:
         """Return the launch-envelope form ``{"root": {...}, "mounted": [...]}``."""
@@ -80,7 +174,21 @@ class SourceIdentity:
         mounted = value["mounted"]
         if not isinstance(mounted, list):
             raise ValueError("source identity 'mounted' must be a list")
-        return cls(_source_file(value["root"]), tuple(_source_file(item) for item in mounted))
+        root = MountSource.from_json(value["root"])
+        return cls.of([root, *(MountSource.from_json(item) for item in mounted)])
+
+    @classmethod
+    def of(cls, entries: Iterable[MountSource]) -> SourceIdentity:
+        """Assemble recorded entries in any order; raises ``ValueError`` unless exactly one is
+        the root and no mount path repeats."""
+        by_path: dict[str, MountSource] = {}
+        for entry in entries:
+            if by_path.setdefault(entry.mount_path, entry) is not entry:
+                raise ValueError(f"mount path {entry.mount_path!r} is recorded twice")
+        root = by_path.pop("", None)
+        if root is None:
+            raise ValueError("source identity has no root (mount path '')")
+        return cls(root, tuple(by_path[path] for path in sorted(by_path)))
 
 
 @dataclass(frozen=True)
@@ -102,30 +210,44 @@ class LoadedWorkflow:
     sources: SourceIdentity
 
 
-def load_workflow(path: str | os.PathLike[str]) -> LoadedWorkflow:
+def load_workflow(
+    path: str | os.PathLike[str], *, project: Path | None = None, home: Path | None = None
+) -> LoadedWorkflow:
     """Load, validate and compile the workflow file at ``path`` and every file it mounts.
 
-    Raises :class:`WorkflowLoadError` naming the file and the problem: unreadable file, syntax
-    error (with line), import failure, no definition, more than one definition, a broken graph
-    or a broken include (missing file, source cycle).
+    Includes by name are discovered as ``run start`` discovers a name, from ``project`` (not
+    searched when None) and ``home`` (default ``$PIWF_HOME``). The root is recorded as
+    referenced by its path. Raises :class:`WorkflowLoadError` naming the file and the
+    problem: unreadable file, syntax error (with line), import failure, no definition, more
+    than one definition, a broken graph or a broken include (missing file, unknown name,
+    source cycle).
     """
-    loader = _Loader()
-    root = Path(path).absolute()
-    definition = loader.load(root)
-    try:
-        compiled = compile_workflow(definition, resolve=loader.resolve)
-    except WorkflowDefinitionError as error:
-        raise WorkflowLoadError(f"{root}: {error}") from error
-    root_source = loader.source_of(root)
-    mounted: dict[str, SourceFile] = {}
-    for mounted_definition in compiled.definitions[1:]:
-        if mounted_definition.source_file is None:
-            continue
-        source = loader.source_of(Path(mounted_definition.source_file))
-        if source.location != root_source.location:
-            mounted[source.location] = source
-    identity = SourceIdentity(root_source, tuple(mounted[key] for key in sorted(mounted)))
-    return LoadedWorkflow(root, definition, compiled, identity)
+    loader = _Loader(_discovering(project, home))
+    return _load(loader, Path(path), ReferenceKind.PATH, os.fspath(path))
+
+
+def resolve_workflow(
+    reference: str, project: Path | None = None, home: Path | None = None
+) -> LoadedWorkflow:
+    """Find ``reference`` as ``run start`` does (:func:`find_workflow`) and load it, with
+    includes by name discovered from the same ``project`` and ``home``; the root is recorded
+    as ``reference``. Raises :class:`WorkflowLoadError` as :func:`load_workflow` does."""
+    found = find_workflow(reference, project, home)
+    loader = _Loader(_discovering(project, home))
+    return _load(loader, found.path, reference_kind(reference), reference)
+
+
+def load_recorded_workflow(identity: SourceIdentity) -> LoadedWorkflow:
+    """Load the root file of a recorded ``identity``, taking every include by name from the
+    record (nothing is discovered again).
+
+    The caller checks the hashes first (:func:`verify_sources`) and compares the loaded
+    sources with ``identity`` after. Raises :class:`WorkflowLoadError` as
+    :func:`load_workflow` does, also for an include by a name the record does not hold.
+    """
+    root = identity.root
+    loader = _Loader(_recorded(identity))
+    return _load(loader, location_path(root.location), root.kind, root.reference)
 
 
 def verify_sources(identity: SourceIdentity) -> tuple[SourceFile, ...]:
@@ -134,7 +256,7 @@ def verify_sources(identity: SourceIdentity) -> tuple[SourceFile, ...]:
     An empty tuple means every file still matches; call this before loading a run's workflow.
     """
     changed: list[SourceFile] = []
-    for source in (identity.root, *identity.mounted):
+    for source in identity.files():
         try:
             data = location_path(source.location).read_bytes()
         except OSError:
@@ -143,6 +265,17 @@ def verify_sources(identity: SourceIdentity) -> tuple[SourceFile, ...]:
         if hashlib.sha256(data).hexdigest() != source.sha256:
             changed.append(source)
     return tuple(changed)
+
+
+def names_still_resolve(identity: SourceIdentity, project: Path | None, home: Path | None) -> bool:
+    """Whether every mount included by name still discovers its recorded file from
+    ``project`` and ``home``; False once a new file shadows one or a recorded one is gone."""
+    for entry in identity.mounted:
+        if entry.kind is ReferenceKind.NAME:
+            found = _discover_name(entry.reference, project, home)
+            if found is None or source_location(found.path) != entry.location:
+                return False
+    return True
 
 
 def source_location(path: Path) -> str:
@@ -190,37 +323,109 @@ def discover_workflows(
 def find_workflow(
     reference: str, project: Path | None = None, home: Path | None = None
 ) -> DiscoveredWorkflow:
-    """Resolve a workflow name or path; raises :class:`WorkflowLoadError` when none matches.
+    """Resolve a workflow path, ``builtin:NAME`` or name; raises :class:`WorkflowLoadError`
+    naming the reference (and, for a name, the directories searched) when none matches.
 
     A relative path is taken from ``project`` (or the current directory).
     """
-    if reference.endswith(".py") or "/" in reference or os.sep in reference:
+    kind = reference_kind(reference)
+    if kind is ReferenceKind.BUILTIN:
+        return _builtin(reference[len(BUILTIN_PREFIX) :])
+    if kind is ReferenceKind.PATH:
         path = Path(reference).expanduser()
         if not path.is_absolute():
             path = (project or Path.cwd()) / path
         if not path.is_file():
             raise WorkflowLoadError(f"{path}: no such workflow file")
         return DiscoveredWorkflow(path.stem, path.absolute(), WorkflowOrigin.PATH)
-    for workflow in discover_workflows(project, home):
-        if workflow.name == reference:
-            return workflow
-    searched = ", ".join(str(directory) for _, directory in workflow_directories(project, home))
-    raise WorkflowLoadError(f"no workflow named {reference!r} (searched {searched})")
+    found = _discover_name(reference, project, home)
+    if found is None:
+        searched = ", ".join(str(place) for _, place in workflow_directories(project, home))
+        raise WorkflowLoadError(f"no workflow named {reference!r} (searched {searched})")
+    return found
 
 
-def _source_file(value: JsonValue) -> SourceFile:
-    if not isinstance(value, Mapping) or set(value) != {"location", "sha256"}:
-        raise ValueError("a source file must be {'location', 'sha256'}")
-    location, digest = value["location"], value["sha256"]
-    if not isinstance(location, str) or not isinstance(digest, str) or len(digest) != 64:
-        raise ValueError("a source file needs a location and a 64-digit sha256")
-    return SourceFile(location, digest)
+def _discover_name(name: str, project: Path | None, home: Path | None) -> DiscoveredWorkflow | None:
+    """The first ``<directory>/<name>.py`` in discovery order, as :func:`discover_workflows`
+    would list it under ``name``; None when there is none."""
+    if not name or name.startswith("_"):
+        return None
+    for origin, directory in workflow_directories(project, home):
+        path = directory / f"{name}.py"
+        if path.is_file():
+            return DiscoveredWorkflow(name, path.absolute(), origin)
+    return None
+
+
+def _builtin(name: str) -> DiscoveredWorkflow:
+    path = BUILTIN_DIR / f"{name}.py"
+    if name and "/" not in name and os.sep not in name and name[0] != "_" and path.is_file():
+        return DiscoveredWorkflow(name, path, WorkflowOrigin.BUILTIN)
+    known = sorted(p.stem for p in BUILTIN_DIR.glob("*.py") if not p.name.startswith("_"))
+    raise WorkflowLoadError(f"no built-in workflow named {name!r} (built-ins: {', '.join(known)})")
+
+
+def _discovering(project: Path | None, home: Path | None) -> NameFinder:
+    def find(name: str) -> Path:
+        return find_workflow(name, project, home).path
+
+    return find
+
+
+def _recorded(identity: SourceIdentity) -> NameFinder:
+    files: dict[str, str] = {}
+    for entry in identity.entries():
+        if entry.kind is not ReferenceKind.NAME:
+            continue
+        if files.setdefault(entry.reference, entry.location) != entry.location:
+            raise WorkflowLoadError(
+                f"the recorded sources resolve the name {entry.reference!r} to two files"
+            )
+
+    def find(name: str) -> Path:
+        if name not in files:
+            raise WorkflowLoadError(f"the run's recorded sources hold no file for {name!r}")
+        return location_path(files[name])
+
+    return find
+
+
+def _load(loader: _Loader, path: Path, kind: ReferenceKind, reference: str) -> LoadedWorkflow:
+    root = path.absolute()
+    definition = loader.load(root)
+    try:
+        compiled = compile_workflow(definition, resolve=loader.resolve)
+    except WorkflowDefinitionError as error:
+        raise WorkflowLoadError(f"{root}: {error}") from error
+    mounted: list[MountSource] = []
+    for mount_path, mount in sorted(compiled.mounts.items()):
+        source_file = mount.workflow.source_file
+        if source_file is None:  # built in memory, not loaded from a file: nothing to pin
+            continue
+        written = mount.include.workflow
+        if isinstance(written, str):
+            how, text = reference_kind(written), written
+        else:
+            how, text = ReferenceKind.DEFINITION, written.name
+        mounted.append(_mount_source(mount_path, how, text, loader.source_of(Path(source_file))))
+    identity = SourceIdentity(
+        _mount_source("", kind, reference, loader.source_of(root)), tuple(mounted)
+    )
+    return LoadedWorkflow(root, definition, compiled, identity)
+
+
+def _mount_source(
+    mount_path: str, kind: ReferenceKind, reference: str, source: SourceFile
+) -> MountSource:
+    version = __version__ if source.location.startswith(BUILTIN_PREFIX) else None
+    return MountSource(mount_path, kind, reference, source.location, source.sha256, version)
 
 
 class _Loader:
-    """Loads each file once per :func:`load_workflow` call and resolves path includes."""
+    """Loads each file once per load call and resolves includes (path, built-in, name)."""
 
-    def __init__(self) -> None:
+    def __init__(self, find_name: NameFinder) -> None:
+        self.find_name = find_name
         self.loaded: dict[Path, tuple[WorkflowDefinition, SourceFile]] = {}
         self.hashed: dict[Path, SourceFile] = {}
 
@@ -290,16 +495,29 @@ class _Loader:
         return next(iter(found.values()))[0]
 
     def resolve(self, reference: str, including: WorkflowDefinition) -> WorkflowDefinition:
+        """The definition ``include(reference)`` in ``including`` mounts. The same file is the
+        same definition, so a cycle through names or paths is found by the compiler."""
         if including.source_file is None:
             raise WorkflowLoadError(
-                f"{including.describe()} mounts {reference!r} by path but was not loaded "
-                "from a file"
+                f"{including.describe()} mounts {reference!r} but was not loaded from a file"
             )
-        target = Path(including.source_file).parent / reference
-        if not target.is_file():
+        kind = reference_kind(reference)
+        if kind is ReferenceKind.PATH:
+            target = Path(including.source_file).parent / reference
+            if not target.is_file():
+                raise WorkflowLoadError(
+                    f"{including.source_file}: include {reference!r} does not exist ({target})"
+                )
+            return self.load(target)
+        try:
+            if kind is ReferenceKind.NAME:
+                target = self.find_name(reference)
+            else:
+                target = find_workflow(reference).path
+        except WorkflowLoadError as error:
             raise WorkflowLoadError(
-                f"{including.source_file}: include {reference!r} does not exist ({target})"
-            )
+                f"{including.source_file}: include {reference!r}: {error}"
+            ) from None
         return self.load(target)
 
     def source_of(self, path: Path) -> SourceFile:

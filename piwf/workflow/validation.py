@@ -24,10 +24,10 @@ from piwf.canonical import JsonValue
 from piwf.errors import CanonicalJsonError, RunCommandError
 from piwf.workflow.compiler import CompiledWorkflow
 from piwf.workflow.context import CancellationSignal
-from piwf.workflow.engine import answer_visit
 from piwf.workflow.failure import describe_error
 from piwf.workflow.invoke import Raised, Stopped, invoke, to_json
 from piwf.workflow.nodes import AgentNode
+from piwf.workflow.planning import answer_visit
 from piwf.workflow.port import SavedRun
 from piwf.workflow.scopes import TransitionError
 

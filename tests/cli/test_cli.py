@@ -70,6 +70,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf resource reconcile",
         "piwf run cancel",
         "piwf run explain",
+        "piwf run fork",
         "piwf run list",
         "piwf run logs",
         "piwf run pause",
@@ -234,6 +235,8 @@ def answer(conn: FakeConnection, request: Request) -> None:
     elif operation in ("run.get", "view.run.get") and request.run_id == "run-a":
         source = {
             "mountPath": "",
+            "referenceKind": "path",
+            "reference": "/f.py",
             "sourceType": "file",
             "sourceRef": "/f.py",
             "sourceRevision": "x",

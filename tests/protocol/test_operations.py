@@ -21,6 +21,7 @@ EXPECTED_DURABLE = {
     "run.pause",
     "run.resume",
     "run.restart",
+    "run.fork",
     "state.backup",
     "state.prune",
     "effect.resolve",

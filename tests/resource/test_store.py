@@ -34,6 +34,7 @@ from piwf.state.resources import reconciles as rc
 from piwf.state.resources import runners as runners
 from piwf.state.resources.status import StatusPatch
 from piwf.state.schema import SCHEMA_SQL
+from piwf.workflow.sources import ReferenceKind
 
 LEASE_MS = 30_000
 CLIENT = Actor(ActorType.CLIENT)
@@ -449,7 +450,11 @@ def new_run() -> run_store.NewRun:
         definition_digest=canonical.digest(snapshot),
         definition_snapshot=snapshot,
         input={"who": "ada"},
-        sources=[run_store.SourceFile("", SourceType.FILE, "/child.py", "b" * 64)],
+        sources=[
+            run_store.SourceFile(
+                "", SourceType.FILE, "/child.py", "b" * 64, ReferenceKind.PATH, "/child.py"
+            )
+        ],
     )
 
 

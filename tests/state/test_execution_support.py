@@ -32,6 +32,7 @@ from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.definition import WorkflowDefinition
 from piwf.workflow.engine import ExecutionResult, execute
 from piwf.workflow.port_codec import to_json
+from piwf.workflow.sources import ReferenceKind
 
 LEASE_MS = 30_000
 SERVER_ID = "server-a"
@@ -71,7 +72,11 @@ def create(
         definition_digest=bytes.fromhex(workflow.digest),
         definition_snapshot=workflow.snapshot,
         input=input,
-        sources=[runs.SourceFile("", SourceType.BUILTIN, workflow.definition.name, "1")],
+        sources=[
+            runs.SourceFile(
+                "", SourceType.BUILTIN, workflow.definition.name, "1", ReferenceKind.NAME, "w"
+            )
+        ],
     )
     with db.write() as tx:
         runs.create_run(tx, run_id, new, SERVER)

@@ -47,17 +47,30 @@ _QUEUE_SESSION_INDEX = (
     "  WHERE status IN ('queued', 'starting', 'running') AND origin_session_id IS NOT NULL"
 )
 
+_RUN_SOURCES_BY_FILE = """CREATE TABLE run_sources (
+  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  mount_path TEXT NOT NULL,
+  source_type TEXT NOT NULL CHECK (source_type IN ('file', 'builtin')),
+  source_ref TEXT NOT NULL,
+  source_revision TEXT NOT NULL,
+  PRIMARY KEY (run_id, mount_path)
+) STRICT"""
+
 
 def previous_statements() -> tuple[str, ...]:
     """The current DDL as it was before workflow messages: no session or capture tables, no
     ``unproductive`` answer, and the queue row's old ``origin_session_id`` column and its
-    index back in place."""
+    index back in place; no per-mount source references, no timer wake times, no forks."""
     statements = []
     later = {statement.strip() for statement in (*SESSION_STATEMENTS, *CAPTURE_STATEMENTS)}
     for statement in STATEMENTS:
         if statement in later:
             continue
+        if statement.startswith("CREATE TABLE run_sources ("):
+            statement = _RUN_SOURCES_BY_FILE  # before each mount recorded its reference
         statement = statement.replace(", 'session', 'unproductive')", ", 'session')")
+        statement = statement.replace("  wake_at INTEGER,\n", "")  # before durable timers
+        statement = statement.replace("IN ('restart', 'fork')", "IN ('restart')")  # before forks
         if statement.startswith("CREATE TABLE run_queue ("):
             statement = statement.replace(
                 "  available_at INTEGER NOT NULL,\n",

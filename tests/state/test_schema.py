@@ -15,6 +15,7 @@ from piwf.state import enums as e
 from piwf.state.enums import ResourceType
 from piwf.state.records import ensure_resource
 from piwf.state.schema import SCHEMA_SQL
+from piwf.workflow.sources import ReferenceKind
 
 MIRRORS: list[tuple[str, str, Iterable[Enum]]] = [
     ("resources", "resource_type", e.ResourceType),
@@ -33,6 +34,7 @@ MIRRORS: list[tuple[str, str, Iterable[Enum]]] = [
     ("node_attempts", "status", e.AttemptStatus),
     ("run_bindings", "execution_mode", e.ExecutionMode),
     ("run_sources", "source_type", e.SourceType),
+    ("run_sources", "reference_kind", ReferenceKind),
     ("workflow_messages", "kind", e.MessageKind),
     ("workflow_messages", "status", e.MessageStatus),
     ("workflow_messages", "reason", e.StepReason),

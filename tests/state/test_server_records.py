@@ -25,6 +25,7 @@ from piwf.state.server_epoch import (
     renew_server_claim,
     verify_server_claim,
 )
+from piwf.workflow.sources import ReferenceKind
 
 CLIENT = Actor(ActorType.CLIENT)
 
@@ -142,7 +143,11 @@ def new_run(definition: dict[str, object] | None = None) -> run_store.NewRun:
         definition_digest=canonical.digest(snapshot),
         definition_snapshot=snapshot,  # type: ignore[arg-type]
         input={"who": "world"},
-        sources=[run_store.SourceFile("", SourceType.FILE, "/w/hello.py", "ab" * 32)],
+        sources=[
+            run_store.SourceFile(
+                "", SourceType.FILE, "/w/hello.py", "ab" * 32, ReferenceKind.PATH, "/w/hello.py"
+            )
+        ],
         project_path="/w",
     )
 

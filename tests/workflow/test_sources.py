@@ -140,7 +140,14 @@ def test_source_identity_records_root_and_every_mounted_file() -> None:
     root = FIXTURES / "composition.py"
     assert sources.root.location == str(root)
     assert sources.root.sha256 == hashlib.sha256(root.read_bytes()).hexdigest()
-    assert [item.location for item in sources.mounted] == [
+    # One entry per mount, by mount path; workspace.py is mounted twice, one file.
+    assert [(item.mount_path, item.reference, item.location) for item in sources.mounted] == [
+        ("docs", "./docs.py", str(FIXTURES / "docs.py")),
+        ("docs/workspace", "./workspace.py", str(FIXTURES / "workspace.py")),
+        ("workspace", "./workspace.py", str(FIXTURES / "workspace.py")),
+    ]
+    assert [item.location for item in sources.files()] == [
+        str(root),
         str(FIXTURES / "docs.py"),
         str(FIXTURES / "workspace.py"),
     ]

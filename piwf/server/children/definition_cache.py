@@ -3,12 +3,14 @@ resolver child.
 
 A resolver child imports the workflow and answers its definition snapshot, digest and source
 identity (:mod:`piwf.runner.resolver`). The answer depends only on the source files it names
-(the root and every mounted file, each by SHA-256) and on this piwf (the cache lives in one
-server process, so its version is fixed). A later ``run.start`` of the same reference, project
-and state home reuses the answer when, checked in the server without importing anything:
+(the root and every mounted file, each by SHA-256), on which file each name found in
+discovery, and on this piwf (the cache lives in one server process, so its version is fixed).
+A later ``run.start`` of the same reference, project and state home (the key: what discovery
+depends on) reuses the answer when, checked in the server without importing anything:
 
-- the reference still finds the same root file (discovery order: a newly added file that now
-  shadows it is a miss), and
+- the reference still finds the same root file, and every mount included by name still
+  discovers its recorded file (discovery order: a newly added file that now shadows one, say
+  a project ``.piwf/workflows/child.py`` hiding the home's, is a miss), and
 - every recorded source file still has its recorded SHA-256.
 
 Anything else is a miss and a fresh child resolves. A stale entry cannot run the wrong code:
@@ -26,7 +28,13 @@ from pathlib import Path
 
 from piwf.canonical import JsonValue
 from piwf.errors import WorkflowLoadError
-from piwf.workflow.sources import SourceIdentity, find_workflow, source_location, verify_sources
+from piwf.workflow.sources import (
+    SourceIdentity,
+    find_workflow,
+    names_still_resolve,
+    source_location,
+    verify_sources,
+)
 
 #: Resolutions kept at most.
 CAPACITY = 128
@@ -90,17 +98,18 @@ def _key(request: dict[str, JsonValue]) -> _Key | None:
 
 
 def _unchanged(key: _Key, reply: dict[str, JsonValue]) -> bool:
-    """Whether the reference finds the same root and every recorded file is unchanged."""
-    workflow, project, home = key
+    """Whether the reference finds the same root, every name the same file, and every
+    recorded file is unchanged."""
+    workflow, project_path, home_path = key
+    project = Path(project_path) if project_path is not None else None
+    home = Path(home_path) if home_path is not None else None
     try:
         identity = SourceIdentity.from_json(reply.get("sources"))
-        found = find_workflow(
-            workflow,
-            Path(project) if project is not None else None,
-            Path(home) if home is not None else None,
-        )
+        found = find_workflow(workflow, project, home)
+        if source_location(found.path) != identity.root.location:
+            return False
+        if not names_still_resolve(identity, project, home):
+            return False
     except (ValueError, WorkflowLoadError, OSError):
-        return False
-    if source_location(found.path) != identity.root.location:
         return False
     return not verify_sources(identity)

@@ -30,10 +30,10 @@ from piwf.protocol.payloads import (
     NodeFailureInfo,
     RunCursor,
     RunDetail,
+    RunForkPayload,
     RunListPayload,
     RunPage,
     RunReceipt,
-    RunSource,
     RunStartPayload,
     RunWaitPayload,
     RunWaitReceipt,
@@ -55,17 +55,18 @@ from piwf.server.replies import (
     run_info,
     run_result,
 )
-from piwf.server.runs import answers, interactions
+from piwf.server.runs import answers, interactions, recorded_sources
 from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
-from piwf.state.enums import ActorType, SourceType
-from piwf.state.execution import agents, attempts, messages
+from piwf.state.enums import ActorType
+from piwf.state.execution import agents, attempts, forks, messages
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
 from piwf.workflow.context import Outcome
 from piwf.workflow.failure import AttemptFailure
+from piwf.workflow.sources import SourceIdentity
 
 _FAILED_OUTCOMES: dict[Outcome, FailedOutcome] = {
     Outcome.FAILED: "failed",
@@ -307,6 +308,27 @@ class RunHandlers:
         reply(self.context.commands.execute(request, change))
         self.context.wake_scheduler()
 
+    def run_fork(self, request: Request, reply: Reply) -> None:
+        """Queue a new run of a run's recorded sources that starts at one node with the
+        outputs recorded before it (:mod:`piwf.state.execution.forks`)."""
+        payload = payload_of(request, RunForkPayload)
+        run_id = run_id_of(request)
+
+        def change(tx: Transaction) -> CommandResult:
+            if run_store.load_run(tx, run_id) is None:
+                return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
+            result = forks.fork_run(
+                tx,
+                run_id,
+                from_node=payload.from_node,
+                new_run_id=run_store.new_run_id(),
+                actor=Actor(ActorType.CLIENT),
+            )
+            return run_result(result, run_id)
+
+        reply(self.context.commands.execute(request, change))
+        self.context.wake_scheduler()
+
     def run_wait(self, request: Request, reply: Reply) -> None:
         payload = payload_of(request, RunWaitPayload)
         run_id = run_id_of(request)
@@ -376,12 +398,7 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
     return RunDetail(
         run=run_info(view),
         sources=[
-            RunSource(
-                mount_path=source.mount_path,
-                source_type=source.source_type.value,
-                source_ref=source.source_ref,
-                source_revision=source.source_revision,
-            )
+            recorded_sources.source_info(source)
             for source in run_store.list_run_sources(tx, run_id)
         ],
         effects=[effect_info(effect) for effect in fx.list_effects(tx, f"run:{run_id}")],
@@ -473,25 +490,7 @@ def wait_receipt(tx: Transaction, view: run_store.RunRow, *, timed_out: bool) ->
 
 def new_run_from(payload: RunStartPayload, result: dict[str, JsonValue]) -> run_store.NewRun:
     """The run to commit from a start payload and its resolver reply."""
-    sources_json = result["sources"]
-    assert isinstance(sources_json, dict)
-    root = sources_json["root"]
-    mounted = sources_json["mounted"]
-    assert isinstance(root, dict)
-    assert isinstance(mounted, list)
-    files = [("", root)]
-    files += [(str(item["location"]), item) for item in mounted if isinstance(item, dict)]
-    sources = [
-        run_store.SourceFile(
-            mount_path=mount,
-            source_type=SourceType.BUILTIN
-            if str(entry["location"]).startswith("builtin:")
-            else SourceType.FILE,
-            source_ref=str(entry["location"]),
-            source_revision=str(entry["sha256"]),
-        )
-        for mount, entry in files
-    ]
+    sources = recorded_sources.rows_of(SourceIdentity.from_json(result["sources"]))
     digest = result["definitionDigest"]
     assert isinstance(digest, str)
     title = payload.title if payload.title is not None else result.get("title")

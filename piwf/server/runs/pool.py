@@ -30,6 +30,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,9 +42,10 @@ from piwf.processes import ChildKind, is_alive
 from piwf.protocol.runner_v1 import Launch
 from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.failures import retry_later
-from piwf.server.loop import EventLoop
+from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.agents import reap_runner_groups
 from piwf.server.runs.content_transfer import ContentTransfer
+from piwf.server.runs.recorded_sources import identity_of
 from piwf.server.runs.session import RunnerSession
 from piwf.server.runs.spares import SpareRunners, new_runner_epoch
 from piwf.state import StateDatabase, Transaction
@@ -59,19 +61,10 @@ log = logging.getLogger("piwf.server")
 
 
 def workflow_source(tx: Transaction, run_id: str) -> dict[str, Any]:
-    """The run's recorded source identity as a child verifies it before importing anything:
-    ``{"root": {location, sha256}, "mounted": [...]}`` (a runner's launch, a validation)."""
-    sources = run_store.list_run_sources(tx, run_id)
-    root = next(source for source in sources if source.mount_path == "")
-    mounted = [
-        {"location": source.source_ref, "sha256": source.source_revision}
-        for source in sources
-        if source.mount_path != ""
-    ]
-    return {
-        "root": {"location": root.source_ref, "sha256": root.source_revision},
-        "mounted": mounted,
-    }
+    """The run's recorded source identity as a child verifies it before importing anything
+    and loads it without discovering anything again (a runner's launch, a validation):
+    ``{"root": source, "mounted": [...]}``, :mod:`piwf.server.runs.recorded_sources`."""
+    return identity_of(run_store.list_run_sources(tx, run_id)).to_json()
 
 
 class ValidationAdmission(Protocol):
@@ -152,6 +145,7 @@ class Executor:
         self.validations: ValidationAdmission | None = None
         self._scheduling = False
         self._prefer_reconcile = False
+        self._due_timer: Timer | None = None
         loop.every(settings.poll_s, self.schedule)
         loop.every(settings.poll_s, self.rescue_stranded_runs)
         loop.every(settings.renew_s, self.renew_claims)
@@ -204,6 +198,31 @@ class Executor:
         finally:
             self._scheduling = False
         self.fill_spares()
+        self._wake_when_due()
+
+    def _wake_when_due(self) -> None:
+        """Schedule the next pass for the instant the next parked run falls due (a timer's
+        wake time, a retry's back-off), when that comes before the next poll."""
+        try:
+            with self.db.read() as tx:
+                due_at = ex.next_due_at(tx)
+        except PiwfError as error:
+            log.warning("reading the next due run failed: %s", error)
+            return
+        if due_at is None:
+            return
+        delay_s = max(0.0, (due_at - self.db.clock.now_ms()) / 1000)
+        if delay_s >= self.settings.poll_s:
+            return
+        if self._due_timer is not None:
+            if self._due_timer.due <= time.monotonic() + delay_s:
+                return  # an earlier (or the same) pass is already scheduled
+            self._due_timer.cancel()
+        self._due_timer = self.loop.call_later(delay_s, self._due)
+
+    def _due(self) -> None:
+        self._due_timer = None
+        self.schedule()
 
     def fill_spares(self) -> None:
         """Keep spare runners for the free slots, once every launched runner is ready (a
@@ -230,7 +249,11 @@ class Executor:
         return self.reconciler is not None and self.reconciler.admit()
 
     def renew_claims(self) -> None:
-        """Renew every active run claim; a lost claim stops its child without a failure."""
+        """Renew every active run claim; a lost claim stops its child without a failure.
+
+        Runner calls queued for the group commit are committed first, so a runner whose last
+        call ends its run reads ``ended`` here instead of losing a claim it no longer needs."""
+        self.db.group.flush()
         for active in list(self.active.values()):
             if active.ended:
                 continue

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from piwf.lifecycle import TERMINAL_RUN_STATUSES
 from piwf.protocol.client_v1 import Request
-from piwf.protocol.payloads import ContentRef, RunDetail
+from piwf.protocol.payloads import ContentRef, NodeFailureInfo, RunDetail
 from piwf.protocol.view_payloads import (
     MAX_STEP_UPDATES,
     MAX_TOPOLOGY_EDGES,
@@ -48,9 +48,10 @@ from piwf.server.replies import InvalidPayloadError, not_found, ok, payload_of, 
 from piwf.server.runs.handlers import run_detail, step_failure
 from piwf.state import Transaction, blobs
 from piwf.state.enums import AttemptStatus
+from piwf.state.execution import attempts, run_view
 from piwf.state.execution import queue as run_queue
-from piwf.state.execution import run_view
 from piwf.state.execution import runs as run_store
+from piwf.state.execution.attempts import AttemptRow
 from piwf.state.execution.run_view import PublishedUpdate, StepRow
 
 #: What a pending request's kind asks for, and the command that gives it.
@@ -178,6 +179,7 @@ def display_of(
             node_type=current.node_type,
             started_at=current.started_at,
             deadline_at=current.deadline_at,
+            wake_at=current.wake_at,
         )
     )
     waiting = _waiting_on(detail)
@@ -203,7 +205,9 @@ def display_of(
         activity = "blocked"
         reason = stored or view.error_code
     elif view.available_at is not None and view.available_at > tx.now:
-        activity, available_at = "scheduled", view.available_at
+        sleeping = current is not None and current.wake_at == view.available_at
+        activity = "sleeping" if sleeping else "scheduled"
+        available_at = view.available_at
     else:
         holders = run_queue.executing_run_ids(tx, max_workers + 1)
         if len(holders) >= max_workers:
@@ -321,9 +325,17 @@ def _step(tx: Transaction, offer: ContentOffer, run_id: str, row: StepRow) -> St
         error=error.value,
         error_ref=error.ref,
         failure=step_failure(tx, attempt),
+        earlier_tries=_earlier_tries(tx, attempt),
         updates=updates,
         updates_total=len(row.updates),
     )
+
+
+def _earlier_tries(tx: Transaction, attempt: AttemptRow) -> list[NodeFailureInfo]:
+    if attempt.attempt == 1:
+        return []
+    found = (step_failure(tx, earlier) for earlier in attempts.earlier_failed_tries(tx, attempt))
+    return [failure for failure in found if failure is not None]
 
 
 def _update(offer: ContentOffer, run_id: str, update: PublishedUpdate) -> StepUpdate:

@@ -95,7 +95,7 @@ from piwf.state.execution.outcomes import (
     apply_park,
     apply_request_interaction,
 )
-from piwf.state.execution.queue import ExpiredRun, expired_running_runs
+from piwf.state.execution.queue import ExpiredRun, expired_running_runs, next_due_at
 from piwf.state.execution.recovery import (
     RecoveryDecision,
     RunRecovery,
@@ -176,6 +176,7 @@ __all__ = [
     "live_runner",
     "mark_runner_ready",
     "next_agent_deadline",
+    "next_due_at",
     "orphaned_runners",
     "park_for_no_progress",
     "park_for_source_change",

@@ -3,10 +3,15 @@
 One attempt per (run, node path, visit, attempt number), with a deterministic id; at most one
 attempt of a run is unfinished (a partial unique index holds it)::
 
-    running ─request─▶ waiting ─┐
-       │                        ├─finish─▶ completed | failed | timed_out | cancelled (+ a step)
-       └────────────────────────┘
+    running ─request | timer─▶ waiting ─┐
+       │                                ├─finish─▶ completed | failed | timed_out | cancelled
+       └────────────────────────────────┘                                        (+ a step)
     running ─crash retry─▶ interrupted (the next attempt of the same visit opens)
+    running ─a retry policy's failed try─▶ failed (no step); the next attempt opens
+                                           pending until its wake time, then runs
+
+``wake_at`` is a timer visit's committed wake time, or when a pending try may start (it is
+cleared when that try starts, so a crash retry of it is an ordinary one).
 
 Every finished visit appends one ``run_steps`` row, so the steps replay in order. A failed,
 timed-out or cancelled attempt may keep its failure record (``failure_hash``: the canonical JSON
@@ -36,7 +41,7 @@ _FAILED_OUTCOMES = {
 _SELECT_ATTEMPT = """
 SELECT attempt_id, run_id, node_path, visit, attempt_number, node_type, status,
        lease_generation, output_hash, error_hash, failure_hash, started_at, deadline_at,
-       finished_at
+       wake_at, finished_at
 FROM node_attempts
 """
 
@@ -47,7 +52,7 @@ _SELECT_ACTIVE = (
 _SELECT_STEPS = """
 SELECT a.attempt_id, a.run_id, a.node_path, a.visit, a.attempt_number, a.node_type, a.status,
        a.lease_generation, a.output_hash, a.error_hash, a.failure_hash, a.started_at,
-       a.deadline_at, a.finished_at
+       a.deadline_at, a.wake_at, a.finished_at
 FROM run_steps s JOIN node_attempts a ON a.attempt_id = s.attempt_id
 WHERE s.run_id = ? ORDER BY s.step_index
 """
@@ -76,9 +81,33 @@ SELECT coalesce(max(visit), 0) FROM node_attempts WHERE run_id = ? AND node_path
 
 _INSERT = """
 INSERT INTO node_attempts (attempt_id, run_id, node_path, visit, attempt_number, node_type,
-                           status, lease_generation, started_at, deadline_at, created_at,
-                           updated_at)
-VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)
+                           status, lease_generation, started_at, deadline_at, wake_at,
+                           created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+_START_PENDING = """
+UPDATE node_attempts
+SET status = 'running', started_at = ?, deadline_at = ?, wake_at = NULL,
+    lease_generation = ?, updated_at = ?
+WHERE attempt_id = ? AND status = 'pending'
+"""
+
+_COUNT_FAILED_TRIES = """
+SELECT count(*) FROM node_attempts
+WHERE run_id = ? AND node_path = ? AND visit = ? AND status IN ('failed', 'timed_out')
+"""
+
+_SELECT_FAILED_TRIES = (
+    _SELECT_ATTEMPT
+    + """ WHERE run_id = ? AND node_path = ? AND visit = ? AND attempt_number < ?
+  AND status IN ('failed', 'timed_out') ORDER BY attempt_number"""
+)
+
+_FAIL_TRY = """
+UPDATE node_attempts
+SET status = ?, error_hash = ?, failure_hash = ?, finished_at = ?, updated_at = ?
+WHERE attempt_id = ? AND status IN ('pending', 'running')
 """
 
 _INTERRUPT = """
@@ -107,6 +136,20 @@ INSERT INTO run_steps (run_id, step_index, attempt_id)
 VALUES (?, (SELECT coalesce(max(step_index) + 1, 0) FROM run_steps WHERE run_id = ?), ?)
 """
 
+# One attempt of another run's finished visit, as it is, under the copy's id; generation 1 is
+# the copying run's first claim, so no attempt names a generation its own lease never reached.
+_COPY_ATTEMPT = """
+INSERT INTO node_attempts (attempt_id, run_id, node_path, visit, attempt_number, node_type,
+                           status, lease_generation, prompt_hash, output_hash, receipt_hash,
+                           error_hash, failure_hash, started_at, deadline_at, wake_at,
+                           finished_at, created_at, updated_at)
+SELECT :copy, :run, node_path, visit, attempt_number, node_type, status, 1, prompt_hash,
+       output_hash, receipt_hash, error_hash, failure_hash, started_at, deadline_at, wake_at,
+       finished_at, created_at, updated_at
+FROM node_attempts
+WHERE run_id = :source AND node_path = :path AND visit = :visit AND attempt_number = :number
+"""
+
 
 @dataclass(frozen=True)
 class AttemptRow:
@@ -126,6 +169,7 @@ class AttemptRow:
     started_at: int | None
     deadline_at: int | None
     finished_at: int | None
+    wake_at: int | None = None
 
 
 def attempt_id_for(run_id: str, path: str, visit: int, attempt: int) -> str:
@@ -163,6 +207,18 @@ def last_visit(tx: Transaction, run_id: str, path: str) -> int:
 def visits_by_path(tx: Transaction, run_id: str) -> dict[str, int]:
     """Return the highest visit number of every node path the run has visited."""
     return {row["node_path"]: row["visit"] for row in tx.all(_SELECT_VISITS, (run_id,))}
+
+
+def failed_tries(tx: Transaction, run_id: str, path: str, visit: int) -> int:
+    """How many tries of an unfinished visit a retry policy saw fail (its failed attempts)."""
+    return int(tx.scalar(_COUNT_FAILED_TRIES, (run_id, path, visit)))
+
+
+def earlier_failed_tries(tx: Transaction, attempt: AttemptRow) -> list[AttemptRow]:
+    """The tries of ``attempt``'s visit that failed before it and were retried by a policy,
+    in order (a finished visit's own failure is its step, never one of these)."""
+    values = (attempt.run_id, attempt.path, attempt.visit, attempt.attempt)
+    return [attempt_of_row(row) for row in tx.all(_SELECT_FAILED_TRIES, values)]
 
 
 def list_steps(tx: Transaction, run_id: str) -> list[AttemptRow]:
@@ -215,11 +271,15 @@ def open_attempt(
     attempt: int,
     node_type: str,
     lease_generation: int,
-    started_at: int,
+    started_at: int | None,
     deadline_at: int | None,
+    wake_at: int | None = None,
+    pending: bool = False,
 ) -> str:
-    """Insert a ``running`` attempt and return its id."""
+    """Insert a ``running`` attempt (``pending``: a try that waits until ``wake_at``) and
+    return its id."""
     attempt_id = attempt_id_for(run_id, path, visit, attempt)
+    status = AttemptStatus.PENDING if pending else AttemptStatus.RUNNING
     tx.execute(
         _INSERT,
         (
@@ -229,14 +289,44 @@ def open_attempt(
             visit,
             attempt,
             node_type,
+            status.value,
             lease_generation,
             started_at,
             deadline_at,
+            wake_at,
             tx.now,
             tx.now,
         ),
     )
     return attempt_id
+
+
+def start_pending(
+    tx: Transaction,
+    attempt: AttemptRow,
+    *,
+    started_at: int,
+    deadline_at: int | None,
+    lease_generation: int,
+) -> None:
+    """A pending try starts running (its wake time is cleared)."""
+    values = (started_at, deadline_at, lease_generation, tx.now, attempt.attempt_id)
+    tx.execute(_START_PENDING, values)
+
+
+def fail_try(
+    tx: Transaction,
+    attempt: AttemptRow,
+    status: AttemptStatus,
+    *,
+    finished_at: int,
+    error_hash: bytes,
+    failure_hash: bytes | None,
+) -> None:
+    """Close a try a retry policy runs again: ``status`` with its error, and no step (the
+    visit stays open under the next attempt)."""
+    values = (status.value, error_hash, failure_hash, finished_at, tx.now, attempt.attempt_id)
+    tx.execute(_FAIL_TRY, values)
 
 
 def interrupt(tx: Transaction, attempt_id: str) -> None:
@@ -274,6 +364,18 @@ def close_active(tx: Transaction, run_id: str, status: AttemptStatus) -> None:
     tx.execute(_CLOSE_ACTIVE, (status.value, tx.now, tx.now, run_id))
 
 
+def copy_finished_visit(tx: Transaction, step: AttemptRow, run_id: str) -> None:
+    """Copy the visit another run's ``step`` finished into ``run_id`` and append its step: every
+    attempt of the visit (earlier tries first) with its status, blobs and times, under
+    ``run_id``'s attempt ids (a fork's copied steps, :mod:`piwf.state.execution.forks`)."""
+    visit = {"source": step.run_id, "path": step.path, "visit": step.visit, "run": run_id}
+    for number in range(1, step.attempt + 1):
+        copy = attempt_id_for(run_id, step.path, step.visit, number)
+        tx.execute(_COPY_ATTEMPT, {**visit, "number": number, "copy": copy})
+    finished = attempt_id_for(run_id, step.path, step.visit, step.attempt)
+    tx.execute(_APPEND_STEP, (run_id, run_id, finished))
+
+
 def attempt_of_row(row: sqlite3.Row) -> AttemptRow:
     """The attempt of a row that has every column of ``_SELECT_ATTEMPT`` (any query may add
     more)."""
@@ -292,6 +394,7 @@ def attempt_of_row(row: sqlite3.Row) -> AttemptRow:
         started_at=row["started_at"],
         deadline_at=row["deadline_at"],
         finished_at=row["finished_at"],
+        wake_at=row["wake_at"],
     )
 
 

@@ -137,6 +137,10 @@ def apply_park(
     - ``effectAmbiguous``: the run must have an ambiguous effect; it stays ``running`` with
       queue ``parked`` and error ``effectAmbiguous`` (detail as the queue's error text) until an
       operator resolves the effect and resumes (event ``run.effect_ambiguous``).
+    - ``timer``: ``wake_at_ms`` must be the active attempt's committed wake time (a timer visit,
+      which then waits, or a retry's pending try); the run stays ``running`` with queue
+      ``parked`` and available at that instant, so the scheduler resumes it then and no child
+      or slot is held meanwhile (event ``run.sleeping``).
 
     The active attempt stays open in both cases (the next runner retries or consumes it).
     """
@@ -158,6 +162,15 @@ def apply_park(
         if not answered:
             runs.set_status(tx, run.run_id, RunStatus.WAITING)
         queue.set_queue(tx, run.run_id, QueueStatus.PARKED, available_now=answered)
+    elif message.reason is port.ParkReason.TIMER:
+        if message.wake_at_ms is None or message.wake_at_ms != active.wake_at:
+            return Conflict(f"visit {message.visit} of {message.path!r} has no such wake time")
+        payload["wakeAt"] = message.wake_at_ms
+        revision = record_run_change(tx, run, "run.sleeping", RUNNER_ACTOR, claim, payload)
+        if active.status is AttemptStatus.RUNNING:
+            attempts.set_waiting(tx, active.attempt_id)
+        queue.set_queue(tx, run.run_id, QueueStatus.PARKED)
+        queue.delay(tx, run.run_id, message.wake_at_ms)
     else:
         if not run.has_ambiguous_effect:
             return Conflict(f"run {run.run_id} has no ambiguous effect")

@@ -111,6 +111,8 @@ SELECT EXISTS (SELECT 1 FROM run_queue WHERE status IN ('queued', 'starting', 'r
 
 _HAS_ELIGIBLE_RUN = "SELECT EXISTS (SELECT 1 " + _ELIGIBLE_FROM + ")"
 
+_NEXT_DUE_AT = "SELECT min(q.available_at) " + _ELIGIBLE_FROM + "  AND q.available_at > :now\n"
+
 _SELECT_EXPIRED_RUNNING = """
 SELECT r.run_id, coalesce(l.generation, 0) AS generation,
        (SELECT w.runner_epoch FROM run_runners w WHERE w.run_id = r.run_id
@@ -257,6 +259,13 @@ def has_admitted_or_eligible_run(tx: Transaction) -> bool:
     return bool(tx.scalar(_HAS_ADMITTED_RUN)) or bool(
         tx.scalar(_HAS_ELIGIBLE_RUN, _eligibility(tx, ()))
     )
+
+
+def next_due_at(tx: Transaction) -> int | None:
+    """The earliest instant a run eligible but for its due time becomes runnable (a timer's
+    wake time, a retry's back-off, a crash back-off), or None (any transaction)."""
+    found = tx.scalar(_NEXT_DUE_AT, _eligibility(tx, ()))
+    return None if found is None else int(found)
 
 
 def executing_run_ids(tx: Transaction, limit: int) -> list[str]:

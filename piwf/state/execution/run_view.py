@@ -24,7 +24,7 @@ from piwf.state.execution.attempts import AttemptRow
 _SELECT_STEP_PAGE = """
 SELECT s.step_index, a.attempt_id, a.run_id, a.node_path, a.visit, a.attempt_number,
        a.node_type, a.status, a.lease_generation, a.output_hash, a.error_hash, a.failure_hash,
-       a.started_at, a.deadline_at, a.finished_at
+       a.started_at, a.deadline_at, a.wake_at, a.finished_at
 FROM run_steps s JOIN node_attempts a ON a.attempt_id = s.attempt_id
 WHERE s.run_id = ? AND s.step_index > ? ORDER BY s.step_index LIMIT ?
 """

@@ -40,6 +40,7 @@ from piwf.state.enums import (
 )
 from piwf.state.execution import queue
 from piwf.state.records import Actor, ensure_resource, record_change, resource_id_for
+from piwf.workflow.sources import ReferenceKind
 
 DISPLAY_STATUSES = (
     "queued",
@@ -90,28 +91,31 @@ VALUES (?, ?, ?, ?)
 """
 
 _INSERT_SOURCE = """
-INSERT INTO run_sources (run_id, mount_path, source_type, source_ref, source_revision)
-VALUES (?, ?, ?, ?, ?)
+INSERT INTO run_sources (run_id, mount_path, reference_kind, reference, source_type, source_ref,
+                         source_revision, piwf_version)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 _SELECT_SOURCES = """
-SELECT mount_path, source_type, source_ref, source_revision FROM run_sources
-WHERE run_id = ? ORDER BY mount_path
+SELECT mount_path, source_type, source_ref, source_revision, reference_kind, reference, piwf_version
+FROM run_sources WHERE run_id = ? ORDER BY mount_path
 """
 
 _INSERT_RESTART_RUN = """
 INSERT INTO runs (run_id, resource_id, project_id, parent_run_id, root_run_id, lineage_kind,
                   restart_number, parent_terminal_fingerprint, definition_digest, workflow_ref,
                   launch_options_hash, title, status, input_hash, created_at, updated_at)
-SELECT :child, :resource, project_id, run_id, root_run_id, 'restart', restart_number + 1,
+SELECT :child, :resource, project_id, run_id, root_run_id, :lineage, restart_number + 1,
        :fingerprint, definition_digest, workflow_ref, launch_options_hash, title, 'queued',
        input_hash, :now, :now
 FROM runs WHERE run_id = :parent
 """
 
 _COPY_SOURCES = """
-INSERT INTO run_sources (run_id, mount_path, source_type, source_ref, source_revision)
-SELECT ?, mount_path, source_type, source_ref, source_revision FROM run_sources WHERE run_id = ?
+INSERT INTO run_sources (run_id, mount_path, reference_kind, reference, source_type, source_ref,
+                         source_revision, piwf_version)
+SELECT ?, mount_path, reference_kind, reference, source_type, source_ref, source_revision,
+       piwf_version FROM run_sources WHERE run_id = ?
 """
 
 _COPY_BINDING = """
@@ -150,12 +154,15 @@ _SELECT_ERROR = "SELECT error_hash FROM runs WHERE run_id = ?"
 
 @dataclass(frozen=True)
 class SourceFile:
-    """One source of a run: the root (``mount_path=""``) or a mounted workflow."""
+    """One mount of a run (``""``: the root): its reference and the file that resolved to."""
 
     mount_path: str
     source_type: SourceType
     source_ref: str
     source_revision: str
+    reference_kind: ReferenceKind
+    reference: str
+    piwf_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +276,7 @@ class RunRow:
             "queueStatus": None if self.queue_status is None else self.queue_status.value,
             "errorCode": self.error_code,
             "needsAction": self.needs_action,
+            "lineage": self.lineage.value,
             "parentRunId": self.parent_run_id,
             "rootRunId": self.root_run_id,
             "restartNumber": self.restart_number,
@@ -387,7 +395,10 @@ def restart_child_of(tx: Transaction, run_id: str) -> str | None:
 def list_run_sources(tx: Transaction, run_id: str) -> list[SourceFile]:
     """Return the recorded sources of a run, root first."""
     rows = tx.all(_SELECT_SOURCES, (run_id,))
-    return [SourceFile(row[0], SourceType(row[1]), row[2], row[3]) for row in rows]
+    return [
+        SourceFile(r[0], SourceType(r[1]), r[2], r[3], ReferenceKind(r[4]), r[5], r[6])
+        for r in rows
+    ]
 
 
 def read_run_input(tx: Transaction, run_id: str) -> JsonValue:
@@ -459,36 +470,48 @@ def create_run(tx: Transaction, run_id: str, new: NewRun, actor: Actor) -> RunRo
             (
                 run_id,
                 source.mount_path,
+                source.reference_kind.value,
+                source.reference,
                 source.source_type.value,
                 source.source_ref,
                 source.source_revision,
+                source.piwf_version,
             ),
         )
     return require_run(tx, run_id)
 
 
 def insert_restart(
-    tx: Transaction, parent: RunRow, *, child_id: str, child_resource_id: str, fingerprint: bytes
+    tx: Transaction,
+    parent: RunRow,
+    *,
+    child_id: str,
+    child_resource_id: str,
+    fingerprint: bytes | None,
+    lineage: Lineage = Lineage.RESTART,
 ) -> None:
-    """Insert the ``queued`` restart child of ``parent`` with its queue row, sources, binding.
-
-    The child copies the parent's definition, input, project, title and launch options, and
-    gets ``lineage_kind = 'restart'``, ``restart_number + 1`` and ``fingerprint`` as its
-    ``parent_terminal_fingerprint``. The caller checked that no restart exists yet.
-    """
+    """Insert the ``queued`` restart (or fork) child of ``parent``: its queue row, sources and
+    binding, the parent's definition, input, project, title, launch options, ``lineage``,
+    ``restart_number + 1`` and ``fingerprint`` (a restart's only). The caller checked it may."""
     tx.execute(
         _INSERT_RESTART_RUN,
         {
             "child": child_id,
             "resource": child_resource_id,
             "fingerprint": fingerprint,
+            "lineage": lineage.value,
             "now": tx.now,
             "parent": parent.run_id,
         },
     )
     queue.insert_queued(tx, child_id)
-    tx.execute(_COPY_SOURCES, (child_id, parent.run_id))
+    copy_sources(tx, child_id, parent.run_id)
     tx.execute(_COPY_BINDING, (child_id, tx.now, parent.run_id))
+
+
+def copy_sources(tx: Transaction, run_id: str, from_run_id: str) -> None:
+    """Record ``from_run_id``'s sources as ``run_id``'s: the same files, never discovered again."""
+    tx.execute(_COPY_SOURCES, (run_id, from_run_id))
 
 
 def set_status(tx: Transaction, run_id: str, status: RunStatus) -> None:

@@ -85,7 +85,13 @@ def read_saved_run(tx: Transaction, run_id: str) -> port.SavedRun | None:
         active=None
         if active is None
         else port.ActiveVisit(
-            active.path, active.visit, active.attempt, active.started_at or 0, active.deadline_at
+            active.path,
+            active.visit,
+            active.attempt,
+            active.started_at or 0,
+            active.deadline_at,
+            active.wake_at,
+            attempts.failed_tries(tx, run_id, active.path, active.visit),
         ),
         pending=pending,
         park_reason=_park_reason(run),
@@ -135,12 +141,14 @@ def apply_begin_run(
 def apply_node_started(
     tx: Transaction, claim: Claim, message: port.NodeStarted, *, lease_ms: int
 ) -> port.PortResult:
-    """Open attempt 1 of a new visit, or attempt N+1 of the unfinished visit (crash retry).
+    """Open attempt 1 of a new visit, attempt N+1 of the unfinished visit (crash retry), or
+    start the pending attempt a retry policy opened (its next try).
 
     A new visit must be the path's last visit + 1; a retry keeps the visit number, closes
     attempt N as ``interrupted`` and moves the live runner's no-progress baseline (a retry
     alone is not progress). The same open attempt again is ``Adopted``. A retry of a visit
-    that waits on a request, or any other numbering, is a ``Conflict``. Event ``node.started``.
+    that waits on a request, or any other numbering, is a ``Conflict``. A timer visit commits
+    its ``wake_at`` here. Event ``node.started``.
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
@@ -151,6 +159,8 @@ def apply_node_started(
     if active is not None:
         if (active.path, active.visit) != (message.path, message.visit):
             return Conflict(f"visit {active.visit} of {active.path!r} is still active")
+        if message.attempt == active.attempt and active.status is AttemptStatus.PENDING:
+            return _start_pending_try(tx, claim, run, active, message)
         if message.attempt == active.attempt:
             return Adopted(Committed(run.revision))
         if message.attempt != active.attempt + 1:
@@ -182,6 +192,25 @@ def apply_node_started(
         lease_generation=claim.generation,
         started_at=message.started_at_ms,
         deadline_at=message.deadline_ms,
+        wake_at=message.wake_at_ms,
+    )
+    return Applied(Committed(revision))
+
+
+def _start_pending_try(
+    tx: Transaction, claim: Claim, run: RunRow, active: AttemptRow, message: port.NodeStarted
+) -> port.PortResult:
+    """The pending attempt of a retry policy's next try starts (not before its wake time)."""
+    if active.wake_at is not None and message.started_at_ms < active.wake_at:
+        return Conflict(f"attempt {active.attempt} of {active.path!r} waits until {active.wake_at}")
+    payload = {"path": message.path, "visit": message.visit, "attempt": message.attempt}
+    revision = record_run_change(tx, run, "node.started", RUNNER_ACTOR, claim, payload)
+    attempts.start_pending(
+        tx,
+        active,
+        started_at=message.started_at_ms,
+        deadline_at=message.deadline_ms,
+        lease_generation=claim.generation,
     )
     return Applied(Committed(revision))
 
@@ -235,6 +264,10 @@ def apply_node_failed(
     The step is appended (routing on ``$result.outcome`` replays it) and an open request of the
     attempt is cancelled. Outcome ``ok`` is a ``Conflict``. Event ``node.failed`` (its payload
     names the visit and outcome only: the record's texts are the user's and stay in blobs).
+
+    With ``retry_at_ms`` (a retry policy tries again) no step is appended: the attempt closes
+    with its failure and attempt + 1 opens ``pending`` until that instant, in the same change
+    (event ``node.retrying``). A cancelled try, or an attempt with a request, is not retried.
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
@@ -248,12 +281,14 @@ def apply_node_failed(
         return active
     error_hash = blobs.put_text(tx, message.error)
     failure_hash = None if message.failure is None else attempts.store_failure(tx, message.failure)
-    payload = {
+    payload: dict[str, object] = {
         "path": message.path,
         "visit": message.visit,
         "attempt": message.attempt,
         "outcome": message.outcome.value,
     }
+    if message.retry_at_ms is not None:
+        return _retry_later(tx, claim, run, active, message, error_hash, failure_hash, payload)
     revision = record_run_change(tx, run, "node.failed", RUNNER_ACTOR, claim, payload)
     request = requests.open_request(tx, active.attempt_id)
     if request is not None:
@@ -267,6 +302,48 @@ def apply_node_failed(
         finished_at=message.finished_at_ms,
         error_hash=error_hash,
         failure_hash=failure_hash,
+    )
+    return Applied(Committed(revision))
+
+
+def _retry_later(
+    tx: Transaction,
+    claim: Claim,
+    run: RunRow,
+    active: AttemptRow,
+    message: port.NodeFailed,
+    error_hash: bytes,
+    failure_hash: bytes | None,
+    payload: dict[str, object],
+) -> port.PortResult:
+    assert message.retry_at_ms is not None
+    status = _FAILURE_STATUS[message.outcome]
+    if status is AttemptStatus.CANCELLED or active.status is not AttemptStatus.RUNNING:
+        return Conflict(f"attempt {message.attempt} of {message.path!r} cannot be retried")
+    if requests.open_request(tx, active.attempt_id) is not None:
+        return Conflict(f"attempt {message.attempt} of {message.path!r} has an open request")
+    payload["retryAt"] = message.retry_at_ms
+    revision = record_run_change(tx, run, "node.retrying", RUNNER_ACTOR, claim, payload)
+    attempts.fail_try(
+        tx,
+        active,
+        status,
+        finished_at=message.finished_at_ms,
+        error_hash=error_hash,
+        failure_hash=failure_hash,
+    )
+    attempts.open_attempt(
+        tx,
+        run_id=run.run_id,
+        path=message.path,
+        visit=message.visit,
+        attempt=message.attempt + 1,
+        node_type=active.node_type,
+        lease_generation=claim.generation,
+        started_at=None,
+        deadline_at=None,
+        wake_at=message.retry_at_ms,
+        pending=True,
     )
     return Applied(Committed(revision))
 

@@ -28,7 +28,7 @@ CREATE TABLE runs (
   project_id TEXT REFERENCES projects(project_id),
   parent_run_id TEXT REFERENCES runs(run_id),
   root_run_id TEXT NOT NULL REFERENCES runs(run_id),
-  lineage_kind TEXT CHECK (lineage_kind IN ('restart')),
+  lineage_kind TEXT CHECK (lineage_kind IN ('restart', 'fork')),
   restart_number INTEGER NOT NULL DEFAULT 0 CHECK (restart_number >= 0),
   parent_terminal_fingerprint BLOB
     CHECK (parent_terminal_fingerprint IS NULL OR length(parent_terminal_fingerprint) = 32),
@@ -78,13 +78,19 @@ CREATE UNIQUE INDEX runs_restart_parent_idx ON runs(parent_run_id)
   WHERE lineage_kind = 'restart'
 """
 
+# One row per mount ('' is the root): how it named its workflow, and the file that resolved to.
 _RUN_SOURCES = """
 CREATE TABLE run_sources (
   run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
   mount_path TEXT NOT NULL,
+  reference_kind TEXT NOT NULL CHECK (reference_kind IN ('path', 'name', 'builtin', 'definition')),
+  reference TEXT NOT NULL,
   source_type TEXT NOT NULL CHECK (source_type IN ('file', 'builtin')),
   source_ref TEXT NOT NULL,
   source_revision TEXT NOT NULL,
+  piwf_version TEXT,
+  CHECK (reference_kind <> 'builtin' OR source_type = 'builtin'),
+  CHECK (piwf_version IS NULL OR source_type = 'builtin'),
   PRIMARY KEY (run_id, mount_path)
 ) STRICT
 """
@@ -146,6 +152,7 @@ CREATE TABLE node_attempts (
   failure_hash BLOB REFERENCES blobs(blob_hash),
   started_at INTEGER,
   deadline_at INTEGER,
+  wake_at INTEGER,
   finished_at INTEGER,
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
