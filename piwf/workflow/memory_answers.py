@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from piwf.canonical import JsonValue
 from piwf.lifecycle import AnsweredBy, InteractionKind
@@ -25,11 +26,11 @@ class MemoryAnswers:
     requests: dict[str, InteractionRequested]
     submissions: list[MemorySubmission]
 
-    def read_run(self, run_id: str) -> SavedRun | None:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by MemoryPort
 
-    def _run_with_request(self, request_id: str) -> MemoryRun:
-        raise NotImplementedError
+        def read_run(self, run_id: str) -> SavedRun | None: ...
+
+        def _run_with_request(self, request_id: str) -> MemoryRun: ...
 
     def answer(
         self, request_id: str, answer: JsonValue, *, answered_by: AnsweredBy = AnsweredBy.HUMAN
