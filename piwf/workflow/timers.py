@@ -88,7 +88,9 @@ def _duration_ms(factory: str, value: object) -> int:
 def _instant_ms(factory: str, value: object) -> int:
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
-            raise _problem(factory, "a datetime must be timezone-aware (datetime.now(UTC))")
+            raise _problem(
+                factory, "a datetime must be timezone-aware (datetime.now(timezone.utc))"
+            )
         return int(value.timestamp() * 1000)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _problem(

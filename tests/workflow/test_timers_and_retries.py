@@ -9,7 +9,7 @@ back-off ends, and after ``max_attempts`` lets the failure route.
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -68,7 +68,7 @@ def test_a_timer_parks_on_its_committed_wake_time_and_finishes_with_it() -> None
 
 def test_a_timer_already_due_finishes_at_once_and_a_bad_computed_time_fails_the_visit() -> None:
     clock = FakeClock(5_000)
-    past = datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)  # 1 000 ms, before the clock
+    past = datetime(1970, 1, 1, 0, 0, 1, tzinfo=timezone.utc)  # 1 000 ms, before the clock
     result, _ = run_in_memory(chain(now=wait_until(past)), None, clock=clock)
     assert result.status is RunStatus.COMPLETED
     assert result.output == {"wake_at_ms": 1_000, "woke_at_ms": 5_000}
@@ -91,7 +91,7 @@ def test_a_timer_already_due_finishes_at_once_and_a_bad_computed_time_fails_the_
         ),
         (
             lambda: wait_until(datetime(2030, 1, 1)),
-            "wait_until(): a datetime must be timezone-aware (datetime.now(UTC))",
+            "wait_until(): a datetime must be timezone-aware (datetime.now(timezone.utc))",
         ),
         (
             lambda: retry_policy(max_attempts=0),
