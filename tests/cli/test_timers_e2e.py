@@ -85,8 +85,11 @@ def test_a_sleeping_run_holds_no_child_and_wakes_across_a_server_restart(
         assert node.started_at is not None and wake_at == node.started_at + 3000
         # The run is running (not waiting for anyone); its display says no runner executes it.
         assert (view.detail.run.status, view.display.status) == ("running", "queued")
+        # The runner that parked it exits right after its last call; from then on, asleep,
+        # the run holds no child and no slot.
+        until(lambda: client.server_status().active_runners == 0, "the parking runner to exit")
         assert runners_of(piwf.home, run_id) == [], "a sleeping run holds no runner"
-        assert client.server_status().active_runners == 0
+        assert client.run_view(run_id).display.activity == "sleeping"
     shown = piwf.run("run", "show", run_id)
     assert 'sleeping at node "nap" until' in shown.stdout, shown.stdout
     explained = piwf.json("run", "explain", run_id)
