@@ -38,9 +38,14 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   │                                                   says what to submit instead)
     │   ├── AgentCommandError       agentCommand       (not an argv list of non-empty strings)
     │   ├── MissingSubmissionError  missingSubmission  (an agent step's turns ended unfulfilled)
-    │   └── SessionError            sessionError       (a rule of interactive sessions)
-    │       ├── SessionBusyError    sessionBusy        (an unfinished run holds the session)
-    │       └── SessionAuthorityError sessionAuthority (not the session's active coordinator)
+    │   ├── SessionError            sessionError       (a rule of interactive sessions)
+    │   │   ├── SessionBusyError    sessionBusy        (an unfinished run holds the session)
+    │   │   └── SessionAuthorityError sessionAuthority (not the session's active coordinator)
+    │   └── SettingsChangeError     settingsRefused    (a live-settings patch was refused:
+    │       │                                           malformed, not granted, or refused
+    │       │                                           by the workflow's parse)
+    │       └── SettingsConflictError settingsConflict (a newer change came first: read the
+    │                                                   settings and patch again)
     ├── ProtocolError               protocolError      (piwf.protocol.errors: frames, messages)
     ├── ContentReadError            contentRead        (a client read of referenced content)
     │   ├── ContentReferenceError   contentReference   (a reference or range no read can serve)
@@ -345,6 +350,18 @@ class SessionAuthorityError(SessionError):
     """The request needs the session's active coordinator epoch, and did not carry it."""
 
     code = "sessionAuthority"
+
+
+class SettingsChangeError(WorkflowError):
+    """A live-settings change was refused; nothing changed. The message says why."""
+
+    code = "settingsRefused"
+
+
+class SettingsConflictError(SettingsChangeError):
+    """A live-settings change was based on another change than the newest."""
+
+    code = "settingsConflict"
 
 
 class ContentReadError(PiwfError):

@@ -81,9 +81,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "resource_group",
         "Apply, inspect, reconcile and delete managed resources.",
     ),
-    # piwf.cli.logs adds `piwf run logs` to the run group it imports from piwf.cli.runs.
+    # piwf.cli.settings adds `piwf run settings` to the run group of piwf.cli.logs, which adds
+    # `piwf run logs` to the one it imports from piwf.cli.runs.
     "run": LazyCommand(
-        "piwf.cli.logs", "run_group", "Start, list, inspect, wait for and cancel workflow runs."
+        "piwf.cli.settings", "run_group", "Start, list, inspect, wait for and cancel workflow runs."
     ),
     "server": LazyCommand(
         "piwf.cli.server", "server_group", "Start, stop and inspect the piwf server of $PIWF_HOME."

@@ -166,6 +166,7 @@ def run_detail(detail: RunDetail) -> str:
                 ("root", run.root_run_id if run.root_run_id != run.run_id else None),
                 ("restart", run.restart_number or None),
                 ("definition", run.definition_digest),
+                ("settings", _settings_line(detail)),
             ]
         ),
     ]
@@ -208,6 +209,16 @@ def run_detail(detail: RunDetail) -> str:
     if detail.output is not None or detail.output_ref is not None:
         lines.append(f"output:\n  {value_preview(detail.output, detail.output_ref)}")
     return "\n".join(lines)
+
+
+def _settings_line(detail: RunDetail) -> str | None:
+    """Where the run's live settings stand (``piwf run settings`` shows them)."""
+    if not detail.settings:
+        return None
+    parts = [
+        f"{scope.mount_path or 'run'}: change {scope.change_number}" for scope in detail.settings
+    ]
+    return f"{', '.join(parts)} (piwf run settings {detail.run.run_id})"
 
 
 def failure_text(failure: NodeFailureInfo) -> str:

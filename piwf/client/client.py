@@ -64,6 +64,7 @@ from piwf.client.resources import ResourceMethods
 from piwf.client.runs import RunReadMethods, absolute_path, start_payload
 from piwf.client.session_capture import CaptureMethods
 from piwf.client.sessions import SessionMethods
+from piwf.client.settings import SettingsMethods
 from piwf.client.workflows import WorkflowMethods
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
 from piwf.errors import (
@@ -164,6 +165,7 @@ class Client(
     SessionMethods,
     CaptureMethods,
     WorkflowMethods,
+    SettingsMethods,
 ):
     """A connection to the piwf server of one state home.
 

@@ -56,6 +56,7 @@ from piwf.protocol.session_payloads import (
     TurnReceipt,
     WorkflowMessageInfo,
 )
+from piwf.protocol.settings_payloads import SettingsScopeInfo
 
 if TYPE_CHECKING:
     from piwf.client.client import Client
@@ -347,6 +348,27 @@ class SessionCoordinator:
             "checkpoint.answer", payload, idempotency_key=idempotency_key
         )
         return AnswerReceipt.model_validate(answered.receipt or {})
+
+    def change_settings(
+        self,
+        run_id: str,
+        patch: Sequence[dict[str, Any]],
+        *,
+        mount_path: str = "",
+        expected_change: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> SettingsScopeInfo:
+        """Change the live settings of this session's run as the session
+        (:meth:`Client.change_settings` with this coordinator's epoch): only paths the
+        workflow grants to ``"session"`` can be changed."""
+        return self.client.change_settings(
+            run_id,
+            patch,
+            mount_path=mount_path,
+            expected_change=expected_change,
+            coordinator_epoch=self._ensure_attached(),
+            idempotency_key=idempotency_key,
+        )
 
 
 def _model(kind: type[_Item], item: _Item | Mapping[str, Any]) -> _Item:

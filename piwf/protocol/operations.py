@@ -14,6 +14,10 @@ operation               kind     meaning
 ``run.restart``         durable  start a fresh child run from the first node
 ``run.fork``            durable  start a new run at one node with the source's earlier
                                  outputs (nothing before that node runs again)
+``run.settings``        read     a run's live settings: each scope's value (as far as read
+                                 grants reach), grants and recent changes
+``run.changeSettings``  durable  apply an authorized RFC 6902 patch to a run's live settings
+                                 (audited; only later attempts see it)
 ``run.wait``            read     answer once a run is terminal (or the wait times out)
 ``run.logs``            read     a run's node attempt logs, in bounded pages with a cursor
 ``state.status``        read     safe counts about the database
@@ -85,6 +89,7 @@ Operation = Literal[
     "resource.list",
     "resource.reconcile",
     "run.cancel",
+    "run.changeSettings",
     "run.fork",
     "run.get",
     "run.list",
@@ -92,6 +97,7 @@ Operation = Literal[
     "run.pause",
     "run.restart",
     "run.resume",
+    "run.settings",
     "run.start",
     "run.wait",
     "server.status",
@@ -135,6 +141,7 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
         "resource.delete",
         "resource.reconcile",
         "run.cancel",
+        "run.changeSettings",
         "run.fork",
         "run.pause",
         "run.restart",
@@ -158,6 +165,7 @@ READ_OPERATIONS: frozenset[Operation] = frozenset(OPERATIONS) - DURABLE_OPERATIO
 FINGERPRINT_EXCLUDED_PAYLOAD_KEYS: Mapping[Operation, frozenset[str]] = MappingProxyType(
     {
         "checkpoint.answer": frozenset({"coordinatorEpoch"}),
+        "run.changeSettings": frozenset({"coordinatorEpoch"}),
         "decision.answer": frozenset({"coordinatorEpoch"}),
         "run.restart": frozenset({"coordinatorEpoch"}),
         "interaction.submit": frozenset({"coordinatorEpoch"}),

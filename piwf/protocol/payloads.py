@@ -409,6 +409,15 @@ class NodeFailureInfo(WireModel):
     stderr_cut: bool = False
 
 
+class SettingsSummary(WireModel):
+    """A live-settings scope of a run: the workflow at ``mountPath`` (``""``: the run's own) on
+    its ``invocation``-th entry, at change ``changeNumber`` (``run.settings`` has the value)."""
+
+    mount_path: str
+    invocation: int
+    change_number: int
+
+
 class RunDetail(WireModel):
     """Receipt of run.get: the run, its sources, effects, and its final output or error.
 
@@ -437,6 +446,8 @@ class RunDetail(WireModel):
     failure: NodeFailureInfo | None = None
     #: The origin session of an interactive run (None: the run is headless).
     session: str | None = None
+    #: The run's live-settings scopes (none when its workflows declare no settings).
+    settings: list[SettingsSummary] = Field(default_factory=list)
 
 
 class AnswerPayload(WireModel):

@@ -6,7 +6,8 @@ The server never imports workflow code; it starts this child like the runners
 frames::
 
     request  {"workflow": str, "projectPath": str | null, "stateHome": str}
-             (or a resource-manager request: :mod:`piwf.runner.resource_resolve`)
+             (or a resource-manager request: :mod:`piwf.runner.resource_resolve`, or a
+             settings check: :mod:`piwf.runner.settings_check`)
     reply    {"ok": true, "workflowName": str, "workflowRef": str, "definitionDigest": hex,
               "snapshot": {...}, "title": str | null, "input": {"kind", ...},
               "sources": {"root": source, "mounted": [source, ...]}}
@@ -66,6 +67,10 @@ def resolve(request: JsonValue) -> dict[str, JsonValue]:
         from piwf.runner.resource_resolve import resolve_resource_manager
 
         return resolve_resource_manager(request)
+    if isinstance(request, dict) and request.get("kind") == "settingsCheck":
+        from piwf.runner.settings_check import check_settings
+
+        return check_settings(request)
     if not isinstance(request, dict) or not isinstance(request.get("workflow"), str):
         raise ValueError("resolver request needs a workflow reference")
     reference = request["workflow"]

@@ -201,7 +201,9 @@ class PipePort:
     def _send(self, message: object) -> port.PortResult:
         """Send ``message`` with the changes waiting before it, or keep it waiting (a
         :data:`DEFERRED_OPERATIONS` change: provisionally applied, judged when it is sent)."""
-        if OPERATION_OF_MESSAGE[type(message)].name in DEFERRED_OPERATIONS:
+        # A settings route's finish is judged now: the engine must learn whether it lost.
+        judged_now = getattr(message, "settings_change_number", None) is not None
+        if OPERATION_OF_MESSAGE[type(message)].name in DEFERRED_OPERATIONS and not judged_now:
             self._deferred.append(message)
             if len(self._deferred) < MAX_BATCH_CALLS:
                 return Applied(port.Committed())

@@ -64,6 +64,7 @@ from piwf.server.runs import answers
 from piwf.server.runs.handlers import RunHandlers
 from piwf.server.runs.interactions import InteractionHandlers
 from piwf.server.runs.logs import RunLogReads
+from piwf.server.runs.settings_changes import SettingsHandlers
 from piwf.server.runs.views import RunViews
 from piwf.server.session_capture import CaptureHandlers
 from piwf.server.sessions import SessionHandlers, refuse_without_authority
@@ -91,6 +92,7 @@ class Handlers:
         self.sessions = SessionHandlers(context)
         self.session_capture = CaptureHandlers(context)
         self.workflows = WorkflowHandlers(context)
+        self.settings = SettingsHandlers(context)
         self.table: dict[str, Callable[[Request, Reply], None]] = {
             "server.status": self.server_status,
             "server.stop": self.server_stop,
@@ -102,6 +104,8 @@ class Handlers:
             "run.resume": self.runs.run_resume,
             "run.restart": self.runs.run_restart,
             "run.fork": self.runs.run_fork,
+            "run.settings": self.settings.run_settings,
+            "run.changeSettings": self.settings.run_change_settings,
             "effect.resolve": self.effect_resolve,
             "run.wait": self.runs.run_wait,
             "run.logs": RunLogReads(context).run_logs,

@@ -21,6 +21,8 @@ class ResourceType(StrEnum):
     CHANNEL = "channel"
     SERVER = "server"
     SYSTEM = "system"
+    #: A live-settings scope (:mod:`piwf.state.execution.settings`).
+    SETTINGS = "settings"
 
 
 class OwnerType(StrEnum):

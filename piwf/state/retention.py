@@ -115,6 +115,11 @@ TREE_ROWS: Mapping[str, str] = MappingProxyType(
         "agent_processes": _RUNS,
         "agent_turns": _RUNS,
         "attempt_logs": _RUNS,
+        "workflow_settings": _RUNS,
+        "workflow_setting_changes": """scope_id IN (SELECT scope_id FROM workflow_settings
+            WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
+        "attempt_settings": """attempt_id IN (SELECT attempt_id FROM node_attempts
+            WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
     }
 )
 
@@ -143,6 +148,10 @@ WHERE source_resource_id IN (SELECT value FROM json_each(:resources))
 
 _DECISION_RESOURCES = """
 SELECT resource_id FROM human_decisions WHERE run_id IN (SELECT value FROM json_each(:runs))
+"""
+
+_SETTINGS_RESOURCES = """
+SELECT resource_id FROM workflow_settings WHERE run_id IN (SELECT value FROM json_each(:runs))
 """
 
 #: Reason code -> a query that finds one row proving it (parameters :runs, :resources, :now,
@@ -331,6 +340,7 @@ def load_tree(tx: Transaction, root_run_id: str) -> Tree | None:
         tree = Tree(root_run_id, tuple(run_ids), tuple(sorted(resources)))
         found = {str(row[0]) for row in tx.all(_EFFECT_RESOURCES, tree.params())}
         found |= {str(row[0]) for row in tx.all(_DECISION_RESOURCES, tree.params())}
+        found |= {str(row[0]) for row in tx.all(_SETTINGS_RESOURCES, tree.params())}
         if found <= resources:
             return tree
         resources |= found

@@ -49,6 +49,13 @@ from piwf.workflow.nodes import (
     shell,
 )
 from piwf.workflow.retries import RetryPolicy, retry_policy
+from piwf.workflow.settings import (
+    SettingsPath,
+    WorkflowSettings,
+    allow_path,
+    settings_route,
+    workflow_settings,
+)
 from piwf.workflow.timers import sleep, wait_until
 
 __all__ = [
@@ -66,10 +73,13 @@ __all__ = [
     "Outcome",
     "Recovery",
     "RetryPolicy",
+    "SettingsPath",
     "TextInput",
     "WorkflowDefinition",
+    "WorkflowSettings",
     "action",
     "agent",
+    "allow_path",
     "assistant_message",
     "checkpoint",
     "choice",
@@ -84,8 +94,10 @@ __all__ = [
     "manual_effect",
     "notify",
     "retry_policy",
+    "settings_route",
     "shell",
     "sleep",
     "text_input",
     "wait_until",
+    "workflow_settings",
 ]

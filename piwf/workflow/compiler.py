@@ -189,6 +189,9 @@ class _Builder:
                 for name, spec in definition.exits.items()
             },
             "includes": includes,
+            **(
+                {} if definition.settings is None else {"settings": definition.settings.structure()}
+            ),
         }
 
     def child(self, parent: WorkflowDefinition, name: str, mount: Include) -> WorkflowDefinition:

@@ -150,6 +150,8 @@ class NodeContext:
     accepted output of each local node that last finished ``ok`` (latest visit wins; a failed
     visit removes it); ``results`` holds the last :class:`NodeResult` of each local node,
     failures included. A mount appears in its parent as ``{"exit": name, "output": value}``.
+    ``settings`` is the attempt's copy of the live settings; a change accepted while the
+    attempt runs reaches only later attempts.
     """
 
     input: Any
@@ -161,6 +163,9 @@ class NodeContext:
     node: str
     visit: int
     attempt: int
+    #: The attempt's fixed copy of its workflow's live settings, parsed (``None`` when the
+    #: workflow declares none): :mod:`piwf.workflow.settings`.
+    settings: Any = None
     _publisher: UpdatePublisher = field(default=_no_updates, repr=False, compare=False)
 
     def publish_update(self, update_type: str, key: str, data: object) -> None:

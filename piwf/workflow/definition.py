@@ -31,6 +31,7 @@ from piwf.errors import WorkflowDefinitionError
 from piwf.workflow.decisions import DecisionNode, missing_cases
 from piwf.workflow.edges import Edge, SwitchEdge, parse_edge
 from piwf.workflow.nodes import NODE_TYPES, HumanDecisionNode, Node
+from piwf.workflow.settings import WorkflowSettings
 
 if TYPE_CHECKING:
     from piwf.workflow.context import NodeContext
@@ -116,6 +117,8 @@ class WorkflowDefinition:
     title: str | Callable[[Any], str] | None
     source_file: str | None
     outgoing: Mapping[str, Edge] = field(repr=False)
+    #: Live settings (:func:`~piwf.workflow.settings.workflow_settings`), or ``None``.
+    settings: WorkflowSettings | None = None
 
     def describe(self) -> str:
         """Return ``workflow 'name'`` plus its file when known, for error messages."""
@@ -134,6 +137,7 @@ def define_workflow(
     input: Callable[[Any], Any] | type[Any] | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
     title: str | Callable[[Any], str] | None = None,
+    settings: WorkflowSettings | None = None,
 ) -> WorkflowDefinition:
     """Validate and return a workflow definition.
 
@@ -141,7 +145,8 @@ def define_workflow(
     ``includes``). ``edges`` are ``{"from", "to"}`` or ``{"from", "switch": {"on", "cases"}}``
     mappings. ``exits`` maps exit names to ``{"from": node, "validate": callable}``. ``input``
     parses the raw JSON input (a pydantic model class works). ``max_steps`` bounds node visits
-    per run. Raises :class:`WorkflowDefinitionError` naming the broken rule.
+    per run. ``settings`` (:func:`~piwf.workflow.settings.workflow_settings`) declares live
+    settings. Raises :class:`WorkflowDefinitionError` naming the broken rule.
     """
     caller = sys._getframe(1).f_globals.get("__file__")
     source_file = str(Path(caller).resolve()) if isinstance(caller, str) else None
@@ -160,6 +165,8 @@ def define_workflow(
         checker.fail("input must be a parser callable or a pydantic model class")
     if not isinstance(title, str) and _not_callable(title):
         checker.fail("title must be a string or a callable of the input")
+    if settings is not None and not isinstance(settings, WorkflowSettings):
+        checker.fail("settings must be created with workflow_settings()")
     parsed_edges, outgoing = checker.check_edges(edges, node_map, mounts)
     exit_map = checker.check_exits(exits or {}, node_map, mounts, outgoing)
     checker.check_reachable(start_at, node_map, mounts, outgoing)
@@ -175,6 +182,7 @@ def define_workflow(
         title=title,
         source_file=source_file,
         outgoing=MappingProxyType(outgoing),
+        settings=settings,
     )
 
 

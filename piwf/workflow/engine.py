@@ -21,13 +21,14 @@ raised by the port (for example claim loss) propagates unchanged and nothing mor
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.clock import Clock, SystemClock
 from piwf.errors import CanonicalJsonError
-from piwf.lifecycle import RunStatus
+from piwf.lifecycle import Adopted, Applied, Conflict, RunStatus
 from piwf.workflow.agent_driver import AgentDriver
 from piwf.workflow.commands import (
     RestartCommand,
@@ -48,6 +49,7 @@ from piwf.workflow.invoke import to_json
 from piwf.workflow.nodes import INTERACTION_NODE_TYPES, TimerNode
 from piwf.workflow.planning import assert_never, plan_command
 from piwf.workflow.port import (
+    SETTINGS_CHANGED,
     NodeFailed,
     NodeFinished,
     NodeStarted,
@@ -56,6 +58,7 @@ from piwf.workflow.port import (
     RunFinished,
     RunParked,
     SavedRun,
+    SettingsCopy,
     UpdatePublished,
     WorkflowPort,
 )
@@ -264,6 +267,9 @@ class _Execution:
                 problem = VisitDone(Outcome.FAILED, error=str(error))
         waits_for_answer = isinstance(node.node, INTERACTION_NODE_TYPES)
         deadline = None if timeout_ms is None or waits_for_answer else started + timeout_ms
+        scope = progress.settings_scope()
+        if isinstance(scope, str):
+            problem, scope = problem or VisitDone(Outcome.FAILED, error=scope), None
         message = NodeStarted(
             run_id=self.run_id,
             path=path,
@@ -274,8 +280,17 @@ class _Execution:
             timeout_ms=timeout_ms,
             deadline_ms=deadline,
             wake_at_ms=wake_at,
+            settings=scope,
         )
-        self.gate.expect(self.port.node_started, message)
+        started_result = self.gate.expect(self.port.node_started, message)
+        if scope is not None:
+            given = (
+                started_result.value.settings
+                if isinstance(started_result, (Applied, Adopted))
+                else None
+            )
+            progress.top.settings = given or SettingsCopy(0, scope.initial)
+            ctx = dataclasses.replace(ctx, settings=progress.settings_value())
         try:
             if problem is not None:
                 return started, problem
@@ -333,9 +348,17 @@ class _Execution:
         if outcome.outcome is Outcome.OK:
             finished = max(self.clock.now_ms(), started)
             done = NodeFinished(
-                self.run_id, path, visit, attempt, outcome.output, finished, outcome.request_id
+                self.run_id,
+                path,
+                visit,
+                attempt,
+                outcome.output,
+                finished,
+                outcome.request_id,
+                settings_change_number=self._route_settings(progress, node),
             )
-            self.gate.expect(self.port.node_finished, done)
+            if not self._finish_route(done):
+                return RetryVisit(path, visit, attempt + 1)
         else:
             finished = self._fail(path, visit, attempt, started, outcome)
         result = NodeResult(
@@ -358,6 +381,24 @@ class _Execution:
         except TransitionError as error:
             return End(RunStatus.FAILED, None, str(error), path)
         return NextNode(decision.path) if isinstance(decision, Next) else decision
+
+    @staticmethod
+    def _route_settings(progress: RunProgress, node: CompiledNode) -> int | None:
+        """The change a settings route chose from (its finish is kept only while newest)."""
+        if getattr(node.node, "settings_route", None) is None or progress.top.settings is None:
+            return None
+        return progress.top.settings.change_number
+
+    def _finish_route(self, done: NodeFinished) -> bool:
+        """Send a visit's finish; False when a settings route lost to a newer change."""
+        if done.settings_change_number is None:
+            self.gate.expect(self.port.node_finished, done)
+            return True
+        result = self.gate.call(self.port.node_finished, done)
+        if isinstance(result, Conflict) and result.evidence.startswith(SETTINGS_CHANGED):
+            return False
+        self.gate.expect(lambda _message: result, done)
+        return True
 
     def _fail(
         self,

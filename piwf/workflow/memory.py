@@ -45,8 +45,10 @@ from piwf.workflow.identity import request_fingerprint
 from piwf.workflow.invoke import to_json
 from piwf.workflow.memory_answers import MemoryAnswers
 from piwf.workflow.memory_records import EffectRecord, MemoryRun, MemorySubmission
+from piwf.workflow.memory_settings import MemorySettings
 from piwf.workflow.nodes import Recovery
 from piwf.workflow.port import (
+    SETTINGS_CHANGED,
     ActiveVisit,
     Committed,
     EffectOutcome,
@@ -64,6 +66,7 @@ from piwf.workflow.port import (
     RunFinished,
     RunParked,
     SavedRun,
+    SettingsCopy,
     SettledEffect,
     StepRecord,
     UpdatePublished,
@@ -73,13 +76,14 @@ from piwf.workflow.port import (
 _UNCHANGED: Adopted[Committed] = Adopted(Committed())
 
 
-class MemoryPort(MemoryAnswers):
+class MemoryPort(MemoryAnswers, MemorySettings):
     """A thread-safe in-memory port; every accepted message is appended to ``messages``.
 
     Answering its requests from outside (a person, a submission, a timeout) is
     :class:`~piwf.workflow.memory_answers.MemoryAnswers`'s part."""
 
     def __init__(self) -> None:
+        MemorySettings.__init__(self)
         self._lock = threading.RLock()
         self._runs: dict[str, MemoryRun] = {}
         self.effects: dict[str, EffectRecord] = {}
@@ -219,7 +223,7 @@ class MemoryPort(MemoryAnswers):
                 if (active.path, active.visit) != (message.path, message.visit):
                     return Conflict(f"visit {active.visit} of {active.path!r} is still active")
                 if message.attempt == active.attempt and not run.try_pending:
-                    return _UNCHANGED
+                    return Adopted(Committed(settings=active.settings))
                 if message.attempt != active.attempt + (0 if run.try_pending else 1):
                     return Conflict(f"attempt {message.attempt} does not follow {active.attempt}")
                 if run.pending is not None:
@@ -234,10 +238,11 @@ class MemoryPort(MemoryAnswers):
                 message.deadline_ms,
                 message.wake_at_ms,
                 0 if active is None else active.failed_tries,
+                self._settings_copy(message.run_id, message.settings),
             )
             run.try_pending = False
             run.visits[message.path] = message.visit
-            return self._accept(message)
+            return self._accept(message, settings=run.active.settings)
 
     def node_finished(self, message: NodeFinished) -> PortResult:
         """Close the active attempt ``ok`` (closing its answered request, which it must name)."""
@@ -255,6 +260,10 @@ class MemoryPort(MemoryAnswers):
                 return Conflict(f"request {pending.request_id} is still open")
             if pending is None and message.request_id is not None:
                 return Conflict(f"request {message.request_id} is not open")
+            newest = self._settings_newest(message.run_id, _mount_of(message.path))
+            chosen = message.settings_change_number
+            if chosen is not None and newest is not None and newest.change_number != chosen:
+                return Conflict(f"{SETTINGS_CHANGED}: change {newest.change_number} is newer")
             self._close_visit(run, active, message, Outcome.OK, message.output, None)
             return self._accept(message)
 
@@ -486,9 +495,11 @@ class MemoryPort(MemoryAnswers):
 
     # Internals ----------------------------------------------------------------------------
 
-    def _accept(self, message: object) -> Applied[Committed]:
+    def _accept(
+        self, message: object, *, settings: SettingsCopy | None = None
+    ) -> Applied[Committed]:
         self.messages.append(message)
-        return Applied(Committed(len(self.messages)))
+        return Applied(Committed(len(self.messages), settings=settings))
 
     def _running(self, run_id: str) -> MemoryRun | Conflict:
         run = self._runs.get(run_id)
@@ -537,3 +548,8 @@ def run_in_memory(
     start = StartCommand(run_id)
     result = execute(start, compiled, memory, clock=clock, cancel=cancel, agents=agents)
     return result, memory
+
+
+def _mount_of(path: str) -> str:
+    """The mount path of the scope that declares the node at ``path``."""
+    return path.rpartition("/")[0]

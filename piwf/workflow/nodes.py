@@ -78,6 +78,9 @@ class ComputeNode:
     run: NodeCallable
     timeout_ms: TimeoutSpec = None
     retry: RetryPolicy | None = None
+    #: The choices of a :func:`~piwf.workflow.settings.settings_route` (its finish is kept
+    #: only while the settings it chose from are still the newest).
+    settings_route: tuple[str, ...] | None = None
 
     def structure(self) -> dict[str, JsonValue]:
         """Return this node's part of the definition snapshot."""
@@ -86,6 +89,8 @@ class ComputeNode:
             "timeoutMs": timeout_structure(self.timeout_ms),
         }
         retry_structure(structure, self.retry)
+        if self.settings_route is not None:
+            structure["settingsRoute"] = list(self.settings_route)
         return structure
 
 

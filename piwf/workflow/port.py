@@ -92,6 +92,26 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class SettingsCopy:
+    """The live settings an attempt started with: change ``change_number`` of its scope (0 is
+    the initial value) and the stored JSON ``value``."""
+
+    change_number: int
+    value: JsonValue
+
+
+@dataclass(frozen=True)
+class SettingsScope:
+    """The settings scope a visit runs in: ``mount_path`` (``""`` for the root workflow) and
+    the mount's entry ``invocation`` (1 for the root); ``initial`` is the value the scope
+    takes when this start creates it."""
+
+    mount_path: str
+    invocation: int
+    initial: JsonValue
+
+
+@dataclass(frozen=True)
 class ActiveVisit:
     """The one unfinished node visit of a run (at most one exists).
 
@@ -107,6 +127,8 @@ class ActiveVisit:
     deadline_ms: int | None
     wake_at_ms: int | None = None
     failed_tries: int = 0
+    #: The settings copy the active attempt started with (its scope declares settings).
+    settings: SettingsCopy | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +209,9 @@ class NodeStarted:
     deadline_ms: int | None
     #: A timer visit's absolute wake time, committed with its start.
     wake_at_ms: int | None = None
+    #: The settings scope of a workflow that declares settings: the attempt is given the
+    #: scope's newest copy (``Committed.settings``), and keeps it.
+    settings: SettingsScope | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +225,13 @@ class NodeFinished:
     output: JsonValue
     finished_at_ms: int
     request_id: str | None = None
+    #: A settings route's finish: kept only while this is still its scope's newest change
+    #: (else ``Conflict`` with :data:`SETTINGS_CHANGED` and the visit runs again).
+    settings_change_number: int | None = None
+
+
+#: The evidence of a settings route's finish refused because a newer change was accepted.
+SETTINGS_CHANGED = "settingsChanged"
 
 
 @dataclass(frozen=True)
@@ -347,6 +379,8 @@ class Committed:
 
     revision: int | None = None
     settled: SettledEffect | None = None
+    #: The settings copy a started attempt was given (``node_started`` with a scope).
+    settings: SettingsCopy | None = None
 
 
 PortResult: TypeAlias = Applied[Committed] | Adopted[Committed] | Conflict | RecoveryRequired

@@ -120,6 +120,8 @@ def replay_saved_run(
             f"active node {active.path!r} of run {run_id} does not follow from the saved steps"
         )
     progress.count_visit(active.path, active.visit)
+    if active.settings is not None:
+        progress.top.settings = active.settings
     if saved.pending is not None:
         position: Position = AwaitAnswer(
             active.path, active.visit, active.attempt, active.started_at_ms, saved.pending

@@ -26,7 +26,8 @@ from piwf.workflow.definition import WorkflowDefinition
 from piwf.workflow.edges import GotoEdge, MissingValue, case_text
 from piwf.workflow.failure import describe_error, node_error_text
 from piwf.workflow.invoke import to_json
-from piwf.workflow.port import OUTCOME_STATUS
+from piwf.workflow.port import OUTCOME_STATUS, SettingsCopy, SettingsScope
+from piwf.workflow.settings import SettingsError
 
 
 class TransitionError(Exception):
@@ -45,6 +46,12 @@ class Frame:
     results: dict[str, NodeResult] = field(default_factory=dict)
     steps: int = 0
     started_at_ms: int | None = None
+    #: Which entry of its mount this frame is (1 for the root): its settings scope's key.
+    invocation: int = 1
+    #: The newest settings copy an attempt of this frame was given, and the initial value
+    #: once computed (both only when the frame's workflow declares settings).
+    settings: SettingsCopy | None = None
+    initial_settings: JsonValue = None
 
 
 @dataclass(frozen=True)
@@ -122,8 +129,38 @@ class RunProgress:
             node=node.node_id,
             visit=visit,
             attempt=attempt,
+            settings=self.settings_value(),
             _publisher=publisher,
         )
+
+    def settings_scope(self) -> SettingsScope | str | None:
+        """The settings scope a new attempt in the current frame starts in (its initial value
+        computed once per frame), ``None`` when the workflow declares no settings, or why the
+        initial value was refused."""
+        frame = self.top
+        declared = frame.workflow.settings
+        if declared is None:
+            return None
+        if frame.settings is None and frame.initial_settings is None:
+            try:
+                frame.initial_settings = declared.initial_value(frame.input)
+            except SettingsError as error:
+                return f"the initial settings were refused: {error}"
+            except Exception as error:
+                return f"the initial settings failed: {describe_error(error)}"
+        return SettingsScope(frame.mount or "", frame.invocation, frame.initial_settings)
+
+    def settings_value(self) -> Any:
+        """What ``ctx.settings`` is in the current frame: its newest copy, parsed."""
+        frame = self.top
+        declared = frame.workflow.settings
+        if declared is None:
+            return None
+        raw = frame.initial_settings if frame.settings is None else frame.settings.value
+        try:
+            return declared.parsed(raw)
+        except SettingsError:
+            return raw
 
     def limit_problem(self, path: str) -> str | None:
         """Return why one more visit would exceed a ``max_steps`` bound, or ``None``."""
@@ -188,9 +225,9 @@ class RunProgress:
                         f"input of mount {mount_path!r} failed: {describe_error(error)}"
                     ) from error
             self.entries[mount_path] = self.entries.get(mount_path, 0) + 1
-            self.frames.append(
-                Frame(mount_path, mount.workflow, raw, parse_input(mount.workflow, raw))
-            )
+            frame = Frame(mount_path, mount.workflow, raw, parse_input(mount.workflow, raw))
+            frame.invocation = self.entries[mount_path]
+            self.frames.append(frame)
 
     def advance(self, node: CompiledNode, result: NodeResult) -> Decision:
         """Leave mounts, route on the result and enter the target's mounts.

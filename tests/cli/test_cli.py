@@ -76,6 +76,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf run pause",
         "piwf run restart",
         "piwf run resume",
+        "piwf run settings",
         "piwf run show",
         "piwf run start",
         "piwf run steps",

@@ -23,6 +23,7 @@ from piwf.state.execution import attempts
 from piwf.state.schema import SCHEMA_DIGEST, STATEMENTS
 from piwf.state.schema.session_capture import CAPTURE_STATEMENTS
 from piwf.state.schema.sessions import SESSION_STATEMENTS
+from piwf.state.schema.settings import SETTINGS_STATEMENTS
 from piwf.workflow import compute, define_workflow
 from piwf.workflow.context import Outcome
 from piwf.workflow.engine import execute
@@ -60,9 +61,13 @@ _RUN_SOURCES_BY_FILE = """CREATE TABLE run_sources (
 def previous_statements() -> tuple[str, ...]:
     """The current DDL as it was before workflow messages: no session or capture tables, no
     ``unproductive`` answer, and the queue row's old ``origin_session_id`` column and its
-    index back in place; no per-mount source references, no timer wake times, no forks."""
+    index back in place; no per-mount source references, no timer wake times, no forks, no
+    live settings."""
     statements = []
-    later = {statement.strip() for statement in (*SESSION_STATEMENTS, *CAPTURE_STATEMENTS)}
+    later = {
+        statement.strip()
+        for statement in (*SESSION_STATEMENTS, *CAPTURE_STATEMENTS, *SETTINGS_STATEMENTS)
+    }
     for statement in STATEMENTS:
         if statement in later:
             continue
@@ -71,6 +76,7 @@ def previous_statements() -> tuple[str, ...]:
         statement = statement.replace(", 'session', 'unproductive')", ", 'session')")
         statement = statement.replace("  wake_at INTEGER,\n", "")  # before durable timers
         statement = statement.replace("IN ('restart', 'fork')", "IN ('restart')")  # before forks
+        statement = statement.replace(" 'system',\n    'settings'))", " 'system'))")  # settings
         if statement.startswith("CREATE TABLE run_queue ("):
             statement = statement.replace(
                 "  available_at INTEGER NOT NULL,\n",

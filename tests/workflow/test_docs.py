@@ -25,4 +25,4 @@ def test_example_runs(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     path = tmp_path / f"example_{index}.py"
     path.write_text(source)
     namespace = {"__name__": f"docs_example_{index}", "__file__": str(path)}
-    exec(compile(source, str(path), "exec"), namespace)
+    exec(compile(source, str(path), "exec", dont_inherit=True), namespace)

@@ -37,6 +37,7 @@ from piwf.protocol.payloads import (
     RunStartPayload,
     RunWaitPayload,
     RunWaitReceipt,
+    SettingsSummary,
 )
 from piwf.server.commands import CommandResult
 from piwf.server.content_offer import ContentOffer
@@ -63,6 +64,7 @@ from piwf.state.enums import ActorType
 from piwf.state.execution import agents, attempts, forks, messages
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
+from piwf.state.execution import settings as run_settings
 from piwf.state.records import Actor
 from piwf.workflow.context import Outcome
 from piwf.workflow.failure import AttemptFailure
@@ -413,6 +415,14 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
         session=messages.session_of(tx, run_id),
         agent_process=_agent_process(tx, run_id),
         failure=run_failure(tx, view),
+        settings=[
+            SettingsSummary(
+                mount_path=scope.mount_path,
+                invocation=scope.invocation,
+                change_number=scope.change_number,
+            )
+            for scope in run_settings.run_scopes(tx, run_id)
+        ],
     )
 
 

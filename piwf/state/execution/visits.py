@@ -29,7 +29,16 @@ from piwf.lifecycle import Adopted, Applied, CommandKind, Conflict, Lineage, Run
 from piwf.state import blobs, decisions
 from piwf.state.database import Transaction
 from piwf.state.enums import AttemptStatus, FailureClass, InteractionStatus, QueueStatus
-from piwf.state.execution import attempts, messages, queue, requests, runners, runs, updates
+from piwf.state.execution import (
+    attempts,
+    messages,
+    queue,
+    requests,
+    runners,
+    runs,
+    settings,
+    updates,
+)
 from piwf.state.execution.attempts import AttemptRow
 from piwf.state.execution.core import (
     RUNNER_ACTOR,
@@ -92,6 +101,7 @@ def read_saved_run(tx: Transaction, run_id: str) -> port.SavedRun | None:
             active.deadline_at,
             active.wake_at,
             attempts.failed_tries(tx, run_id, active.path, active.visit),
+            settings.attempt_copy(tx, active.attempt_id),
         ),
         pending=pending,
         park_reason=_park_reason(run),
@@ -148,7 +158,8 @@ def apply_node_started(
     attempt N as ``interrupted`` and moves the live runner's no-progress baseline (a retry
     alone is not progress). The same open attempt again is ``Adopted``. A retry of a visit
     that waits on a request, or any other numbering, is a ``Conflict``. A timer visit commits
-    its ``wake_at`` here. Event ``node.started``.
+    its ``wake_at`` here; an attempt of a workflow with live settings is given (and keeps)
+    its scope's newest copy. Event ``node.started``.
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
@@ -162,7 +173,8 @@ def apply_node_started(
         if message.attempt == active.attempt and active.status is AttemptStatus.PENDING:
             return _start_pending_try(tx, claim, run, active, message)
         if message.attempt == active.attempt:
-            return Adopted(Committed(run.revision))
+            given = settings.attempt_copy(tx, active.attempt_id)
+            return Adopted(Committed(run.revision, settings=given))
         if message.attempt != active.attempt + 1:
             return Conflict(f"attempt {message.attempt} does not follow attempt {active.attempt}")
         if active.status is AttemptStatus.WAITING:
@@ -182,7 +194,7 @@ def apply_node_started(
         # no-progress baseline, so a node that kills every runner is retried once, then parks
         # runnerNoProgress instead of looping.
         runners.move_progress_baseline(tx, run.run_id, revision)
-    attempts.open_attempt(
+    attempt_id = attempts.open_attempt(
         tx,
         run_id=run.run_id,
         path=message.path,
@@ -194,7 +206,17 @@ def apply_node_started(
         deadline_at=message.deadline_ms,
         wake_at=message.wake_at_ms,
     )
-    return Applied(Committed(revision))
+    return Applied(Committed(revision, settings=_settings_copy(tx, run, attempt_id, message)))
+
+
+def _settings_copy(
+    tx: Transaction, run: RunRow, attempt_id: str, message: port.NodeStarted
+) -> port.SettingsCopy | None:
+    """The settings copy a starting attempt keeps (its scope created on first use)."""
+    if message.settings is None:
+        return None
+    scope = settings.open_copy(tx, run.run_id, message.settings)
+    return settings.stamp_attempt(tx, attempt_id, scope)
 
 
 def _start_pending_try(
@@ -212,7 +234,8 @@ def _start_pending_try(
         deadline_at=message.deadline_ms,
         lease_generation=claim.generation,
     )
-    return Applied(Committed(revision))
+    copy = _settings_copy(tx, run, active.attempt_id, message)
+    return Applied(Committed(revision, settings=copy))
 
 
 def apply_node_finished(
@@ -221,8 +244,9 @@ def apply_node_finished(
     """Close the active attempt ``completed`` with its output blob and append its step.
 
     ``request_id`` must name the attempt's answered request (which becomes ``settled``), and
-    must be absent when the attempt has no request. A finished node ends the run's crash
-    streak. Event ``node.finished``.
+    must be absent when the attempt has no request. A settings route's finish is a
+    ``Conflict`` (``settingsChanged``) when a newer settings change was accepted than the one
+    it chose from. A finished node ends the run's crash streak. Event ``node.finished``.
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = executing_run(tx, message.run_id)
@@ -239,6 +263,13 @@ def apply_node_finished(
             return Conflict(f"request {request.request_id} has no answer")
     elif message.request_id is not None:
         return Conflict(f"request {message.request_id} is not open")
+    if message.settings_change_number is not None:
+        newest = settings.newest_scope(tx, run.run_id, message.path.rpartition("/")[0])
+        if newest is not None and newest.change_number != message.settings_change_number:
+            return Conflict(
+                f"{port.SETTINGS_CHANGED}: settings change {newest.change_number} was accepted"
+                f" after change {message.settings_change_number} this route chose from"
+            )
     output_hash = blobs.put_json(tx, message.output)
     payload = {"path": message.path, "visit": message.visit, "attempt": message.attempt}
     revision = record_run_change(tx, run, "node.finished", RUNNER_ACTOR, claim, payload)

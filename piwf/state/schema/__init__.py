@@ -25,6 +25,7 @@ part of the digest, so it never changes without a reason)::
     sessions                     workflow messages (what an origin session's conversation shows),
                                  workflow turns
     session_capture              session capture: segments, entries, attempt entries, events
+    settings                     live settings: scopes, their changes, each attempt's copy
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from piwf.state.schema.resources import RESOURCE_STATEMENTS
 from piwf.state.schema.retention import RETENTION_STATEMENTS
 from piwf.state.schema.session_capture import CAPTURE_STATEMENTS
 from piwf.state.schema.sessions import SESSION_STATEMENTS
+from piwf.state.schema.settings import SETTINGS_STATEMENTS
 
 SCHEMA_NAME = "piwf-state"
 SCHEMA_VERSION = 1
@@ -62,6 +64,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         *LOG_STATEMENTS,
         *SESSION_STATEMENTS,
         *CAPTURE_STATEMENTS,
+        *SETTINGS_STATEMENTS,
     )
 )
 

@@ -48,7 +48,8 @@ _RESOURCES = """
 CREATE TABLE resources (
   resource_id TEXT PRIMARY KEY,
   resource_type TEXT NOT NULL CHECK (resource_type IN (
-    'run', 'effect', 'decision', 'managed_resource', 'session', 'channel', 'server', 'system')),
+    'run', 'effect', 'decision', 'managed_resource', 'session', 'channel', 'server', 'system',
+    'settings')),
   aggregate_key TEXT NOT NULL,
   revision INTEGER NOT NULL DEFAULT 0 CHECK (revision >= 0),
   created_at INTEGER NOT NULL,
