@@ -58,3 +58,17 @@ def loopback_addresses(host: str) -> tuple[str, ...]:
     if not addresses:
         raise NotLoopbackError(f"{host} does not resolve to an address")
     return tuple(addresses)
+
+
+def parse_listen_address(text: str) -> tuple[tuple[str, ...], int]:
+    """Split ``HOST:PORT`` (``[::1]:PORT`` for IPv6) into its loopback addresses and port.
+
+    PORT is 0 to 65535 (0: the system picks a free port). Raises :class:`NotLoopbackError`
+    for a host that is not loopback-only and ``ValueError`` for text that is no HOST:PORT.
+    """
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT (for example 127.0.0.1:8765)")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ValueError(f"{text!r}: write an IPv6 host in brackets, as in [::1]:8765")
+    return loopback_addresses(host), int(port_text)
