@@ -12,6 +12,7 @@ client connects; without it :class:`~piwf.errors.MissingExtraError` names the in
 
 from __future__ import annotations
 
+import contextlib
 import urllib.parse
 from typing import TYPE_CHECKING, Final
 
@@ -65,9 +66,10 @@ def check_remote_url(url: str) -> str:
 class WebSocketTransport:
     """A :class:`~piwf.client.transport.Transport` over one relay WebSocket (sync API)."""
 
-    def __init__(self, websocket: ClientConnection, url: str) -> None:
+    def __init__(self, websocket: ClientConnection, url: str, held: contextlib.ExitStack) -> None:
         self._websocket = websocket
         self._url = url
+        self._held = held
         self._timeout: float | None = None
 
     def set_timeout(self, timeout_s: float | None) -> None:
@@ -99,7 +101,7 @@ class WebSocketTransport:
         self._websocket.close()
 
     def close(self) -> None:
-        self._websocket.close()
+        self._held.close()
 
     def _closed(self, closed: ConnectionClosed) -> str:
         frame = closed.rcvd
@@ -134,14 +136,19 @@ class RemoteConnector:
             if (error.name or "").partition(".")[0] != "websockets":
                 raise
             raise MissingExtraError(MISSING_WEBSOCKETS) from None
+        held = contextlib.ExitStack()
         try:
-            websocket = connect(
-                self.url,
-                open_timeout=timeout_s,
-                close_timeout=CLOSE_TIMEOUT_S,
-                max_size=MAX_FRAME_BYTES - 1,
-                compression=None,
-                proxy=None,
+            # Entered as a context manager, as websockets >= 17.1 wants (what connect returns
+            # differs between versions; entering it yields the connection in each).
+            websocket = held.enter_context(
+                connect(
+                    self.url,
+                    open_timeout=timeout_s,
+                    close_timeout=CLOSE_TIMEOUT_S,
+                    max_size=MAX_FRAME_BYTES - 1,
+                    compression=None,
+                    proxy=None,
+                )
             )
         except InvalidStatus as refused:
             response = refused.response
@@ -156,4 +163,4 @@ class RemoteConnector:
                 f"cannot reach a piwf relay at {self.url} ({error}); is `piwf relay` running "
                 "there and the SSH tunnel up?"
             ) from None
-        return WebSocketTransport(websocket, self.url)
+        return WebSocketTransport(websocket, self.url, held)
