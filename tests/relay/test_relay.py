@@ -7,6 +7,7 @@ are bounded polls of a condition (``wait_for``), never sleeps.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -323,3 +324,22 @@ def test_a_remote_client_without_a_relay_fails_at_once(short_home: Path) -> None
         with Client(remote=f"ws://127.0.0.1:{port}") as remote:
             with pytest.raises(ServerUnavailableError, match="is `piwf relay` running"):
                 remote.server_status()
+
+
+def test_a_port_in_use_is_a_runtime_error_naming_it(relays: RelayFactory) -> None:
+    first = relays.start()
+    port = first.url.rsplit(":", 1)[1]
+    second = subprocess.run(
+        [sys.executable, "-m", "piwf", "relay", "--listen", f"127.0.0.1:{port}", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PIWF_HOME": str(relays.home)},
+    )
+    assert second.returncode == 1, second
+    error = json.loads(second.stdout)["error"]
+    assert error["code"] == "relayError"
+    assert error["message"].startswith(f"piwf relay cannot listen on ws://127.0.0.1:{port}: ")
+    assert first.alive()
