@@ -58,6 +58,7 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │                                                   holds: start again without one)
     ├── InternalError               internalError      (a server bug; nothing was changed)
     ├── MissingExtraError           missingExtra       (a command needs an optional extra)
+    ├── RelayError                  relayError         (piwf relay cannot listen or serve)
     ├── ServerError
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
     │   ├── ServerStartError        serverStart        (the server could not start; says why)
@@ -420,6 +421,12 @@ class MissingExtraError(PiwfError):
     ``pip install 'piwf[...]'`` that brings it."""
 
     code = "missingExtra"
+
+
+class RelayError(PiwfError):
+    """``piwf relay`` cannot listen (the address is in use, not permitted) or serve."""
+
+    code = "relayError"
 
 
 class ServerError(PiwfError):

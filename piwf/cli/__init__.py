@@ -8,7 +8,7 @@ Exit codes are a protocol: 0 success, 1 runtime error, 2 usage error. Every comm
 
 Commands live in :mod:`.server`, :mod:`.runs`, :mod:`.state`, :mod:`.effects`,
 :mod:`.requests`, :mod:`.resources`, :mod:`.sessions` (and :mod:`.attach`), :mod:`.workflows`,
-:mod:`.mcp` and :mod:`.view`; output in :mod:`.render`;
+:mod:`.mcp`, :mod:`.relay` and :mod:`.view`; output in :mod:`.render`;
 the shared flag, error handling and client in :mod:`.common`. docs/CLI.md documents each one.
 
 A command's module is imported only when that command runs or shows its own help
@@ -70,6 +70,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "piwf.cli.mcp",
         "mcp_command",
         "Serve the workflow tool to an MCP client over stdio (extra: piwf[mcp]).",
+    ),
+    "relay": LazyCommand(
+        "piwf.cli.relay",
+        "relay_command",
+        "Relay the client protocol over a loopback WebSocket (extra: piwf[relay]).",
     ),
     "requests": LazyCommand(
         "piwf.cli.requests",

@@ -100,10 +100,11 @@ def parse_json(data: str | bytes, param_hint: str) -> canonical.JsonValue:
         ) from None
 
 
-def open_client(*, autostart: bool = True) -> Client:
-    """Return a client for ``$PIWF_HOME`` under a fresh CLI client id.
+def open_client(*, autostart: bool = True, remote: str | None = None) -> Client:
+    """Return a client for ``$PIWF_HOME`` (or, with ``remote``, for the server behind that
+    piwf relay) under a fresh CLI client id.
 
     One invocation is one client: its durable commands get one idempotency key each, kept
     across the client's automatic retries (docs/PROTOCOL.md §6).
     """
-    return Client(client_id=f"cli-{uuid.uuid4().hex}", autostart=autostart)
+    return Client(client_id=f"cli-{uuid.uuid4().hex}", autostart=autostart, remote=remote)

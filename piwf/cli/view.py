@@ -2,7 +2,9 @@
 
 The one module of the CLI that reaches :mod:`piwf.viewer`, and only inside the command, so the
 base install never imports Textual. It hands the viewer the CLI's own wording
-(:func:`wording`), so the viewer and ``run show`` / ``run explain`` say the same thing.
+(:func:`wording`), so the viewer and ``run show`` / ``run explain`` say the same thing. With
+``--remote ws://127.0.0.1:PORT`` its client talks to a ``piwf relay`` (through an SSH tunnel)
+instead of this state home's socket; everything above the client is the same.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import click
 from piwf.cli import render, render_view
 from piwf.cli.common import _check_run_id as check_run_id
 from piwf.cli.common import command, json_option, open_client
+from piwf.client.websocket import check_remote_url
 from piwf.errors import MissingExtraError
 from piwf.protocol.view_payloads import RunView
 
@@ -32,17 +35,34 @@ def _check_optional_run_id(
     return None if value is None else check_run_id(ctx, param, value)
 
 
+def _check_remote(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_remote_url(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 @click.command("view")
 @click.argument("run_id", metavar="[RUN_ID]", required=False, callback=_check_optional_run_id)
+@click.option(
+    "--remote",
+    metavar="ws://127.0.0.1:PORT",
+    default=None,
+    callback=_check_remote,
+    help="Watch the server behind a `piwf relay` (the local end of an SSH tunnel).",
+)
 @json_option
 @command
-def view_command(run_id: str | None, as_json: bool) -> None:
+def view_command(run_id: str | None, remote: str | None, as_json: bool) -> None:
     """Watch runs live in the terminal (extra: piwf[view]).
 
     The run list (Enter opens a run), or with RUN_ID that run: its status and what it is
     doing, its steps, the selected step's log (l: every log) and its controls: p pause,
     r resume, c cancel (asks y/n), a shows the `piwf answer` command. Esc goes back, q quits.
-    Without the extra, `piwf run show RUN --follow` is a plain live view.
+    Without the extra, `piwf run show RUN --follow` is a plain live view. --remote watches
+    another machine's server through `piwf relay` and an SSH tunnel (docs/REMOTE.md).
 
     \b
     Example:
@@ -56,7 +76,9 @@ def view_command(run_id: str | None, as_json: bool) -> None:
         raise MissingExtraError(MISSING_TEXTUAL) from None
     if as_json:
         raise click.UsageError("piwf view is interactive; for JSON use `piwf run show RUN --json`")
-    with open_client() as client:
+    with open_client(remote=remote) as client:
+        if remote is not None:
+            client.connect()  # an unreachable relay or server: exit 1 before the screen opens
         if run_id is not None:
             client.run_view(run_id, step_limit=1)  # an unknown run: NotFoundError, exit 1
         ViewerApp(client, wording(), run_id).run()

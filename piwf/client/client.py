@@ -8,8 +8,9 @@
         run = client.start_run("flows/release.py", input={"targets": ["a"]})
         final = client.wait_run(run.run_id, timeout_s=600)
 
-One :class:`Client` holds at most one connection to the server's Unix socket, opened on first
-use. The server greets every connection with a ``hello``; the client refuses a server of another
+One :class:`Client` holds at most one connection to the server's Unix socket (or, with
+``remote``, to a piwf relay's loopback WebSocket: docs/REMOTE.md), opened on first use. The
+server greets every connection with a ``hello``; the client refuses a server of another
 package version. Requests may be in flight from several threads at once: a reader thread matches
 each response to its request by ``requestId``, whatever order the server answers in.
 
@@ -33,8 +34,6 @@ outcome (see :data:`OUTCOME_ERRORS`), or the finer class of its error code when 
 
 from __future__ import annotations
 
-import errno
-import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -52,12 +51,8 @@ from tenacity import (
 )
 
 from piwf.client import launcher
-from piwf.client.connection import (
-    NotListeningError,
-    ServerConnection,
-    TransportError,
-    connect_socket,
-)
+from piwf.client.connection import ServerConnection, TransportError
+from piwf.client.connectors import UnixSocketConnector
 from piwf.client.interactions import InteractionMethods
 from piwf.client.logs import RunLogMethods
 from piwf.client.resources import ResourceMethods
@@ -65,8 +60,10 @@ from piwf.client.runs import RunReadMethods, absolute_path, start_payload
 from piwf.client.session_capture import CaptureMethods
 from piwf.client.sessions import SessionMethods
 from piwf.client.settings import SettingsMethods
+from piwf.client.transport import Connector
+from piwf.client.websocket import RemoteConnector
 from piwf.client.workflows import WorkflowMethods
-from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths, state_home
+from piwf.config import ServerPaths, state_home
 from piwf.errors import (
     BackupFailedError,
     ClaimLostCommandError,
@@ -126,9 +123,6 @@ RETRY_MAX_ATTEMPTS: Final = 20
 #: How long ``stop_server`` waits for the server to close the connection after acknowledging.
 DEFAULT_STOP_WAIT_S: Final = 10.0
 
-_RECV_BYTES: Final = 64 * 1024
-_NOT_LISTENING: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED})
-
 
 #: The error raised for each non-success outcome.
 OUTCOME_ERRORS: Mapping[str, type[CommandError]] = {
@@ -177,7 +171,9 @@ class Client(
     receipt. Timeouts are in seconds: ``connect_timeout_s`` bounds
     connecting and reading the hello, ``request_timeout_s`` one response (a ``run.wait`` gets its
     wait on top), ``retry_timeout_s`` the retrying of one call, ``start_timeout_s`` a server
-    start. Constructing a client does no I/O; the first request connects.
+    start. Constructing a client does no I/O; the first request connects. With ``remote``
+    (``ws://127.0.0.1:PORT``, a loopback URL: :func:`~piwf.client.websocket.check_remote_url`)
+    the client talks to that piwf relay's server instead of ``home``'s and never starts one.
 
     Use it as a context manager or call :meth:`close`; a closed client reconnects on next use.
     """
@@ -192,10 +188,16 @@ class Client(
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S,
         start_timeout_s: float = launcher.DEFAULT_START_TIMEOUT_S,
+        remote: str | None = None,
     ) -> None:
         self.home = (home or state_home()).absolute()
         self.client_id = client_id or f"py-{uuid.uuid4().hex}"
-        self.autostart = autostart
+        self.autostart = autostart and remote is None
+        self._connector: Connector = (
+            UnixSocketConnector(self.home, start_timeout_s)
+            if remote is None
+            else RemoteConnector(remote)
+        )
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self.retry_timeout_s = retry_timeout_s
@@ -537,7 +539,7 @@ class Client(
                     f"key {idempotency_key} from client {self.client_id} adopts its outcome)"
                 )
             raise ServerUnavailableError(
-                f"lost the piwf server at {self.socket_path} during {what}: {error}{unknown}"
+                f"lost {self._connector.where} during {what}: {error}{unknown}"
             ) from None
 
     def _send(self, request_id: str, frame: bytes, timeout_s: float, autostart: bool) -> Response:
@@ -562,24 +564,8 @@ class Client(
             return self._connection
 
     def _open_connection(self, autostart: bool) -> ServerConnection:
-        path = self.socket_path
-        if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
-            raise ServerUnavailableError(
-                f"the socket path {path} is longer than {MAX_SOCKET_PATH_BYTES} bytes; "
-                "choose a shorter PIWF_HOME"
-            )
-        try:
-            sock = connect_socket(path, self.connect_timeout_s)
-        except NotListeningError:
-            if not autostart:
-                raise ServerNotRunningError(f"no piwf server is running for {self.home}") from None
-            launcher.ensure_server(self.home, timeout_s=self.start_timeout_s)
-            try:
-                sock = connect_socket(path, self.connect_timeout_s)
-            except NotListeningError:
-                # Another process's server holds the home but is still starting or stopping.
-                raise TransportError("the server is starting or stopping") from None
-        return ServerConnection.open(sock, self.connect_timeout_s, self.request_timeout_s)
+        transport = self._connector.connect(autostart=autostart, timeout_s=self.connect_timeout_s)
+        return ServerConnection.open(transport, self.connect_timeout_s, self.request_timeout_s)
 
 
 def _receipt(receipt_type: type[_Receipt], response: Response) -> _Receipt:

@@ -1,20 +1,20 @@
-"""One connection of the Python client: socket, hello check, and a reader thread.
+"""One connection of the Python client: socket path checks, hello check, and a reader thread.
 
 Before connecting, :func:`check_socket_path` makes sure the path is this user's own server
 socket: the state home, its ``server`` directory and the socket are each ``lstat``-ed, never
 followed, so a symlink planted anywhere on that path cannot lead the client into another home's
 live server (which would then receive this client's commands).
 
-:class:`ServerConnection` reads the server's ``hello`` (refusing another package version), then
-a reader thread matches every response to its request by ``requestId``, so requests from
-several threads may be in flight at once. Any transport failure marks the connection broken
-and wakes every waiting request with :class:`TransportError`; the :class:`~piwf.client.Client`
-decides whether to reconnect and retry.
+:class:`ServerConnection` runs over a :class:`~piwf.client.transport.Transport` (the Unix
+socket, or a piwf relay's WebSocket): it reads the server's ``hello`` (refusing another package
+version), then a reader thread matches every response to its request by ``requestId``, so
+requests from several threads may be in flight at once. Any transport failure marks the
+connection broken and wakes every waiting request with :class:`TransportError`; the
+:class:`~piwf.client.Client` decides whether to reconnect and retry.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import queue
@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Final
 
 from piwf._version import __version__
+from piwf.client.transport import PeerClosedError, Transport
 from piwf.errors import IncompatibleServerError, PiwfError, ServerError, ServerUnavailableError
-from piwf.protocol import FrameDecoder, Hello, InvalidMessageError, Response, parse_server_message
+from piwf.protocol import Hello, InvalidMessageError, Response, parse_server_message
 from piwf.protocol.client_v1 import Event
 
-_RECV_BYTES: Final = 64 * 1024
 _NOT_LISTENING: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED})
 
 
@@ -128,12 +128,11 @@ class PendingRequest:
 
 
 class ServerConnection:
-    """One socket, its hello, and a reader thread that routes responses by request id."""
+    """One transport, its hello, and a reader thread that routes responses by request id."""
 
-    def __init__(self, sock: socket.socket, hello: Hello, decoder: FrameDecoder) -> None:
+    def __init__(self, transport: Transport, hello: Hello) -> None:
         self.hello = hello
-        self._sock = sock
-        self._decoder = decoder
+        self._transport = transport
         self._state = threading.Lock()
         self._send_lock = threading.Lock()
         self._pending: dict[str, PendingRequest] = {}
@@ -146,22 +145,21 @@ class ServerConnection:
 
     @classmethod
     def open(
-        cls, sock: socket.socket, connect_timeout_s: float, io_timeout_s: float
+        cls, transport: Transport, connect_timeout_s: float, io_timeout_s: float
     ) -> ServerConnection:
-        """Read and check the hello, then start the reader; closes ``sock`` on any error."""
+        """Read and check the hello, then start the reader; closes ``transport`` on any error."""
         try:
-            decoder = FrameDecoder()
-            hello = read_hello(sock, decoder, time.monotonic() + connect_timeout_s)
+            hello = read_hello(transport, time.monotonic() + connect_timeout_s)
             if hello.package_version != __version__:
                 raise IncompatibleServerError(
                     f"the piwf server runs version {hello.package_version} but this client is "
                     f"{__version__}; stop that server with the piwf that started it"
                 )
-            sock.settimeout(io_timeout_s)
+            transport.set_timeout(io_timeout_s)
         except BaseException:
-            sock.close()
+            transport.close()
             raise
-        connection = cls(sock, hello, decoder)
+        connection = cls(transport, hello)
         connection._reader.start()
         return connection
 
@@ -179,7 +177,7 @@ class ServerConnection:
         try:
             try:
                 with self._send_lock:
-                    self._sock.sendall(frame)
+                    self._transport.send_frame(frame)
             except OSError as error:
                 self._fail(f"sending failed: {error.strerror or error}")
             if not pending.done.wait(timeout_s):
@@ -214,7 +212,7 @@ class ServerConnection:
         self._fail("the client closed the connection")
         if threading.current_thread() is not self._reader and self._reader.is_alive():
             self._reader.join()
-        self._sock.close()
+        self._transport.close()
 
     def _fail(self, reason: str) -> None:
         """Mark the connection broken (first reason wins) and wake every waiting request."""
@@ -227,23 +225,20 @@ class ServerConnection:
             pending.done.set()
         for events in subscribed:
             events.put(None)
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
+        self._transport.shutdown()
         self._closed.set()
 
     def _read_loop(self) -> None:
         try:
             while not self.broken:
                 try:
-                    data = self._sock.recv(_RECV_BYTES)
+                    frames = self._transport.receive()
                 except TimeoutError:
                     continue
-                if not data:
-                    self._decoder.finish()
-                    self._fail("the server closed the connection")
-                    return
-                for frame in self._decoder.feed(data):
+                for frame in frames:
                     self._dispatch(frame)
+        except PeerClosedError as closed:
+            self._fail(str(closed))
         except OSError as error:
             self._fail(f"connection error: {error.strerror or error}")
         except PiwfError as error:
@@ -267,21 +262,26 @@ class ServerConnection:
         # An event of a subscription given up, a response to a request that gave up: dropped.
 
 
-def read_hello(sock: socket.socket, decoder: FrameDecoder, deadline: float) -> Hello:
+def read_hello(transport: Transport, deadline: float) -> Hello:
+    """Wait until ``deadline`` (monotonic) for the server's hello and return it.
+
+    Raises :class:`TransportError` (worth a retry) when none comes in time, the peer closes
+    first or the server refused the connection, and
+    :class:`~piwf.protocol.errors.InvalidMessageError` when the first frame is no hello.
+    """
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TransportError("the server sent no hello in time")
-        sock.settimeout(remaining)
+        transport.set_timeout(remaining)
         try:
-            data = sock.recv(_RECV_BYTES)
+            frames = transport.receive()
         except TimeoutError:
             raise TransportError("the server sent no hello in time") from None
+        except PeerClosedError as closed:
+            raise TransportError(f"{closed} before its hello") from None
         except OSError as error:
             raise TransportError(f"connection error: {error.strerror or error}") from None
-        if not data:
-            raise TransportError("the server closed the connection before its hello")
-        frames = decoder.feed(data)
         if frames:
             message = parse_server_message(frames[0])
             if isinstance(message, Response) and message.error is not None:

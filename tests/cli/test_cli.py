@@ -62,6 +62,7 @@ def test_the_surface_of_design_section_11() -> None:
         "piwf answer",
         "piwf effect resolve",
         "piwf mcp",
+        "piwf relay",
         "piwf requests",
         "piwf resource apply",
         "piwf resource delete",

@@ -58,6 +58,11 @@ FORBIDDEN: list[tuple[str, tuple[str, ...], str]] = [
         (STATE, SERVER, CLI, RUNNER, "piwf.workflow", "sqlite3"),
         "viewer/ is a client like the CLI (which hands it its wording): only through piwf.Client",
     ),
+    (
+        "piwf.relay",
+        (STATE, SERVER, CLI, RUNNER, "piwf.workflow", "piwf.mcp", "piwf.viewer", "sqlite3"),
+        "relay/ is a client like the CLI: it reaches the server only through its socket",
+    ),
 ]
 
 #: The client never opens the live database; its two offline commands read an inactive file.
@@ -85,6 +90,8 @@ CLI_MAY_IMPORT = (
     "piwf.mcp.server",
     # ``piwf view`` starts the Textual viewer (only from its command: VIEWER_IMPORTERS).
     "piwf.viewer",
+    # ``piwf relay`` starts the WebSocket relay (only from its command: RELAY_IMPORTERS).
+    "piwf.relay.server",
 )
 
 #: What the top-level group ``piwf.cli`` may import itself: it loads each command's module by
@@ -94,6 +101,14 @@ CLI_GROUP_MAY_IMPORT = frozenset({"piwf._version", "piwf.canonical"})
 
 #: The only CLI module that reaches the viewer, so the base install never imports Textual.
 VIEWER_IMPORTERS = frozenset({"piwf.cli.view"})
+
+#: The only CLI module that reaches the relay, and the only modules that import websockets
+#: (the piwf[relay] extra): the relay itself and the client's side of it.
+RELAY_IMPORTERS = frozenset({"piwf.cli.relay"})
+WEBSOCKETS_IMPORTERS = ("piwf.relay", "piwf.client.websocket")
+#: What the relay may take from the protocol: the byte-level frame rules, never the messages
+#: (it carries frames; it does not read them).
+RELAY_PROTOCOL = frozenset({"piwf.protocol.framing", "piwf.protocol.errors"})
 
 #: The CLI's one way into the server: ``piwf server run`` calls its entry point.
 CLI_TO_SERVER = frozenset(
@@ -223,6 +238,50 @@ def test_only_the_view_command_reaches_the_viewer_and_only_the_viewer_imports_te
         if within(found.target, "textual") and not within(found.module.name, "piwf.viewer")
     )
     assert textual == [], "only piwf.viewer imports textual:\n  " + "\n  ".join(textual)
+
+
+def test_only_the_relay_command_reaches_the_relay_and_only_the_relay_sides_import_websockets() -> (
+    None
+):
+    to_relay = {
+        found.module.name
+        for found in ALL
+        if within(found.target, "piwf.relay") and not within(found.module.name, "piwf.relay")
+    }
+    assert to_relay == RELAY_IMPORTERS, f"piwf.relay is imported from {sorted(to_relay)}"
+    websockets = sorted(
+        where(found)
+        for found in ALL
+        if within(found.target, "websockets")
+        and not within(found.module.name, *WEBSOCKETS_IMPORTERS)
+    )
+    assert websockets == [], "only the relay sides import websockets:\n  " + "\n  ".join(websockets)
+    # Loading the CLI or the client imports no websockets: a remote client imports it when it
+    # connects, the relay command when it runs.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, piwf.cli, piwf.client, piwf.client.websocket;"
+            " print('websockets' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "False", "importing piwf.cli or piwf.client imported websockets"
+
+
+def test_the_relay_reads_no_message_only_the_frame_rules() -> None:
+    broken = sorted(
+        where(found)
+        for found in ALL
+        if within(found.module.name, "piwf.relay")
+        and within(found.target, "piwf.protocol")
+        and found.target not in RELAY_PROTOCOL
+    )
+    assert broken == [], "relay/ carries frames and parses no message:\n  " + "\n  ".join(broken)
 
 
 def test_no_piwf_module_is_imported_by_name() -> None:

@@ -1,0 +1,53 @@
+"""The default :class:`~piwf.client.transport.Connector`: the state home's own Unix socket.
+
+A :class:`~piwf.client.Client` without ``remote`` connects here: the socket path is checked
+(:func:`~piwf.client.connection.check_socket_path`), and when nothing listens a server is
+started (:func:`~piwf.client.launcher.ensure_server`) if the client allows it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from piwf.client import launcher
+from piwf.client.connection import NotListeningError, TransportError, connect_socket
+from piwf.client.transport import SocketTransport
+from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths
+from piwf.errors import ServerNotRunningError, ServerUnavailableError
+
+
+class UnixSocketConnector:
+    """Connects to ``<home>/server/server.sock``, starting a server when allowed."""
+
+    def __init__(self, home: Path, start_timeout_s: float) -> None:
+        self.home = home
+        self.socket_path = ServerPaths(home).socket
+        self.start_timeout_s = start_timeout_s
+
+    @property
+    def where(self) -> str:
+        return f"the piwf server at {self.socket_path}"
+
+    def connect(self, *, autostart: bool, timeout_s: float) -> SocketTransport:
+        """Connect (see :class:`~piwf.client.transport.Connector`); with ``autostart``, a
+        missing server is started first. Raises :class:`ServerNotRunningError` when none runs
+        and ``autostart`` is off."""
+        path = self.socket_path
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+            raise ServerUnavailableError(
+                f"the socket path {path} is longer than {MAX_SOCKET_PATH_BYTES} bytes; "
+                "choose a shorter PIWF_HOME"
+            )
+        try:
+            sock = connect_socket(path, timeout_s)
+        except NotListeningError:
+            if not autostart:
+                raise ServerNotRunningError(f"no piwf server is running for {self.home}") from None
+            launcher.ensure_server(self.home, timeout_s=self.start_timeout_s)
+            try:
+                sock = connect_socket(path, timeout_s)
+            except NotListeningError:
+                # Another process's server holds the home but is still starting or stopping.
+                raise TransportError("the server is starting or stopping") from None
+        return SocketTransport(sock)

@@ -1,0 +1,109 @@
+"""``piwf relay`` and ``piwf view --remote`` at the command line, without a relay running.
+
+Usage errors (exit 2) come before anything is imported or bound; a missing ``websockets`` is
+exit 1 naming ``pip install 'piwf[relay]'``. The package is hidden from a child interpreter
+(``sys.modules['websockets'] = None``), so these run whether or not the extra is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from piwf.cli.relay import MISSING_WEBSOCKETS
+from piwf.client.websocket import MISSING_WEBSOCKETS as MISSING_FOR_CLIENT
+
+WITHOUT_WEBSOCKETS = (
+    "import sys; sys.modules['websockets'] = None; from piwf.cli import main; main(sys.argv[1:])"
+)
+
+
+def piwf(
+    tmp_path: Path, *args: str, hide_websockets: bool = False
+) -> subprocess.CompletedProcess[str]:
+    prefix = ["-c", WITHOUT_WEBSOCKETS] if hide_websockets else ["-m", "piwf"]
+    return subprocess.run(
+        [sys.executable, *prefix, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PIWF_HOME": str(tmp_path / "home")},
+    )
+
+
+@pytest.mark.parametrize(
+    "listen",
+    ["0.0.0.0:8765", "[::]:8765", "192.0.2.10:8765", "[2001:db8::1]:8765", "nohost.invalid:8765"],
+)
+def test_a_listen_address_that_is_not_loopback_is_a_usage_error_naming_the_ssh_tunnel(
+    tmp_path: Path, listen: str
+) -> None:
+    result = piwf(tmp_path, "relay", "--listen", listen)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "loopback" in result.stderr and "SSH tunnel" in result.stderr, result.stderr
+    assert "ssh -L 8765:127.0.0.1:8765 HOST piwf relay --listen 127.0.0.1:8765" in result.stderr
+    assert not (tmp_path / "home").exists(), "nothing was started or written"
+
+
+def test_a_refused_listen_address_with_json_is_one_usage_document(tmp_path: Path) -> None:
+    result = piwf(tmp_path, "relay", "--listen", "0.0.0.0:8765", "--json")
+    assert result.returncode == 2
+    document = json.loads(result.stdout)
+    assert document["error"]["code"] == "usage"
+    assert "SSH tunnel" in document["error"]["message"]
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1", "127.0.0.1:http", "::1:8765", "127.0.0.1:70000"])
+def test_a_listen_value_that_is_no_host_and_port_is_a_usage_error(
+    tmp_path: Path, listen: str
+) -> None:
+    result = piwf(tmp_path, "relay", "--listen", listen)
+    assert result.returncode == 2 and "--listen" in result.stderr, result.stderr
+
+
+def test_without_websockets_piwf_relay_exits_1_naming_the_extra(tmp_path: Path) -> None:
+    assert MISSING_WEBSOCKETS == "piwf relay needs the relay extra: pip install 'piwf[relay]'"
+    plain = piwf(tmp_path, "relay", "--listen", "127.0.0.1:0", hide_websockets=True)
+    assert (plain.returncode, plain.stdout, plain.stderr) == (
+        1,
+        "",
+        f"Error: {MISSING_WEBSOCKETS}\n",
+    )
+    as_json = piwf(tmp_path, "relay", "--listen", "127.0.0.1:0", "--json", hide_websockets=True)
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout) == {
+        "error": {"code": "missingExtra", "message": MISSING_WEBSOCKETS}
+    }
+
+
+def test_without_websockets_piwf_view_remote_exits_1_naming_the_extra(tmp_path: Path) -> None:
+    pytest.importorskip("textual", reason="piwf view reports the view extra first")
+    result = piwf(tmp_path, "view", "--remote", "ws://127.0.0.1:9", hide_websockets=True)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"Error: {MISSING_FOR_CLIENT}\n"
+    assert "pip install 'piwf[relay]'" in MISSING_FOR_CLIENT
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("ws://192.0.2.10:8765", "SSH tunnel"),
+        ("ws://0.0.0.0:8765", "SSH tunnel"),
+        ("wss://127.0.0.1:8765", "not a ws:// URL"),
+        ("http://127.0.0.1:8765", "not a ws:// URL"),
+        ("ws://127.0.0.1", "not a ws://HOST:PORT URL"),
+        ("ws://127.0.0.1:8765/path", "has a path"),
+    ],
+)
+def test_a_remote_url_that_is_not_a_loopback_ws_url_is_a_usage_error(
+    tmp_path: Path, url: str, says: str
+) -> None:
+    result = piwf(tmp_path, "view", "--remote", url)
+    assert result.returncode == 2 and says in result.stderr, result.stderr

@@ -1,0 +1,125 @@
+"""``piwf view --remote`` through a real relay: the same live view, its client on a WebSocket.
+
+A gated run (``first``, ``hold`` blocked on a gate file, ``last``) is followed to completion
+twice: by the Textual app under its test pilot with ``Client(remote=...)`` (the client
+``piwf view --remote`` builds), and by the ``piwf view --remote`` command itself in a real
+terminal (tmux: read the screen). Every wait is a bounded poll, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from piwf import Client
+from tests.relay.conftest import RelayFactory, require_websockets
+from tests.server.harness import ServerProcess, wait_for
+from tests.viewer.conftest import require_textual
+from tests.viewer.test_viewer_pilot import DEADLINE_S, gated_run, shown, until
+
+require_websockets()
+require_textual()
+
+from textual.pilot import Pilot  # noqa: E402
+from textual.widgets import DataTable  # noqa: E402
+
+from piwf.cli.view import wording  # noqa: E402
+from piwf.viewer import ViewerApp  # noqa: E402
+
+PIWF = Path(sys.executable).parent / "piwf"
+
+
+# conformance: I7
+def test_the_viewer_over_the_relay_follows_a_run_to_completion(
+    server: ServerProcess, relays: RelayFactory, tmp_path: Path
+) -> None:
+    run_id, gate = gated_run(server, tmp_path, "remote")
+    relay = relays.start()
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "node hold" in shown(app, "#run-status"), "the current node")
+        assert "running · executing" in shown(app, "#run-status")
+        gate.touch()
+        await until(pilot, lambda: "completed · idle" in shown(app, "#run-status"), "completed")
+        steps = app.screen.query_one("#steps", DataTable)
+        assert [steps.get_row_at(i)[1:4] for i in range(steps.row_count)] == [
+            ["first", "1", "completed"],
+            ["hold", "1", "completed"],
+            ["last", "1", "completed"],
+        ]
+
+    async def main(client: Client) -> None:
+        app = ViewerApp(client, wording(), run_id)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await script(app, pilot)
+
+    with Client(remote=relay.url) as client:
+        asyncio.run(main(client))
+
+
+class Terminal:
+    """One tmux server and session running one command in a 140x40 pane."""
+
+    def __init__(self, socket: str, command: str, env: dict[str, str]) -> None:
+        self.socket = socket
+        exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items())
+        script = f"env {exports} {command}; echo EXIT=$?; read held"
+        self._tmux("new-session", "-d", "-s", "t", "-x", "140", "-y", "40", script)
+
+    def _tmux(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=10
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-J", "-t", "t")
+
+    def press(self, key: str) -> None:
+        self._tmux("send-keys", "-t", "t", key)
+
+    def wait_for_text(self, text: str) -> None:
+        wait_for(lambda: text in self.screen(), DEADLINE_S, f"{text!r} on:\n{self.screen()}")
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def terminal_sockets() -> Iterator[list[Terminal]]:
+    opened: list[Terminal] = []
+    yield opened
+    for terminal in opened:
+        terminal.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_piwf_view_remote_in_a_terminal_follows_a_run_to_completion(
+    server: ServerProcess,
+    relays: RelayFactory,
+    tmp_path: Path,
+    terminal_sockets: list[Terminal],
+) -> None:
+    run_id, gate = gated_run(server, tmp_path, "terminal")
+    relay = relays.start()
+    # Another home, never started: the view must not touch the local socket or start a server.
+    elsewhere = tmp_path / "elsewhere"
+    env = {"PIWF_HOME": str(elsewhere), "PATH": os.environ["PATH"], "TERM": "xterm-256color"}
+    command = f"{shlex.quote(str(PIWF))} view --remote {relay.url} {run_id}"
+    terminal = Terminal(f"piwf-relay-{os.getpid()}", command, env)
+    terminal_sockets.append(terminal)
+    terminal.wait_for_text("running · executing")
+    gate.touch()
+    terminal.wait_for_text("completed · idle")
+    terminal.press("q")
+    terminal.wait_for_text("EXIT=0")
+    assert not elsewhere.exists(), "a remote view starts no local server"
