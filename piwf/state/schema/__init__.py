@@ -25,6 +25,8 @@ part of the digest, so it never changes without a reason)::
     sessions                     workflow messages (what an origin session's conversation shows),
                                  workflow turns
     session_capture              session capture: segments, entries, attempt entries, events
+    channels                     channels (adapter epochs), their update cursors, the messages
+                                 that presented and settled decisions
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import hashlib
 
 from piwf.state.schema.agents import AGENT_STATEMENTS
+from piwf.state.schema.channels import CHANNEL_STATEMENTS
 from piwf.state.schema.core import RECORD_STATEMENTS, SERVER_STATEMENTS
 from piwf.state.schema.decisions import DECISION_STATEMENTS
 from piwf.state.schema.execution import RUN_STATEMENTS, RUNNER_STATEMENTS
@@ -62,6 +65,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         *LOG_STATEMENTS,
         *SESSION_STATEMENTS,
         *CAPTURE_STATEMENTS,
+        *CHANNEL_STATEMENTS,
     )
 )
 
