@@ -52,6 +52,7 @@ from tenacity import (
 )
 
 from piwf.client import launcher
+from piwf.client.channels import ChannelMethods
 from piwf.client.connection import (
     NotListeningError,
     ServerConnection,
@@ -158,6 +159,7 @@ _T = TypeVar("_T")
 
 class Client(
     RunReadMethods,
+    ChannelMethods,
     RunLogMethods,
     InteractionMethods,
     ResourceMethods,

@@ -400,10 +400,10 @@ def _answer(
     data: str | None,
     submission_id: str,
 ) -> UpdateResult:
-    if data is None:
-        return UpdateResult(0, "ignored")
-    if not allowed or identity is None:
+    if identity is not None and not allowed:
         return UpdateResult(0, "refused", reason="the identity is not allowed on this channel")
+    if data is None or identity is None:
+        return UpdateResult(0, "ignored")
     token, _, index_text = data.partition(":")
     message = store.message_by_token(tx, channel.channel_id, token)
     decision = None
