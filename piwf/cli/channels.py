@@ -20,7 +20,7 @@ def channel_group() -> None:
     Profiles live in channels.json in the state home; docs/CHANNELS.md shows the setup.
 
     \b
-    Examples:
+    Example:
       piwf channel status
       piwf channel reload
       piwf channel recover effect-3f2a confirm
@@ -104,7 +104,7 @@ def channel_recover(effect_id: str, action: str, as_json: bool) -> None:
     (a duplicate message is possible).
 
     \b
-    Examples:
+    Example:
       piwf channel recover effect-3f2a confirm
       piwf channel recover effect-3f2a retry
     """

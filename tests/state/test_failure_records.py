@@ -2,8 +2,8 @@
 
 Adding ``node_attempts.failure_hash`` changed the DDL in place (the alpha policy of seed 000
 and docs/STATE.md: no migrations), and so has every schema change since (the latest: session
-capture, then the channel tables). A database the previous code created must therefore be refused before anything
-touches it, with the one reset instruction, never half-read.
+capture, then the channel tables). A database the previous code created must therefore be
+refused before anything touches it, with the one reset instruction, never half-read.
 """
 
 from __future__ import annotations
