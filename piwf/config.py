@@ -16,6 +16,8 @@ from pathlib import Path
 from piwf.errors import UnsafeStateHomeError
 
 STATE_FILE_NAME = "state.sqlite"
+#: The channel profiles (docs/CHANNELS.md), a JSON document in the state home.
+CHANNELS_FILE_NAME = "channels.json"
 HOME_MODE = 0o700
 FILE_MODE = 0o600
 

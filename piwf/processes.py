@@ -37,6 +37,7 @@ class ChildKind(str, Enum):
     RESOURCE_RUNNER = "piwf.runner.resource_runner"
     RESOLVER = "piwf.runner.resolver"
     VALIDATOR = "piwf.runner.validator"
+    CHANNEL_ADAPTER = "piwf.runner.channel_adapter"
 
 
 #: What a fork server imports once, so that no forked child pays for it: the bootstrap, every

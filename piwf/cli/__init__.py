@@ -6,7 +6,7 @@ Exit codes are a protocol: 0 success, 1 runtime error, 2 usage error. Every comm
     piwf run show nope --json      -> {"error":{"code":"notFound","message":"..."}}   exit 1
     piwf run show --json           -> {"error":{"code":"usage","message":"..."}}      exit 2
 
-Commands live in :mod:`.server`, :mod:`.runs`, :mod:`.state`, :mod:`.effects`,
+Commands live in :mod:`.server`, :mod:`.runs`, :mod:`.state`, :mod:`.effects`, :mod:`.channels`,
 :mod:`.requests`, :mod:`.resources`, :mod:`.sessions` (and :mod:`.attach`), :mod:`.workflows`,
 :mod:`.mcp`, :mod:`.relay` and :mod:`.view`; output in :mod:`.render`;
 the shared flag, error handling and client in :mod:`.common`. docs/CLI.md documents each one.
@@ -60,6 +60,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "piwf.cli.requests",
         "answer_command",
         "Answer one exact pending request as a person (decision.answer).",
+    ),
+    "channel": LazyCommand(
+        "piwf.cli.channels",
+        "channel_group",
+        "Deliver protected decisions through channel adapters (Telegram).",
     ),
     "effect": LazyCommand(
         "piwf.cli.effects",

@@ -51,6 +51,7 @@ from tenacity import (
 )
 
 from piwf.client import launcher
+from piwf.client.channels import ChannelMethods
 from piwf.client.connection import ServerConnection, TransportError
 from piwf.client.connectors import UnixSocketConnector
 from piwf.client.interactions import InteractionMethods
@@ -153,6 +154,7 @@ _T = TypeVar("_T")
 
 class Client(
     RunReadMethods,
+    ChannelMethods,
     RunLogMethods,
     InteractionMethods,
     ResourceMethods,

@@ -26,6 +26,9 @@ operation               kind     meaning
 ``state.prune``         durable  back up, then delete the expired run trees (retention)
 ``state.prunePreview``  read     list the run trees a prune would delete
 ``effect.resolve``      durable  settle an ambiguous effect by explicit operator action
+``channel.status``      read     channel profiles, their adapters, pending and ambiguous sends
+``channel.reload``      durable  re-read the channel profiles; restart the adapters that changed
+``channel.recover``     durable  settle an ambiguous channel send: ``confirm`` or ``retry``
 ``checkpoint.answer``   durable  answer a checkpoint
 ``decision.answer``     durable  answer a protected human decision
 ``requests.list``       read     the pending requests (checkpoints, decisions, agent steps)
@@ -75,6 +78,9 @@ from types import MappingProxyType
 from typing import Literal, get_args
 
 Operation = Literal[
+    "channel.recover",
+    "channel.reload",
+    "channel.status",
     "checkpoint.answer",
     "decision.answer",
     "effect.resolve",
@@ -130,6 +136,8 @@ OPERATIONS: tuple[Operation, ...] = get_args(Operation)
 #: State-changing operations: an idempotency key is required and a receipt is stored.
 DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
     {
+        "channel.recover",
+        "channel.reload",
         "checkpoint.answer",
         "decision.answer",
         "effect.resolve",

@@ -49,6 +49,7 @@ _NAMES: dict[ChildKind, tuple[str, str]] = {
     ChildKind.RESOURCE_RUNNER: ("piwf reconcile", "piwf resource runner"),
     ChildKind.RESOLVER: ("piwf resolver", "piwf resolver"),
     ChildKind.VALIDATOR: ("piwf validator", "piwf validator"),
+    ChildKind.CHANNEL_ADAPTER: ("piwf channel", "piwf channel adapter"),
 }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from piwf.protocol.client_v1 import Request
+from piwf.server.channels.adapters import ChannelAdapters
 from piwf.server.children.resolvers import ResolverJobs
 from piwf.server.commands import DurableCommands
 from piwf.server.coordinators import Coordinators
@@ -49,6 +50,8 @@ class ServerContext:
     run_changed: Callable[[str], None] = lambda _run_id: None
     #: The active coordinator (connection and epoch) of each origin session.
     coordinators: Coordinators = field(default_factory=lambda: Coordinators(0))
+    #: The channel adapters (None in handler tests that start none).
+    channels: ChannelAdapters | None = None
     waiters: dict[str, list[Waiter]] = field(default_factory=dict)
     starts_in_flight: dict[tuple[str, str], list[tuple[Request, Reply]]] = field(
         default_factory=dict

@@ -44,6 +44,7 @@ from piwf.protocol.state_payloads import (
     ViolationInfo,
 )
 from piwf.server import maintenance
+from piwf.server.channels.handlers import ChannelHandlers
 from piwf.server.commands import CommandResult
 from piwf.server.content_reads import ContentReads
 from piwf.server.context import ServerContext
@@ -93,7 +94,15 @@ class Handlers:
         self.session_capture = CaptureHandlers(context)
         self.workflows = WorkflowHandlers(context)
         self.settings = SettingsHandlers(context)
-        self.table: dict[str, Callable[[Request, Reply], None]] = {
+        self.table: dict[str, Callable[[Request, Reply], None]] = {}
+        if context.channels is not None:
+            channels = ChannelHandlers(context, context.channels)
+            self.table |= {
+                "channel.status": channels.status,
+                "channel.reload": channels.reload,
+                "channel.recover": channels.recover,
+            }
+        self.table |= {
             "server.status": self.server_status,
             "server.stop": self.server_stop,
             "run.start": self.runs.run_start,

@@ -31,6 +31,7 @@ from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
 from piwf.lifecycle import Applied
 from piwf.processes import is_alive, own_identity
 from piwf.protocol.client_v1 import Hello
+from piwf.server.channels.adapters import ChannelAdapters, ChannelSettings
 from piwf.server.children.resolvers import ResolverJobs
 from piwf.server.children.supervisor import Supervisor
 from piwf.server.commands import DurableCommands
@@ -188,6 +189,17 @@ class Server:
             freed=self._wake_scheduler,
         )
         self.executor.validations = self.validations
+        self.channels = ChannelAdapters(
+            db=db,
+            loop=self.loop,
+            supervisor=supervisor,
+            server_claim=lambda: self.claim,
+            home=settings.paths.home,
+            settings=ChannelSettings(
+                poll_s=settings.claim_poll_s, ready_timeout_s=settings.runner_ready_timeout_s
+            ),
+            answered=lambda run_id: self._decisions_settled([run_id]),
+        )
         context = ServerContext(
             db=db,
             commands=self.commands,
@@ -207,6 +219,7 @@ class Server:
             request_validation=self.validations.request,
             run_changed=self._run_changed,
             coordinators=Coordinators(claim.epoch),
+            channels=self.channels,
         )
         self.handlers = Handlers(context)
         self.retention = RetentionSweeper(
@@ -266,6 +279,7 @@ class Server:
     def serve(self) -> None:
         """Run loop turns until a stop is requested and pending output is flushed."""
         revalidate_left_by_crash(self.db, self.validations)  # recovery step 9
+        self.channels.start()  # recovery step 7: channel decisions (interrupted sends ambiguous)
         self._wake_scheduler()  # work recovery made claimable starts now, not at the next poll
         while not self.loop.stop_requested:
             self.loop.run_once()
@@ -278,6 +292,7 @@ class Server:
     def shutdown(self) -> None:
         """Close clients and children; the caller releases the epoch and the lock."""
         self.reconciler.stop_all()
+        self.channels.stop_all()
         self.resolvers.stop_all()
         self.validations.stop_all()
         self.executor.stop_all()  # every child of the supervisor
@@ -286,11 +301,13 @@ class Server:
 
     def _wake_scheduler(self) -> None:
         self.loop.call_later(0, self.executor.schedule)
+        self.channels.nudge()  # an answer or a new request: a channel may present or edit
 
     def _run_changed(self, run_id: str) -> None:
         self.handlers.notify_run_changed(run_id)
         self.reconciler.wake_parents()  # a child run of a managed resource may have ended
         self.deadlines.nudge()  # a run that just parked may already be past its deadline
+        self.channels.nudge()  # a run that just parked may wait on a decision to present
         self.agent_deadlines.nudge()  # a runner ended, a run was paused or resumed
 
     def _submission_settled(self, submission: SubmissionRow) -> None:
@@ -376,7 +393,7 @@ class Server:
             return
         if self.validations.jobs or self.validations.ready:
             return  # a submission is being validated (after a restart, nobody may be waiting)
-        if self.reconciler.has_work():
+        if self.reconciler.has_work() or self.channels.has_work():
             return
         if time.monotonic() - self.clients.last_activity < self.settings.idle_exit_s:
             return

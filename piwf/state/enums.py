@@ -364,3 +364,25 @@ class AgentProcessEnd(StrEnum):
 
     UNREGISTERED = "unregistered"  # its runner shut the group down and said so
     REAPED = "reaped"  # the server ended it: its runner ended first, or its server died
+
+
+class ChannelAdapterType(StrEnum):
+    """The kinds of external channel an adapter child speaks (``channels.adapter_type``)."""
+
+    TELEGRAM = "telegram"
+
+
+class ChannelMessagePurpose(StrEnum):
+    """What a ``channel_messages`` row shows: the decision itself, or how it was settled."""
+
+    DELIVERY = "delivery"
+    SETTLEMENT = "settlement"
+
+
+class ChannelMessageStatus(StrEnum):
+    """Where a channel message stands; mirrors its effect (``ambiguous``: maybe sent)."""
+
+    PENDING = "pending"
+    CONFIRMED = "confirmed"
+    FAILED = "failed"
+    AMBIGUOUS = "ambiguous"

@@ -60,6 +60,9 @@ def one_json_document(text: str) -> Any:
 def test_the_surface_of_design_section_11() -> None:
     assert LEAVES == [
         "piwf answer",
+        "piwf channel recover",
+        "piwf channel reload",
+        "piwf channel status",
         "piwf effect resolve",
         "piwf mcp",
         "piwf relay",

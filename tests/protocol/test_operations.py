@@ -15,6 +15,8 @@ from piwf.protocol import (
 from piwf.protocol.operations import FINGERPRINT_EXCLUDED_PAYLOAD_KEYS
 
 EXPECTED_DURABLE = {
+    "channel.recover",
+    "channel.reload",
     "server.stop",
     "run.start",
     "run.cancel",
@@ -40,6 +42,7 @@ EXPECTED_DURABLE = {
     "followUp.remove",
 }
 EXPECTED_READ = {
+    "channel.status",
     "server.status",
     "run.list",
     "run.get",

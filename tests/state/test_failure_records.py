@@ -2,8 +2,8 @@
 
 Adding ``node_attempts.failure_hash`` changed the DDL in place (the alpha policy of seed 000
 and docs/STATE.md: no migrations), and so has every schema change since (the latest: session
-capture). A database the previous code created must therefore be refused before anything
-touches it, with the one reset instruction, never half-read.
+capture, then the channel tables). A database the previous code created must therefore be
+refused before anything touches it, with the one reset instruction, never half-read.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from piwf.state import database as state_database
 from piwf.state.enums import RunnerStatus
 from piwf.state.execution import attempts
 from piwf.state.schema import SCHEMA_DIGEST, STATEMENTS
+from piwf.state.schema.channels import CHANNEL_STATEMENTS
 from piwf.state.schema.session_capture import CAPTURE_STATEMENTS
 from piwf.state.schema.sessions import SESSION_STATEMENTS
 from piwf.state.schema.settings import SETTINGS_STATEMENTS
@@ -59,14 +60,19 @@ _RUN_SOURCES_BY_FILE = """CREATE TABLE run_sources (
 
 
 def previous_statements() -> tuple[str, ...]:
-    """The current DDL as it was before workflow messages: no session or capture tables, no
+    """The current DDL as it was before workflow messages: no session, capture or channel tables, no
     ``unproductive`` answer, and the queue row's old ``origin_session_id`` column and its
     index back in place; no per-mount source references, no timer wake times, no forks, no
     live settings."""
     statements = []
     later = {
         statement.strip()
-        for statement in (*SESSION_STATEMENTS, *CAPTURE_STATEMENTS, *SETTINGS_STATEMENTS)
+        for statement in (
+            *SESSION_STATEMENTS,
+            *CAPTURE_STATEMENTS,
+            *SETTINGS_STATEMENTS,
+            *CHANNEL_STATEMENTS,
+        )
     }
     for statement in STATEMENTS:
         if statement in later:

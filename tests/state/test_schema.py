@@ -42,6 +42,9 @@ MIRRORS: list[tuple[str, str, Iterable[Enum]]] = [
     ("workflow_turns", "stop_reason", e.TurnStopReason),
     ("session_segments", "status", e.SegmentStatus),
     ("attempt_entries", "role", e.AttemptEntryRole),
+    ("channels", "adapter_type", e.ChannelAdapterType),
+    ("channel_messages", "purpose", e.ChannelMessagePurpose),
+    ("channel_messages", "status", e.ChannelMessageStatus),
 ]
 
 

@@ -64,6 +64,9 @@ OWNERS = {
     "session_entries": "execution/session_capture.py",
     "attempt_entries": "execution/session_capture.py",
     "session_events": "execution/session_capture.py",
+    "channels": "channels.py",
+    "channel_cursors": "channels.py",
+    "channel_messages": "channels.py",
 }
 
 #: The one deliberate exception: retention deletes a whole expired run tree by deleting its

@@ -26,6 +26,8 @@ part of the digest, so it never changes without a reason)::
                                  workflow turns
     session_capture              session capture: segments, entries, attempt entries, events
     settings                     live settings: scopes, their changes, each attempt's copy
+    channels                     channels (adapter epochs), their update cursors, the messages
+                                 that presented and settled decisions
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import hashlib
 
 from piwf.state.schema.agents import AGENT_STATEMENTS
+from piwf.state.schema.channels import CHANNEL_STATEMENTS
 from piwf.state.schema.core import RECORD_STATEMENTS, SERVER_STATEMENTS
 from piwf.state.schema.decisions import DECISION_STATEMENTS
 from piwf.state.schema.execution import RUN_STATEMENTS, RUNNER_STATEMENTS
@@ -65,6 +68,7 @@ STATEMENTS: tuple[str, ...] = tuple(
         *SESSION_STATEMENTS,
         *CAPTURE_STATEMENTS,
         *SETTINGS_STATEMENTS,
+        *CHANNEL_STATEMENTS,
     )
 )
 

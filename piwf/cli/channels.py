@@ -1,0 +1,119 @@
+"""``piwf channel``: the channel adapters (status, reload, recovery of ambiguous sends)."""
+
+from __future__ import annotations
+
+import click
+
+from piwf.cli import render
+from piwf.cli.common import command, json_option, open_client
+
+DUPLICATE_WARNING = (
+    "warning: retry sends the message again; if the first send did reach the chat, the "
+    "person sees a duplicate message"
+)
+
+
+@click.group("channel")
+def channel_group() -> None:
+    """Deliver protected decisions through channel adapters (Telegram).
+
+    Profiles live in channels.json in the state home; docs/CHANNELS.md shows the setup.
+
+    \b
+    Example:
+      piwf channel status
+      piwf channel reload
+      piwf channel recover effect-3f2a confirm
+    """
+
+
+@channel_group.command("status")
+@json_option
+@command
+def channel_status(as_json: bool) -> None:
+    """Show each profile, its adapter process and its pending or ambiguous sends.
+
+    No credential, chat id or answer is shown.
+
+    \b
+    Example:
+      piwf channel status --json
+    """
+    with open_client() as client:
+        status = client.channel_status()
+    if as_json:
+        render.emit_json(status.to_wire())
+        return
+    if status.config_error:
+        click.echo(f"configuration: {status.config_error}")
+    if not status.profiles:
+        click.echo(f"no channel profiles (configure them in {status.config_file})")
+    for profile in status.profiles:
+        pid = "-" if profile.pid is None else str(profile.pid)
+        epoch = "-" if profile.epoch is None else str(profile.epoch)
+        click.echo(
+            f"{profile.profile}  {profile.kind}  {profile.state}  pid {pid}  epoch {epoch}  "
+            f"pending {profile.pending_sends}  ambiguous {len(profile.ambiguous)}"
+        )
+        if profile.error:
+            click.echo(f"  {profile.error}")
+        for send in profile.ambiguous:
+            click.echo(
+                f"  ambiguous {send.effect_id} ({send.effect_type}, {send.attempt_count} "
+                f"attempt(s)): check the chat, then piwf channel recover {send.effect_id} "
+                "confirm|retry"
+            )
+
+
+@channel_group.command("reload")
+@json_option
+@command
+def channel_reload(as_json: bool) -> None:
+    """Re-read channels.json; restart the adapters whose profile or credential changed.
+
+    \b
+    Example:
+      piwf channel reload
+    """
+    with open_client() as client:
+        report = client.reload_channels()
+    if as_json:
+        render.emit_json(report.to_wire())
+        return
+    if report.config_error:
+        click.echo(f"configuration unchanged: {report.config_error}")
+    for label, names in (
+        ("started", report.started),
+        ("restarted", report.restarted),
+        ("stopped", report.stopped),
+        ("unchanged", report.unchanged),
+    ):
+        if names:
+            click.echo(f"{label}: {', '.join(names)}")
+
+
+@channel_group.command("recover")
+@click.argument("effect_id")
+@click.argument("action", type=click.Choice(["confirm", "retry"]))
+@json_option
+@command
+def channel_recover(effect_id: str, action: str, as_json: bool) -> None:
+    """Resolve an ambiguous send after checking the chat.
+
+    confirm: the message did arrive (nothing is sent). retry: send it again as a new attempt
+    (a duplicate message is possible).
+
+    \b
+    Example:
+      piwf channel recover effect-3f2a confirm
+      piwf channel recover effect-3f2a retry
+    """
+    if action == "retry":
+        click.echo(DUPLICATE_WARNING, err=True)
+    with open_client() as client:
+        receipt = client.recover_channel_send(effect_id, action)
+    if as_json:
+        render.emit_json(receipt.to_wire())
+    else:
+        effect = receipt.effect
+        click.echo(f"{effect.effect_id}  {effect.effect_type}  now {effect.status}")

@@ -1,0 +1,60 @@
+"""The channel methods of :class:`piwf.client.Client` (``channel.*`` operations).
+
+Kept in their own module like the other operation groups; ``Client`` inherits them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel
+
+from piwf.protocol import Operation
+from piwf.protocol.channel_payloads import (
+    ChannelRecoverPayload,
+    ChannelRecoverReceipt,
+    ChannelReloadReceipt,
+    ChannelStatus,
+)
+from piwf.protocol.payloads import EmptyPayload, WireModel
+
+_R = TypeVar("_R", bound=BaseModel)
+
+
+class ChannelMethods:
+    """``Client`` methods for channel adapters (see docs/CHANNELS.md)."""
+
+    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
+
+        def _call(
+            self,
+            operation: Operation,
+            payload: WireModel,
+            receipt_type: type[_R],
+            *,
+            run_id: str | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> _R:
+            """Send one operation and validate its receipt."""
+            ...
+
+    def channel_status(self) -> ChannelStatus:
+        """The channel profiles, their adapters and their unsettled sends (``channel.status``)."""
+        return self._call("channel.status", EmptyPayload(), ChannelStatus)
+
+    def reload_channels(self, *, idempotency_key: str | None = None) -> ChannelReloadReceipt:
+        """Re-read ``channels.json`` and restart the adapters whose profile changed."""
+        return self._call(
+            "channel.reload", EmptyPayload(), ChannelReloadReceipt, idempotency_key=idempotency_key
+        )
+
+    def recover_channel_send(
+        self, effect_id: str, action: str, *, idempotency_key: str | None = None
+    ) -> ChannelRecoverReceipt:
+        """Resolve an ambiguous channel send after checking the chat: ``confirm`` (it arrived)
+        or ``retry`` (send it again as a new attempt; a duplicate message is possible)."""
+        payload = ChannelRecoverPayload.model_validate({"effectId": effect_id, "action": action})
+        return self._call(
+            "channel.recover", payload, ChannelRecoverReceipt, idempotency_key=idempotency_key
+        )

@@ -1,0 +1,73 @@
+"""Payloads and receipts of the ``channel.*`` operations of ``piwf.client.v1``::
+
+    operation        payload                       receipt
+    channel.status   {}                            ChannelStatus
+    channel.reload   {}                            ChannelReloadReceipt
+    channel.recover  {effectId, action}            ChannelRecoverReceipt
+
+No field ever holds a credential, a chat id or an answer: status shows profiles, their adapter
+process and the sends that are pending or ambiguous.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from piwf.protocol.payloads import EffectInfo, WireModel
+
+
+class ChannelSendInfo(WireModel):
+    """One external send or edit that is not settled."""
+
+    effect_id: str
+    effect_type: str
+    status: str
+    attempt_count: int
+    decision_id: str | None = None
+
+
+class ChannelProfileInfo(WireModel):
+    """One configured profile and its adapter child."""
+
+    profile: str
+    kind: str
+    state: str
+    pid: int | None = None
+    epoch: int | None = None
+    error: str | None = None
+    pending_sends: int = 0
+    ambiguous: list[ChannelSendInfo] = Field(default_factory=list)
+
+
+class ChannelStatus(WireModel):
+    """Receipt of channel.status."""
+
+    config_file: str
+    config_error: str | None = None
+    profiles: list[ChannelProfileInfo]
+
+
+class ChannelReloadReceipt(WireModel):
+    """Receipt of channel.reload: which profiles were started, restarted, stopped, kept."""
+
+    config_error: str | None = None
+    started: list[str]
+    restarted: list[str]
+    stopped: list[str]
+    unchanged: list[str]
+
+
+class ChannelRecoverPayload(WireModel):
+    """The operator's resolution of an ambiguous send, after checking the chat."""
+
+    effect_id: str = Field(min_length=1, max_length=256)
+    action: Literal["confirm", "retry"]
+
+
+class ChannelRecoverReceipt(WireModel):
+    """Receipt of channel.recover."""
+
+    effect: EffectInfo
+    action: Literal["confirm", "retry"]

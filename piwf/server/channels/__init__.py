@@ -1,0 +1,1 @@
+"""Channel adapters: one transport-only child per configured profile (docs/CHANNELS.md)."""

@@ -1,0 +1,520 @@
+"""Channel adapters: one supervised, transport-only child per configured profile.
+
+Duties, driven by the server loop::
+
+    start      read the profiles (an invalid file keeps the server up and shows in status),
+               take each profile's next adapter epoch (what the previous adapter left applying
+               becomes ambiguous), start a ``ChildKind.CHANNEL_ADAPTER`` child and send its
+               launch (profile, allowed identities, its one credential, the update offset)
+    serve      fence every frame (epoch, profile, sequence) before its payload; ready, settle
+               and answer each commit one transaction; an answer is checked against the
+               profile's allowed identities again and applied like ``decision.answer``
+    dispatch   (on a nudge and on the poll timer) for each ready adapter: present open
+               protected decisions, resume sends an operator sent back to pending, edit
+               deliveries whose decision was settled (on the channel or anywhere else); every
+               attempt is recorded before the adapter is asked
+    reap       an adapter that ends leaves its open attempts ambiguous; it is started again
+               with a bounded back-off (a new epoch), and nothing it may have sent is resent
+    reload     re-read the profiles; start new ones, restart changed ones, stop removed ones
+
+The server never sees the Bot API: only the adapter does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from piwf.errors import PiwfError
+from piwf.lifecycle import Conflict
+from piwf.processes import ChildKind
+from piwf.protocol.channel_payloads import ChannelReloadReceipt
+from piwf.protocol.channel_v1 import (
+    AnswerFrame,
+    ExitingFrame,
+    LaunchFrame,
+    PresentFrame,
+    PresentRequest,
+    ReadyFrame,
+    ResponseFrame,
+    SettleFrame,
+    TelegramProfile,
+    fence_refusal,
+    parse_child_frame,
+)
+from piwf.server.channels.profiles import (
+    ChannelConfigError,
+    Profile,
+    load_profiles,
+    read_credential,
+)
+from piwf.server.channels.render import render_delivery, render_settlement
+from piwf.server.children.link import ChildLink
+from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
+from piwf.server.loop import EventLoop, Timer
+from piwf.state import StateDatabase
+from piwf.state import channel_delivery as cd
+from piwf.state import channels as channel_store
+from piwf.state.enums import ActorType, ChannelAdapterType
+from piwf.state.records import Actor
+from piwf.state.server_epoch import ServerClaim, verify_server_claim
+
+log = logging.getLogger("piwf.server")
+
+_NOTICES = {
+    "won": "Answer recorded",
+    "adopted": "Already recorded",
+    "already_resolved": "This decision was already settled",
+    "refused": "You are not allowed to answer here",
+    "ignored": "Nothing to answer",
+}
+
+
+@dataclass(frozen=True)
+class ChannelSettings:
+    """Timing of adapters (tests shorten them)."""
+
+    poll_s: float = 2.0
+    restart_min_s: float = 0.5
+    restart_max_s: float = 60.0
+    ready_timeout_s: float = 30.0
+
+
+@dataclass
+class Adapter:
+    """One profile's adapter child (the current one; an old epoch is forgotten)."""
+
+    profile: Profile
+    channel_id: str
+    state: str = "starting"
+    epoch: int = 0
+    revision: int = 0
+    handle: ChildHandle | None = None
+    link: ChildLink | None = None
+    last_sequence: int = 0
+    sent_sequence: int = 0
+    error: str | None = None
+    failures: int = 0
+    stopping: bool = False
+    timers: list[Timer] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid while it runs."""
+        handle = self.handle
+        return None if handle is None or handle.exited else handle.pid
+
+
+class ChannelAdapters:
+    """Every channel adapter of one server process."""
+
+    def __init__(
+        self,
+        *,
+        db: StateDatabase,
+        loop: EventLoop,
+        supervisor: Supervisor,
+        server_claim: Callable[[], ServerClaim],
+        home: Path,
+        settings: ChannelSettings,
+        answered: Callable[[str], None],
+    ) -> None:
+        self.db = db
+        self.loop = loop
+        self.supervisor = supervisor
+        self.server_claim = server_claim
+        self.home = home
+        self.settings = settings
+        self.answered = answered
+        self.adapters: dict[str, Adapter] = {}
+        self.config_error: str | None = None
+        self._dispatch_scheduled = False
+        self._closed = False
+        loop.every(settings.poll_s, self.nudge)
+
+    @property
+    def actor(self) -> Actor:
+        """Who the server's channel changes are recorded as."""
+        return Actor(ActorType.SERVER, self.server_claim().server_id)
+
+    # -- configuration ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Read the profiles and launch one adapter each (the server's start)."""
+        self.reload()
+
+    def reload(self) -> ChannelReloadReceipt:
+        """Re-read the profiles; start, restart (profile or credential changed) and stop
+        adapters to match. An invalid file changes nothing and is reported."""
+        try:
+            profiles = {profile.name: profile for profile in load_profiles(self.home)}
+        except ChannelConfigError as error:
+            self.config_error = str(error)
+            log.warning("channels: %s", error)
+            return ChannelReloadReceipt(
+                config_error=self.config_error, started=[], restarted=[], stopped=[],
+                unchanged=sorted(self.adapters),
+            )  # fmt: skip
+        self.config_error = None
+        started, restarted, stopped, unchanged = [], [], [], []
+        for name in sorted(set(self.adapters) - set(profiles)):
+            self._retire(self.adapters.pop(name))
+            stopped.append(name)
+        for name, profile in profiles.items():
+            current = self.adapters.get(name)
+            if current is not None and current.profile.digest == profile.digest:
+                unchanged.append(name)
+                continue
+            if current is not None:
+                self._retire(current)
+                restarted.append(name)
+            else:
+                started.append(name)
+            channel_id = channel_store.channel_id_for(ChannelAdapterType.TELEGRAM, name)
+            adapter = Adapter(profile=profile, channel_id=channel_id)
+            self.adapters[name] = adapter
+            self._launch(adapter)
+        return ChannelReloadReceipt(
+            started=started, restarted=restarted, stopped=stopped, unchanged=unchanged
+        )
+
+    def stop_all(self) -> None:
+        """Server shutdown: the supervisor stops the children; nothing is restarted."""
+        self._closed = True
+        for adapter in self.adapters.values():
+            adapter.stopping = True
+            for timer in adapter.timers:
+                timer.cancel()
+
+    def has_work(self) -> bool:
+        """Whether an adapter runs (a pending channel decision keeps the server up)."""
+        return any(not adapter.stopping for adapter in self.adapters.values())
+
+    # -- launching --------------------------------------------------------------------------
+
+    def _launch(self, adapter: Adapter) -> None:
+        if self._closed or adapter.stopping or self.loop.stop_requested:
+            return
+        profile = adapter.profile
+        try:
+            credential = read_credential(self.home, profile.config.credential_file)
+            with self.db.write() as tx:
+                verify_server_claim(tx, self.server_claim())
+                begun = cd.start_adapter(
+                    tx, ChannelAdapterType.TELEGRAM, profile.name, actor=self.actor
+                )
+        except PiwfError as error:
+            self._failed(adapter, str(error))
+            return
+        for effect_id in begun.interrupted:
+            log.warning("channel %s: send %s may have happened: ambiguous", profile.name, effect_id)
+        adapter.epoch, adapter.revision = begun.epoch, begun.revision
+        adapter.last_sequence = adapter.sent_sequence = 0
+        adapter.state, adapter.error = "starting", None
+        launch = LaunchFrame(
+            adapter_epoch=begun.epoch,
+            profile=profile.name,
+            sequence=0,
+            expected_revision=begun.revision,
+            attempt_id="launch",
+            channel=TelegramProfile(
+                api_base_url=profile.config.api_base_url,
+                chat_id=profile.config.chat_id,
+                allowed_identities=list(profile.config.allowed_user_ids),
+                poll_timeout_s=profile.config.poll_timeout_s,
+                request_timeout_s=profile.config.request_timeout_s,
+            ),
+            credential=credential,
+            offset=begun.offset,
+        )
+        name = f"channel-{profile.name}-e{begun.epoch}"
+        try:
+            handle = self.supervisor.start(
+                ChildSpec(
+                    name,
+                    ChildKind.CHANNEL_ADAPTER,
+                    on_exit=lambda ended: self._ended(adapter, ended),
+                )
+            )
+        except OSError as error:
+            self._failed(adapter, f"the adapter could not be started: {error.strerror or error}")
+            return
+        adapter.handle = handle
+        adapter.link = ChildLink(
+            self.loop,
+            handle,
+            lambda messages: self._received(adapter, handle, messages),
+            lambda why: self._broken(adapter, handle, why),
+        )
+        adapter.link.watch()
+        adapter.link.send(launch.encode())
+        epoch = begun.epoch
+        adapter.timers.append(
+            self.loop.call_later(
+                self.settings.ready_timeout_s, lambda: self._ready_overdue(adapter, epoch)
+            )
+        )
+
+    def _failed(self, adapter: Adapter, why: str) -> None:
+        log.warning("channel %s: %s", adapter.profile.name, why)
+        adapter.state, adapter.error = "failed", why
+        self._restart_later(adapter)
+
+    def _restart_later(self, adapter: Adapter) -> None:
+        if self._closed or adapter.stopping:
+            return
+        adapter.failures += 1
+        delay = min(
+            self.settings.restart_max_s,
+            self.settings.restart_min_s * 2 ** min(adapter.failures - 1, 8),
+        )
+        adapter.timers.append(self.loop.call_later(delay, lambda: self._launch(adapter)))
+
+    def _retire(self, adapter: Adapter) -> None:
+        adapter.stopping = True
+        adapter.state = "stopping"
+        for timer in adapter.timers:
+            timer.cancel()
+        if adapter.handle is not None and not adapter.handle.exited:
+            self.supervisor.stop(adapter.handle)
+
+    def _ready_overdue(self, adapter: Adapter, epoch: int) -> None:
+        if adapter.epoch == epoch and adapter.state == "starting" and adapter.handle is not None:
+            log.warning("channel %s: its adapter did not report ready", adapter.profile.name)
+            self.supervisor.kill(adapter.handle)
+
+    def _ended(self, adapter: Adapter, handle: ChildHandle) -> None:
+        """The adapter of ``handle`` is gone: its open attempts become ambiguous."""
+        if adapter.handle is not handle:
+            return
+        epoch = adapter.epoch
+        try:
+            with self.db.write() as tx:
+                verify_server_claim(tx, self.server_claim())
+                interrupted = cd.adapter_ended(tx, adapter.channel_id, epoch, actor=self.actor)
+        except PiwfError as error:
+            log.warning(
+                "channel %s: recording its adapter's end failed: %s", adapter.channel_id, error
+            )
+            interrupted = []
+        for effect_id in interrupted:
+            log.warning(
+                "channel %s: send %s was in flight when its adapter ended: ambiguous "
+                "(check the chat, then piwf channel recover %s confirm|retry)",
+                adapter.profile.name,
+                effect_id,
+                effect_id,
+            )
+        adapter.handle, adapter.link = None, None
+        if adapter.stopping:
+            adapter.state = "stopped"
+            return
+        code = handle.returncode
+        adapter.state = "exited"
+        how = f"signal {-code}" if code is not None and code < 0 else f"code {code}"
+        adapter.error = f"the adapter exited ({how})"
+        log.warning("channel %s: %s; starting it again", adapter.profile.name, adapter.error)
+        self._restart_later(adapter)
+
+    # -- serving ----------------------------------------------------------------------------
+
+    def _received(self, adapter: Adapter, handle: ChildHandle, messages: list[bytes]) -> None:
+        for raw in messages:
+            if adapter.handle is not handle:
+                return
+            self._serve(adapter, handle, raw)
+
+    def _broken(self, adapter: Adapter, handle: ChildHandle, why: str) -> None:
+        if why == "overflow" and adapter.handle is handle:
+            log.warning("channel %s: its adapter sent an oversized frame", adapter.profile.name)
+            self.supervisor.kill(handle)
+
+    def _serve(self, adapter: Adapter, handle: ChildHandle, raw: bytes) -> None:
+        try:
+            frame = parse_child_frame(raw)
+        except (PiwfError, ValidationError):
+            log.warning("channel %s: its adapter sent a malformed message", adapter.profile.name)
+            self.supervisor.kill(handle)
+            return
+        refusal = fence_refusal(
+            frame,
+            epoch=adapter.epoch,
+            profile=adapter.profile.name,
+            last_sequence=adapter.last_sequence,
+        )
+        if refusal is not None:
+            log.warning("channel %s: refused a message: %s", adapter.profile.name, refusal)
+            self.supervisor.kill(handle)
+            return
+        adapter.last_sequence = frame.sequence
+        if isinstance(frame, ReadyFrame):
+            adapter.state, adapter.failures = "ready", 0
+            self.nudge()
+        elif isinstance(frame, SettleFrame):
+            self._settle(adapter, frame)
+        elif isinstance(frame, AnswerFrame):
+            self._answer(adapter, frame)
+        elif isinstance(frame, ExitingFrame):
+            adapter.state = "exiting"
+
+    def _settle(self, adapter: Adapter, frame: SettleFrame) -> None:
+        result = None if frame.result is None else frame.result.model_dump(by_alias=True)
+        try:
+            with self.db.write() as tx:
+                verify_server_claim(tx, self.server_claim())
+                settled = cd.settle_attempt(
+                    tx,
+                    channel_id=adapter.channel_id,
+                    epoch=frame.adapter_epoch,
+                    attempt_id=frame.attempt_id,
+                    expected_revision=frame.expected_revision,
+                    outcome=frame.outcome,
+                    result=result,
+                    error=frame.error,
+                    actor=self.actor,
+                )
+        except PiwfError as error:
+            log.warning(
+                "channel %s: settling %s failed: %s", adapter.profile.name, frame.attempt_id, error
+            )
+            return
+        if isinstance(settled, Conflict):
+            log.warning("channel %s: refused a settle: %s", adapter.profile.name, settled.evidence)
+            return
+        if frame.outcome != "applied":
+            log.warning(
+                "channel %s: %s %s: %s",
+                adapter.profile.name,
+                frame.attempt_id,
+                "rejected" if frame.outcome == "rejected" else "ambiguous",
+                frame.error or "no detail",
+            )
+        self.nudge()  # a decision settled meanwhile can be edited now
+
+    def _answer(self, adapter: Adapter, frame: AnswerFrame) -> None:
+        update = frame.update
+        # The server's own check: the adapter's word is not enough.
+        allowed = update.allowed and adapter.profile.identity_allowed(update.identity)
+        submission = f"{adapter.channel_id}:update-{update.update_id}"
+        outcome, revision, notice = "rejected", adapter.revision, "Not recorded, try again"
+        run_id = None
+        try:
+            with self.db.write() as tx:
+                verify_server_claim(tx, self.server_claim())
+                applied = cd.apply_update(
+                    tx,
+                    channel_id=adapter.channel_id,
+                    epoch=frame.adapter_epoch,
+                    expected_revision=frame.expected_revision,
+                    update_id=update.update_id,
+                    identity=update.identity,
+                    allowed=allowed,
+                    data=update.data if allowed else None,
+                    submission_id=submission,
+                )
+                if isinstance(applied, Conflict):
+                    log.warning(
+                        "channel %s: refused an update: %s", adapter.profile.name, applied.evidence
+                    )
+                    revision = channel_store.current_revision(
+                        tx,
+                        channel_store.get_channel(tx, adapter.channel_id),  # type: ignore[arg-type]
+                    )
+                else:
+                    outcome, revision = "accepted", applied.value.revision
+                    notice = _NOTICES.get(applied.value.outcome, "Not recorded")
+                    if applied.value.outcome == "rejected":
+                        notice = (applied.value.reason or "Not recorded")[:200]
+                    if applied.value.outcome == "refused":
+                        log.warning(
+                            "channel %s: refused an answer from an identity that is not allowed "
+                            "(update %d; the decision stays open)",
+                            adapter.profile.name,
+                            update.update_id,
+                        )
+                    if applied.value.outcome == "won":
+                        run_id = applied.value.run_id
+        except PiwfError as error:
+            log.warning("channel %s: applying an update failed: %s", adapter.profile.name, error)
+        adapter.revision = revision
+        if adapter.link is not None:
+            response = ResponseFrame(
+                adapter_epoch=adapter.epoch,
+                profile=adapter.profile.name,
+                sequence=self._next_sequence(adapter),
+                expected_revision=revision,
+                attempt_id=frame.attempt_id,
+                reply_to=frame.sequence,
+                outcome=outcome,  # type: ignore[arg-type]
+                revision=revision,
+                notice=notice,
+            )
+            adapter.link.send(response.encode())
+        if run_id is not None:
+            self.answered(run_id)
+            self.nudge()
+
+    def _next_sequence(self, adapter: Adapter) -> int:
+        adapter.sent_sequence += 1
+        return adapter.sent_sequence
+
+    # -- dispatching ------------------------------------------------------------------------
+
+    def nudge(self) -> None:
+        """Look for work on the next loop turn (a decision opened or settled, a recovery)."""
+        if not self._dispatch_scheduled and not self._closed:
+            self._dispatch_scheduled = True
+            self.loop.call_later(0, self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._dispatch_scheduled = False
+        for adapter in list(self.adapters.values()):
+            if adapter.state == "ready" and not adapter.stopping and adapter.link is not None:
+                try:
+                    self._dispatch_one(adapter)
+                except PiwfError as error:
+                    log.warning("channel %s: dispatch failed: %s", adapter.profile.name, error)
+
+    def _dispatch_one(self, adapter: Adapter) -> None:
+        channel_id, epoch = adapter.channel_id, adapter.epoch
+        with self.db.read() as tx:  # an idle pass takes no write lock
+            undelivered = channel_store.undelivered_decisions(tx, channel_id)
+            unedited = channel_store.unedited_deliveries(tx, channel_id)
+            channel = channel_store.get_channel(tx, channel_id)
+            pending = channel is not None and any(
+                effect.status.value == "pending" for effect in cd.open_effects(tx, channel)
+            )
+        if not (undelivered or unedited or pending):
+            return
+        work: list[cd.Work] = []
+        with self.db.write() as tx:
+            verify_server_claim(tx, self.server_claim())
+            work += cd.resume_pending(tx, channel_id, epoch, actor=self.actor)
+            for decision_id in undelivered:
+                found = cd.deliver(
+                    tx, channel_id, epoch, decision_id, render=render_delivery, actor=self.actor
+                )
+                if isinstance(found, cd.Work):
+                    work.append(found)
+            for delivery_id in unedited:
+                edit = cd.edit_settled(
+                    tx, channel_id, epoch, delivery_id, render=render_settlement, actor=self.actor
+                )
+                if isinstance(edit, cd.Work):
+                    work.append(edit)
+        for item in work:  # recorded (committed) first, then asked for
+            if adapter.link is None:
+                return  # it ended meanwhile: its end made these attempts ambiguous
+            present = PresentFrame(
+                adapter_epoch=epoch,
+                profile=adapter.profile.name,
+                sequence=self._next_sequence(adapter),
+                expected_revision=item.revision,
+                attempt_id=item.attempt_id,
+                request=PresentRequest.model_validate(item.request),
+            )
+            adapter.link.send(present.encode())

@@ -1,0 +1,126 @@
+"""The ``channel.*`` operations.
+
+==================  =======  ===================================================================
+operation           kind     what it does
+==================  =======  ===================================================================
+channel.status      read     profiles, each adapter's state, pid and epoch, pending and
+                             ambiguous sends (no credential, chat id or answer)
+channel.reload      durable  re-read ``channels.json``; start, restart and stop adapters
+channel.recover     durable  the operator's resolution of an ambiguous send: ``confirm`` (it
+                             reached the chat) or ``retry`` (a new attempt; a duplicate is
+                             possible)
+==================  =======  ===================================================================
+"""
+
+from __future__ import annotations
+
+from piwf.errors import PiwfError, RunCommandError
+from piwf.lifecycle import Conflict, EffectStatus
+from piwf.protocol.channel_payloads import (
+    ChannelProfileInfo,
+    ChannelRecoverPayload,
+    ChannelRecoverReceipt,
+    ChannelSendInfo,
+    ChannelStatus,
+)
+from piwf.protocol.client_v1 import Request
+from piwf.protocol.payloads import EmptyPayload
+from piwf.server.channels.adapters import ChannelAdapters
+from piwf.server.channels.profiles import config_path
+from piwf.server.commands import CommandResult
+from piwf.server.context import ServerContext
+from piwf.server.loop import Reply
+from piwf.server.replies import effect_info, ok, payload_of
+from piwf.state import Transaction
+from piwf.state import channel_delivery as cd
+from piwf.state import channels as channel_store
+from piwf.state.enums import ActorType, ChannelAdapterType
+from piwf.state.records import Actor
+
+
+class UnknownChannelEffectError(PiwfError):
+    """The recovery names no send or edit of a channel."""
+
+    code = "channelEffectNotFound"
+
+
+class ChannelHandlers:
+    """The channel operations over the server's adapters."""
+
+    def __init__(self, context: ServerContext, adapters: ChannelAdapters) -> None:
+        self.context = context
+        self.adapters = adapters
+
+    def status(self, request: Request, reply: Reply) -> None:
+        payload_of(request, EmptyPayload)
+        profiles = []
+        with self.context.db.read() as tx:
+            for name, adapter in sorted(self.adapters.adapters.items()):
+                channel = channel_store.get_channel(
+                    tx, channel_store.channel_id_for(ChannelAdapterType.TELEGRAM, name)
+                )
+                effects = [] if channel is None else cd.open_effects(tx, channel)
+                ambiguous = []
+                for effect in effects:
+                    if effect.status is not EffectStatus.AMBIGUOUS:
+                        continue
+                    message = channel_store.message_of_effect(tx, effect.effect_id)
+                    ambiguous.append(
+                        ChannelSendInfo(
+                            effect_id=effect.effect_id,
+                            effect_type=effect.effect_type,
+                            status=effect.status.value,
+                            attempt_count=effect.attempt_count,
+                            decision_id=None if message is None else message.decision_id,
+                        )
+                    )
+                profiles.append(
+                    ChannelProfileInfo(
+                        profile=name,
+                        kind="telegram",
+                        state=adapter.state,
+                        pid=adapter.pid,
+                        epoch=adapter.epoch or None,
+                        error=adapter.error,
+                        pending_sends=sum(
+                            e.status in (EffectStatus.PENDING, EffectStatus.APPLYING)
+                            for e in effects
+                        ),
+                        ambiguous=ambiguous,
+                    )
+                )
+        status = ChannelStatus(
+            config_file=config_path(self.context.home).name,
+            config_error=self.adapters.config_error,
+            profiles=profiles,
+        )
+        reply(ok(request, status))
+
+    def reload(self, request: Request, reply: Reply) -> None:
+        """Reload once per idempotency key: a retry gets the stored report back."""
+        payload_of(request, EmptyPayload)
+        earlier = self.context.commands.lookup(request)
+        if earlier is not None:
+            reply(earlier)
+            return
+        report = self.adapters.reload()
+        reply(self.context.commands.store(request, CommandResult.accepted(report.to_wire())))
+
+    def recover(self, request: Request, reply: Reply) -> None:
+        payload = payload_of(request, ChannelRecoverPayload)
+        actor = Actor(ActorType.HUMAN, request.client_id)
+
+        def change(tx: Transaction) -> CommandResult:
+            result = cd.recover(tx, payload.effect_id, payload.action, actor=actor)
+            if result is None:
+                error = UnknownChannelEffectError(f"no channel send {payload.effect_id}")
+                return CommandResult.failed("notFound", error)
+            if isinstance(result, Conflict):
+                return CommandResult.failed("rejected", RunCommandError(result.evidence))
+            receipt = ChannelRecoverReceipt(effect=effect_info(result.value), action=payload.action)
+            return CommandResult.accepted(receipt.to_wire())
+
+        response = self.context.commands.execute(request, change)
+        reply(response)
+        if response.outcome in ("accepted", "adopted"):
+            self.adapters.nudge()  # a retry is sent now, as a new attempt

@@ -1,0 +1,200 @@
+"""The channel profiles of ``$PIWF_HOME/channels.json`` and their credential files.
+
+::
+
+    {"profiles": {"ops": {"kind": "telegram",
+                          "apiBaseUrl": "https://api.telegram.org",
+                          "chatId": "123456789",
+                          "allowedUserIds": [123456789],
+                          "credentialFile": "channels/ops.token"}}}
+
+A profile names its credential file, never the credential: the file must lie inside the state
+home, be a regular file (no symlink) of this user with mode ``0600`` (no bits for group or
+others); anything looser is refused with the ``chmod`` that fixes it. The credential is read
+only to launch the adapter and handed to it over its private pipe; it is never stored, logged,
+shown in status or put in an error. The API base URL is ``https``, or ``http`` on a loopback
+host (a local test double).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from piwf import canonical
+from piwf.config import CHANNELS_FILE_NAME
+from piwf.errors import PiwfError
+
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+#: The largest configuration file and credential file read.
+_MAX_CONFIG_BYTES = 256 * 1024
+_MAX_CREDENTIAL_BYTES = 512
+
+
+class ChannelConfigError(PiwfError):
+    """The channel configuration or a credential file cannot be used (the server stays up)."""
+
+    code = "channelConfig"
+
+
+class TelegramProfileConfig(BaseModel):
+    """One Telegram profile as configured."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+    kind: Literal["telegram"]
+    api_base_url: str = Field(default="https://api.telegram.org", max_length=2048)
+    chat_id: str = Field(min_length=1, max_length=128)
+    allowed_user_ids: list[int] = Field(min_length=1, max_length=256)
+    credential_file: str = Field(min_length=1, max_length=4096)
+    poll_timeout_s: int = Field(default=25, ge=0, le=60)
+    request_timeout_s: float = Field(default=30.0, gt=0, le=300)
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _safe_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme == "https" and parts.hostname:
+            return value
+        if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
+            return value
+        raise ValueError("apiBaseUrl must be https (or http on a loopback host)")
+
+    @field_validator("chat_id", mode="before")
+    @classmethod
+    def _chat_id_text(cls, value: object) -> object:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class ChannelsFile(BaseModel):
+    """The whole configuration document."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    profiles: dict[str, TelegramProfileConfig] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("profiles")
+    @classmethod
+    def _names(cls, value: dict[str, TelegramProfileConfig]) -> dict[str, TelegramProfileConfig]:
+        for name in value:
+            if not PROFILE_NAME.fullmatch(name):
+                raise ValueError(f"profile name {name[:64]!r}: lowercase letters, digits, - and _")
+        return value
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One loaded profile; ``digest`` changes when the profile or its credential changes (kept
+    in memory only, so a reload can tell which adapters to restart)."""
+
+    name: str
+    config: TelegramProfileConfig
+    digest: str
+
+    def identity_allowed(self, identity: str | None) -> bool:
+        """Whether ``identity`` (``telegram:<user id>``) may answer on this profile."""
+        return identity in {f"telegram:{user}" for user in self.config.allowed_user_ids}
+
+
+def config_path(home: Path) -> Path:
+    """Where the channel profiles are configured."""
+    return home / CHANNELS_FILE_NAME
+
+
+def load_profiles(home: Path) -> list[Profile]:
+    """Read and check the configuration; no file means no channels.
+
+    Raises :class:`ChannelConfigError` naming what is wrong (never a credential): unreadable or
+    malformed JSON, an unknown field, a bad URL, or an unusable credential file.
+    """
+    path = config_path(home)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(_MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise ChannelConfigError(f"{path.name}: cannot be read ({error.strerror})") from None
+    if len(raw) > _MAX_CONFIG_BYTES:
+        raise ChannelConfigError(f"{path.name}: larger than {_MAX_CONFIG_BYTES} bytes")
+    try:
+        document = ChannelsFile.model_validate(json.loads(raw))
+    except (ValueError, ValidationError) as error:
+        raise ChannelConfigError(f"{path.name}: {_first_problem(error)}") from None
+    profiles = []
+    for name, profile in sorted(document.profiles.items()):
+        try:
+            credential = read_credential(home, profile.credential_file)
+        except ChannelConfigError as error:
+            credential = f"unusable: {error}"  # its launch fails and says why; others run
+        digest = hashlib.sha256(
+            canonical.encode([profile.model_dump(mode="json"), credential])
+        ).hexdigest()
+        profiles.append(Profile(name=name, config=profile, digest=digest))
+    return profiles
+
+
+def read_credential(home: Path, configured: str) -> str:
+    """The credential in ``configured`` (relative to the state home, or absolute inside it).
+
+    Raises :class:`ChannelConfigError` for a file outside the home, a symlink, not a regular
+    file, another owner, or a mode with any group or other bit.
+    """
+    path = Path(configured) if Path(configured).is_absolute() else home / configured
+    # Normalised without following links (".." cannot leave the home; a link is refused).
+    resolved = Path(os.path.normpath(path.absolute()))
+    root = Path(os.path.normpath(home.absolute()))
+    if root not in resolved.parents:
+        raise ChannelConfigError(f"credential file {configured}: must be inside the state home")
+    try:
+        descriptor = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise ChannelConfigError(
+            f"credential file {configured}: cannot be opened ({error.strerror})"
+        ) from None
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ChannelConfigError(f"credential file {configured}: not a regular file")
+        if info.st_uid != os.getuid():
+            raise ChannelConfigError(f"credential file {configured}: belongs to another user")
+        if info.st_mode & 0o077:
+            raise ChannelConfigError(
+                f"credential file {configured}: mode {stat.S_IMODE(info.st_mode):04o} is too "
+                f"open; run: chmod 600 {resolved}"
+            )
+        content = handle.read(_MAX_CREDENTIAL_BYTES + 1)
+    text = content.decode("utf-8", errors="replace").strip()
+    if not text or len(content) > _MAX_CREDENTIAL_BYTES or any(c.isspace() for c in text):
+        raise ChannelConfigError(f"credential file {configured}: not one token on one line")
+    return text
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _first_problem(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "document"
+        return f"{where}: {first['msg']}"
+    return f"not valid JSON ({error})"

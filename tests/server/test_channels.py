@@ -1,0 +1,270 @@
+"""Channel adapters through real processes: a server, its Telegram adapter child and a local
+fake Bot API on loopback. A protected decision is presented as a message with buttons, answered
+there by an allowed identity (a stranger is refused), edited once settled; an adapter killed
+mid-send leaves the send ambiguous and nothing is resent until the operator recovers it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from piwf.protocol.channel_v1 import AnswerFrame, Update, fence_refusal
+from tests.server.fake_bot_api import FakeBotApi
+from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.test_decisions import decision_workflow, waiting_request
+from tests.server.test_execution import FAST, query, start, wait_run
+
+ALLOWED = 4242
+STRANGER = 999
+TOKEN = "123456:TEST-credential-value"
+
+
+@pytest.fixture
+def bot() -> Iterator[FakeBotApi]:
+    fake = FakeBotApi().start()
+    yield fake
+    fake.stop()
+
+
+def configure(home: Path, bot: FakeBotApi, *, mode: int = 0o600) -> None:
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (home / "channels").mkdir(mode=0o700, exist_ok=True)
+    token = home / "channels" / "ops.token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(mode)
+    profile = {
+        "kind": "telegram",
+        "apiBaseUrl": bot.url,
+        "chatId": str(bot.chat_id),
+        "allowedUserIds": [ALLOWED],
+        "credentialFile": "channels/ops.token",
+        "pollTimeoutS": 1,
+        "requestTimeoutS": 60,
+    }
+    (home / "channels.json").write_text(json.dumps({"profiles": {"ops": profile}}))
+
+
+@pytest.fixture
+def channel_server(servers: ServerFactory, bot: FakeBotApi) -> ServerProcess:
+    configure(servers.home, bot)
+    started = servers.start(env=FAST)
+    assert started.ready["ok"] is True, started.ready
+    return started
+
+
+def status(client: RawClient) -> dict[str, Any]:
+    response = client.request("channel.status")
+    assert response.outcome == "accepted", response
+    assert response.receipt is not None
+    return response.receipt
+
+
+def adapter(client: RawClient, *, epoch: int = 1) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        (profile,) = status(client)["profiles"]
+        good = profile["state"] == "ready" and profile.get("epoch") == epoch
+        return profile if good else None
+
+    found: dict[str, Any] = wait_for(ready, timeout_s=30, what=f"adapter epoch {epoch} ready")
+    return found
+
+
+def buttons(send: Any) -> dict[str, str]:
+    rows = send.body["reply_markup"]["inline_keyboard"]
+    return {row[0]["text"]: row[0]["callback_data"] for row in rows}
+
+
+def piwf(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "piwf", *args],
+        env={**os.environ, "PIWF_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def effects(server: ServerProcess) -> list[tuple[Any, ...]]:
+    return query(
+        server, "SELECT effect_type, status, attempt_count FROM effects ORDER BY created_at"
+    )
+
+
+# conformance: I9
+def test_a_decision_is_answered_on_telegram_and_the_run_completes(
+    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    workflow = decision_workflow(tmp_path, "approve", 600_000)
+    with raw_client(channel_server) as client:
+        profile = adapter(client)
+        run_id = start(client, workflow, None, "r1")
+        request = waiting_request(client, run_id)
+        (send,) = wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
+        assert send.token == TOKEN and send.body["chat_id"] == str(bot.chat_id)
+        choices = buttons(send)
+        assert set(choices) == {"Ship it", "Hold back"}
+        assert all(len(data.encode()) <= 64 for data in choices.values())
+        assert request["requestId"] not in json.dumps(send.body)  # a token, not the payload
+        # The adapter is transport only: it holds no file of the state database.
+        opened = [f.path for f in psutil.Process(profile["pid"]).open_files()]
+        home = str(channel_server.home)
+        assert not [
+            p
+            for p in opened
+            if p.startswith(home) and p.endswith((".sqlite", ".db", "-wal", "-shm"))
+        ], opened
+        bot.press(ALLOWED, choices["Ship it"])
+        run = wait_run(client, run_id)
+        assert run["status"] == "completed", run
+        (edit,) = wait_for(lambda: bot.of("editMessageText"), timeout_s=30, what="the edit")
+        (answered,) = wait_for(lambda: bot.of("answerCallbackQuery"), what="the callback answer")
+    assert edit.body["message_id"] == send_message_id(channel_server)
+    assert "Ship it" in edit.body["text"]
+    assert answered.body["text"] == "Answer recorded"
+    assert query(
+        channel_server,
+        "SELECT provenance, actor_type, actor_id FROM human_decision_resolutions",
+    ) == [("human", "human", f"telegram:{ALLOWED}")]
+    assert effects(channel_server) == [
+        ("channel.send", "applied", 1),
+        ("channel.edit", "applied", 1),
+    ]
+    # Credentials never enter the database or the server's log.
+    assert TOKEN.encode() not in (channel_server.home / "state.sqlite").read_bytes()
+    log = channel_server.home / "server" / "server.log"
+    assert not log.exists() or TOKEN not in log.read_text()
+
+
+def send_message_id(server: ServerProcess) -> int:
+    (ref,) = query(server, "SELECT external_ref FROM effects WHERE effect_type = 'channel.send'")
+    return int(str(ref[0]).split(":")[1])
+
+
+# conformance: I9
+def test_a_strangers_answer_is_refused_and_the_decision_stays_open(
+    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    workflow = decision_workflow(tmp_path, "approve", 600_000)
+    with raw_client(channel_server) as client:
+        adapter(client)
+        run_id = start(client, workflow, None, "r1")
+        request = waiting_request(client, run_id)
+        (send,) = wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
+        bot.press(STRANGER, buttons(send)["Ship it"])
+        (refused,) = wait_for(lambda: bot.of("answerCallbackQuery"), what="the refusal")
+        assert refused.body["text"] == "You are not allowed to answer here"
+        listed = client.request("requests.list", {"runId": run_id}).receipt
+        assert listed is not None
+        assert [r["requestId"] for r in listed["requests"]] == [request["requestId"]]
+        events = query(
+            channel_server,
+            "SELECT actor_id FROM events WHERE event_type = 'channel.update'",
+        )
+        assert events == [(f"telegram:{STRANGER}",)]
+        assert query(channel_server, "SELECT count(*) FROM human_decision_resolutions") == [(0,)]
+        # The decision answered elsewhere (piwf answer) gets its message edited.
+        answer = piwf(channel_server.home, "answer", request["requestId"], '{"choice":"hold"}')
+        assert answer.returncode == 0, answer.stderr
+        assert wait_run(client, run_id)["status"] == "completed"
+        (edit,) = wait_for(lambda: bot.of("editMessageText"), timeout_s=30, what="the edit")
+    assert edit.body["message_id"] == send_message_id(channel_server)
+    assert "Hold back" in edit.body["text"]
+
+
+# conformance: I9
+def test_an_adapter_killed_mid_send_leaves_it_ambiguous_until_recovered(
+    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    workflow = decision_workflow(tmp_path, "approve", 600_000)
+    bot.hang_sends = True
+    with raw_client(channel_server) as client:
+        first = adapter(client)
+        run_id = start(client, workflow, None, "r1")
+        wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send in flight")
+        assert effects(channel_server) == [("channel.send", "applying", 1)]
+        os.kill(first["pid"], signal.SIGKILL)
+        wait_for(
+            lambda: effects(channel_server) == [("channel.send", "ambiguous", 1)],
+            what="the send to become ambiguous",
+        )
+        second = adapter(client, epoch=2)
+        assert second["pid"] != first["pid"]
+        (ambiguous,) = second["ambiguous"]
+        polls = bot.polls
+        wait_for(lambda: bot.polls >= polls + 2, what="the new adapter to poll twice")
+        assert len(bot.of("sendMessage")) == 1  # nothing was resent
+        bot.hang_sends = False
+        shown = piwf(channel_server.home, "channel", "status")
+        assert "ambiguous" in shown.stdout and TOKEN not in shown.stdout + shown.stderr
+        retry = piwf(channel_server.home, "channel", "recover", ambiguous["effectId"], "retry")
+        assert retry.returncode == 0, retry.stderr
+        assert "duplicate" in retry.stderr
+        wait_for(lambda: len(bot.of("sendMessage")) == 2, timeout_s=30, what="the retry")
+        wait_for(lambda: effects(channel_server) == [("channel.send", "applied", 2)], what="sent")
+        bot.press(ALLOWED, buttons(bot.of("sendMessage")[1])["Ship it"])
+        assert wait_run(client, run_id)["status"] == "completed"
+    attempts = query(channel_server, "SELECT attempt_number, outcome FROM effect_attempts")
+    assert ("1", "interrupted") in {(str(a), o) for a, o in attempts}
+
+
+# conformance: I9
+def test_confirm_records_an_ambiguous_send_as_sent_and_sends_nothing(
+    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    workflow = decision_workflow(tmp_path, "approve", 600_000)
+    bot.hang_sends = True
+    with raw_client(channel_server) as client:
+        first = adapter(client)
+        start(client, workflow, None, "r1")
+        wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send in flight")
+        os.kill(first["pid"], signal.SIGKILL)
+        (ambiguous,) = adapter(client, epoch=2)["ambiguous"]
+        confirm = piwf(
+            channel_server.home, "channel", "recover", ambiguous["effectId"], "confirm", "--json"
+        )
+        assert confirm.returncode == 0, confirm.stderr
+        assert json.loads(confirm.stdout)["effect"]["status"] == "applied"
+        polls = bot.polls
+        wait_for(lambda: bot.polls >= polls + 2, what="the adapter to poll twice")
+        assert len(bot.of("sendMessage")) == 1
+        assert status(client)["profiles"][0]["ambiguous"] == []
+    assert effects(channel_server) == [("channel.send", "applied", 1)]
+
+
+def test_a_credential_file_with_a_loose_mode_is_refused(
+    servers: ServerFactory, bot: FakeBotApi
+) -> None:
+    configure(servers.home, bot, mode=0o644)
+    server = servers.start(env=FAST)
+    assert server.ready["ok"] is True  # the server stays available
+    with raw_client(server) as client:
+        (profile,) = wait_for(lambda: status(client)["profiles"], what="the profile")
+        assert profile["state"] == "failed" and "chmod 600" in profile["error"]
+        assert TOKEN not in json.dumps(status(client))
+    assert bot.calls == []
+
+
+# conformance: I9
+def test_a_stale_adapter_epoch_is_refused_before_its_payload() -> None:
+    frame = AnswerFrame(
+        adapter_epoch=1,
+        profile="ops",
+        sequence=5,
+        expected_revision=3,
+        attempt_id="update-7",
+        update=Update(update_id=7, identity="telegram:1", data="x:0", allowed=True),
+    )
+    assert fence_refusal(frame, epoch=2, profile="ops", last_sequence=0) is not None
+    assert fence_refusal(frame, epoch=1, profile="other", last_sequence=0) is not None
+    assert fence_refusal(frame, epoch=1, profile="ops", last_sequence=5) is not None
+    assert fence_refusal(frame, epoch=1, profile="ops", last_sequence=4) is None
