@@ -5,39 +5,24 @@ Kept in their own module like the other operation groups; ``Client`` inherits th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
-from piwf.protocol import Operation
+from piwf.client.calls import ClientCalls
 from piwf.protocol.channel_payloads import (
     ChannelRecoverPayload,
     ChannelRecoverReceipt,
     ChannelReloadReceipt,
     ChannelStatus,
 )
-from piwf.protocol.payloads import EmptyPayload, WireModel
+from piwf.protocol.payloads import EmptyPayload
 
 _R = TypeVar("_R", bound=BaseModel)
 
 
-class ChannelMethods:
+class ChannelMethods(ClientCalls):
     """``Client`` methods for channel adapters (see docs/CHANNELS.md)."""
-
-    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
-
-        def _call(
-            self,
-            operation: Operation,
-            payload: WireModel,
-            receipt_type: type[_R],
-            *,
-            run_id: str | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> _R:
-            """Send one operation and validate its receipt."""
-            ...
 
     def channel_status(self) -> ChannelStatus:
         """The channel profiles, their adapters and their unsettled sends (``channel.status``)."""

@@ -8,22 +8,20 @@ screen; ``Client`` inherits them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.client.calls import ClientCalls
 from piwf.client.content import resolve_references
 from piwf.protocol import InvalidMessageError, Operation, Response
 from piwf.protocol.payloads import (
     AnswerPayload,
     AnswerReceipt,
-    ContentRef,
     SubmissionReceipt,
     UpdateReceipt,
-    WireModel,
 )
 
 #: A submit waits for its validation (at most 30 s of ``validate`` and its admission) on top of
@@ -33,41 +31,8 @@ SUBMIT_EXTRA_WAIT_S: Final = 60.0
 _Receipt = TypeVar("_Receipt", bound=BaseModel)
 
 
-class InteractionMethods:
+class InteractionMethods(ClientCalls):
     """``Client`` methods that answer requests and submit agent outputs."""
-
-    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
-        request_timeout_s: float
-
-        def request(
-            self,
-            operation: Operation,
-            payload: Mapping[str, Any] | None = None,
-            *,
-            run_id: str | None = None,
-            expected_revision: int | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> Response:
-            """Send one operation."""
-            ...
-
-        def _call(
-            self,
-            operation: Operation,
-            payload: WireModel,
-            receipt_type: type[_Receipt],
-            *,
-            run_id: str | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> _Receipt:
-            """Send one operation and parse its receipt."""
-            ...
-
-        def read_content(self, ref: ContentRef) -> JsonValue:
-            """Read a referenced value."""
-            ...
 
     def answer(
         self,

@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from pydantic import BaseModel
 
-from piwf.protocol import Operation, Response
+from piwf.client.calls import ClientCalls
 from piwf.protocol.log_payloads import (
     AttemptLogInfo,
     LogCursor,
     RunLogsPayload,
     RunLogsReceipt,
 )
-from piwf.protocol.payloads import WireModel
 
 #: How long :meth:`RunLogMethods.follow_run_logs` waits between reads that found nothing new.
 FOLLOW_INTERVAL_S: Final = 0.5
@@ -60,36 +59,8 @@ class RunLogs:
     attempts: list[AttemptLog]
 
 
-class RunLogMethods:
+class RunLogMethods(ClientCalls):
     """``Client`` methods that read a run's attempt logs."""
-
-    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
-
-        def request(
-            self,
-            operation: Operation,
-            payload: Mapping[str, Any] | None = None,
-            *,
-            run_id: str | None = None,
-            expected_revision: int | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> Response:
-            """Send one operation."""
-            ...
-
-        def _call(
-            self,
-            operation: Operation,
-            payload: WireModel,
-            receipt_type: type[_Receipt],
-            *,
-            run_id: str | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> _Receipt:
-            """Send one operation and parse its receipt."""
-            ...
 
     def run_logs_page(
         self, run_id: str, *, node: str | None = None, cursor: LogCursor | None = None

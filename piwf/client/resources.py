@@ -7,17 +7,15 @@ retries), exactly like the run operations.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from piwf import canonical
-from piwf.canonical import JsonValue
+from piwf.client.calls import ClientCalls
 from piwf.client.content import resolve_references
-from piwf.protocol import InvalidMessageError, Operation, Response
-from piwf.protocol.payloads import ContentRef
+from piwf.protocol import InvalidMessageError, Response
 from piwf.protocol.resource_payloads import (
     ResourceApplyPayload,
     ResourceDeleteReceipt,
@@ -32,27 +30,8 @@ from piwf.protocol.resource_payloads import (
 _R = TypeVar("_R", bound=BaseModel)
 
 
-class ResourceMethods:
+class ResourceMethods(ClientCalls):
     """``Client`` methods for managed resources (see docs/RESOURCE_MANAGERS.md)."""
-
-    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
-
-        def request(
-            self,
-            operation: Operation,
-            payload: Mapping[str, Any] | None = None,
-            *,
-            run_id: str | None = None,
-            expected_revision: int | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> Response:
-            """Send one operation."""
-            ...
-
-        def read_content(self, ref: ContentRef) -> JsonValue:
-            """Read one referenced value in full."""
-            ...
 
     def apply_resource(
         self,

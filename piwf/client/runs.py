@@ -15,19 +15,19 @@ import os
 import queue
 import secrets
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel
 
 from piwf import canonical
 from piwf.canonical import JsonValue
-from piwf.client.connection import ServerConnection
+from piwf.client.calls import ClientCalls
 from piwf.client.content import read_content, resolve_references
 from piwf.config import agent_command_problem
 from piwf.errors import AgentCommandError, PiwfError, SessionError
-from piwf.protocol import Operation, Response
+from piwf.protocol import Operation
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
     ContentRef,
@@ -64,43 +64,8 @@ WAIT_SLICE_S: Final = 30.0
 _Receipt = TypeVar("_Receipt", bound=BaseModel)
 
 
-class RunReadMethods:
+class RunReadMethods(ClientCalls):
     """``Client`` methods that read runs and the values they hold."""
-
-    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
-        request_timeout_s: float
-
-        def request(
-            self,
-            operation: Operation,
-            payload: Mapping[str, Any] | None = None,
-            *,
-            run_id: str | None = None,
-            expected_revision: int | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> Response:
-            """Send one operation."""
-            ...
-
-        _connection: ServerConnection | None
-
-        def _current_connection(self, autostart: bool) -> ServerConnection:
-            """The open connection (opened when there is none)."""
-            ...
-
-        def _call(
-            self,
-            operation: Operation,
-            payload: WireModel,
-            receipt_type: type[_Receipt],
-            *,
-            run_id: str | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> _Receipt:
-            """Send one operation and parse its receipt."""
-            ...
 
     def list_runs(
         self, limit: int = 50, before: RunCursor | None = None, *, status: str | None = None

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from piwf.client.calls import ClientCalls
 from piwf.protocol.settings_payloads import (
     RunChangeSettingsPayload,
     RunSettings,
@@ -17,29 +18,13 @@ from piwf.protocol.settings_payloads import (
 )
 
 if TYPE_CHECKING:
-    from piwf.protocol import Operation
-    from piwf.protocol.payloads import WireModel
+    pass
 
 _Receipt = TypeVar("_Receipt", bound=BaseModel)
 
 
-class SettingsMethods:
+class SettingsMethods(ClientCalls):
     """Live settings of a run."""
-
-    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
-
-        def _call(
-            self,
-            operation: Operation,
-            payload: WireModel,
-            receipt_type: type[_Receipt],
-            *,
-            run_id: str | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> _Receipt:
-            """Send one operation and parse its receipt."""
-            ...
 
     def run_settings(self, run_id: str, *, mount_path: str = "") -> RunSettings:
         """The run's settings scopes of the workflow at ``mount_path`` (``""``: the run's own

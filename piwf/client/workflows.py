@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 
+from piwf.client.calls import ClientCalls
 from piwf.client.runs import absolute_path, workflow_reference
 from piwf.protocol.workflow_payloads import (
     WorkflowDescription,
@@ -16,29 +17,13 @@ from piwf.protocol.workflow_payloads import (
 )
 
 if TYPE_CHECKING:
-    from piwf.protocol import Operation
-    from piwf.protocol.payloads import WireModel
+    pass
 
 _Receipt = TypeVar("_Receipt", bound=BaseModel)
 
 
-class WorkflowMethods:
+class WorkflowMethods(ClientCalls):
     """Workflow discovery (``workflow.list``, ``workflow.show``)."""
-
-    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes these methods in
-
-        def _call(
-            self,
-            operation: Operation,
-            payload: WireModel,
-            receipt_type: type[_Receipt],
-            *,
-            run_id: str | None = None,
-            idempotency_key: str | None = None,
-            timeout_s: float | None = None,
-        ) -> _Receipt:
-            """Send one operation and parse its receipt."""
-            ...
 
     def list_workflows(self, *, project: Path | None = None) -> WorkflowList:
         """Every workflow ``start_run(NAME)`` finds from ``project`` (default: the current

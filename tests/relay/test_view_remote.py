@@ -12,7 +12,6 @@ import asyncio
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,8 @@ import pytest
 
 from piwf import Client
 from tests.relay.conftest import RelayFactory, require_websockets
-from tests.server.harness import ServerProcess, wait_for
+from tests.server.harness import ServerProcess
+from tests.tmux import TmuxTerminal
 from tests.viewer.conftest import require_textual
 from tests.viewer.test_viewer_pilot import DEADLINE_S, gated_run, shown, until
 
@@ -65,38 +65,9 @@ def test_the_viewer_over_the_relay_follows_a_run_to_completion(
         asyncio.run(main(client))
 
 
-class Terminal:
-    """One tmux server and session running one command in a 140x40 pane."""
-
-    def __init__(self, socket: str, command: str, env: dict[str, str]) -> None:
-        self.socket = socket
-        exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items())
-        script = f"env {exports} {command}; echo EXIT=$?; read held"
-        self._tmux("new-session", "-d", "-s", "t", "-x", "140", "-y", "40", script)
-
-    def _tmux(self, *args: str) -> str:
-        done = subprocess.run(
-            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=10
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    def screen(self) -> str:
-        return self._tmux("capture-pane", "-p", "-J", "-t", "t")
-
-    def press(self, key: str) -> None:
-        self._tmux("send-keys", "-t", "t", key)
-
-    def wait_for_text(self, text: str) -> None:
-        wait_for(lambda: text in self.screen(), DEADLINE_S, f"{text!r} on:\n{self.screen()}")
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
-
-
 @pytest.fixture
-def terminal_sockets() -> Iterator[list[Terminal]]:
-    opened: list[Terminal] = []
+def terminal_sockets() -> Iterator[list[TmuxTerminal]]:
+    opened: list[TmuxTerminal] = []
     yield opened
     for terminal in opened:
         terminal.close()
@@ -107,7 +78,7 @@ def test_piwf_view_remote_in_a_terminal_follows_a_run_to_completion(
     server: ServerProcess,
     relays: RelayFactory,
     tmp_path: Path,
-    terminal_sockets: list[Terminal],
+    terminal_sockets: list[TmuxTerminal],
 ) -> None:
     run_id, gate = gated_run(server, tmp_path, "terminal")
     relay = relays.start()
@@ -115,11 +86,11 @@ def test_piwf_view_remote_in_a_terminal_follows_a_run_to_completion(
     elsewhere = tmp_path / "elsewhere"
     env = {"PIWF_HOME": str(elsewhere), "PATH": os.environ["PATH"], "TERM": "xterm-256color"}
     command = f"{shlex.quote(str(PIWF))} view --remote {relay.url} {run_id}"
-    terminal = Terminal(f"piwf-relay-{os.getpid()}", command, env)
+    terminal = TmuxTerminal(f"piwf-relay-{os.getpid()}", command, env, width=140)
     terminal_sockets.append(terminal)
-    terminal.wait_for_text("running · executing")
+    terminal.wait_for_text("running · executing", timeout_s=DEADLINE_S)
     gate.touch()
-    terminal.wait_for_text("completed · idle")
+    terminal.wait_for_text("completed · idle", timeout_s=DEADLINE_S)
     terminal.press("q")
-    terminal.wait_for_text("EXIT=0")
+    terminal.wait_for_text("EXIT=0", timeout_s=DEADLINE_S)
     assert not elsewhere.exists(), "a remote view starts no local server"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,51 +14,14 @@ from pathlib import Path
 import pytest
 
 from piwf.client import Client
-from tests.server.harness import ServerFactory, ServerProcess, wait_for
+from tests.server.harness import ServerFactory, ServerProcess
 from tests.server.test_execution import FAST
+from tests.tmux import TmuxTerminal
 
 PIWF = Path(sys.executable).parent / "piwf"
 REVIEW = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "session_review.py")
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-
-
-class Terminal:
-    """One tmux session on its own tmux server, running one command in an 80x40 pane."""
-
-    def __init__(self, socket: str, command: str, env: dict[str, str]) -> None:
-        self.socket = socket
-        exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items())
-        # `read` keeps the pane after the command ends, so its exit status can be read.
-        script = f"env {exports} {command}; echo EXIT=$?; read held"
-        self._tmux("new-session", "-d", "-s", "t", "-x", "160", "-y", "40", script)
-
-    def _tmux(self, *args: str) -> str:
-        done = subprocess.run(
-            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=10
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    def screen(self) -> str:
-        return self._tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", "t")
-
-    def type(self, text: str) -> None:
-        self._tmux("send-keys", "-t", "t", "-l", text)
-        self._tmux("send-keys", "-t", "t", "Enter")
-
-    def interrupt(self) -> None:
-        self._tmux("send-keys", "-t", "t", "C-c")
-
-    def wait_for_text(self, text: str, *, count: int = 1) -> None:
-        wait_for(
-            lambda: self.screen().count(text) >= count,
-            timeout_s=30,
-            what=f"{text!r} on the screen:\n{self.screen()}",
-        )
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
 
 
 @pytest.fixture
@@ -70,23 +32,23 @@ def server(servers: ServerFactory) -> ServerProcess:
 
 
 @pytest.fixture
-def terminals(tmp_path: Path) -> Iterator[list[Terminal]]:
-    opened: list[Terminal] = []
+def terminals(tmp_path: Path) -> Iterator[list[TmuxTerminal]]:
+    opened: list[TmuxTerminal] = []
     yield opened
     for terminal in opened:
         terminal.close()
 
 
-def attach(server: ServerProcess, terminals: list[Terminal], session: str) -> Terminal:
+def attach(server: ServerProcess, terminals: list[TmuxTerminal], session: str) -> TmuxTerminal:
     env = {"PIWF_HOME": str(server.home), "PATH": os.environ["PATH"]}
     command = f"{shlex.quote(str(PIWF))} session attach {session} --exit-when-done"
-    terminal = Terminal(f"piwf-test-{os.getpid()}-{session}", command, env)
+    terminal = TmuxTerminal(f"piwf-test-{os.getpid()}-{session}", command, env, history_lines=200)
     terminals.append(terminal)
     return terminal
 
 
 def test_a_person_takes_an_agent_step_and_a_checkpoint_to_completion(
-    server: ServerProcess, terminals: list[Terminal]
+    server: ServerProcess, terminals: list[TmuxTerminal]
 ) -> None:
     with Client(server.home, autostart=False) as client:
         run = client.start_run(REVIEW, input={"topic": "the release"}, session="tty-1")
@@ -121,7 +83,7 @@ def test_a_person_takes_an_agent_step_and_a_checkpoint_to_completion(
 
 # conformance: I5
 def test_ctrl_c_during_a_step_aborts_the_turn_and_pauses_the_run(
-    server: ServerProcess, terminals: list[Terminal]
+    server: ServerProcess, terminals: list[TmuxTerminal]
 ) -> None:
     with Client(server.home, autostart=False) as client:
         run = client.start_run(REVIEW, input={"topic": "x"}, session="tty-2")

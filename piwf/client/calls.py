@@ -1,0 +1,62 @@
+"""What every ``Client`` mixin calls: :meth:`Client.request` and :meth:`Client._call`, declared
+once here for type checking (:class:`~piwf.client.Client` defines them; at run time this
+class adds nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from piwf.canonical import JsonValue
+    from piwf.client.connection import ServerConnection
+    from piwf.protocol import Operation
+    from piwf.protocol.client_v1 import Response
+    from piwf.protocol.payloads import ContentRef, WireModel
+
+_Receipt = TypeVar("_Receipt", bound=BaseModel)
+
+
+class ClientCalls:
+    """The base of the client's method groups (runs, logs, interactions, resources, sessions,
+    workflows, settings, channels)."""
+
+    if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes the groups in
+        request_timeout_s: float
+        _connection: ServerConnection | None
+
+        def _current_connection(self, autostart: bool) -> ServerConnection:
+            """The open connection (opened when there is none)."""
+            ...
+
+        def read_content(self, ref: ContentRef) -> JsonValue:
+            """Read one referenced value in full."""
+            ...
+
+        def request(
+            self,
+            operation: Operation,
+            payload: Mapping[str, Any] | None = None,
+            *,
+            run_id: str | None = None,
+            expected_revision: int | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> Response:
+            """Send one operation and return its successful response."""
+            ...
+
+        def _call(
+            self,
+            operation: Operation,
+            payload: WireModel,
+            receipt_type: type[_Receipt],
+            *,
+            run_id: str | None = None,
+            idempotency_key: str | None = None,
+            timeout_s: float | None = None,
+        ) -> _Receipt:
+            """Send one operation and validate its receipt."""
+            ...
