@@ -268,3 +268,35 @@ def test_a_stale_adapter_epoch_is_refused_before_its_payload() -> None:
     assert fence_refusal(frame, epoch=1, profile="other", last_sequence=0) is not None
     assert fence_refusal(frame, epoch=1, profile="ops", last_sequence=5) is not None
     assert fence_refusal(frame, epoch=1, profile="ops", last_sequence=4) is None
+
+
+def test_reload_restarts_a_changed_profile_and_stops_a_removed_one(
+    channel_server: ServerProcess, bot: FakeBotApi
+) -> None:
+    with raw_client(channel_server) as client:
+        first = adapter(client)
+        config = channel_server.home / "channels.json"
+        document = json.loads(config.read_text())
+        unchanged = client.request("channel.reload", key="reload-1")
+        assert unchanged.outcome == "accepted", unchanged
+        assert unchanged.receipt == {
+            "started": [],
+            "restarted": [],
+            "stopped": [],
+            "unchanged": ["ops"],
+        }
+        document["profiles"]["ops"]["allowedUserIds"] = [ALLOWED, STRANGER]
+        config.write_text(json.dumps(document))
+        changed = client.request("channel.reload", key="reload-2")
+        assert changed.receipt is not None and changed.receipt["restarted"] == ["ops"], changed
+        second = adapter(client, epoch=2)
+        assert second["pid"] != first["pid"]
+        wait_for(lambda: not psutil.pid_exists(first["pid"]), timeout_s=30, what="the old adapter")
+        config.write_text(json.dumps({"profiles": {}}))
+        removed = client.request("channel.reload", key="reload-3")
+        assert removed.receipt is not None and removed.receipt["stopped"] == ["ops"], removed
+        assert status(client)["profiles"] == []
+        wait_for(lambda: not psutil.pid_exists(second["pid"]), timeout_s=30, what="the adapter")
+        config.write_text("{not json")
+        broken = client.request("channel.reload", key="reload-4")
+        assert broken.receipt is not None and broken.receipt["configError"], broken
