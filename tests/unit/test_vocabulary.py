@@ -55,6 +55,8 @@ NEEDS_EXTRA = {
     "piwf.viewer.graph": "textual",  # the package imports its app first
     "piwf.viewer.run_list": "textual",
     "piwf.viewer.run_screen": "textual",
+    "piwf.relay.bridge": "websockets",
+    "piwf.relay.server": "websockets",
 }
 
 
