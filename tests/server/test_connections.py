@@ -13,7 +13,7 @@ import select
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import psutil
@@ -322,7 +322,10 @@ def test_output_that_makes_no_progress_closes_the_connection_at_the_stall_deadli
     stalled = RawClient(server.socket_path, "stalled")
     try:
         # About 700 KiB of answers: more than the socket buffers hold, far below half the cap.
-        stalled.send_bytes(STATUS_FRAME * 2_000)
+        # On a loaded machine the deadline may pass while this is still being sent: the server
+        # then closes the connection under the send, which is the outcome checked below.
+        with suppress(BrokenPipeError, ConnectionResetError):
+            stalled.send_bytes(STATUS_FRAME * 2_000)
         wait_for(lambda: "it stopped reading its responses" in log.read_text())
         assert stalled.closed_by_server(timeout_s=10)
     finally:

@@ -227,6 +227,26 @@ def check_effect_attempts(server: ServerProcess, sink: Path) -> None:
     assert per_generation <= 1, "at most one attempt per effect per generation"
 
 
+def test_a_claim_commits_with_its_runner_row(servers: ServerFactory) -> None:
+    """Claiming a run and recording its launch are one commit: a server killed right after the
+    claim's commit has left the run's runner row too (``starting``; a spare's pid may be in it,
+    recorded with the launch)."""
+    dying = servers.start(env={**FAST, "PIWF_FAULTS": "run.after_claim_commit@1=kill"})
+    client = RawClient(dying.socket_path, "starter")
+    try:
+        started = client.request("run.start", {"workflow": HELLO}, key="claimed")
+    finally:
+        client.close()
+    assert started.outcome == "accepted", started
+    wait_for(lambda: not dying.alive(), timeout_s=30, what="the server to die at its claim")
+    dying.kill()
+    with StateDatabase(dying.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
+        queue = tx.all("SELECT status FROM run_queue")
+        runners = tx.all("SELECT status FROM run_runners")
+    assert [tuple(row) for row in queue] == [("starting",)]
+    assert [tuple(row) for row in runners] == [("starting",)]
+
+
 @pytest.mark.parametrize("point", ["server.after_epoch", "server.before_listen"])
 def test_a_kill_while_starting_leaves_a_state_the_next_start_takes_over(
     servers: ServerFactory, point: str

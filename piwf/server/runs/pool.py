@@ -237,11 +237,38 @@ class Executor:
         return len(self.active) + reconciles + validations
 
     def _admit_run(self) -> bool:
-        launch = self._claim_next()
+        """Claim the next ready run and record its launch in one transaction (one commit on the
+        run's path), then hand its envelope to a spare runner or to a child started for it."""
+        spare = self.spares.peek()
+        runner_epoch = new_runner_epoch() if spare is None else spare.name
+        try:
+            with self.db.write() as tx:
+                launch, expired = self._claim_next(tx)
+                if launch is None:
+                    recorded: Launch | PiwfError | None = None
+                else:
+                    recorded = self._record_launch(tx, launch, runner_epoch, spare)
+        except PiwfError as error:
+            log.warning("scheduling failed: %s", error)
+            return False
+        for expiry in expired:
+            self.run_changed(expiry.run_id)
         if launch is None:
             return False
         faults.point("run.after_claim_commit")
-        self._launch(launch)
+        if not isinstance(recorded, Launch):
+            # The claim committed without a runner row: the run is stranded, and
+            # rescue_stranded_runs recovers it as it does any run no child executes.
+            log.warning("launching run %s failed: %s", launch.run_id, recorded)
+            return True
+        faults.point("runner.after_launch_record")
+        taken = self.spares.take() if spare is not None else None
+        assert taken is spare, "the spare peeked at is the one taken (no loop turn between)"
+        self._start(
+            RunnerSession(self, launch, launch.claim, runner_epoch, ContentTransfer(self.db)),
+            recorded,
+            spare,
+        )
         return True
 
     def _admit_reconcile(self) -> bool:
@@ -367,44 +394,35 @@ class Executor:
 
     # -- launching -------------------------------------------------------------------------
 
-    def _claim_next(self) -> RunLaunch | None:
-        try:
-            with self.db.write() as tx:
-                verify_server_claim(tx, self.server_claim())
-                # Expired agent deadlines come before the next run (DESIGN.md §6): a run whose
-                # runner was stopped at its deadline resumes into its timeout, never into
-                # another run of its agent.
-                expired = ex.expire_due_agent_requests(
-                    tx,
-                    actor=Actor(ActorType.POLICY, self.owner_id),
-                    control_owner_id=self.owner_id,
-                    lease_ms=self.settings.run_lease_ms,
-                )
-                launch = ex.claim_next_run(
-                    tx,
-                    owner_id=self.owner_id,
-                    lease_ms=self.settings.run_lease_ms,
-                    exclude=tuple(self.active),
-                )
-        except PiwfError as error:
-            log.warning("scheduling failed: %s", error)
-            return None
-        for expiry in expired:
-            self.run_changed(expiry.run_id)
-        return launch
-
-    def _launch(self, launch: RunLaunch, retried: RunnerSession | None = None) -> None:
-        """Record the launch and hand the envelope to a spare runner, or to a child started
-        for it (its envelope waits in the pipe while the fork server forks it)."""
-        spare = self.spares.take() if retried is None else None
-        epoch = new_runner_epoch() if spare is None else spare.name
-        active = retried or RunnerSession(
-            self, launch, launch.claim, epoch, ContentTransfer(self.db)
+    def _claim_next(self, tx: Transaction) -> tuple[RunLaunch | None, list[ex.Expiry]]:
+        """Inside the admission's transaction: expire due agent deadlines, then claim the next
+        ready run (None when no run is ready)."""
+        verify_server_claim(tx, self.server_claim())
+        # Expired agent deadlines come before the next run (DESIGN.md §6): a run whose runner
+        # was stopped at its deadline resumes into its timeout, never into another run of its
+        # agent.
+        expired = ex.expire_due_agent_requests(
+            tx,
+            actor=Actor(ActorType.POLICY, self.owner_id),
+            control_owner_id=self.owner_id,
+            lease_ms=self.settings.run_lease_ms,
         )
-        runner_epoch = active.runner_epoch
-        self.active[launch.run_id] = active
+        launch = ex.claim_next_run(
+            tx,
+            owner_id=self.owner_id,
+            lease_ms=self.settings.run_lease_ms,
+            exclude=tuple(self.active),
+        )
+        return launch, expired
+
+    def _record_launch(
+        self, tx: Transaction, launch: RunLaunch, runner_epoch: str, spare: ChildHandle | None
+    ) -> Launch | PiwfError:
+        """Record the runner row of ``launch`` in its own savepoint of ``tx`` (and a spare's
+        known process with it); return the envelope, or the refusal (its changes undone, the
+        claim kept)."""
         try:
-            with self.db.write() as tx:
+            with tx.savepoint():
                 envelope = self._envelope(tx, launch, runner_epoch)
                 recorded = ex.record_runner_launch(
                     tx,
@@ -424,28 +442,23 @@ class Executor:
                     )
                     if isinstance(process, Conflict):
                         raise PiwfError(f"runner process refused: {process.evidence}")
-        except StateUnavailableError as error:
-            if spare is not None:  # the retry starts a child of its own, under a new epoch
-                self.supervisor.kill(spare)
-                active.runner_epoch = new_runner_epoch()
-            self.retry_later(
-                active, "recording its launch", error, lambda: self._launch(launch, active)
-            )
-            return
+        except StateUnavailableError:
+            raise
         except PiwfError as error:
-            log.warning("launching run %s failed: %s", launch.run_id, error)
-            if spare is not None:
-                self.supervisor.kill(spare)
-            self.active.pop(launch.run_id, None)
-            return
-        faults.point("runner.after_launch_record")
+            return error
+        return envelope
+
+    def _start(self, active: RunnerSession, envelope: Launch, spare: ChildHandle | None) -> None:
+        """The launch is recorded: hand ``envelope`` to ``spare``, or to a child started for it
+        (the envelope waits in the pipe while the fork server forks it)."""
+        self.active[active.run_id] = active
         on_exit = lambda finished: self._runner_ended(active, finished)  # noqa: E731
         on_started = lambda _started: self._record_process(active)  # noqa: E731
         if spare is None:
             try:
                 handle = self.supervisor.start(
                     ChildSpec(
-                        runner_epoch,
+                        active.runner_epoch,
                         ChildKind.WORKFLOW_RUNNER,
                         on_exit=on_exit,
                         on_started=on_started,
@@ -460,8 +473,8 @@ class Executor:
             if not handle.started:
                 handle.on_started.append(on_started)
         active.attach(handle, envelope.encode(), self.settings.ready_timeout_s)
-        if handle.started and known is None:  # a spare whose pid came before its run
-            self._record_process(active)
+        if handle.started and _started_process(spare) is None:
+            self._record_process(active)  # a spare whose pid came after its launch record
 
     def _runner_ended(self, active: RunnerSession, handle: ChildHandle) -> None:
         if handle.start_failure is not None:

@@ -61,14 +61,14 @@ from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.agents import AgentCalls, reap_runner_groups
 from piwf.server.runs.attempt_output import AttemptOutput
 from piwf.server.runs.content_transfer import ContentTransfer
-from piwf.server.runs.state_calls import serve_state_call
+from piwf.server.runs.state_calls import ReadyReport, serve_state_call
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, RunnerStatus
 from piwf.state.execution import attempts
 from piwf.state.execution.core import RunLaunch
 from piwf.state.leases import Claim
-from piwf.state.records import Actor, read_revision
+from piwf.state.records import Actor
 from piwf.workflow import port
 from piwf.workflow.commands import RestartCommand, ResumeCommand, StartCommand, command_to_json
 from piwf.workflow.port_codec import from_json, to_json
@@ -291,25 +291,21 @@ class RunnerSession:
     def _ready(self) -> None:
         if self.ready_timer is not None:
             self.ready_timer.cancel()
-        try:
-            self._send_command()
-        except StateUnavailableError as error:  # the child waits for its command meanwhile
-            self.host.retry_later(self, "marking it ready", error, self._ready)
+        self.queue_ready_report()
 
-    def _send_command(self) -> None:
-        """Mark the runner ready (a repeat is adopted) and send its one command."""
-        try:
-            with self.host.db.write() as tx:
-                result = ex.mark_runner_ready(
-                    tx, self.claim, self.runner_epoch, lease_ms=self.host.lease_ms
-                )
-        except ClaimLostError:
-            self.server_lost_claim = True
-            self.host.stop(self, RunnerStatus.CLAIM_LOST)
-            return
+    def queue_ready_report(self) -> None:
+        """Mark the runner ready (a repeat is adopted) in the loop turn's group commit; its one
+        command is sent once that committed (server/runs/state_calls.py, ``ReadyReport``)."""
+        self.host.db.group.defer(ReadyReport(self))
+
+    def ready_committed(self, result: object, revision: int) -> None:
+        """The ready report committed (``result`` as :func:`ex.mark_runner_ready` returned it,
+        ``revision`` the run's revision after it): send the one command."""
         if isinstance(result, Conflict):
             log.warning("run %s: runner not ready: %s", self.run_id, result.evidence)
             self.host.stop(self, RunnerStatus.CRASHED)
+            return
+        if self.ended:
             return
         self.ready = True
         launch = self.launch
@@ -321,10 +317,18 @@ class RunnerSession:
             command = RestartCommand(launch.run_id, launch.parent_run_id)
         else:
             command = ResumeCommand(launch.run_id)
-        with self.host.db.read() as tx:
-            revision = read_revision(tx, self.claim.resource_id) or 0
         self._send(Command(command=command_to_json(command), revision=revision).encode())
         self.host.fill_spares()  # its start no longer needs the CPU: the next run's child may
+
+    def ready_refused(self, error: PiwfError) -> None:
+        """The ready report was refused: a lost claim stops the runner quietly, anything else
+        stops it as crashed (the run is then recovered from its exit)."""
+        if isinstance(error, ClaimLostError):
+            self.server_lost_claim = True
+            self.host.stop(self, RunnerStatus.CLAIM_LOST)
+            return
+        log.warning("run %s: marking its runner ready failed: %s", self.run_id, error)
+        self.host.stop(self, RunnerStatus.CRASHED)
 
     def _source_changed(self, files: list[str]) -> None:
         log.warning("run %s: %d source file(s) changed; parked", self.run_id, len(files))

@@ -51,6 +51,16 @@ class SpareRunners:
         self._refill_delay_s = FIRST_REFILL_DELAY_S
         self._refill_timer: Timer | None = None
 
+    def peek(self) -> ChildHandle | None:
+        """The spare :meth:`take` would hand over now, left idle (dead ones are dropped)."""
+        while self.idle:
+            handle = self.idle[0]
+            if handle.exited or handle.stop_pending is not None or handle.kill_pending:
+                self.idle.pop(0)
+                continue
+            return handle
+        return None
+
     def take(self) -> ChildHandle | None:
         """Hand over the oldest live spare, its own callbacks removed (the caller adds its
         ``on_exit``, and its ``on_started`` unless ``handle.started``); None when none is."""

@@ -35,6 +35,7 @@ from piwf.server.runs.attempt_output import NODE_MESSAGES
 from piwf.state import Transaction
 from piwf.state import execution as ex
 from piwf.state.enums import RunnerMessageOutcome, RunnerStatus
+from piwf.state.records import read_revision
 from piwf.workflow import port
 from piwf.workflow.port_codec import result_to_json
 
@@ -195,3 +196,28 @@ class QueuedCalls:
 def _result_of(reply: ex.RunnerReply) -> tuple[JsonValue, str | None]:
     error = None if reply.error is None else reply.error[:1000]
     return (None if reply.result is None else result_to_json(reply.result)), error
+
+
+@dataclass(frozen=True)
+class ReadyReport:
+    """A runner's ``ready`` in the loop turn's group commit (a ``DeferredWrite``): the runner
+    is marked ready and the run's revision read in the same transaction, and its one command
+    is sent only after the commit, so the command's revision is committed state."""
+
+    session: RunnerSession
+
+    def apply(self, tx: Transaction) -> Callable[[], None]:
+        session = self.session
+        result = ex.mark_runner_ready(
+            tx, session.claim, session.runner_epoch, lease_ms=session.host.lease_ms
+        )
+        revision = read_revision(tx, session.claim.resource_id) or 0
+        return lambda: session.ready_committed(result, revision)
+
+    def refused(self, error: PiwfError) -> Callable[[], None]:
+        return lambda: self.session.ready_refused(error)
+
+    def unavailable(self, error: StateUnavailableError) -> None:
+        # The child waits for its command meanwhile.
+        session = self.session
+        session.host.retry_later(session, "marking it ready", error, session.queue_ready_report)
