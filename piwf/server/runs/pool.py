@@ -474,7 +474,7 @@ class Executor:
                 handle.on_started.append(on_started)
         active.attach(handle, envelope.encode(), self.settings.ready_timeout_s)
         if handle.started and _started_process(spare) is None:
-            self._record_process(active)  # a spare whose pid came after its launch record
+            self._record_process(active)  # its pid is known, but was not recorded with the launch
 
     def _runner_ended(self, active: RunnerSession, handle: ChildHandle) -> None:
         if handle.start_failure is not None:

@@ -64,15 +64,14 @@ class SpareRunners:
     def take(self) -> ChildHandle | None:
         """Hand over the oldest live spare, its own callbacks removed (the caller adds its
         ``on_exit``, and its ``on_started`` unless ``handle.started``); None when none is."""
-        while self.idle:
-            handle = self.idle.pop(0)
-            if handle.exited or handle.stop_pending is not None or handle.kill_pending:
-                continue
-            handle.on_exit.clear()
-            handle.on_started.clear()
-            self._refill_delay_s = FIRST_REFILL_DELAY_S  # spares work here
-            return handle
-        return None
+        handle = self.peek()
+        if handle is None:
+            return None
+        self.idle.pop(0)
+        handle.on_exit.clear()
+        handle.on_started.clear()
+        self._refill_delay_s = FIRST_REFILL_DELAY_S  # spares work here
+        return handle
 
     def fill(self, free_slots: int) -> None:
         """Start spares until ``min(count, free_slots)`` are idle (none while a refill waits
