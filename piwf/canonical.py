@@ -206,21 +206,34 @@ def _plain(value: object, depth: int) -> bool:
     """Whether ``value`` holds only types the C encoder writes canonically (see encode)."""
     if depth > MAX_DEPTH:
         return False
-    if isinstance(value, _PLAIN_SCALARS):
-        return True
     kind = type(value)
-    if kind is int:
-        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
     if kind is dict:
         for key, item in value.items():  # type: ignore[attr-defined]
-            if type(key) is not str or (key and max(key) >= "\ud800"):
+            if type(key) is not str or not _plain_key(key):
                 return False
-            if not _plain(item, depth + 1):
+            if not _plain_item(item, depth + 1):
                 return False
         return True
     if kind is list or kind is tuple:
-        return all(_plain(item, depth + 1) for item in value)  # type: ignore[attr-defined]
-    return False
+        return all(_plain_item(item, depth + 1) for item in value)  # type: ignore[attr-defined]
+    return _plain_item(value, depth)
+
+
+def _plain_item(value: object, depth: int) -> bool:
+    """:func:`_plain`, with the scalars (most items) decided without a further call."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER  # type: ignore[operator]
+    if kind is dict or kind is list or kind is tuple:
+        return _plain(value, depth)
+    return isinstance(value, str)  # a str subclass (a StrEnum member) is written as its text
+
+
+def _plain_key(key: str) -> bool:
+    """Whether ``key`` sorts the same by code point as by UTF-16 code unit."""
+    return key.isascii() or not key or max(key) < "\ud800"
 
 
 def _encode_into(value: object, parts: list[str], depth: int) -> None:

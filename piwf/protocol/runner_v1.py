@@ -339,6 +339,10 @@ class Command(_Model):
     #: The run revision the child starts from; every state-changing call names the revision it
     #: expects, and a call made against another revision changes nothing.
     revision: int = Field(ge=0)
+    #: The run's saved state at ``revision`` (a ``SavedRun`` in its port JSON form), read in
+    #: the transaction that read ``revision``, so the child's first ``read_run`` of its own run
+    #: needs no round trip. Absent when it would not fit in one frame: the child reads it then.
+    run: dict[str, Any] | None = None
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
 

@@ -25,6 +25,9 @@ A node's end waits for the runner's next state-changing call and travels with it
 were applied, and between them it runs only routing, so a node costs one commit. Any other call
 sends what waits first, and a refusal found then stops the command as it would have at once.
 
+The command carries the run as its revision left it (when that fits in one frame), so the
+engine's first ``read_run`` of its own run is answered without a round trip.
+
 A headless agent step runs its agent command through :class:`~piwf.runner.agent_command.
 CommandDriver` (the engine's agent driver); while the command runs the server may send an
 unsolicited ``interaction.settled`` notice, which :class:`PipePort` remembers wherever it
@@ -98,6 +101,13 @@ class PipePort:
         self._ids = itertools.count(1)
         #: Changes waiting for the next call (:data:`DEFERRED_OPERATIONS`), oldest first.
         self._deferred: list[object] = []
+        #: The run as the command's revision left it, when the command carried it: the first
+        #: ``read_run`` of the child's own run returns it without a round trip.
+        self._saved_with_command: dict[str, port.SavedRun] = {}
+
+    def keep_saved_run(self, saved: port.SavedRun) -> None:
+        """Answer the next ``read_run`` of ``saved.run_id`` with ``saved`` (read once)."""
+        self._saved_with_command[saved.run_id] = saved
 
     def call(self, operation: str, payload: dict[str, JsonValue]) -> CallResponse:
         """Send one call and block for its response; raise on loss of authority.
@@ -272,6 +282,9 @@ class PipePort:
             self.revision = result.value.revision
 
     def read_run(self, run_id: str) -> port.SavedRun | None:
+        kept = self._saved_with_command.pop(run_id, None)
+        if kept is not None:
+            return kept
         saved = self._call_port(port.RunRead(run_id)).result
         return None if saved is None else from_json(port.SavedRun, saved)
 
@@ -368,6 +381,11 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
         pipe_port = PipePort(
             connection, launch, command_message.revision, node_ended=lifeline.end_descendants
         )
+        if command_message.run is not None:
+            saved = from_json(port.SavedRun, command_message.run)
+            if saved.run_id != launch.run_id:
+                raise RunCommandError("the command carried another run than the launch's")
+            pipe_port.keep_saved_run(saved)
         agents = CommandDriver(
             pipe_port,
             launch,

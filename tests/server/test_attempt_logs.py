@@ -219,6 +219,59 @@ def test_two_nodes_logs_appear_under_their_own_headers_in_order(
         assert b"says hello" not in path.read_bytes(), path
 
 
+#: The first node prints nothing; the second prints one line.
+QUIET_THEN_LOUD = """
+from piwf.workflow import compute, define_workflow
+
+workflow = define_workflow(
+    name="quiet",
+    start_at="quiet",
+    nodes={
+        "quiet": compute(lambda ctx: {"n": 1}),
+        "talks": compute(lambda ctx: print("talks says hello") or {"n": 2}),
+    },
+    edges=[{"from": "quiet", "to": "talks"}],
+)
+"""
+
+
+def test_an_attempt_that_prints_nothing_has_an_empty_log_and_no_file(
+    server: ServerProcess, client: Client, tmp_path: Path
+) -> None:
+    run_id = run_to_end(client, write(tmp_path, "quiet", QUIET_THEN_LOUD))
+
+    page = client.run_logs_page(run_id)
+    described = [(a.log, a.node_path, a.size, a.stdout_bytes, a.data) for a in page.attempts]
+    hello = "talks says hello\n"
+    encoded = base64.b64encode(hello.encode()).decode()
+    assert described == [(1, "quiet", 0, 0, ""), (2, "talks", len(hello), len(hello), encoded)]
+    shown = piwf_cli(server, "run", "logs", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0] == "== quiet (visit 1, attempt 1) completed: no output =="
+    # Only the attempt that printed has a file.
+    files = [path.name for path in (server.home / "logs" / run_id).iterdir()]
+    assert len(files) == 1, files
+
+
+def test_an_attempt_log_that_cannot_be_made_leaves_the_output_in_the_runner_log(
+    server: ServerProcess, client: Client, tmp_path: Path
+) -> None:
+    # The logs root is a file: no attempt's directory can be made under it.
+    (server.home / "logs").write_bytes(b"not a directory")
+    run_id = run_to_end(client, write(tmp_path, "two", TWO_NODES))
+
+    page = client.run_logs_page(run_id)
+    assert [(a.node_path, a.size, a.data) for a in page.attempts] == [
+        ("first", 0, ""),
+        ("second", 0, ""),
+    ]
+    runner_logs = b"".join(p.read_bytes() for p in (server.home / "server").rglob("*.log"))
+    assert b"first says hello" in runner_logs and b"second says hello" in runner_logs
+    server_log = (server.home / "server" / "server.log").read_text()
+    assert f"attempt log 1 of run {run_id} not opened" in server_log
+    assert "says hello" not in server_log
+
+
 def test_an_attempt_past_its_cap_keeps_the_cap_and_one_marker_and_the_run_completes(
     server: ServerProcess, client: Client, tmp_path: Path
 ) -> None:

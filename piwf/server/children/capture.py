@@ -9,9 +9,12 @@ loop runs. A full disk costs the bytes that did not fit, nothing more.
 **Targets.** What is read goes to the capture's own log file unless a :class:`LogTarget` is
 set (:meth:`OutputCapture.switch`): a node attempt's own ``0600`` file, bounded on its own
 (``ATTEMPT_LOG_CAP``; past it, one marker line and the rest counted as dropped), counting the
-bytes of each stream. Whoever switches first calls :meth:`OutputCapture.drain`, which reads
-what the pipes hold now, so output written before a switch goes to the target it was written
-for (the runner flushes before it reports a node's start or end)::
+bytes of each stream. The file (and its directories) is made when the attempt's first byte
+arrives: an attempt that prints nothing costs no file. A file that cannot be made then
+(:class:`AttemptLogUnavailableError`) sends that output, and the rest, to the capture's own log.
+Whoever switches first calls :meth:`OutputCapture.drain`, which reads what the pipes hold
+now, so output written before a switch goes to the target it was written for (the runner
+flushes before it reports a node's start or end)::
 
     read ─▶ overall cap (flood: on_flood) ─▶ target set?  ─yes─▶ the attempt's file (its cap)
                                                         └─no──▶ the capture's own log file
@@ -20,6 +23,7 @@ for (the runner flushes before it reports a node's start or end)::
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import selectors
 from collections.abc import Callable
@@ -30,6 +34,8 @@ from piwf.server.failures import log_failure
 from piwf.server.loop import EventLoop
 from piwf.state.execution.attempt_logs import LogCounts
 from piwf.state.failures import state_error_of_os
+
+log = logging.getLogger("piwf.server")
 
 READ_BYTES = 65536
 #: Bytes of one attempt's output its log file keeps; the rest is counted and dropped. Below
@@ -44,34 +50,62 @@ def drop_marker(cap: int) -> bytes:
     return f"\n[piwf: this attempt's output passed {cap} bytes; the rest was dropped]\n".encode()
 
 
+class AttemptLogUnavailableError(Exception):
+    """An attempt's log file could not be made; ``cause`` names why (its class, no bytes)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(type(cause).__name__)
+        self.cause = cause
+
+
 class LogTarget:
     """One node attempt's own log file: bytes per stream, kept up to ``cap``, the rest dropped.
 
-    The file is created ``0600`` (appended to when it exists: the same attempt again); a
-    symlink in its place is refused (``OSError``). ``kept`` starts from what the file holds.
+    The file is made on the first :meth:`write` (after ``prepare``, which makes its
+    directories), ``0600``, appended to when it exists (the same attempt again); a symlink in
+    its place is refused. ``kept`` starts from what the row recorded (``counts``).
     """
 
     def __init__(
-        self, path: Path, cap: int = ATTEMPT_LOG_CAP, *, label: str, counts: LogCounts | None = None
+        self,
+        path: Path,
+        cap: int = ATTEMPT_LOG_CAP,
+        *,
+        label: str,
+        counts: LogCounts | None = None,
+        prepare: Callable[[], object] = lambda: None,
     ) -> None:
         self.path = path
         self.cap = cap
         self.label = label
+        self.prepare = prepare
         start = counts or LogCounts()
+        #: The counts last stored in the attempt's row (see :attr:`changed`).
+        self.recorded = start
         self.stdout = start.stdout
         self.stderr = start.stderr
         self.kept = start.kept
         self.dropped = start.dropped
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
-        os.close(os.open(path, flags, FILE_MODE))
+        self._made = False
 
     @property
     def counts(self) -> LogCounts:
         """What this attempt wrote so far."""
         return LogCounts(self.stdout, self.stderr, self.kept, self.dropped)
 
+    @property
+    def changed(self) -> bool:
+        """Whether the attempt wrote anything since its counts were last stored."""
+        return self.counts != self.recorded
+
     def write(self, stream: str, data: bytes) -> None:
-        """Count ``data`` for ``stream`` and keep what fits under the cap."""
+        """Count ``data`` for ``stream`` and keep what fits under the cap.
+
+        Raises :class:`AttemptLogUnavailableError` (nothing counted) when the file cannot be
+        made on this first write.
+        """
+        if not self._made and data:
+            self._make_file()
         if stream == "stderr":
             self.stderr += len(data)
         else:
@@ -85,6 +119,15 @@ class LogTarget:
             kept += drop_marker(self.cap)
         if kept:
             _append(self.path, kept, self.label)
+
+    def _make_file(self) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            self.prepare()
+            os.close(os.open(self.path, flags, FILE_MODE))
+        except Exception as error:  # an OSError, or an unsafe directory (PiwfError)
+            raise AttemptLogUnavailableError(error) from error
+        self._made = True
 
 
 class OutputCapture:
@@ -179,13 +222,25 @@ class OutputCapture:
         room = self.cap - self.captured
         if room > 0:
             if self.target is not None:
-                self.target.write(stream, data[:room])
+                self._to_target(self.target, stream, data[:room])
             else:
                 _append(self.log_path, data[:room], self.label)
         self.captured += len(data)
         if self.captured > self.cap and not self.flooded:
             self.flooded = True
             self.on_flood()
+
+    def _to_target(self, target: LogTarget, stream: str, data: bytes) -> None:
+        try:
+            target.write(stream, data)
+        except AttemptLogUnavailableError as error:
+            # That output, and what follows, stays in this capture's own log; the reason
+            # names no byte of it.
+            log.warning(
+                "%s not opened (%s); its output goes to %s", target.label, error, self.label
+            )
+            self.target = None
+            _append(self.log_path, data, self.label)
 
 
 def _append(path: Path, data: bytes, label: str) -> None:

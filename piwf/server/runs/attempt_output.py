@@ -14,26 +14,24 @@ its nodes, around the call that reports them::
 The runner flushes its ``sys.stdout``/``sys.stderr`` before it sends each of these calls, so
 what a node printed is in the pipes before the call and the drain moves it to the target it was
 written for. Only the server writes the files (under ``$PIWF_HOME/logs/``, directories
-``0700``, files ``0600``); a child never does. Nothing of their bytes goes to the server log:
-a failure to create a file is logged by its error class, and the output then stays in the
-runner log.
+``0700``, files ``0600``), each made when its attempt's first byte arrives (an attempt that
+prints nothing has a row and no file; readers take a missing file as empty); a child never
+does. Nothing of their bytes goes to the server log: a failure to create a file is logged by
+its error class, and the output then stays in the runner log. Counts are stored only when
+they changed.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from piwf.config import ensure_private_dir
-from piwf.errors import PiwfError
 from piwf.server.children.capture import LogTarget, OutputCapture
 from piwf.state import Transaction
 from piwf.state.enums import RunnerMessageOutcome
 from piwf.state.execution import attempt_logs
 from piwf.state.execution.attempts import attempt_id_for
 from piwf.workflow import port
-
-log = logging.getLogger("piwf.server")
 
 _SUCCESS = (RunnerMessageOutcome.ACCEPTED, RunnerMessageOutcome.ADOPTED)
 
@@ -86,29 +84,25 @@ class AttemptOutput:
         self._stop_target()
 
     def record(self, tx: Transaction) -> None:
-        """Store the counts of the attempt whose file is current (inside ``tx``); its runner
-        exit calls this too, after the capture drained at close."""
+        """Store the counts of the attempt whose file is current (inside ``tx``), when it
+        wrote since they were last stored; its runner exit calls this too, after the capture
+        drained at close."""
         target = self.capture.target
-        if self.attempt_id is not None and target is not None:
+        if self.attempt_id is not None and target is not None and target.changed:
             attempt_logs.record_counts(tx, self.attempt_id, target.counts)
+            target.recorded = target.counts
 
     def _open_target(self, row: attempt_logs.AttemptLogRow) -> None:
+        """Send the output to the attempt's file from now on (made on its first byte)."""
         self._stop_target()
         path = self.home / row.log_file
-        try:
+
+        def make_directories() -> None:
             ensure_private_dir(self.home / attempt_logs.LOGS_DIR)
             ensure_private_dir(path.parent)
-            label = f"attempt log {row.log_number} of {self.run_id}"
-            target = LogTarget(path, label=label, counts=row.counts)
-        except (OSError, PiwfError) as error:
-            # The output stays in the runner log; the reason names no byte of it.
-            log.warning(
-                "run %s: attempt log %d not opened (%s); its output goes to the runner log",
-                self.run_id,
-                row.log_number,
-                type(error).__name__,
-            )
-            return
+
+        label = f"attempt log {row.log_number} of run {self.run_id}"
+        target = LogTarget(path, label=label, counts=row.counts, prepare=make_directories)
         self.attempt_id = row.attempt_id
         self.capture.switch(target)
 

@@ -46,6 +46,7 @@ from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.agents import reap_runner_groups
 from piwf.server.runs.content_transfer import ContentTransfer
 from piwf.server.runs.recorded_sources import identity_of
+from piwf.server.runs.runner_records import ProcessRecord
 from piwf.server.runs.session import RunnerSession
 from piwf.server.runs.spares import SpareRunners, new_runner_epoch
 from piwf.state import StateDatabase, Transaction
@@ -493,33 +494,21 @@ class Executor:
             self.active.pop(active.run_id, None)
 
     def _record_process(self, active: RunnerSession) -> None:
-        """Record the child's pid and start identity once they are known (its ``on_started``);
-        a record refused stops the child (``claimLost``).
+        """Record the child's pid and start identity once they are known (its ``on_started``),
+        in the loop turn's group commit (``ProcessRecord``); a record refused stops the child
+        (``claimLost``).
 
         While the database cannot serve, the record is retried later and the child goes on.
         Its messages may be served before this (the state accepts the record after ``ready``).
         """
         handle = active.handle
         assert handle is not None
-        try:
-            with self.db.write() as tx:
-                active.claim = renew_claim(tx, active.claim, self.settings.run_lease_ms)
-                if handle.pid is not None and handle.identity is not None:
-                    ex.record_runner_process(
-                        tx,
-                        active.claim,
-                        active.runner_epoch,
-                        handle.pid,
-                        handle.identity,
-                        lease_ms=self.settings.run_lease_ms,
-                    )
-        except StateUnavailableError as error:
-            self.retry_later(
-                active, "recording its runner", error, lambda: self._record_process(active)
-            )
-        except PiwfError as error:
+
+        def refused(error: PiwfError) -> None:
             log.warning("run %s: recording its runner failed: %s", active.run_id, error)
             self.stop(active, RunnerStatus.CLAIM_LOST)
+
+        self.db.group.defer(ProcessRecord(active, handle, refused))
 
     def retry_later(
         self,

@@ -18,7 +18,8 @@ everything said to it::
     child ─exiting────────▶ noted; the exit itself comes from the supervisor
     server ─interaction.settled─▶ child   once, when its command's request stops being pending
     child exits ──────────▶ reap the agent groups it left registered, record its one outcome
-                            and decide the run, in one transaction
+                            and decide the run, in the loop turn's group commit
+                            (server/runs/runner_records.py)
 
 Every message is checked for this run, generation and runner epoch before its payload is read:
 another run is a protocol violation (the child is killed, the run parks ``protocolRejected``);
@@ -42,7 +43,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from piwf import canonical, faults
+from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
 from piwf.lifecycle import CommandKind, Conflict
@@ -58,9 +59,10 @@ from piwf.server.children.pipes import PipeClosedError, PipeOverflowError
 from piwf.server.children.supervisor import ChildHandle
 from piwf.server.failures import RetryDelay
 from piwf.server.loop import EventLoop, Timer
-from piwf.server.runs.agents import AgentCalls, reap_runner_groups
+from piwf.server.runs.agents import AgentCalls
 from piwf.server.runs.attempt_output import AttemptOutput
 from piwf.server.runs.content_transfer import ContentTransfer
+from piwf.server.runs.runner_records import ExitRecord
 from piwf.server.runs.state_calls import ReadyReport, serve_state_call
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
@@ -298,9 +300,12 @@ class RunnerSession:
         command is sent once that committed (server/runs/state_calls.py, ``ReadyReport``)."""
         self.host.db.group.defer(ReadyReport(self))
 
-    def ready_committed(self, result: object, revision: int) -> None:
+    def ready_committed(
+        self, result: object, revision: int, saved: port.SavedRun | None = None
+    ) -> None:
         """The ready report committed (``result`` as :func:`ex.mark_runner_ready` returned it,
-        ``revision`` the run's revision after it): send the one command."""
+        ``revision`` the run's revision after it, ``saved`` the run as that revision left it):
+        send the one command, with ``saved`` when the frame stays inline."""
         if isinstance(result, Conflict):
             log.warning("run %s: runner not ready: %s", self.run_id, result.evidence)
             self.host.stop(self, RunnerStatus.CRASHED)
@@ -317,7 +322,7 @@ class RunnerSession:
             command = RestartCommand(launch.run_id, launch.parent_run_id)
         else:
             command = ResumeCommand(launch.run_id)
-        self._send(Command(command=command_to_json(command), revision=revision).encode())
+        self._send(_command_frame(command_to_json(command), revision, saved))
         self.host.fill_spares()  # its start no longer needs the CPU: the next run's child may
 
     def ready_refused(self, error: PiwfError) -> None:
@@ -506,49 +511,18 @@ class RunnerSession:
     # -- the exit --------------------------------------------------------------------------
 
     def exited(self, handle: ChildHandle) -> None:
-        """Record the child's one outcome and decide its run, then free the slot.
+        """Record the child's one outcome and decide its run, then free the slot: in the loop
+        turn's group commit (server/runs/runner_records.py, ``ExitRecord``).
 
         While the database cannot serve, the slot and the claim (renewed meanwhile) are kept
         and the record is retried.
         """
-        self.host.db.group.flush()  # a call it made before it ended is decided first
-        status = self._outcome(handle)
-        code = handle.returncode
-        try:
-            with self.host.db.write() as tx:
-                # An agent group the runner left registered is ended first (identity-checked).
-                reap_runner_groups(tx, self.runner_epoch)
-                if self.attempt_output is not None:  # what the attempt wrote until the end
-                    self.attempt_output.record(tx)
-                # Claim loss is a handoff: when a newer generation owns the run, the recovery
-                # is a no-op (it checks the generation). When this server's own claim merely
-                # expired (the server was stopped or starved past the run lease), no one else
-                # holds the run: recovery takes a new claim (generation + 1) and decides the
-                # run from its effects, as startup recovery would.
-                ex.close_runner_and_recover(
-                    tx,
-                    self.run_id,
-                    self.runner_epoch,
-                    status,
-                    exit_code=code if code is not None and code >= 0 else None,
-                    signal=None if code is None or code >= 0 else f"signal {-code}",
-                    diagnostic="output flood" if handle.flooded else self.protocol_rejection,
-                    actor=Actor(ActorType.SERVER, self.host.owner_id),
-                    owner_id=self.host.owner_id,
-                    lease_ms=self.host.lease_ms,
-                    claim=None if self.server_lost_claim else self.claim,
-                    protocol_rejection=self.protocol_rejection,
-                )
-        except StateUnavailableError as error:
-            again = lambda: self.exited(handle)  # noqa: E731
-            self.host.retry_later(self, "recording its runner exit", error, again)
-            return
-        except PiwfError as error:
-            log.warning("run %s: recording its runner exit failed: %s", self.run_id, error)
-        faults.point("runner.after_exit_commit")
-        self.host.ended(self)
+        if self.queued_call is not None:
+            self.host.db.group.flush()  # a call it made before it ended is decided first
+        self.host.db.group.defer(ExitRecord(self, handle))
 
-    def _outcome(self, handle: ChildHandle) -> RunnerStatus:
+    def exit_outcome(self, handle: ChildHandle) -> RunnerStatus:
+        """The one outcome the exited child's runner row records."""
         if self.stop_reason is not None:
             return self.stop_reason
         if handle.flooded:
@@ -556,6 +530,18 @@ class RunnerSession:
         if handle.returncode == 0 and self.ended:
             return RunnerStatus.EXITED
         return RunnerStatus.CRASHED
+
+
+def _command_frame(command: dict[str, Any], revision: int, saved: port.SavedRun | None) -> bytes:
+    """The command frame, carrying ``saved`` unless that would take it past one inline frame
+    (the child then reads its run with ``read_run``)."""
+    if saved is not None:
+        run = to_json(saved)
+        assert isinstance(run, dict)
+        frame = Command(command=command, revision=revision, run=run).encode()
+        if len(frame) <= content.INLINE_LIMIT:
+            return frame
+    return Command(command=command, revision=revision).encode()
 
 
 def _is_unregister(raw: bytes) -> bool:

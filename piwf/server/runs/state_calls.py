@@ -212,7 +212,10 @@ class ReadyReport:
             tx, session.claim, session.runner_epoch, lease_ms=session.host.lease_ms
         )
         revision = read_revision(tx, session.claim.resource_id) or 0
-        return lambda: session.ready_committed(result, revision)
+        # The run as the command's revision leaves it: sent with the command, it spares the
+        # child's first read_run a round trip.
+        saved = ex.read_saved_run(tx, session.run_id)
+        return lambda: session.ready_committed(result, revision, saved)
 
     def refused(self, error: PiwfError) -> Callable[[], None]:
         return lambda: self.session.ready_refused(error)

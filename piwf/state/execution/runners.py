@@ -392,15 +392,23 @@ def apply_runner_message(
         error = f"claim lost ({lost.reason})"
         return _store_claim_lost(tx, runner_epoch, message_id, fingerprint, error)
     outcome = _outcome_of(result)
-    revision = read_revision(tx, claim.resource_id)
+    revision = _revision_after(tx, claim, result)
     result_hash = blobs.put_json(tx, result_to_json(result))
     tx.execute(
         _INSERT_RECEIPT,
         (runner_epoch, message_id, fingerprint, outcome.value, revision, result_hash, None, tx.now),
     )
-    if outcome is RunnerMessageOutcome.ACCEPTED:
+    if outcome is RunnerMessageOutcome.ACCEPTED and runner.status is RunnerStatus.READY:
         tx.execute(_SET_RUNNING, (runner_epoch,))
     return RunnerReply(message_id, outcome, result, revision, None)
+
+
+def _revision_after(tx: Transaction, claim: Claim, result: port.PortResult) -> int | None:
+    """The run revision once ``result`` was applied: the one an applied or adopted change
+    reports (every applier reports the revision it leaves), else the stored one."""
+    if isinstance(result, (Applied, Adopted)) and result.value.revision is not None:
+        return result.value.revision
+    return read_revision(tx, claim.resource_id)
 
 
 def _outcome_of(result: port.PortResult) -> RunnerMessageOutcome:
