@@ -36,7 +36,6 @@ gone. A writer open of an existing file also runs ``PRAGMA quick_check`` for at 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import sqlite3
@@ -85,7 +84,6 @@ RESET_INSTRUCTION = (
     "to create a new state database. The incompatible state was not changed."
 )
 
-_SAVEPOINTS = itertools.count(1)
 
 _SHAPE_QUERY = """
 SELECT type, name, tbl_name, sql FROM sqlite_schema
@@ -104,6 +102,8 @@ class Transaction:
         self.connection = connection
         self.now = now
         self.writable = writable
+        #: Savepoints open now (the next one's depth, minus one).
+        self._savepoints = 0
 
     def execute(self, sql: str, params: SqlParams = ()) -> sqlite3.Cursor:
         """Run one statement and return its cursor.
@@ -139,16 +139,22 @@ class Transaction:
         transaction back), the step's error is raised as it is and the outer transaction,
         which cannot go on, is rolled back by its scope.
         """
-        name = f"piwf_{next(_SAVEPOINTS)}"
-        self.execute(f"SAVEPOINT {name}")
+        # Named by nesting depth: the same few statements every time, so they stay in the
+        # connection's statement cache instead of pushing the real statements out of it.
+        self._savepoints += 1
+        name = f"piwf_{self._savepoints}"
         try:
-            yield self
-        except BaseException as error:
-            if not isinstance(error, StateUnavailableError) and self.connection.in_transaction:
-                self.execute(f"ROLLBACK TO {name}")
-                self.execute(f"RELEASE {name}")
-            raise
-        self.execute(f"RELEASE {name}")
+            self.execute(f"SAVEPOINT {name}")
+            try:
+                yield self
+            except BaseException as error:
+                if not isinstance(error, StateUnavailableError) and self.connection.in_transaction:
+                    self.execute(f"ROLLBACK TO {name}")
+                    self.execute(f"RELEASE {name}")
+                raise
+            self.execute(f"RELEASE {name}")
+        finally:
+            self._savepoints -= 1
 
 
 class StateDatabase:

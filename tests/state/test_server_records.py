@@ -307,6 +307,46 @@ def test_savepoint_undoes_only_its_step(db: StateDatabase) -> None:
     assert names == ["a", "c"]
 
 
+def test_nested_savepoints_undo_their_own_steps_and_reuse_a_few_statements(
+    db: StateDatabase,
+) -> None:
+    statements: list[str] = []
+    db.connection.set_trace_callback(statements.append)
+    try:
+        for round_number in range(50):
+            with db.write() as tx, tx.savepoint() as outer:
+                outer.execute(
+                    "INSERT INTO projects VALUES (?, ?, 1)",
+                    (f"o{round_number}", f"/o{round_number}"),
+                )
+                with pytest.raises(RuntimeError), outer.savepoint() as inner:
+                    inner.execute(
+                        "INSERT INTO projects VALUES (?, ?, 1)",
+                        (f"i{round_number}", f"/i{round_number}"),
+                    )
+                    with inner.savepoint() as innermost:
+                        innermost.execute(
+                            "INSERT INTO projects VALUES (?, ?, 1)",
+                            (f"n{round_number}", f"/n{round_number}"),
+                        )
+                    raise RuntimeError("undo the inner step and what it holds")
+                with outer.savepoint() as again:  # the same depth again, after a rollback
+                    again.execute(
+                        "INSERT INTO projects VALUES (?, ?, 1)",
+                        (f"a{round_number}", f"/a{round_number}"),
+                    )
+    finally:
+        db.connection.set_trace_callback(None)
+    with db.read() as tx:
+        kept = {row[0][0] for row in tx.all("SELECT project_id FROM projects")}
+    assert kept == {"o", "a"}
+    # 50 rounds of nested savepoints take the same handful of statements, which stay in the
+    # connection's statement cache (names by depth, not one new name per savepoint).
+    savepoint_statements = {s for s in statements if s.split()[0] in ("SAVEPOINT", "RELEASE")}
+    savepoint_statements |= {s for s in statements if s.startswith("ROLLBACK TO")}
+    assert len(savepoint_statements) <= 8, sorted(savepoint_statements)
+
+
 def test_verify_reports_a_waiting_run_without_a_request(db: StateDatabase) -> None:
     with db.write() as tx:
         run_store.create_run(tx, "run-1", new_run(), CLIENT)
