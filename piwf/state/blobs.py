@@ -75,6 +75,12 @@ def put_bytes(
         canonical.decode(content)
     elif media_type is MediaType.TEXT:
         _check_utf8(content)
+    return _store(tx, content, media_type, digest)
+
+
+def _store(tx: Transaction, content: bytes, media_type: MediaType, digest: bytes) -> bytes:
+    """Insert ``content`` (already checked for ``media_type``) under ``digest``, or adopt an
+    exact repeat; see :func:`put_bytes`."""
     if tx.execute(_INSERT, (digest, media_type.value, len(content), content, tx.now)).rowcount:
         return digest  # stored now, these very bytes: nothing to compare
     stored = tx.one(_SELECT, (digest,))
@@ -90,8 +96,10 @@ def put_bytes(
 
 
 def put_json(tx: Transaction, value: object) -> bytes:
-    """Store the canonical JSON of ``value`` and return its digest."""
-    return put_bytes(tx, canonical.encode(value), MediaType.JSON)
+    """Store the canonical JSON of ``value`` and return its digest (bytes the encoder wrote
+    are canonical: they are not parsed again)."""
+    content = canonical.encode(value)
+    return _store(tx, content, MediaType.JSON, hashlib.sha256(content).digest())
 
 
 def put_text(tx: Transaction, text: str) -> bytes:

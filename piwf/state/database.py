@@ -111,24 +111,33 @@ class Transaction:
         Raises a :class:`~piwf.errors.StateUnavailableError` when the file fails (full, I/O,
         damaged, locked); SQLite's other errors (constraints) are raised unchanged.
         """
-        with _typed_failures(self.writable):
+        # try/except rather than a context manager: this runs for every statement.
+        try:
             return self.connection.execute(sql, params)
+        except sqlite3.Error as error:
+            raise _typed_or_same(error, self.writable) from None
 
     def one(self, sql: str, params: SqlParams = ()) -> sqlite3.Row | None:
         """Return the first row of a query, or None."""
-        with _typed_failures(self.writable):
+        try:
             row: sqlite3.Row | None = self.connection.execute(sql, params).fetchone()
+        except sqlite3.Error as error:
+            raise _typed_or_same(error, self.writable) from None
         return row
 
     def all(self, sql: str, params: SqlParams = ()) -> list[sqlite3.Row]:
         """Return every row of a query."""
-        with _typed_failures(self.writable):
+        try:
             return list(self.connection.execute(sql, params).fetchall())
+        except sqlite3.Error as error:
+            raise _typed_or_same(error, self.writable) from None
 
     def scalar(self, sql: str, params: SqlParams = ()) -> Any:
         """Return the first column of the first row, or None when there is no row."""
-        with _typed_failures(self.writable):
+        try:
             row = self.connection.execute(sql, params).fetchone()
+        except sqlite3.Error as error:
+            raise _typed_or_same(error, self.writable) from None
         return None if row is None else row[0]
 
     @contextmanager
@@ -538,20 +547,16 @@ def _execute_translating_busy(connection: sqlite3.Connection, sql: str) -> None:
 
 def _execute_typed(connection: sqlite3.Connection, sql: str, writable: bool) -> None:
     """Run BEGIN or COMMIT; raise the typed error of a failure of the file."""
-    with _typed_failures(writable):
-        connection.execute(sql)
-
-
-@contextmanager
-def _typed_failures(writable: bool) -> Iterator[None]:
-    """Raise SQLite's failures of the file (full, I/O, damaged, locked) as typed errors."""
     try:
-        yield
+        connection.execute(sql)
     except sqlite3.Error as error:
-        typed = _typed(error, writable)
-        if typed is None:
-            raise
-        raise typed from None
+        raise _typed_or_same(error, writable) from None
+
+
+def _typed_or_same(error: sqlite3.Error, writable: bool) -> BaseException:
+    """SQLite's failure of the file (full, I/O, damaged, locked) as its typed error; any other
+    error (a constraint) as it is."""
+    return _typed(error, writable) or error
 
 
 def _typed(error: BaseException, writable: bool) -> StateUnavailableError | None:

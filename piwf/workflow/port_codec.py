@@ -17,7 +17,7 @@ import dataclasses
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, TypeVar, Union
 
@@ -101,75 +101,147 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+#: Reads one JSON value as an annotation's type; ``where`` names it in a refusal.
+Decoder = Callable[[JsonValue, str], Any]
+
+#: One decoder per annotation, made on first use (:func:`_decoder`).
+_DECODERS: dict[Any, Decoder] = {}
+
+
 def _decode(annotation: Any, value: JsonValue, where: str) -> Any:
+    return _decoder(annotation)(value, where)
+
+
+def _decoder(annotation: Any) -> Decoder:
+    """The decoder of ``annotation``: the type is inspected once, not for every value."""
+    found = _DECODERS.get(annotation)
+    if found is None:
+        found = _DECODERS[annotation] = _make_decoder(annotation)
+    return found
+
+
+def _make_decoder(annotation: Any) -> Decoder:
     if annotation is Any:
-        return value
+        return _as_is
     origin = typing.get_origin(annotation)
     if origin in (Union, types.UnionType):
         options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _decode(option, value, where)
-            except PortCodecError as error:
-                errors.append(str(error))
-        raise PortCodecError(f"{where}: no type fits ({'; '.join(errors)})")
+        optional = type(None) in options
+        choices = [_decoder(option) for option in options if option is not type(None)]
+
+        def union(value: JsonValue, where: str) -> Any:
+            if value is None and optional:
+                return None
+            errors = []
+            for choice in choices:
+                try:
+                    return choice(value, where)
+                except PortCodecError as error:
+                    errors.append(str(error))
+            raise PortCodecError(f"{where}: no type fits ({'; '.join(errors)})")
+
+        return union
     if origin is tuple:
-        item_type = typing.get_args(annotation)[0]
-        if not isinstance(value, list):
-            raise PortCodecError(f"{where}: expected a list")
-        return tuple(_decode(item_type, item, f"{where}[]") for item in value)
+        item = _decoder(typing.get_args(annotation)[0])
+
+        def sequence(value: JsonValue, where: str) -> Any:
+            if not isinstance(value, list):
+                raise PortCodecError(f"{where}: expected a list")
+            return tuple(item(element, f"{where}[]") for element in value)
+
+        return sequence
     if origin in (Mapping, dict) or annotation is Mapping:
         _key_type, item_type = typing.get_args(annotation) or (str, Any)
+        entry = _decoder(item_type)
+
+        def mapping(value: JsonValue, where: str) -> Any:
+            if not isinstance(value, dict):
+                raise PortCodecError(f"{where}: expected an object")
+            return {str(key): entry(element, f"{where}.{key}") for key, element in value.items()}
+
+        return mapping
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        enum_type = annotation
+
+        def member(value: JsonValue, where: str) -> Any:
+            try:
+                return enum_type(value)
+            except ValueError:
+                raise PortCodecError(f"{where}: {value!r} is not a {enum_type.__name__}") from None
+
+        return member
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return _dataclass_decoder(annotation)
+    if annotation is bool:
+        return _boolean
+    if annotation is int:
+        return _integer
+    if annotation is str:
+        return _string
+
+    def unknown(value: JsonValue, where: str) -> Any:
+        raise PortCodecError(f"{where}: cannot decode {annotation!r}")
+
+    return unknown
+
+
+def _dataclass_decoder(cls: type[Any]) -> Decoder:
+    """Fields in declaration order: an unknown field, then the first missing or mistyped one,
+    is refused; a field with a default may be absent."""
+    fields = dataclasses.fields(cls)
+    names = frozenset(item.name for item in fields)
+    #: (name, required, decoder) per field; resolved on first use (a type may hold itself).
+    plan: list[tuple[str, bool, Decoder]] | None = None
+
+    def dataclass_value(value: JsonValue, where: str) -> Any:
+        nonlocal plan
         if not isinstance(value, dict):
             raise PortCodecError(f"{where}: expected an object")
-        return {str(key): _decode(item_type, item, f"{where}.{key}") for key, item in value.items()}
-    if isinstance(annotation, type) and issubclass(annotation, Enum):
-        try:
-            return annotation(value)
-        except ValueError:
-            raise PortCodecError(f"{where}: {value!r} is not a {annotation.__name__}") from None
-    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-        return _decode_dataclass(annotation, value, where)
-    if annotation is bool:
-        if not isinstance(value, bool):
-            raise PortCodecError(f"{where}: expected a boolean")
-        return value
-    if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise PortCodecError(f"{where}: expected an integer")
-        return value
-    if annotation is str:
-        if not isinstance(value, str):
-            raise PortCodecError(f"{where}: expected a string")
-        return value
-    raise PortCodecError(f"{where}: cannot decode {annotation!r}")
+        if not names.issuperset(value):
+            unknown = sorted(set(value) - names)
+            raise PortCodecError(f"{where}: unknown field {unknown[0]!r}")
+        if plan is None:
+            hints = _hints(cls)
+            plan = [
+                (
+                    item.name,
+                    item.default is dataclasses.MISSING
+                    and item.default_factory is dataclasses.MISSING,
+                    _decoder(hints[item.name]),
+                )
+                for item in fields
+            ]
+        arguments: dict[str, Any] = {}
+        for name, required, decode in plan:
+            if name in value:
+                arguments[name] = decode(value[name], f"{where}.{name}")
+            elif required:
+                raise PortCodecError(f"{where}: missing field {name!r}")
+        return cls(**arguments)
+
+    return dataclass_value
 
 
-def _decode_dataclass(cls: type[Any], value: JsonValue, where: str) -> Any:
-    if not isinstance(value, dict):
-        raise PortCodecError(f"{where}: expected an object")
-    fields = {item.name: item for item in dataclasses.fields(cls)}
-    unknown = set(value) - set(fields)
-    if unknown:
-        raise PortCodecError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-    hints = _hints(cls)
-    arguments: dict[str, Any] = {}
-    for name, item in fields.items():
-        if name not in value:
-            has_default = (
-                item.default is not dataclasses.MISSING
-                or item.default_factory is not dataclasses.MISSING
-            )
-            if has_default:
-                continue
-            raise PortCodecError(f"{where}: missing field {name!r}")
-        arguments[name] = _decode(hints[name], value[name], f"{where}.{name}")
-    return cls(**arguments)
+def _as_is(value: JsonValue, where: str) -> Any:
+    return value
+
+
+def _boolean(value: JsonValue, where: str) -> Any:
+    if not isinstance(value, bool):
+        raise PortCodecError(f"{where}: expected a boolean")
+    return value
+
+
+def _integer(value: JsonValue, where: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PortCodecError(f"{where}: expected an integer")
+    return value
+
+
+def _string(value: JsonValue, where: str) -> Any:
+    if not isinstance(value, str):
+        raise PortCodecError(f"{where}: expected a string")
+    return value
 
 
 def prepare_hints() -> None:

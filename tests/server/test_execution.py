@@ -7,6 +7,7 @@ timing. Every server is started with short poll and renewal intervals.
 
 from __future__ import annotations
 
+import stat
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -374,6 +375,8 @@ def test_a_child_that_floods_its_output_is_killed_without_harming_the_server(
     wait_for(lambda: runner_statuses(fast_server) == ["crashed", "exited"], what="both runners")
     logs = list((fast_server.home / "server" / "runners").glob("*.log"))
     assert max(log.stat().st_size for log in logs) <= 1024 * 1024
+    # Made by their first byte, under the server's own umask: private all the same.
+    assert {stat.S_IMODE(log.stat().st_mode) for log in logs} == {0o600}
 
 
 # conformance: X12

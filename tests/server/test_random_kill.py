@@ -6,12 +6,14 @@ die at a fault point and hit, and may also arm runner children to die at a child
 starts armed, the client resends the workload with the same idempotency keys (recording its
 history), and the round ends when the server dies or everything settled. A final round without
 faults must converge (liveness); then the safety checks of the crash matrix hold, the client
-history included. The seed reproduces its schedule:
+history included. The seed reproduces its schedule, on any interpreter:
 
-    pytest tests/server/test_random_kill.py -k "seed_7"
+    pytest -m soak tests/server/test_random_kill.py -k "long_tier and seed_7"
 
-Ten seeds run with every test run; ``pytest -m soak tests/server/test_random_kill.py`` runs the
-long tier of 200 seeds.
+The short tier runs with every test run: five seeds on each Python, a different five on each
+Python of the tox matrix (3.10 seeds 0-4, 3.11 5-9, 3.12 10-14, 3.13 15-19), so one run of the
+matrix covers twenty seeds. ``pytest -m soak tests/server/test_random_kill.py`` runs the long
+tier, seeds 0-199.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import random
 import select
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +48,11 @@ from tests.server.test_crash_matrix import (
     workload,
 )
 from tests.server.test_execution import hold_until_gate, query, start, wait_run, write_workflow
+
+#: This interpreter's five seeds of the short tier (see the module docstring).
+_SHARE = {(3, 10): 0, (3, 11): 1, (3, 12): 2, (3, 13): 3}.get(sys.version_info[:2], 1)
+SHORT_TIER = range(5 * _SHARE, 5 * _SHARE + 5)
+LONG_TIER = range(200)
 
 STARTUP_ONLY = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
 POINTS = sorted(faults.POINTS - STARTUP_ONLY - CHILD_POINTS - {"resolver.before_reply"})
@@ -129,13 +137,13 @@ def run_seed(servers: ServerFactory, tmp_path: Path, seed: int) -> None:
     wait_for(lambda: not runner_processes(survivor.home), timeout_s=15, what="no runner left")
 
 
-@pytest.mark.parametrize("seed", range(10), ids=[f"seed_{n}" for n in range(10)])
+@pytest.mark.parametrize("seed", SHORT_TIER, ids=[f"seed_{n}" for n in SHORT_TIER])
 def test_random_kills_short_tier(servers: ServerFactory, tmp_path: Path, seed: int) -> None:
     run_seed(servers, tmp_path, seed)
 
 
 @pytest.mark.soak
-@pytest.mark.parametrize("seed", range(10, 210), ids=[f"seed_{n}" for n in range(10, 210)])
+@pytest.mark.parametrize("seed", LONG_TIER, ids=[f"seed_{n}" for n in LONG_TIER])
 def test_random_kills_long_tier(servers: ServerFactory, tmp_path: Path, seed: int) -> None:
     run_seed(servers, tmp_path, seed)
 
@@ -143,9 +151,11 @@ def test_random_kills_long_tier(servers: ServerFactory, tmp_path: Path, seed: in
 def test_a_seed_reproduces_its_schedule() -> None:
     assert schedule(7) == schedule(7)
     assert len({tuple(schedule(seed)) for seed in range(20)}) > 15
-    rounds = [kills for seed in range(10) for kills in schedule(seed)]
-    assert any(kills.kill_runner for kills in rounds), "the short tier SIGKILLs runners"
-    assert any(kills.child_fault for kills in rounds), "the short tier arms child points"
+    for first in range(0, 20, 5):  # every interpreter's share of the short tier
+        rounds = [kills for seed in range(first, first + 5) for kills in schedule(seed)]
+        assert any(kills.kill_runner for kills in rounds), f"seeds {first}+ SIGKILL runners"
+        assert any(kills.child_fault for kills in rounds), f"seeds {first}+ arm child points"
+    assert set(SHORT_TIER) <= set(LONG_TIER), "a short-tier seed is reproduced by the long tier"
 
 
 def test_the_runner_of_this_home_is_found_and_killed(

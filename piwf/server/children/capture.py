@@ -1,7 +1,8 @@
 """Bounded capture of what children (and the standard library's helper processes) print.
 
-One :class:`OutputCapture` owns a ``0600`` log file and reads any number of pipe read ends
-from the server's selector without blocking. At most ``cap`` bytes are kept in all; the first
+One :class:`OutputCapture` owns a ``0600`` log file, made by the first byte it captures (a
+child that prints nothing leaves no file), and reads any number of pipe read ends from the
+server's selector without blocking. At most ``cap`` bytes are kept in all; the first
 byte past the cap calls ``on_flood`` once (the supervisor kills a flooding child) and the rest
 is read and dropped, so a writer can neither fill the disk nor stall on a full pipe while the
 loop runs. A full disk costs the bytes that did not fit, nothing more.
@@ -156,9 +157,9 @@ class OutputCapture:
         self.stream_names: dict[int, str] = {}
         #: Where what is read goes now; None: the capture's own log file.
         self.target: LogTarget | None = None
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        descriptor = os.open(log_path, flags | (os.O_TRUNC if fresh else 0), FILE_MODE)
-        os.close(descriptor)
+        if fresh:  # an earlier server's file of this name is emptied now
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            os.close(os.open(log_path, flags, FILE_MODE))
 
     def watch(self, descriptor: int, stream: str = "output") -> None:
         """Read ``descriptor`` (a pipe's read end, owned by this capture from now on), whose
@@ -244,10 +245,17 @@ class OutputCapture:
 
 
 def _append(path: Path, data: bytes, label: str) -> None:
-    """Append ``data`` to a capture file; a failure is one log line (no bytes of it)."""
+    """Append ``data`` to a capture file, made ``0600`` by its first byte (a symlink in its
+    place is refused); a failure is one log line (no bytes of it)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        with open(path, "ab") as log:
-            log.write(data)
+        descriptor = os.open(path, flags, FILE_MODE)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(descriptor, view) :]
+        finally:
+            os.close(descriptor)
     except OSError as error:
         log_failure(
             f"capturing the output of {label}", state_error_of_os(error, "writing captured output")

@@ -17,7 +17,6 @@ loop, after :meth:`ResolverJobs.resolve` returns).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 from collections.abc import Callable
@@ -149,9 +148,6 @@ class ResolverJobs:
                     self._received(job, messages)
                 else:
                     self._broken(job, "closed")
-        if handle.captured == 0:
-            with contextlib.suppress(OSError):
-                handle.log_path.unlink()
 
     def _timed_out(self, job: _Job) -> None:
         self._finish(

@@ -23,7 +23,6 @@ server kills a child still alive ``grace_s`` after that. **Shutdown** leaves the
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 from collections import deque
@@ -283,9 +282,6 @@ class Validations:
                 status = handle.returncode
                 how = f"the validation child exited ({_exit_text(status)})"
                 self._reject(job, STOPPED.format(why=how))
-        if handle.captured == 0:
-            with contextlib.suppress(OSError):
-                handle.log_path.unlink()
         self.freed()
 
     def _overran(self, job: _Job) -> None:
