@@ -224,10 +224,11 @@ class Event:
 
 
 def list_events(tx: Transaction, resource_id: str) -> list[Event]:
-    """Return the events of one aggregate in commit order."""
+    """Return the events of one aggregate in commit order (its revision order)."""
     rows = tx.all(
         "SELECT event_seq, resource_id, resource_revision, event_type, actor_type,"
-        " lease_generation, recorded_at FROM events WHERE resource_id = ? ORDER BY event_seq",
+        " lease_generation, recorded_at FROM events WHERE resource_id = ?"
+        " ORDER BY resource_revision",
         (resource_id,),
     )
     return [

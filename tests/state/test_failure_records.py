@@ -83,6 +83,21 @@ def previous_statements() -> tuple[str, ...]:
         statement = statement.replace("  wake_at INTEGER,\n", "")  # before durable timers
         statement = statement.replace("IN ('restart', 'fork')", "IN ('restart')")  # before forks
         statement = statement.replace(" 'system',\n    'settings'))", " 'system'))")  # settings
+        # Before the write-amplification cut (issue 18): event ids indexed on their own and
+        # events by (resource, sequence); receipts and steps in rowid tables.
+        statement = statement.replace(
+            "  event_id TEXT NOT NULL,\n", "  event_id TEXT NOT NULL UNIQUE,\n"
+        )
+        if statement.startswith(("CREATE TABLE runner_messages (", "CREATE TABLE run_steps (")):
+            statement = statement.replace(") STRICT, WITHOUT ROWID", ") STRICT")
+        if statement.startswith("CREATE TABLE run_steps ("):
+            statement = statement.replace(
+                "  attempt_id TEXT NOT NULL UNIQUE REFERENCES",
+                "  attempt_id TEXT NOT NULL REFERENCES",
+            ).replace(
+                "  PRIMARY KEY (run_id, step_index)\n",
+                "  PRIMARY KEY (run_id, step_index),\n  UNIQUE (run_id, attempt_id)\n",
+            )
         if statement.startswith("CREATE TABLE run_queue ("):
             statement = statement.replace(
                 "  available_at INTEGER NOT NULL,\n",
@@ -91,6 +106,10 @@ def previous_statements() -> tuple[str, ...]:
         statements.append(statement)
         if statement.startswith("CREATE INDEX run_queue_claim_idx"):
             statements.append(_QUEUE_SESSION_INDEX)
+        if statement.startswith("CREATE TABLE events ("):
+            statements.append("CREATE INDEX events_resource_idx ON events(resource_id, event_seq)")
+        if statement.startswith("CREATE TABLE run_steps ("):
+            statements.append("CREATE INDEX run_steps_attempt_idx ON run_steps(attempt_id)")
     assert statements != list(STATEMENTS), "the reconstruction changed nothing"
     return tuple(statements)
 

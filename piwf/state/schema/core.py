@@ -88,10 +88,13 @@ _LEASES_OWNER_INDEX = """
 CREATE INDEX leases_owner_idx ON leases(owner_type, owner_id) WHERE owner_type IS NOT NULL
 """
 
+# ``event_id`` is ``<resource_id>@<resource_revision>``: unique with that pair, so it is not
+# indexed again, and the pair's index serves every lookup of one aggregate's events (in revision
+# order, which is commit order). Each index here is written by every change of every aggregate.
 _EVENTS = """
 CREATE TABLE events (
   event_seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  event_id TEXT NOT NULL UNIQUE,
+  event_id TEXT NOT NULL,
   resource_id TEXT NOT NULL REFERENCES resources(resource_id) ON DELETE CASCADE,
   resource_revision INTEGER NOT NULL CHECK (resource_revision > 0),
   event_type TEXT NOT NULL,
@@ -104,10 +107,6 @@ CREATE TABLE events (
   recorded_at INTEGER NOT NULL,
   UNIQUE (resource_id, resource_revision)
 ) STRICT
-"""
-
-_EVENTS_RESOURCE_INDEX = """
-CREATE INDEX events_resource_idx ON events(resource_id, event_seq)
 """
 
 # Events are the immutable audit: no normal path may rewrite one. Deletion stays possible only
@@ -184,7 +183,6 @@ RECORD_STATEMENTS: tuple[str, ...] = (
     _LEASES_EXPIRES_INDEX,
     _LEASES_OWNER_INDEX,
     _EVENTS,
-    _EVENTS_RESOURCE_INDEX,
     _EVENTS_IMMUTABLE_TRIGGER,
     _EFFECTS,
     _EFFECTS_PENDING_INDEX,

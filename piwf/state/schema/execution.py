@@ -179,18 +179,15 @@ CREATE INDEX node_attempts_deadline_idx ON node_attempts(deadline_at)
   WHERE deadline_at IS NOT NULL
 """
 
+# Keyed by (run, step) without a rowid; ``attempt_id`` is unique across runs (it is derived from
+# the run id), so its one index serves both the uniqueness and the cascade from node_attempts.
 _RUN_STEPS = """
 CREATE TABLE run_steps (
   run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
   step_index INTEGER NOT NULL CHECK (step_index >= 0),
-  attempt_id TEXT NOT NULL REFERENCES node_attempts(attempt_id) ON DELETE CASCADE,
-  PRIMARY KEY (run_id, step_index),
-  UNIQUE (run_id, attempt_id)
-) STRICT
-"""
-
-_RUN_STEPS_ATTEMPT_INDEX = """
-CREATE INDEX run_steps_attempt_idx ON run_steps(attempt_id)
+  attempt_id TEXT NOT NULL UNIQUE REFERENCES node_attempts(attempt_id) ON DELETE CASCADE,
+  PRIMARY KEY (run_id, step_index)
+) STRICT, WITHOUT ROWID
 """
 
 _WORKFLOW_UPDATES = """
@@ -232,7 +229,6 @@ RUN_STATEMENTS: tuple[str, ...] = (
     _NODE_ATTEMPTS_RUN_INDEX,
     _NODE_ATTEMPTS_DEADLINE_INDEX,
     _RUN_STEPS,
-    _RUN_STEPS_ATTEMPT_INDEX,
     _WORKFLOW_UPDATES,
     _WORKFLOW_UPDATES_KEY_INDEX,
 )
@@ -282,6 +278,7 @@ CREATE INDEX run_runners_generation_idx ON run_runners(run_id, generation, start
 """
 
 # Receipts of state-changing runner messages: a retried message gets the identical answer.
+# A receipt is read by its key only: kept in its key's b-tree, without a rowid.
 _RUNNER_MESSAGES = """
 CREATE TABLE runner_messages (
   runner_epoch TEXT NOT NULL REFERENCES run_runners(runner_epoch) ON DELETE CASCADE,
@@ -293,7 +290,7 @@ CREATE TABLE runner_messages (
   error_hash BLOB REFERENCES blobs(blob_hash),
   completed_at INTEGER NOT NULL,
   PRIMARY KEY (runner_epoch, message_id)
-) STRICT
+) STRICT, WITHOUT ROWID
 """
 
 # The request a node visit parks on (checkpoint, protected human decision, agent step). Minimal:
