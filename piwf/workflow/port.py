@@ -455,7 +455,12 @@ def message_to_json(message: object) -> JsonValue:
     }
 
 
+_JSON_SCALARS = frozenset({bool, int, float, str, type(None)})
+
+
 def _json_field(value: object) -> JsonValue:
+    if type(value) in _JSON_SCALARS:  # most fields; exact types (an enum member is not one)
+        return value  # type: ignore[return-value]
     if isinstance(value, Enum):
         return _json_field(value.value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

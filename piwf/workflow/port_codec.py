@@ -185,34 +185,41 @@ def _make_decoder(annotation: Any) -> Decoder:
     return unknown
 
 
+#: (name, required, decoder) of each field of a dataclass, in declaration order.
+_Plan = list[tuple[str, bool, Decoder]]
+_PLANS: dict[type[Any], _Plan] = {}
+
+
+def _plan(cls: type[Any]) -> _Plan:
+    """How ``cls`` is read, field by field (made once; a field of a dataclass type gets that
+    type's decoder, whose own plan is made when first needed, so a type may hold itself)."""
+    found = _PLANS.get(cls)
+    if found is None:
+        hints = _hints(cls)
+        found = _PLANS[cls] = [
+            (
+                item.name,
+                item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING,
+                _decoder(hints[item.name]),
+            )
+            for item in dataclasses.fields(cls)
+        ]
+    return found
+
+
 def _dataclass_decoder(cls: type[Any]) -> Decoder:
     """Fields in declaration order: an unknown field, then the first missing or mistyped one,
     is refused; a field with a default may be absent."""
-    fields = dataclasses.fields(cls)
-    names = frozenset(item.name for item in fields)
-    #: (name, required, decoder) per field; resolved on first use (a type may hold itself).
-    plan: list[tuple[str, bool, Decoder]] | None = None
+    names = frozenset(item.name for item in dataclasses.fields(cls))
 
     def dataclass_value(value: JsonValue, where: str) -> Any:
-        nonlocal plan
         if not isinstance(value, dict):
             raise PortCodecError(f"{where}: expected an object")
         if not names.issuperset(value):
             unknown = sorted(set(value) - names)
             raise PortCodecError(f"{where}: unknown field {unknown[0]!r}")
-        if plan is None:
-            hints = _hints(cls)
-            plan = [
-                (
-                    item.name,
-                    item.default is dataclasses.MISSING
-                    and item.default_factory is dataclasses.MISSING,
-                    _decoder(hints[item.name]),
-                )
-                for item in fields
-            ]
         arguments: dict[str, Any] = {}
-        for name, required, decode in plan:
+        for name, required, decode in _plan(cls):
             if name in value:
                 arguments[name] = decode(value[name], f"{where}.{name}")
             elif required:
@@ -245,7 +252,8 @@ def _string(value: JsonValue, where: str) -> Any:
 
 
 def prepare_hints() -> None:
-    """Resolve now the field types of every port dataclass and of the dataclasses they hold.
+    """Resolve now the field types and decoders of every port dataclass and of the dataclasses
+    they hold.
 
     Each process resolves them once, on first use; a process that forks children (the fork
     server) calls this first, so every child it forks inherits them instead of resolving them
@@ -265,6 +273,8 @@ def prepare_hints() -> None:
         seen.add(cls)
         try:
             hints = _hints(cls)
+            _decoder(cls)
+            _plan(cls)  # its decoders too, inherited likewise
         except (NameError, TypeError):
             continue
         for hint in hints.values():
