@@ -1,6 +1,8 @@
 """Durable command execution: receipt lookup, the change and its receipt in one transaction.
 
-Every state-changing operation goes through :meth:`DurableCommands.execute`::
+Every state-changing operation goes through :meth:`DurableCommands.execute` (or
+:meth:`~DurableCommands.execute_later`, the same steps in the loop turn's group commit, whose one
+``COMMIT`` then serves several commands and runner calls)::
 
     BEGIN IMMEDIATE
       verify this server still holds its epoch         (an older epoch writes nothing)
@@ -33,7 +35,7 @@ from piwf import faults
 from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
 from piwf.protocol.client_v1 import ErrorInfo, Outcome, Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
-from piwf.server.failures import log_failure
+from piwf.server.failures import failure_response, log_failure
 from piwf.state import StateDatabase, Transaction
 from piwf.state.commands import Fresh, Replay, Reused, lookup_command, store_command
 from piwf.state.enums import CommandOutcome
@@ -107,36 +109,63 @@ class DurableCommands:
         stored (the handler boundary answers it).
         """
         try:
-            with self.fenced_write() as tx:
-                found = lookup_command(
-                    tx,
-                    request_id=request.request_id,
-                    client_id=request.client_id,
-                    idempotency_key=_key(request),
-                    fingerprint=request_fingerprint(request),
-                )
-                answer = self._answer_for(request, found)
-                if answer is not None:
-                    return answer
-                try:
-                    with tx.savepoint() as step:
-                        result = change(step)
-                except StateUnavailableError:
-                    raise  # the file failed: this transaction cannot store anything
-                except PiwfError as error:
-                    result = CommandResult.failed("rejected", error)
-                self._store(tx, request, result)
-                faults.point("cmd.before_commit")
+            with self.db.write() as tx:
+                response = self._execute_in(tx, request, change)
         except StateUnavailableError as error:
-            log_failure(request.operation, error)
-            return _response(request.request_id, CommandResult.failed("unavailable", error))
+            return self._unavailable(request, error)
         except ClaimLostError as error:
             if error.resource_id != SERVER_RESOURCE:
                 raise
-            log_failure(request.operation, error)
-            self.on_epoch_lost(error)
-            return _response(request.request_id, CommandResult.failed("unavailable", error))
+            return self._epoch_lost(request, error)
+        return response
+
+    def execute_later(
+        self,
+        request: Request,
+        change: Callable[[Transaction], CommandResult],
+        answered: Callable[[Response], None],
+    ) -> None:
+        """:meth:`execute` in the loop turn's group commit: the same checks, change and receipt
+        in the command's own savepoint of the turn's one transaction (piwf/state/group_commit.py),
+        and ``answered`` gets the answer once that committed (or failed: ``unavailable`` with
+        nothing stored, or the typed failure of a change that raised something unexpected)."""
+        self.db.group.defer(_QueuedCommand(self, request, change, answered))
+
+    def _execute_in(
+        self, tx: Transaction, request: Request, change: Callable[[Transaction], CommandResult]
+    ) -> Response:
+        """Inside ``tx``: prove the epoch, replay a stored receipt, or run ``change`` in its own
+        savepoint and store its receipt; return the answer to send once ``tx`` commits."""
+        verify_server_claim(tx, self.claim)
+        found = lookup_command(
+            tx,
+            request_id=request.request_id,
+            client_id=request.client_id,
+            idempotency_key=_key(request),
+            fingerprint=request_fingerprint(request),
+        )
+        answer = self._answer_for(request, found)
+        if answer is not None:
+            return answer
+        try:
+            with tx.savepoint() as step:
+                result = change(step)
+        except StateUnavailableError:
+            raise  # the file failed: this transaction cannot store anything
+        except PiwfError as error:
+            result = CommandResult.failed("rejected", error)
+        self._store(tx, request, result)
+        faults.point("cmd.before_commit")
         return _response(request.request_id, result)
+
+    def _unavailable(self, request: Request, error: StateUnavailableError) -> Response:
+        log_failure(request.operation, error)
+        return _response(request.request_id, CommandResult.failed("unavailable", error))
+
+    def _epoch_lost(self, request: Request, error: ClaimLostError) -> Response:
+        log_failure(request.operation, error)
+        self.on_epoch_lost(error)
+        return _response(request.request_id, CommandResult.failed("unavailable", error))
 
     def store(self, request: Request, result: CommandResult) -> Response:
         """Store the receipt of a command whose change already happened outside SQLite
@@ -200,3 +229,46 @@ def _response(request_id: str, result: CommandResult) -> Response:
         receipt=result.receipt,
         error=None if result.error is None else ErrorInfo.of(result.error),
     )
+
+
+class _ChangeFailedError(PiwfError):
+    """A queued command's change raised an exception that is not a piwf error (a bug): carried
+    out of its savepoint, so its writes are undone, and answered as that exception's failure."""
+
+    code = "internalError"
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(type(error).__name__)
+        self.error = error
+
+
+@dataclass(frozen=True)
+class _QueuedCommand:
+    """One durable command in the loop turn's group commit (a ``DeferredWrite``)."""
+
+    commands: DurableCommands
+    request: Request
+    change: Callable[[Transaction], CommandResult]
+    answered: Callable[[Response], None]
+
+    def apply(self, tx: Transaction) -> Callable[[], None]:
+        try:
+            response = self.commands._execute_in(tx, self.request, self.change)
+        except PiwfError:
+            raise
+        except Exception as error:
+            raise _ChangeFailedError(error) from error
+        return lambda: self.answered(response)
+
+    def refused(self, error: PiwfError) -> Callable[[], None]:
+        request = self.request
+        if isinstance(error, ClaimLostError) and error.resource_id == SERVER_RESOURCE:
+            response = self.commands._epoch_lost(request, error)
+        elif isinstance(error, _ChangeFailedError):
+            response = failure_response(request, error.error)
+        else:
+            response = failure_response(request, error)
+        return lambda: self.answered(response)
+
+    def unavailable(self, error: StateUnavailableError) -> None:
+        self.answered(self.commands._unavailable(self.request, error))

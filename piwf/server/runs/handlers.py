@@ -141,7 +141,7 @@ class RunHandlers:
         except Exception as error:  # every joined start is answered; replies already sent stay
             for request, reply in waiting:
                 reply(failure_response(request, error))
-        self._run_deferred(waiting[0][0])
+            self._run_deferred(waiting[0][0])
 
     def _answer_start(
         self,
@@ -149,12 +149,15 @@ class RunHandlers:
         payload: RunStartPayload,
         result: dict[str, JsonValue] | PiwfError,
     ) -> None:
+        """Commit the run (or the refusal) in the loop turn's group commit, then answer every
+        joined start and run the controls that waited for it."""
         first_request, _ = waiting[0]
         if isinstance(result, PiwfError):
             # The resolver died or overran: nothing was decided about this command, so it is
             # answered `unavailable` with no receipt and a retry under the same key runs again.
             for request, reply in waiting:
                 reply(error_response(request, "unavailable", result.code, str(result)))
+            self._run_deferred(first_request)
             return
         if result.get("ok") is not True:
             error = resolver_error(result)
@@ -163,13 +166,18 @@ class RunHandlers:
             new_run = new_run_from(payload, result)
             chosen = first_request.run_id
             change = lambda tx: self._create_run(tx, new_run, chosen)  # noqa: E731
-        response = self.context.commands.execute(first_request, change)
-        for request, reply in waiting:
-            if request is first_request:
-                reply(response)
-            else:
-                answer = self.context.commands.lookup(request)
-                reply(answer if answer is not None else response)
+
+        def answered(response: Response) -> None:
+            for request, reply in waiting:
+                with answering(request, reply):
+                    if request is first_request:
+                        reply(response)
+                    else:
+                        answer = self.context.commands.lookup(request)
+                        reply(answer if answer is not None else response)
+            self._run_deferred(first_request)
+
+        self.context.commands.execute_later(first_request, change, answered)
 
     def _run_deferred(self, start: Request) -> None:
         """Run the controls that waited for this start, before the scheduler can admit it."""

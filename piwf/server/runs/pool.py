@@ -3,8 +3,9 @@
 Duties, each driven by the server loop::
 
     schedule   while fewer than ``max_workers`` runs are launching or running, claim the next
-               eligible run (generation + 1), record the runner row, start the child and hand
-               it to its :class:`~piwf.server.runs.session.RunnerSession`
+               eligible run (generation + 1) and record the runner row in the loop turn's group
+               commit (:mod:`piwf.server.runs.admissions`), then start the child and hand it to
+               its :class:`~piwf.server.runs.session.RunnerSession`
     renew      the server (never the child) renews every active run claim on a timer, so a
                child that blocks its own interpreter cannot cost the run its claim; the same
                transaction moves the run's open active intervals forward (its agent command is
@@ -33,9 +34,8 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from piwf import faults
 from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
 from piwf.lifecycle import Conflict
 from piwf.processes import ChildKind, is_alive
@@ -43,29 +43,21 @@ from piwf.protocol.runner_v1 import Launch
 from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.failures import retry_later
 from piwf.server.loop import EventLoop, Timer
+from piwf.server.runs.admissions import Admission, RunAdmissions, started_process
 from piwf.server.runs.agents import reap_runner_groups
 from piwf.server.runs.content_transfer import ContentTransfer
-from piwf.server.runs.recorded_sources import identity_of
 from piwf.server.runs.runner_records import ProcessRecord
 from piwf.server.runs.session import RunnerSession
-from piwf.server.runs.spares import SpareRunners, new_runner_epoch
+from piwf.server.runs.spares import SpareRunners
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, RunnerStatus
-from piwf.state.execution import RunLaunch, active_time, agents
-from piwf.state.execution import runs as run_store
+from piwf.state.execution import RunLaunch, active_time
 from piwf.state.leases import Claim, renew_claim
 from piwf.state.records import Actor
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 
 log = logging.getLogger("piwf.server")
-
-
-def workflow_source(tx: Transaction, run_id: str) -> dict[str, Any]:
-    """The run's recorded source identity as a child verifies it before importing anything
-    and loads it without discovering anything again (a runner's launch, a validation):
-    ``{"root": source, "mounted": [...]}``, :mod:`piwf.server.runs.recorded_sources`."""
-    return identity_of(run_store.list_run_sources(tx, run_id)).to_json()
 
 
 class ValidationAdmission(Protocol):
@@ -114,7 +106,7 @@ class ExecutionSettings:
     spare_runners: int = 1
 
 
-class Executor:
+class Executor(RunAdmissions):
     """The runner pool of one server process."""
 
     def __init__(
@@ -146,6 +138,11 @@ class Executor:
         self.validations: ValidationAdmission | None = None
         self._scheduling = False
         self._prefer_reconcile = False
+        #: Admissions queued for the turn's commit; each holds a slot until it is decided.
+        self.admitting: list[Admission] = []
+        #: Within one scheduling pass: runs still claimable, and whether an agent deadline is
+        #: due (then the pass admits in transactions of its own); None outside a pass.
+        self._ready: tuple[int, bool] | None = None
         self._due_timer: Timer | None = None
         loop.every(settings.poll_s, self.schedule)
         loop.every(settings.poll_s, self.rescue_stranded_runs)
@@ -181,6 +178,7 @@ class Executor:
         if self._scheduling or self.loop.stop_requested:
             return
         self._scheduling = True
+        self._ready = None
         try:
             if self.validations is not None:
                 self.validations.admit_borrowers()
@@ -198,6 +196,7 @@ class Executor:
                 self._prefer_reconcile = admitted == self._admit_run
         finally:
             self._scheduling = False
+            self._ready = None
         self.fill_spares()
         self._wake_when_due()
 
@@ -228,49 +227,16 @@ class Executor:
     def fill_spares(self) -> None:
         """Keep spare runners for the free slots, once every launched runner is ready (a
         starting child gets the CPU first); after every schedule, so after every exit."""
-        if all(session.ready or session.ended for session in self.active.values()):
+        if not self.admitting and all(
+            session.ready or session.ended for session in self.active.values()
+        ):
             self.spares.fill(self.settings.max_workers - self.busy_slots())
 
     def busy_slots(self) -> int:
         """Slots in use: launching and running children of every kind."""
         reconciles = 0 if self.reconciler is None else self.reconciler.busy_slots()
         validations = 0 if self.validations is None else self.validations.busy_slots()
-        return len(self.active) + reconciles + validations
-
-    def _admit_run(self) -> bool:
-        """Claim the next ready run and record its launch in one transaction (one commit on the
-        run's path), then hand its envelope to a spare runner or to a child started for it."""
-        spare = self.spares.peek()
-        runner_epoch = new_runner_epoch() if spare is None else spare.name
-        try:
-            with self.db.write() as tx:
-                launch, expired = self._claim_next(tx)
-                if launch is None:
-                    recorded: Launch | PiwfError | None = None
-                else:
-                    recorded = self._record_launch(tx, launch, runner_epoch, spare)
-        except PiwfError as error:
-            log.warning("scheduling failed: %s", error)
-            return False
-        for expiry in expired:
-            self.run_changed(expiry.run_id)
-        if launch is None:
-            return False
-        faults.point("run.after_claim_commit")
-        if not isinstance(recorded, Launch):
-            # The claim committed without a runner row: the run is stranded, and
-            # rescue_stranded_runs recovers it as it does any run no child executes.
-            log.warning("launching run %s failed: %s", launch.run_id, recorded)
-            return True
-        faults.point("runner.after_launch_record")
-        taken = self.spares.take() if spare is not None else None
-        assert taken is spare, "the spare peeked at is the one taken (no loop turn between)"
-        self._start(
-            RunnerSession(self, launch, launch.claim, runner_epoch, ContentTransfer(self.db)),
-            recorded,
-            spare,
-        )
-        return True
+        return len(self.active) + len(self.admitting) + reconciles + validations
 
     def _admit_reconcile(self) -> bool:
         """The resource-manager side of the alternation (see :mod:`piwf.server.resources`)."""
@@ -395,59 +361,8 @@ class Executor:
 
     # -- launching -------------------------------------------------------------------------
 
-    def _claim_next(self, tx: Transaction) -> tuple[RunLaunch | None, list[ex.Expiry]]:
-        """Inside the admission's transaction: expire due agent deadlines, then claim the next
-        ready run (None when no run is ready)."""
-        verify_server_claim(tx, self.server_claim())
-        # Expired agent deadlines come before the next run (DESIGN.md §6): a run whose runner
-        # was stopped at its deadline resumes into its timeout, never into another run of its
-        # agent.
-        expired = ex.expire_due_agent_requests(
-            tx,
-            actor=Actor(ActorType.POLICY, self.owner_id),
-            control_owner_id=self.owner_id,
-            lease_ms=self.settings.run_lease_ms,
-        )
-        launch = ex.claim_next_run(
-            tx,
-            owner_id=self.owner_id,
-            lease_ms=self.settings.run_lease_ms,
-            exclude=tuple(self.active),
-        )
-        return launch, expired
-
-    def _record_launch(
-        self, tx: Transaction, launch: RunLaunch, runner_epoch: str, spare: ChildHandle | None
-    ) -> Launch | PiwfError:
-        """Record the runner row of ``launch`` in its own savepoint of ``tx`` (and a spare's
-        known process with it); return the envelope, or the refusal (its changes undone, the
-        claim kept)."""
-        try:
-            with tx.savepoint():
-                envelope = self._envelope(tx, launch, runner_epoch)
-                recorded = ex.record_runner_launch(
-                    tx,
-                    launch,
-                    runner_epoch=runner_epoch,
-                    server_epoch=self.server_claim().epoch,
-                    envelope=envelope.model_dump(by_alias=True, exclude_none=True),
-                    lease_ms=self.settings.run_lease_ms,
-                )
-                if isinstance(recorded, Conflict):
-                    raise PiwfError(f"runner launch refused: {recorded.evidence}")
-                # A spare's process is known already: recorded with its launch, one commit.
-                known = _started_process(spare)
-                if known is not None:
-                    process = ex.record_runner_process(
-                        tx, launch.claim, runner_epoch, *known, lease_ms=self.settings.run_lease_ms
-                    )
-                    if isinstance(process, Conflict):
-                        raise PiwfError(f"runner process refused: {process.evidence}")
-        except StateUnavailableError:
-            raise
-        except PiwfError as error:
-            return error
-        return envelope
+    def _new_session(self, launch: RunLaunch, runner_epoch: str) -> RunnerSession:
+        return RunnerSession(self, launch, launch.claim, runner_epoch, ContentTransfer(self.db))
 
     def _start(self, active: RunnerSession, envelope: Launch, spare: ChildHandle | None) -> None:
         """The launch is recorded: hand ``envelope`` to ``spare``, or to a child started for it
@@ -474,7 +389,7 @@ class Executor:
             if not handle.started:
                 handle.on_started.append(on_started)
         active.attach(handle, envelope.encode(), self.settings.ready_timeout_s)
-        if handle.started and _started_process(spare) is None:
+        if handle.started and started_process(spare) is None:
             self._record_process(active)  # its pid is known, but was not recorded with the launch
 
     def _runner_ended(self, active: RunnerSession, handle: ChildHandle) -> None:
@@ -522,22 +437,6 @@ class Executor:
         wanted = lambda: self.is_current(active)  # noqa: E731
         retry_later(self.loop.call_later, active.state_retry, wanted, again)
 
-    def _envelope(self, tx: Transaction, launch: RunLaunch, runner_epoch: str) -> Launch:
-        run = run_store.require_run(tx, launch.run_id)
-        return Launch(
-            runId=launch.run_id,
-            generation=launch.generation,
-            runnerEpoch=runner_epoch,
-            serverEpoch=self.server_claim().epoch,
-            projectPath=run.project_path,
-            workflowSource=workflow_source(tx, launch.run_id),
-            definitionDigest=run.definition_digest.hex(),
-            executionMode=agents.execution_mode(tx, launch.run_id).value,
-            runAgentCommand=_listed(agents.run_agent_command(tx, launch.run_id)),
-            serverAgentCommand=_listed(self.settings.agent_command),
-            stateHome=self.settings.state_home,
-        )
-
     # -- stopping and reaping --------------------------------------------------------------
 
     def stop(self, active: RunnerSession, reason: RunnerStatus, *, kill: bool = False) -> None:
@@ -564,14 +463,3 @@ class Executor:
         self.run_changed(active.run_id)
         self.loop.call_later(0, self.schedule)
         self.on_runner_exit()
-
-
-def _started_process(spare: ChildHandle | None) -> tuple[int, str] | None:
-    """The pid and start identity of a spare whose process is known, else None."""
-    if spare is None or not spare.started or spare.pid is None or spare.identity is None:
-        return None
-    return spare.pid, spare.identity
-
-
-def _listed(command: tuple[str, ...] | None) -> list[str] | None:
-    return None if command is None else list(command)

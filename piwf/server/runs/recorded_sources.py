@@ -15,8 +15,10 @@ shipped it. A runner gets the recorded identity back and loads exactly those fil
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from piwf.protocol.payloads import RunSource
+from piwf.state import Transaction
 from piwf.state.enums import SourceType
 from piwf.state.execution import runs as run_store
 from piwf.workflow.sources import MountSource, SourceIdentity
@@ -64,3 +66,10 @@ def source_info(row: run_store.SourceFile) -> RunSource:
         source_revision=row.source_revision,
         piwf_version=row.piwf_version,
     )
+
+
+def workflow_source(tx: Transaction, run_id: str) -> dict[str, Any]:
+    """The run's recorded source identity as a child verifies it before importing anything
+    and loads it without discovering anything again (a runner's launch, a validation):
+    ``{"root": source, "mounted": [...]}``, (:func:`identity_of`)."""
+    return identity_of(run_store.list_run_sources(tx, run_id)).to_json()

@@ -44,7 +44,7 @@ from piwf.server.context import ServerContext
 from piwf.server.failures import answering, failure_response
 from piwf.server.loop import Reply
 from piwf.server.replies import error_response, not_found, ok, payload_of, run_id_of
-from piwf.server.runs.pool import workflow_source
+from piwf.server.runs.recorded_sources import workflow_source
 from piwf.settings_grants import patch_refusal, readable, scope_structure
 from piwf.state import Transaction, blobs
 from piwf.state.enums import ActorType

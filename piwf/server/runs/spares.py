@@ -73,6 +73,14 @@ class SpareRunners:
         self._refill_delay_s = FIRST_REFILL_DELAY_S  # spares work here
         return handle
 
+    def give_back(self, handle: ChildHandle | None) -> None:
+        """Keep ``handle``, taken but not used (its admission claimed nothing), as the next
+        spare again; a spare that ended meanwhile is dropped."""
+        if handle is None or handle.exited or handle.stop_pending is not None:
+            return
+        handle.on_exit.append(self._ended)
+        self.idle.insert(0, handle)
+
     def fill(self, free_slots: int) -> None:
         """Start spares until ``min(count, free_slots)`` are idle (none while a refill waits
         out its delay after spares ended unused)."""

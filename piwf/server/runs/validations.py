@@ -44,7 +44,7 @@ from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.failures import RetryDelay, retry_later
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.runs.content_transfer import ContentTransfer
-from piwf.server.runs.pool import workflow_source
+from piwf.server.runs.recorded_sources import workflow_source
 from piwf.state import StateDatabase
 from piwf.state.enums import ActorType
 from piwf.state.execution import submissions as sub
