@@ -15,15 +15,16 @@ import functools
 import re
 import uuid
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from pydantic import ValidationError
 
 from piwf import canonical
-from piwf.cli import render
-from piwf.client import Client
 from piwf.errors import CanonicalJsonError, CommandError, PiwfError
+
+if TYPE_CHECKING:
+    from piwf.client import Client
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -38,6 +39,11 @@ def json_option(function: _F) -> _F:
         is_flag=True,
         help="Print exactly one JSON document on stdout (errors too).",
     )(function)
+
+
+def emit_json(document: object) -> None:
+    """Print ``document`` as one line of canonical JSON on stdout."""
+    click.echo(canonical.encode_text(document))
 
 
 def command(function: _F) -> _F:
@@ -67,7 +73,7 @@ def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
     """Report ``error`` (to stdout as JSON, or to stderr) and exit with status 1."""
     code = error.error_code if isinstance(error, CommandError) else error.code
     if as_json:
-        render.emit_json({"error": {"code": code, "message": str(error)}})
+        emit_json({"error": {"code": code, "message": str(error)}})
     else:
         click.echo(f"Error: {error}", err=True)
     raise click.exceptions.Exit(1)
@@ -107,4 +113,7 @@ def open_client(*, autostart: bool = True, remote: str | None = None) -> Client:
     One invocation is one client: its durable commands get one idempotency key each, kept
     across the client's automatic retries (docs/PROTOCOL.md §6).
     """
+    # Imported here: `piwf server run`, the server's own process, needs no client.
+    from piwf.client import Client
+
     return Client(client_id=f"cli-{uuid.uuid4().hex}", autostart=autostart, remote=remote)

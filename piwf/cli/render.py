@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-import click
-
 from piwf import canonical
+from piwf.cli.common import emit_json as emit_json  # commands print JSON through render
 from piwf.protocol.payloads import (
     ActiveTimeInfo,
     AnswerReceipt,
@@ -38,11 +37,6 @@ PREVIEW_CHARS = 2000
 #: Human output reads referenced values up to this many bytes (two parts) for their preview;
 #: longer ones are not fetched at all, only their size is shown.
 HUMAN_CONTENT_LIMIT = 1024 * 1024
-
-
-def emit_json(document: object) -> None:
-    """Print ``document`` as one line of canonical JSON on stdout."""
-    click.echo(canonical.encode_text(document))
 
 
 def timestamp(ms: int | None) -> str:

@@ -9,9 +9,7 @@ import sys
 import click
 
 from piwf import canonical
-from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client
-from piwf.client import launcher
+from piwf.cli.common import command, emit_json, json_option, open_client
 from piwf.config import state_home
 from piwf.errors import ServerNotRunningError, ServerStartError
 
@@ -58,6 +56,8 @@ def server_start(max_workers: int | None, idle_exit_s: float | None, as_json: bo
     Example:
       piwf server start --max-workers 2
     """
+    from piwf.client import launcher  # not at import: `server run` (the server) needs no client
+
     home = state_home()
     started = launcher.ensure_server(home, max_workers=max_workers, idle_exit_s=idle_exit_s)
     with open_client() as client:
@@ -66,7 +66,7 @@ def server_start(max_workers: int | None, idle_exit_s: float | None, as_json: bo
         document: dict[str, object] = {"started": started is not None, "epoch": status.epoch}
         if started is not None:
             document["pid"] = started.pid
-        render.emit_json(document)
+        emit_json(document)
     elif started is not None:
         click.echo(f"started piwf server (pid {started.pid}, epoch {status.epoch}) for {home}")
     else:
@@ -92,7 +92,7 @@ def server_stop(as_json: bool) -> None:
     except ServerNotRunningError:
         was_running = False
     if as_json:
-        render.emit_json({"state": "stopped", "wasRunning": was_running})
+        emit_json({"state": "stopped", "wasRunning": was_running})
     elif was_running:
         click.echo("piwf server stopped")
     else:
@@ -116,13 +116,15 @@ def server_status(as_json: bool) -> None:
             status = client.server_status()
     except ServerNotRunningError:
         if as_json:
-            render.emit_json({"state": "stopped"})
+            emit_json({"state": "stopped"})
         else:
             click.echo(f"no piwf server is running for {state_home()}")
         return
     if as_json:
-        render.emit_json(status.to_wire())
+        emit_json(status.to_wire())
     else:
+        from piwf.cli import render  # not at import: it loads the protocol's models
+
         click.echo(render.server_status(status))
 
 
@@ -160,7 +162,7 @@ def server_run(
         raise ServerStartError(message) from None
     exit_code: int = lifecycle.run_server(settings, ready_fd=ready_fd)
     if as_json:
-        render.emit_json({"exitCode": exit_code})
+        emit_json({"exitCode": exit_code})
     sys.exit(exit_code)
 
 
