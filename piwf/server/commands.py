@@ -90,14 +90,7 @@ class DurableCommands:
         Raises :class:`StateUnavailableError` when the database cannot be read.
         """
         with self.db.read() as tx:
-            found = lookup_command(
-                tx,
-                request_id=request.request_id,
-                client_id=request.client_id,
-                idempotency_key=_key(request),
-                fingerprint=request_fingerprint(request),
-            )
-        return self._answer_for(request, found)
+            return self._answer_for(request, _lookup(tx, request))
 
     def execute(self, request: Request, change: Callable[[Transaction], CommandResult]) -> Response:
         """Run ``change`` once per idempotency key and return the answer to send.
@@ -137,14 +130,7 @@ class DurableCommands:
         """Inside ``tx``: prove the epoch, replay a stored receipt, or run ``change`` in its own
         savepoint and store its receipt; return the answer to send once ``tx`` commits."""
         verify_server_claim(tx, self.claim)
-        found = lookup_command(
-            tx,
-            request_id=request.request_id,
-            client_id=request.client_id,
-            idempotency_key=_key(request),
-            fingerprint=request_fingerprint(request),
-        )
-        answer = self._answer_for(request, found)
+        answer = self._answer_for(request, _lookup(tx, request))
         if answer is not None:
             return answer
         try:
@@ -209,6 +195,17 @@ class DurableCommands:
             receipt=stored.receipt if isinstance(stored.receipt, dict) else None,
             error=ErrorInfo.model_validate(error) if isinstance(error, dict) else None,
         )
+
+
+def _lookup(tx: Transaction, request: Request) -> Replay | Reused | Fresh:
+    """What is stored under ``request``'s id and idempotency key."""
+    return lookup_command(
+        tx,
+        request_id=request.request_id,
+        client_id=request.client_id,
+        idempotency_key=_key(request),
+        fingerprint=request_fingerprint(request),
+    )
 
 
 def _key(request: Request) -> str:

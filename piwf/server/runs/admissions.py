@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from piwf import faults
 from piwf.errors import PiwfError, StateUnavailableError
@@ -54,39 +54,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("piwf.server")
 
 
-class AdmissionHost(Protocol):
-    """What an admission needs of the pool."""
-
-    def claim_next(self, tx: Transaction) -> tuple[RunLaunch | None, list[ex.Expiry]]:
-        """Inside ``tx``: expire due agent requests, then claim the next ready run."""
-        ...
-
-    def record_launch(
-        self, tx: Transaction, launch: RunLaunch, runner_epoch: str, spare: ChildHandle | None
-    ) -> Launch | PiwfError:
-        """Inside ``tx``: record the runner row of ``launch`` in a savepoint of its own."""
-        ...
-
-    def admitted(
-        self,
-        admission: Admission,
-        launch: RunLaunch | None,
-        expired: list[ex.Expiry],
-        recorded: Launch | PiwfError | None,
-    ) -> None:
-        """The admission's transaction committed: act on what it claimed and recorded."""
-        ...
-
-    def not_admitted(self, admission: Admission, error: PiwfError) -> None:
-        """The admission changed nothing (refused, or the file failed): free its slot."""
-        ...
-
-
 @dataclass(eq=False)
 class Admission:
     """One slot's admission, queued for the turn's commit (a ``DeferredWrite``)."""
 
-    host: AdmissionHost
+    host: RunAdmissions
     #: The spare runner taken for this admission (None: a child is started for the run).
     spare: ChildHandle | None
     #: The runner epoch the launch is recorded under (a spare's name, or a new one).
