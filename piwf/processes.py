@@ -27,6 +27,11 @@ import psutil
 
 #: The module whose ``main`` performs a child's first act and runs its entry module.
 CHILD_BOOTSTRAP = "piwf.runner.bootstrap"
+#: The module that makes a fork server lead the session its children share (imported first).
+CHILDREN_SESSION = "piwf.runner.children_session"
+#: Set (to ``"1"``) in the environment a fork server starts with: it then leads a new session,
+#: and removes the variable before it forks any child (:mod:`piwf.runner.children_session`).
+CHILDREN_SESSION_VARIABLE = "PIWF_FORK_SERVER_SESSION"
 
 
 class ChildKind(str, Enum):
@@ -43,6 +48,7 @@ class ChildKind(str, Enum):
 #: What a fork server imports once, so that no forked child pays for it: the bootstrap, every
 #: entry module, and the modules those import only when they run.
 FORKSERVER_PRELOAD: tuple[str, ...] = (
+    CHILDREN_SESSION,
     CHILD_BOOTSTRAP,
     *(kind.value for kind in ChildKind),
     "piwf.workflow.commands",

@@ -5,8 +5,10 @@ spawned) whose target is :func:`piwf.processes.enter_child`, which calls :func:`
 then the standard library has only unpickled the preparation data and the ``Process`` object
 (plain values and connections) and imported this module. :func:`main` then, in this order::
 
-    os.setsid()                  its own session and process group: stop and kill reach every
-                                 process it starts with one signal to the group
+    own process group            stop and kill reach every process it starts with one signal
+                                 to the group; in the fork server's session, which all forked
+                                 children share (:mod:`piwf.runner.children_session`), or, when
+                                 spawned, in a session of its own
     stdout/stderr                onto the capture pipes the supervisor reads (descriptors 1, 2)
     inherited descriptors        a forked child closes every one it was not given on purpose
                                  (the fork server's "alive" pipe among them, so the fork server
@@ -67,7 +69,7 @@ def main(
     ``kind`` is refused before anything of a child runs.
     """
     entry = ChildKind(kind)
-    os.setsid()
+    enter_own_group()
     _capture_output(stdout, stderr)
     parent = multiprocessing.parent_process()
     sentinel = parent.sentinel if parent is not None else None
@@ -81,6 +83,15 @@ def main(
     module = importlib.import_module(entry.value)
     sys.argv = [str(module.__file__), "--fd", str(channel.fileno())]
     raise SystemExit(serve_channel(channel, life, label=label, run_child=module.run_child))
+
+
+def enter_own_group() -> None:
+    """Lead a new process group: in the session of the fork server that forked this child when
+    that fork server leads one (the children's shared session), else in a new session."""
+    if forkserver.get_inherited_fds() is not None and os.getsid(0) == os.getppid():
+        os.setpgid(0, 0)
+    else:
+        os.setsid()
 
 
 def _capture_output(stdout: Connection, stderr: Connection) -> None:

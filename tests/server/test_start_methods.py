@@ -84,6 +84,7 @@ def facts_workflow(
                 "identity": start_identity(pid), "argv": sys.argv, "cwd": os.getcwd(),
                 "fds": {{fd: target(fd) for fd in os.listdir("/proc/self/fd")}},
                 "faults": os.environ.get("PIWF_FAULTS"), "path0": sys.path[0],
+                "sessionMark": os.environ.get("PIWF_FORK_SERVER_SESSION"),
             }}
             pathlib.Path({str(out)!r} + ".tmp").write_text(json.dumps(record))
             os.replace({str(out)!r} + ".tmp", {str(out)!r})
@@ -122,13 +123,19 @@ def test_a_runner_begins_in_its_own_session_holding_nothing_of_the_server(
         assert response.receipt is not None
         assert wait_run(client, str(response.receipt["run"]["runId"]))["status"] == "completed"
     facts = read_facts(out)
+    assert facts["pgid"] == facts["pid"], "its own process group"
     if method == "forkserver":
         (fork_server,) = fork_servers(server)
         assert facts["ppid"] == fork_server.pid, "forked by the server's fork server"
+        # The session every forked child shares (one scheduling group): the fork server's,
+        # which is not the server's; the mark that asked for it is not passed on.
+        assert facts["sid"] == fork_server.pid == os.getsid(fork_server.pid)
+        assert os.getsid(server.process.pid) != fork_server.pid
+        assert facts["sessionMark"] is None
     else:
         assert facts["ppid"] == server.process.pid, "spawned by the server itself"
         assert fork_servers(server) == []
-    assert facts["pgid"] == facts["pid"] == facts["sid"], "its own session and group"
+        assert facts["sid"] == facts["pid"], "a spawned child leads a session of its own"
     assert facts["cwd"] == str(project)
     assert facts["faults"] is None
     assert facts["argv"][0].endswith("workflow_runner.py")

@@ -10,8 +10,11 @@ connections as its arguments; nothing else is pickled. A child never re-runs the
 script (see :func:`spare_children_the_main_script`).
 
 The standard library's helpers, the fork server and the resource tracker, are children of the
-server in its process group. They end with it: the fork server at end-of-file on its "alive"
-pipe, whose only other holders, the forked children, close their copies first thing
+server. The resource tracker stays in the server's process group; the fork server leads a
+session of its own, which every child it forks shares (:mod:`piwf.runner.children_session`:
+with Linux's autogroup scheduling the busy children then take one share of the CPU, not one
+each, and the server keeps its own). Both end with the server: the fork server at end-of-file
+on its "alive" pipe, whose only other holders, the forked children, close their copies first thing
 (:mod:`piwf.runner.bootstrap`); the resource tracker once the server, the fork server and the
 children have all closed its pipe. Their standard output and error (and a child's, before its
 first act moves its own) go to one descriptor the supervisor captures (``helpers.log``).
@@ -46,7 +49,12 @@ from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
-from piwf.processes import FORKSERVER_PRELOAD, enter_child, kill_own_children
+from piwf.processes import (
+    CHILDREN_SESSION_VARIABLE,
+    FORKSERVER_PRELOAD,
+    enter_child,
+    kill_own_children,
+)
 from piwf.server.children.forkserver_launch import PidLaterContext
 
 #: The longest a start may take from a fork server that has forked before: far above a fork,
@@ -117,7 +125,7 @@ class ChildStarter:
     def start_helpers(self) -> None:
         """Start the resource tracker and, with ``forkserver``, the fork server now, so the
         first child does not wait for their imports (they run while the server serves)."""
-        with self._helpers_streams():
+        with self._helpers_streams(), self._helpers_environment():
             resource_tracker.ensure_running()
             if self.method is StartMethod.FORKSERVER:
                 forkserver.ensure_running()
@@ -151,7 +159,7 @@ class ChildStarter:
         )
         timeout_s = self.timeout_s
         try:
-            with self._helpers_streams(), _deadline(timeout_s):
+            with self._helpers_streams(), self._helpers_environment(), _deadline(timeout_s):
                 self._start_process(process)
         except _StartTimeoutError:
             self.replace_fork_server()
@@ -194,6 +202,21 @@ class ChildStarter:
         self.proven = False
         if self.method is StartMethod.FORKSERVER:
             kill_own_children(_FORKSERVER_COMMAND, _REPLACE_WAIT_S)
+
+    @contextlib.contextmanager
+    def _helpers_environment(self) -> Iterator[None]:
+        """Mark the environment a fork server started now begins with, so that it leads the
+        children's session (:mod:`piwf.runner.children_session`). A forked child gets the fork
+        server's environment, not this one, and the fork server removes the mark first; a
+        spawned child must not get it, so spawn leaves the environment alone."""
+        if self.method is not StartMethod.FORKSERVER:
+            yield
+            return
+        os.environ[CHILDREN_SESSION_VARIABLE] = "1"
+        try:
+            yield
+        finally:
+            os.environ.pop(CHILDREN_SESSION_VARIABLE, None)
 
     @contextlib.contextmanager
     def _helpers_streams(self) -> Iterator[None]:
