@@ -31,6 +31,10 @@ MAX_SOCKET_PATH_BYTES = 107
 #: argv list of at most this many parts, each 1..MAX_AGENT_COMMAND_PART_CHARS characters.
 MAX_AGENT_COMMAND_PARTS = 256
 MAX_AGENT_COMMAND_PART_CHARS = 4096
+#: How long a client waits for a server it starts to report ready: long enough for startup
+#: recovery of a large backlog (it runs before the server listens); a server that has not
+#: reported by then is stopped rather than left half-started (:mod:`piwf.client.launcher`).
+DEFAULT_START_TIMEOUT_S = 60.0
 
 
 def agent_command_problem(command: object) -> str | None:

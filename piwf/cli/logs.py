@@ -7,7 +7,7 @@ line naming its node, visit and attempt; docs/CLI.md shows the output.
 from __future__ import annotations
 
 import codecs
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,7 +15,9 @@ from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client, run_id_argument
 from piwf.cli.runs import run_group
 from piwf.client import Client
-from piwf.protocol.log_payloads import AttemptLogInfo
+
+if TYPE_CHECKING:
+    from piwf.protocol.log_payloads import AttemptLogInfo
 
 #: Exit status after Ctrl-C, as a shell reports a process ended by SIGINT.
 _INTERRUPTED = 130

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from piwf.canonical import encode_text
 from piwf.cli.render import duration
 from piwf.client import Client
 from piwf.protocol.payloads import RunWaitReceipt
-from piwf.protocol.view_payloads import RunView, Step
+
+if TYPE_CHECKING:
+    from piwf.protocol.view_payloads import RunView, Step
 
 #: The longest one ``run.wait`` request of the loop waits before the view is looked at again.
 SLICE_S = 0.5

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from piwf import canonical
 from piwf.cli.common import emit_json as emit_json  # commands print JSON through render
@@ -30,7 +31,9 @@ from piwf.protocol.payloads import (
     RunSource,
     ServerStatus,
 )
-from piwf.protocol.state_payloads import BackupReceipt, PruneReport, StateStatus, VerifyReceipt
+
+if TYPE_CHECKING:
+    from piwf.protocol.state_payloads import BackupReceipt, PruneReport, StateStatus, VerifyReceipt
 
 #: Human output shows at most this many characters of one stored value.
 PREVIEW_CHARS = 2000

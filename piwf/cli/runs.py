@@ -8,7 +8,7 @@ from typing import IO, Any, get_args
 
 import click
 
-from piwf.cli import render, render_view
+from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client, parse_json, run_id_argument
 from piwf.cli.progress import RunProgress
 from piwf.client import Client
@@ -192,6 +192,8 @@ def run_show(run_id: str, follow: bool, as_json: bool) -> None:
         except KeyboardInterrupt:
             raise click.exceptions.Exit(_INTERRUPTED) from None
         return
+    from piwf.cli import render_view  # not at import: `run list` and the others show no view
+
     with open_client() as client:
         view = client.run_view(
             run_id,
@@ -225,6 +227,8 @@ def run_steps(run_id: str, as_json: bool) -> None:
     Example:
       piwf run steps run-0b9c
     """
+    from piwf.cli import render_view
+
     with open_client() as client:
         steps = client.run_steps(
             run_id, content_limit=None if as_json else render.HUMAN_CONTENT_LIMIT
@@ -248,6 +252,8 @@ def run_explain(run_id: str, as_json: bool) -> None:
     Example:
       piwf run explain run-0b9c
     """
+    from piwf.cli import render_view
+
     with open_client() as client:
         view = client.run_view(run_id, step_limit=1, content_limit=render.HUMAN_CONTENT_LIMIT)
     explanation = render_view.explain(view)
@@ -371,6 +377,8 @@ def run_cancel(run_id: str, as_json: bool) -> None:
 
 def _show_and_follow(run_id: str) -> None:
     """``run show`` once, then the run's progress on stdout until it is terminal."""
+    from piwf.cli import render_view
+
     with open_client() as client:
         view = client.run_view(
             run_id, step_limit=render_view.SHOWN_STEPS, content_limit=render.HUMAN_CONTENT_LIMIT

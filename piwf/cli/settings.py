@@ -4,7 +4,7 @@ show a run's live settings, or change them with an RFC 6902 JSON Patch."""
 from __future__ import annotations
 
 import json
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -12,7 +12,9 @@ from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client, parse_json, run_id_argument
 from piwf.cli.logs import run_logs
 from piwf.cli.runs import run_group
-from piwf.protocol.settings_payloads import SettingsScopeInfo
+
+if TYPE_CHECKING:
+    from piwf.protocol.settings_payloads import SettingsScopeInfo
 
 #: ``piwf run logs`` is registered on the same group (its module is imported for it).
 _REGISTERED = (run_logs,)

@@ -26,6 +26,8 @@ DESIGN.md allows: they open an inactive file (a backup or its copy), never the l
 nothing else here imports :mod:`piwf.state`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from piwf.client.client import (
     CODE_ERRORS,
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -40,7 +42,9 @@ from piwf.client.client import (
 )
 from piwf.client.runs import workflow_reference
 from piwf.client.session_capture import CapturedTurn
-from piwf.protocol.session_capture_payloads import CapturedEntry, CapturedEvent
+
+if TYPE_CHECKING:
+    from piwf.protocol.session_capture_payloads import CapturedEntry, CapturedEvent
 
 __all__ = [
     "CODE_ERRORS",
@@ -58,3 +62,13 @@ __all__ = [
     "Client",
     "workflow_reference",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The capture models come from their protocol module on first use: importing the client
+    # (every CLI command does) need not build them.
+    if name in ("CapturedEntry", "CapturedEvent"):
+        from piwf.protocol import session_capture_payloads
+
+        return getattr(session_capture_payloads, name)
+    raise AttributeError(f"module 'piwf.client' has no attribute {name!r}")

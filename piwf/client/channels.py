@@ -5,18 +5,19 @@ Kept in their own module like the other operation groups; ``Client`` inherits th
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 
 from piwf.client.calls import ClientCalls
-from piwf.protocol.channel_payloads import (
-    ChannelRecoverPayload,
-    ChannelRecoverReceipt,
-    ChannelReloadReceipt,
-    ChannelStatus,
-)
 from piwf.protocol.payloads import EmptyPayload
+
+if TYPE_CHECKING:
+    from piwf.protocol.channel_payloads import (
+        ChannelRecoverReceipt,
+        ChannelReloadReceipt,
+        ChannelStatus,
+    )
 
 _R = TypeVar("_R", bound=BaseModel)
 
@@ -26,10 +27,14 @@ class ChannelMethods(ClientCalls):
 
     def channel_status(self) -> ChannelStatus:
         """The channel profiles, their adapters and their unsettled sends (``channel.status``)."""
+        from piwf.protocol.channel_payloads import ChannelStatus
+
         return self._call("channel.status", EmptyPayload(), ChannelStatus)
 
     def reload_channels(self, *, idempotency_key: str | None = None) -> ChannelReloadReceipt:
         """Re-read ``channels.json`` and restart the adapters whose profile changed."""
+        from piwf.protocol.channel_payloads import ChannelReloadReceipt
+
         return self._call(
             "channel.reload", EmptyPayload(), ChannelReloadReceipt, idempotency_key=idempotency_key
         )
@@ -39,6 +44,8 @@ class ChannelMethods(ClientCalls):
     ) -> ChannelRecoverReceipt:
         """Resolve an ambiguous channel send after checking the chat: ``confirm`` (it arrived)
         or ``retry`` (send it again as a new attempt; a duplicate message is possible)."""
+        from piwf.protocol.channel_payloads import ChannelRecoverPayload, ChannelRecoverReceipt
+
         payload = ChannelRecoverPayload.model_validate({"effectId": effect_id, "action": action})
         return self._call(
             "channel.recover", payload, ChannelRecoverReceipt, idempotency_key=idempotency_key

@@ -35,22 +35,15 @@ outcome (see :data:`OUTCOME_ERRORS`), or the finer class of its error code when 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
-from piwf.client import launcher
 from piwf.client.channels import ChannelMethods
 from piwf.client.connection import ServerConnection, TransportError
 from piwf.client.connectors import UnixSocketConnector
@@ -62,9 +55,8 @@ from piwf.client.session_capture import CaptureMethods
 from piwf.client.sessions import SessionMethods
 from piwf.client.settings import SettingsMethods
 from piwf.client.transport import Connector
-from piwf.client.websocket import RemoteConnector
 from piwf.client.workflows import WorkflowMethods
-from piwf.config import ServerPaths, state_home
+from piwf.config import DEFAULT_START_TIMEOUT_S, ServerPaths, state_home
 from piwf.errors import (
     BackupFailedError,
     ClaimLostCommandError,
@@ -104,15 +96,9 @@ from piwf.protocol.payloads import (
     StopReceipt,
     WireModel,
 )
-from piwf.protocol.state_payloads import (
-    BackupReceipt,
-    PruneReport,
-    StateBackupPayload,
-    StatePrunePayload,
-    StatePrunePreviewPayload,
-    StateStatus,
-    VerifyReceipt,
-)
+
+if TYPE_CHECKING:
+    from piwf.protocol.state_payloads import BackupReceipt, PruneReport, StateStatus, VerifyReceipt
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 2.0
 DEFAULT_REQUEST_TIMEOUT_S: Final = 60.0
@@ -189,17 +175,19 @@ class Client(
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         retry_timeout_s: float = DEFAULT_RETRY_TIMEOUT_S,
-        start_timeout_s: float = launcher.DEFAULT_START_TIMEOUT_S,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         remote: str | None = None,
     ) -> None:
         self.home = (home or state_home()).absolute()
         self.client_id = client_id or f"py-{uuid.uuid4().hex}"
         self.autostart = autostart and remote is None
-        self._connector: Connector = (
-            UnixSocketConnector(self.home, start_timeout_s)
-            if remote is None
-            else RemoteConnector(remote)
-        )
+        self._connector: Connector
+        if remote is None:
+            self._connector = UnixSocketConnector(self.home, start_timeout_s)
+        else:
+            from piwf.client.websocket import RemoteConnector  # only a remote client needs it
+
+            self._connector = RemoteConnector(remote)
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self.retry_timeout_s = retry_timeout_s
@@ -468,21 +456,29 @@ class Client(
 
     def state_status(self) -> StateStatus:
         """Return the state database's privacy-safe counts (``state.status``)."""
+        from piwf.protocol.state_payloads import StateStatus
+
         return self._call("state.status", EmptyPayload(), StateStatus)
 
     def state_verify(self) -> VerifyReceipt:
         """Check the database invariants (``state.verify``); ``valid`` is False on violations."""
+        from piwf.protocol.state_payloads import VerifyReceipt
+
         return self._call("state.verify", EmptyPayload(), VerifyReceipt)
 
     def backup(self, destination: Path, *, idempotency_key: str | None = None) -> BackupReceipt:
         """Write a verified backup to ``destination`` (made absolute against the current
         directory; it must not exist yet) through the server (``state.backup``)."""
+        from piwf.protocol.state_payloads import BackupReceipt, StateBackupPayload
+
         payload = StateBackupPayload(destination=str(absolute_path(destination)))
         return self._call("state.backup", payload, BackupReceipt, idempotency_key=idempotency_key)
 
     def prune_preview(self, before_ms: int) -> PruneReport:
         """List the run trees a prune with cutoff ``before_ms`` (epoch ms) would delete and
         those protected state keeps (``state.prunePreview``); nothing changes."""
+        from piwf.protocol.state_payloads import PruneReport, StatePrunePreviewPayload
+
         payload = StatePrunePreviewPayload(before=before_ms)
         return self._call("state.prunePreview", payload, PruneReport)
 
@@ -493,6 +489,8 @@ class Client(
         read-only first), then delete every expired run tree finished before ``before_ms``
         (``state.prune``). A failed backup raises :class:`~piwf.errors.RejectedError` and
         deletes nothing."""
+        from piwf.protocol.state_payloads import PruneReport, StatePrunePayload
+
         payload = StatePrunePayload(before=before_ms, backup=str(backup))
         return self._call("state.prune", payload, PruneReport, idempotency_key=idempotency_key)
 
@@ -525,14 +523,36 @@ class Client(
         When retrying runs out, raise ServerUnavailableError; for a durable operation it says
         that the outcome is unknown and names the key under which a later retry adopts it.
         """
+        started = time.monotonic()
+        try:
+            return attempt()
+        except TransportError as error:
+            failed = [error]
+        # tenacity is imported only once an attempt failed. Its loop takes that failure as its
+        # own first attempt, and its deadline is what is left of retry_timeout_s, so attempt
+        # numbers, waits and the deadline are those of one loop run from the start.
+        from tenacity import (
+            Retrying,
+            retry_if_exception_type,
+            stop_after_attempt,
+            stop_after_delay,
+            wait_random_exponential,
+        )
+
+        def again() -> _T:
+            if failed:
+                raise failed.pop()
+            return attempt()
+
+        left_s = self.retry_timeout_s - (time.monotonic() - started)
         retrying = Retrying(
             retry=retry_if_exception_type(TransportError),
             wait=wait_random_exponential(multiplier=RETRY_BASE_S, max=RETRY_MAX_WAIT_S),
-            stop=stop_after_delay(self.retry_timeout_s) | stop_after_attempt(RETRY_MAX_ATTEMPTS),
+            stop=stop_after_delay(left_s) | stop_after_attempt(RETRY_MAX_ATTEMPTS),
             reraise=True,
         )
         try:
-            return retrying(attempt)
+            return retrying(again)
         except TransportError as error:
             unknown = ""
             if idempotency_key is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from piwf.client import launcher
 from piwf.client.connection import NotListeningError, TransportError, connect_socket
 from piwf.client.transport import SocketTransport
 from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths
@@ -44,6 +43,8 @@ class UnixSocketConnector:
         except NotListeningError:
             if not autostart:
                 raise ServerNotRunningError(f"no piwf server is running for {self.home}") from None
+            from piwf.client import launcher  # only a start needs it
+
             launcher.ensure_server(self.home, timeout_s=self.start_timeout_s)
             try:
                 sock = connect_socket(path, timeout_s)

@@ -43,7 +43,7 @@ from typing import Final
 
 from piwf import canonical
 from piwf.client.connection import NotListeningError, check_socket_path
-from piwf.config import ServerPaths, state_home
+from piwf.config import DEFAULT_START_TIMEOUT_S, ServerPaths, state_home
 from piwf.errors import (
     CanonicalJsonError,
     PiwfError,
@@ -52,9 +52,6 @@ from piwf.errors import (
     StateError,
 )
 
-#: Long enough for startup recovery of a large backlog (it runs before the server listens); a
-#: server that has not reported by then is stopped rather than left half-started.
-DEFAULT_START_TIMEOUT_S: Final = 60.0
 #: A ready line is a few dozen bytes; anything this long is not one.
 _MAX_READY_LINE_BYTES: Final = 64 * 1024
 #: How much of the server log to quote when the server died without a ready line.

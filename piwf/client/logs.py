@@ -15,17 +15,14 @@ import base64
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from pydantic import BaseModel
 
 from piwf.client.calls import ClientCalls
-from piwf.protocol.log_payloads import (
-    AttemptLogInfo,
-    LogCursor,
-    RunLogsPayload,
-    RunLogsReceipt,
-)
+
+if TYPE_CHECKING:
+    from piwf.protocol.log_payloads import AttemptLogInfo, LogCursor, RunLogsReceipt
 
 #: How long :meth:`RunLogMethods.follow_run_logs` waits between reads that found nothing new.
 FOLLOW_INTERVAL_S: Final = 0.5
@@ -72,6 +69,8 @@ class RunLogMethods(ClientCalls):
         a node its workflow does not have (``nodeNotFound``, the message names its nodes), and
         :class:`~piwf.errors.RejectedError` (``logCursor``) for a cursor past its logs.
         """
+        from piwf.protocol.log_payloads import RunLogsPayload, RunLogsReceipt
+
         payload = RunLogsPayload(node=node, cursor=cursor)
         return self._call("run.logs", payload, RunLogsReceipt, run_id=run_id)
 

@@ -8,7 +8,7 @@ retries), exactly like the run operations.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -16,16 +16,14 @@ from piwf import canonical
 from piwf.client.calls import ClientCalls
 from piwf.client.content import resolve_references
 from piwf.protocol import InvalidMessageError, Response
-from piwf.protocol.resource_payloads import (
-    ResourceApplyPayload,
-    ResourceDeleteReceipt,
-    ResourceDetail,
-    ResourceInfo,
-    ResourceList,
-    ResourceListPayload,
-    ResourceReceipt,
-    ResourceRefPayload,
-)
+
+if TYPE_CHECKING:
+    from piwf.protocol.resource_payloads import (
+        ResourceDeleteReceipt,
+        ResourceDetail,
+        ResourceInfo,
+        ResourceReceipt,
+    )
 
 _R = TypeVar("_R", bound=BaseModel)
 
@@ -54,6 +52,8 @@ class ResourceMethods(ClientCalls):
         :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``spec`` breaks
         the canonical JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate).
         """
+        from piwf.protocol.resource_payloads import ResourceApplyPayload, ResourceReceipt
+
         canonical.check_value(spec, "spec")
         payload = ResourceApplyPayload(
             manager=manager,
@@ -76,12 +76,16 @@ class ResourceMethods(ClientCalls):
 
         A spec or status the server sent by content reference is read and verified first.
         """
+        from piwf.protocol.resource_payloads import ResourceDetail, ResourceRefPayload
+
         payload = ResourceRefPayload(manager=manager, key=key)
         detail = _parsed(ResourceDetail, self.request("resource.get", payload.to_wire()))
         return resolve_references(detail, self.read_content)
 
     def list_resources(self, manager: str | None = None, limit: int = 100) -> list[ResourceInfo]:
         """The resources ordered by manager and key (``resource.list``)."""
+        from piwf.protocol.resource_payloads import ResourceList, ResourceListPayload
+
         payload = ResourceListPayload(manager=manager, limit=limit)
         return _parsed(ResourceList, self.request("resource.list", payload.to_wire())).resources
 
@@ -95,6 +99,8 @@ class ResourceMethods(ClientCalls):
     ) -> ResourceDeleteReceipt:
         """Delete a resource (``resource.delete``): at once when it has no finalizer, else it
         is marked deleting and its manager finalizes it (``deleted`` is then False)."""
+        from piwf.protocol.resource_payloads import ResourceDeleteReceipt, ResourceRefPayload
+
         payload = ResourceRefPayload(manager=manager, key=key)
         response = self.request(
             "resource.delete",
@@ -108,6 +114,8 @@ class ResourceMethods(ClientCalls):
         self, manager: str, key: str, *, idempotency_key: str | None = None
     ) -> ResourceReceipt:
         """Enqueue a resource for a reconcile now (``resource.reconcile``)."""
+        from piwf.protocol.resource_payloads import ResourceReceipt, ResourceRefPayload
+
         payload = ResourceRefPayload(manager=manager, key=key)
         response = self.request(
             "resource.reconcile", payload.to_wire(), idempotency_key=idempotency_key

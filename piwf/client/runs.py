@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import BaseModel
 
@@ -45,18 +45,9 @@ from piwf.protocol.payloads import (
     RunWaitReceipt,
     WireModel,
 )
-from piwf.protocol.session_payloads import session_id_problem
-from piwf.protocol.view_payloads import (
-    RunView,
-    Step,
-    StepPage,
-    ViewPagePayload,
-    ViewRunPayload,
-    ViewRunsWatchPayload,
-    ViewRunWatchPayload,
-    ViewUnwatchPayload,
-    WatchReceipt,
-)
+
+if TYPE_CHECKING:
+    from piwf.protocol.view_payloads import RunView, Step
 
 #: One ``run.wait`` request waits at most this long on the server; longer waits loop.
 WAIT_SLICE_S: Final = 30.0
@@ -95,6 +86,8 @@ class RunReadMethods(ClientCalls):
         display (status, activity, controls, current node or request, reason) and its first
         ``step_limit`` steps; ``steps.next_cursor`` pages on (:meth:`run_steps` reads them all).
         Referenced values are read as :meth:`get_run` reads them."""
+        from piwf.protocol.view_payloads import RunView, ViewRunPayload
+
         view = self._call(
             "view.run.get", ViewRunPayload(step_limit=step_limit), RunView, run_id=run_id
         )
@@ -112,6 +105,8 @@ class RunReadMethods(ClientCalls):
         duration, output or error, failure record, published updates), reading the view's
         pages (``view.page``) until the last; with ``after``, only the steps whose index is
         above it (the index of the last step a caller has; -1 or None: all)."""
+        from piwf.protocol.view_payloads import StepPage, ViewPagePayload
+
         if after is None or after < 0:
             page = self.run_view(run_id, step_limit=page_limit, content_limit=content_limit).steps
         else:
@@ -142,6 +137,8 @@ class RunReadMethods(ClientCalls):
         comes for that long (None: wait as long as the run takes). Stopping the iteration
         (``break``) ends the subscription on the server.
         """
+        from piwf.protocol.view_payloads import RunView, ViewRunWatchPayload
+
         last: int | None = None
 
         def watch(subscription_id: str) -> WireModel:
@@ -169,6 +166,7 @@ class RunReadMethods(ClientCalls):
         status) now and again whenever any run changes (``view.runs.watch``), until the caller
         stops iterating. A dropped connection is reopened and the list sent again;
         ``idle_timeout_s`` as for :meth:`watch_run`."""
+        from piwf.protocol.view_payloads import ViewRunsWatchPayload
 
         def watch(subscription_id: str) -> WireModel:
             return ViewRunsWatchPayload.model_validate(
@@ -190,6 +188,8 @@ class RunReadMethods(ClientCalls):
         """Subscribe with ``operation`` and yield the payload of each ``event_name`` push,
         subscribing again (``payload_for`` gives the payload) on every new connection; the
         subscription ends on the server when the iteration stops."""
+        from piwf.protocol.view_payloads import ViewUnwatchPayload, WatchReceipt
+
         subscription_id = f"watch-{secrets.token_hex(8)}"
         what = "the run list" if run_id is None else f"run {run_id}"
         while True:
@@ -290,8 +290,11 @@ def start_payload(
     problem = None if command is None else agent_command_problem(agent_command)
     if problem is not None:
         raise AgentCommandError(problem)
-    if session is not None and (session_problem := session_id_problem(session)) is not None:
-        raise SessionError(session_problem)
+    if session is not None:
+        from piwf.protocol.session_payloads import session_id_problem
+
+        if (session_problem := session_id_problem(session)) is not None:
+            raise SessionError(session_problem)
     payload = RunStartPayload(
         workflow=workflow_reference(workflow),
         project_path=str(absolute_path(project if project is not None else Path.cwd())),

@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from piwf.client.content import resolve_references
-from piwf.protocol.session_capture_payloads import (
-    CapturedEntryInfo,
-    CapturedEventInfo,
-    CaptureReadPayload,
-    RunCapture,
-    SegmentInfo,
-)
 
 if TYPE_CHECKING:
     from piwf.client.client import Client
+    from piwf.protocol.session_capture_payloads import (
+        CapturedEntryInfo,
+        CapturedEventInfo,
+        CaptureReadPayload,
+        RunCapture,
+        SegmentInfo,
+    )
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class CaptureMethods:
         """Return every captured turn of run ``run_id`` (only node attempt ``attempt_id``'s
         when given), oldest first, each complete. Raises ``RunNotFoundError`` for an unknown
         run; a run without captured turns gives ``[]``."""
+        from piwf.protocol.session_capture_payloads import CaptureReadPayload
+
         client: Client = self  # type: ignore[assignment]  # a mixin of Client
         listing = _read(client, CaptureReadPayload(run_id=run_id, attempt_id=attempt_id))
         return [_whole_segment(client, run_id, attempt_id, segment) for segment in listing.segments]
@@ -56,6 +58,8 @@ class CaptureMethods:
 def _whole_segment(
     client: Client, run_id: str, attempt_id: str | None, segment: SegmentInfo
 ) -> CapturedTurn:
+    from piwf.protocol.session_capture_payloads import CaptureReadPayload
+
     entries: list[CapturedEntryInfo] = []
     events: list[CapturedEventInfo] = []
     more_entries = more_events = True
@@ -80,5 +84,7 @@ def _whole_segment(
 
 
 def _read(client: Client, payload: CaptureReadPayload) -> RunCapture:
+    from piwf.protocol.session_capture_payloads import RunCapture
+
     page = client._call("sessionCapture.read", payload, RunCapture)
     return resolve_references(page, client.read_content)

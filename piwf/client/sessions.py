@@ -36,32 +36,27 @@ from piwf.client.connection import ServerConnection
 from piwf.client.content import resolve_references
 from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
 from piwf.protocol.payloads import AnswerReceipt, SubmissionReceipt, UpdateReceipt
-from piwf.protocol.session_capture_payloads import (
-    CapturedEntry,
-    CapturedEvent,
-    CaptureRecordPayload,
-    CaptureRecordReceipt,
-)
-from piwf.protocol.session_payloads import (
-    FollowUpReceipt,
-    ReportBranchReceipt,
-    SessionAttachPayload,
-    SessionAttachReceipt,
-    SessionInfo,
-    SessionList,
-    SessionListPayload,
-    SessionView,
-    SessionViewPayload,
-    TurnInfo,
-    TurnReceipt,
-    WorkflowMessageInfo,
-)
-from piwf.protocol.settings_payloads import SettingsScopeInfo
 
 if TYPE_CHECKING:
     from piwf.client.client import Client
+    from piwf.protocol.session_capture_payloads import (
+        CapturedEntry,
+        CapturedEvent,
+        CaptureRecordReceipt,
+    )
+    from piwf.protocol.session_payloads import (
+        FollowUpReceipt,
+        ReportBranchReceipt,
+        SessionAttachReceipt,
+        SessionInfo,
+        SessionView,
+        TurnInfo,
+        TurnReceipt,
+        WorkflowMessageInfo,
+    )
+    from piwf.protocol.settings_payloads import SettingsScopeInfo
 
-_Item = TypeVar("_Item", CapturedEntry, CapturedEvent)
+_Item = TypeVar("_Item", "CapturedEntry", "CapturedEvent")
 
 #: What a conversation holds, as a host finds it: message id -> entry id for the workflow
 #: messages found, the ids searched for and not found, and whether the session is idle with no
@@ -94,6 +89,8 @@ class SessionMethods:
 
     def list_sessions(self, limit: int = 50) -> list[SessionInfo]:
         """The sessions runs were bound to, most recently used first (``session.list``)."""
+        from piwf.protocol.session_payloads import SessionList, SessionListPayload
+
         client: Client = self  # type: ignore[assignment]  # a mixin of Client
         payload = SessionListPayload(limit=limit)
         return client._call("session.list", payload, SessionList).sessions
@@ -123,6 +120,8 @@ class SessionCoordinator:
     def attach(self) -> SessionAttachReceipt:
         """Become the session's coordinator on the current connection (a new epoch), then
         report the branch when ``inspect_branch`` was given."""
+        from piwf.protocol.session_payloads import SessionAttachPayload, SessionAttachReceipt
+
         payload = SessionAttachPayload(session_id=self.session_id)
         receipt = self.client._call("session.attach", payload, SessionAttachReceipt)
         self.epoch = receipt.coordinator_epoch
@@ -149,6 +148,8 @@ class SessionCoordinator:
 
     def view(self) -> SessionView:
         """The session's messages (content read in full) and, for this epoch, the next one."""
+        from piwf.protocol.session_payloads import SessionView, SessionViewPayload
+
         payload = SessionViewPayload(session_id=self.session_id, coordinator_epoch=self.epoch)
         view = self.client._call("session.view", payload, SessionView)
         return resolve_references(view, self.client.read_content)
@@ -187,6 +188,8 @@ class SessionCoordinator:
         maps message ids to the entries that hold them (those become ``sent``), ``missing``
         lists ids looked for and not found (a sent step or decision whose request is still
         open is presented again, once), ``idle``: no model turn runs and no input waits."""
+        from piwf.protocol.session_payloads import ReportBranchReceipt
+
         epoch = self._ensure_attached() if self.epoch is None else self.epoch
         payload: dict[str, Any] = {
             "sessionId": self.session_id,
@@ -245,6 +248,8 @@ class SessionCoordinator:
         return self._turn(payload)
 
     def _turn(self, fields: dict[str, Any]) -> TurnReceipt:
+        from piwf.protocol.session_payloads import TurnReceipt
+
         payload = {"sessionId": self.session_id, "coordinatorEpoch": self._ensure_attached()}
         response = self.client.request("workflowTurn.report", {**payload, **fields})
         return TurnReceipt.model_validate(response.receipt or {})
@@ -254,12 +259,16 @@ class SessionCoordinator:
         ``followUp`` message once the run completed, its terminal message was shown (and any
         turn on it ended), and earlier follow-ups likewise; a run that fails or is cancelled
         cancels it."""
+        from piwf.protocol.session_payloads import FollowUpReceipt
+
         payload = {"sessionId": self.session_id, "runId": run_id, "prompt": prompt}
         response = self.client.request("followUp.queue", payload)
         return FollowUpReceipt.model_validate(response.receipt or {})
 
     def remove_follow_up(self, message_id: str) -> FollowUpReceipt:
         """Withdraw a follow-up that was not shown yet (``followUp.remove``)."""
+        from piwf.protocol.session_payloads import FollowUpReceipt
+
         payload = {"sessionId": self.session_id, "messageId": message_id}
         response = self.client.request("followUp.remove", payload)
         return FollowUpReceipt.model_validate(response.receipt or {})
@@ -279,6 +288,13 @@ class SessionCoordinator:
         entry recorded again is adopted; events are kept once per ``idempotency_key``. The
         turn's segment keeps at most 2000 entries and 5000 events; the receipt counts what it
         dropped beyond. Read it back with :meth:`Client.read_capture`."""
+        from piwf.protocol.session_capture_payloads import (
+            CapturedEntry,
+            CapturedEvent,
+            CaptureRecordPayload,
+            CaptureRecordReceipt,
+        )
+
         turn_id = turn if isinstance(turn, str) else turn.turn_id
         payload = CaptureRecordPayload(
             session_id=self.session_id,

@@ -9,16 +9,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from piwf.client.calls import ClientCalls
-from piwf.protocol.settings_payloads import (
-    RunChangeSettingsPayload,
-    RunSettings,
-    RunSettingsPayload,
-    SettingsChangeReceipt,
-    SettingsScopeInfo,
-)
 
 if TYPE_CHECKING:
-    pass
+    from piwf.protocol.settings_payloads import RunSettings, SettingsScopeInfo
 
 _Receipt = TypeVar("_Receipt", bound=BaseModel)
 
@@ -31,6 +24,8 @@ class SettingsMethods(ClientCalls):
         workflow): each value as far as a person may read it, the grants and recent changes.
         A workflow without settings is a :class:`~piwf.errors.NotFoundError`
         (``settingsRefused``)."""
+        from piwf.protocol.settings_payloads import RunSettings, RunSettingsPayload
+
         payload = RunSettingsPayload(mount_path=mount_path)
         return self._call("run.settings", payload, RunSettings, run_id=run_id)
 
@@ -53,6 +48,11 @@ class SettingsMethods(ClientCalls):
         :class:`~piwf.errors.RejectedError` (``settingsRefused``) and changes nothing; with
         ``expected_change`` a newer change is a :class:`~piwf.errors.ConflictError`
         (``settingsConflict``)."""
+        from piwf.protocol.settings_payloads import (
+            RunChangeSettingsPayload,
+            SettingsChangeReceipt,
+        )
+
         payload = RunChangeSettingsPayload(
             patch=list(patch),
             mount_path=mount_path,

@@ -9,15 +9,9 @@ from pydantic import BaseModel
 
 from piwf.client.calls import ClientCalls
 from piwf.client.runs import absolute_path, workflow_reference
-from piwf.protocol.workflow_payloads import (
-    WorkflowDescription,
-    WorkflowList,
-    WorkflowListPayload,
-    WorkflowShowPayload,
-)
 
 if TYPE_CHECKING:
-    pass
+    from piwf.protocol.workflow_payloads import WorkflowDescription, WorkflowList
 
 _Receipt = TypeVar("_Receipt", bound=BaseModel)
 
@@ -30,6 +24,8 @@ class WorkflowMethods(ClientCalls):
         directory), in discovery order: the project's ``.piwf/workflows/``, the state home's
         ``workflows/``, then the built-ins; ``directories`` lists where it looked. No workflow
         code is loaded."""
+        from piwf.protocol.workflow_payloads import WorkflowList, WorkflowListPayload
+
         payload = WorkflowListPayload(project_path=_project_path(project))
         return self._call("workflow.list", payload, WorkflowList)
 
@@ -42,6 +38,8 @@ class WorkflowMethods(ClientCalls):
         Raises :class:`~piwf.errors.RejectedError` with ``error_code`` ``workflowLoad`` and the
         loader's message when the file does not load or no workflow has that name.
         """
+        from piwf.protocol.workflow_payloads import WorkflowDescription, WorkflowShowPayload
+
         payload = WorkflowShowPayload(
             workflow=workflow_reference(workflow), project_path=_project_path(project)
         )

@@ -1,4 +1,5 @@
-"""The ``piwf`` command line with click's runner: help, docs, exit codes, JSON output.
+"""The ``piwf`` command line with click's runner: help, docs, exit codes, JSON output; and, in
+a fresh interpreter, what a command that talks to a server imports.
 
 Commands that need a server talk to the scripted fake server of tests/client; none of these
 tests starts a real server (the ``no_server_start`` guard fails any attempt).
@@ -10,6 +11,7 @@ import json
 import os
 import re
 import select
+import subprocess
 import sys
 import types
 from collections.abc import Iterator
@@ -579,3 +581,118 @@ def test_prune_refuses_an_existing_backup_file_before_asking_the_server(tmp_path
     )
     assert result.exit_code == 2
     assert "already exists" in one_json_document(result.stdout)["error"]["message"]
+
+
+# What a command that talks to a server imports ------------------------------------------------
+
+#: Imported only by the calls that use them: tenacity once an attempt failed, the launcher to
+#: start a server, the remote connector for ``remote``, the run view's renderer, and the payload
+#: models of each group of client methods.
+ON_DEMAND = (
+    "tenacity",
+    "piwf.client.launcher",
+    "piwf.client.websocket",
+    "piwf.cli.render_view",
+    "piwf.protocol.channel_payloads",
+    "piwf.protocol.log_payloads",
+    "piwf.protocol.resource_payloads",
+    "piwf.protocol.session_capture_payloads",
+    "piwf.protocol.session_payloads",
+    "piwf.protocol.settings_payloads",
+    "piwf.protocol.state_payloads",
+    "piwf.protocol.view_payloads",
+    "piwf.protocol.workflow_payloads",
+)
+
+#: Runs ``main`` with the arguments in argv[1] (JSON), then writes to the file argv[3] the exit
+#: status and which of the modules argv[2] (JSON) the interpreter had imported by then.
+COMMAND_PROBE = """
+import json, sys
+from piwf.cli import main
+status = 0
+try:
+    main(json.loads(sys.argv[1]))
+except SystemExit as exit:
+    status = exit.code or 0
+imported = [name for name in json.loads(sys.argv[2]) if name in sys.modules]
+with open(sys.argv[3], "w") as report:
+    report.write(json.dumps({"status": status, "imported": imported}))
+"""
+
+#: Imports the client, then calls it; prints which of the modules argv[1] (JSON) were imported
+#: after each step and what the calls returned. The server drops the first connection, so the
+#: first call succeeds only through the retry loop.
+CLIENT_PROBE = """
+import json, sys
+watched = json.loads(sys.argv[1])
+def imported():
+    return [name for name in watched if name in sys.modules]
+from piwf.client import Client
+found = {"import": imported()}
+with Client(autostart=False) as client:
+    found["epoch"] = client.server_status().epoch
+    found["retried"] = imported()
+    found["events"] = client.state_status().events
+    found["state"] = imported()
+from piwf.client import CapturedEntry
+found["capturedEntry"] = CapturedEntry.__module__
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.parametrize(
+    ("arguments", "needed"),
+    [
+        (["run", "list", "--json"], []),
+        (["server", "status", "--json"], []),
+        (
+            ["run", "show", "run-a", "--json"],
+            ["piwf.cli.render_view", "piwf.protocol.view_payloads"],
+        ),
+    ],
+    ids=["run-list", "server-status", "run-show"],
+)
+def test_a_command_imports_only_what_its_own_call_needs(
+    fake: FakeServer, tmp_path: Path, arguments: list[str], needed: list[str]
+) -> None:
+    report = tmp_path / "imported.json"
+    finished = subprocess.run(
+        [sys.executable, "-c", COMMAND_PROBE, json.dumps(arguments), json.dumps(ON_DEMAND), report],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert report.exists(), f"the probe reported nothing: {finished.stderr[-2000:]}"
+    found = json.loads(report.read_text())
+    assert found["status"] == 0, finished.stdout
+    one_json_document(finished.stdout)
+    assert found["imported"] == needed
+
+
+def test_client_methods_import_their_models_and_tenacity_when_called(short_home: Path) -> None:
+    def drop_the_first_connection(conn: FakeConnection, request: Request) -> None:
+        if conn.number == 1:
+            conn.close()
+        else:
+            answer(conn, request)
+
+    with FakeServer(short_home, drop_the_first_connection) as server:
+        finished = subprocess.run(
+            [sys.executable, "-c", CLIENT_PROBE, json.dumps(ON_DEMAND)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    assert json.loads(finished.stdout) == {
+        "import": [],
+        "epoch": 1,
+        "retried": ["tenacity"],
+        "events": 4,
+        "state": ["tenacity", "piwf.protocol.state_payloads"],
+        "capturedEntry": "piwf.protocol.session_capture_payloads",
+    }
+    assert [number for number, _ in server.requests] == [1, 2, 2]

@@ -10,6 +10,7 @@ import pytest
 
 from piwf._version import __version__
 from piwf.client import OUTCOME_ERRORS, Client, launcher, workflow_reference
+from piwf.client import client as client_module
 from piwf.errors import (
     BackupFailedError,
     ClaimLostCommandError,
@@ -248,6 +249,35 @@ def test_retrying_gives_up_with_server_unavailable(short_home: Path) -> None:
                 client.cancel_run("run-1")
     assert len(server.requests) >= 2
     assert len({request.idempotency_key for _, request in server.requests}) == 1
+
+
+def test_the_first_attempt_counts_toward_the_attempt_limit(
+    short_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first attempt is made before the retry loop exists; the loop counts it all the same.
+    monkeypatch.setattr(client_module, "RETRY_MAX_ATTEMPTS", 3)
+    monkeypatch.setattr(client_module, "RETRY_BASE_S", 0.001)
+
+    def handler(conn: FakeConnection, request: Request) -> None:
+        conn.close()
+
+    with FakeServer(short_home, handler) as server:
+        with client_for(short_home, retry_timeout_s=60) as client:
+            with pytest.raises(ServerUnavailableError, match="during server.status: "):
+                client.server_status()
+    assert [number for number, _ in server.requests] == [1, 2, 3]
+
+
+def test_the_first_attempt_counts_toward_the_retry_timeout(short_home: Path) -> None:
+    # A first attempt that outlasts retry_timeout_s on its own is not retried.
+    def handler(conn: FakeConnection, request: Request) -> None:
+        pass  # never answers
+
+    with FakeServer(short_home, handler) as server:
+        with client_for(short_home, request_timeout_s=0.3, retry_timeout_s=0.2) as client:
+            with pytest.raises(ServerUnavailableError, match="may or may not have been applied"):
+                client.cancel_run("run-1")
+    assert len(server.requests) == 1
 
 
 def test_no_server_and_no_autostart_raises_at_once(short_home: Path) -> None:
