@@ -53,6 +53,7 @@ FORKSERVER_PRELOAD: tuple[str, ...] = (
     *(kind.value for kind in ChildKind),
     "piwf.workflow.commands",
     "piwf.workflow.engine",
+    "piwf.workflow.memory",
     "piwf.workflow.validation",
     "piwf.workflow.sources",
     "piwf.runner.agent_command",

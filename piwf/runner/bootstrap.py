@@ -17,7 +17,7 @@ then the standard library has only unpickled the preparation data and the ``Proc
                                  becomes PIWF_FAULTS), faults re-armed, umask 0077
     lifeline                     watches multiprocessing.parent_process().sentinel: end-of-file
                                  when the server (not the fork server) is gone
-    title, directory, argv       ``piwf runner (idle)`` …; the directory it was given (a
+    title, directory, argv       ``piwf runner (starting)`` …; the directory it was given (a
                                  workflow runner gets ``/`` and enters its run's project
                                  directory once its launch comes); ``sys.argv`` as
                                  ``[entry module file, "--fd", channel]``
@@ -47,7 +47,7 @@ from piwf.runner.entry import enter_directory, name_process, serve_channel
 _NAMES: dict[ChildKind, tuple[str, str]] = {
     # A workflow runner waits for its launch (it may be started as a spare, before its run is
     # known), then names its run in its title.
-    ChildKind.WORKFLOW_RUNNER: ("piwf runner (idle)", "piwf runner"),
+    ChildKind.WORKFLOW_RUNNER: ("piwf runner (starting)", "piwf runner"),
     ChildKind.RESOURCE_RUNNER: ("piwf reconcile", "piwf resource runner"),
     ChildKind.RESOLVER: ("piwf resolver", "piwf resolver"),
     ChildKind.VALIDATOR: ("piwf validator", "piwf validator"),

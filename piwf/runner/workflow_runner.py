@@ -1,9 +1,11 @@
 """The workflow runner child: one run generation, one explicit command, then exit.
 
-Started by the server like every child (:mod:`piwf.runner.bootstrap`: its own session and
-process group, its lifeline, then :func:`run_child`), with one end of a duplex pipe as its
-channel. Its life::
+Started by the server like every child (:mod:`piwf.runner.bootstrap`: its own process group,
+its lifeline, then :func:`run_child`), with one end of a duplex pipe as its channel. Its life::
 
+    (a spare, no launch waiting yet: warm up, :mod:`piwf.runner.warm_up`; titled
+     ``piwf runner (warming up)``, then ``piwf runner (idle)``, or ``(idle, cold)`` when
+     the warm-up did not run to its end)
     receive launch -> verify every source hash (before importing anything of the workflow)
       -> load and compile -> compare the loaded sources and digest with the launch
       -> ready -> receive one command -> execute through a PipePort -> exiting
@@ -66,6 +68,7 @@ from piwf.protocol.runner_v1 import (
 from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, enter_directory, name_process
 from piwf.runner.lifeline import Lifeline
 from piwf.runner.verified_sources import SourcesChanged, load_verified_workflow
+from piwf.runner.warm_up import warm_up
 from piwf.workflow import port
 from piwf.workflow.port_codec import from_json, prepare_hints, result_from_json, to_json
 
@@ -347,6 +350,10 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
     """Run one generation over ``connection``; return the process exit code."""
     # A runner may wait here long before its run exists (a spare, see server/runs/spares.py):
     # nothing of any run is known to it until this launch.
+    if not connection.poll(0):  # a spare: warm up while no launch waits (runner/warm_up.py)
+        name_process("piwf runner (warming up)")
+        warmed = warm_up(lambda: connection.poll(0))
+        name_process("piwf runner (idle)" if warmed else "piwf runner (idle, cold)")
     launch = Launch.model_validate(canonical.decode(connection.recv_bytes(MAX_FRAME_BYTES)))
     name_process(f"piwf runner {launch.run_id} g{launch.generation}")
     line_buffered_output()

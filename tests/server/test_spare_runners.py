@@ -8,6 +8,7 @@ Every wait polls a condition against a deadline.
 
 from __future__ import annotations
 
+import json
 from contextlib import suppress
 from pathlib import Path
 
@@ -89,6 +90,27 @@ def test_a_launch_hands_its_run_to_the_spare_the_server_kept_ready(
     # It ran one generation and exited; the next spare is another process.
     wait_for(lambda: gone(spare), what="the used spare's exit")
     one_spare(server, other_than=spare.pid)
+
+
+def test_a_spare_that_warmed_up_runs_its_run_with_nothing_of_the_warm_up_left(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    """The spare loaded and ran piwf's built-in noop while it waited (runner/warm_up.py): the
+    run's node finds its own workflow module as the only one loaded, and the runner reported
+    no failed warm-up."""
+    server = start_server(servers, "forkserver")
+    spare = one_spare(server)
+    out, modules = tmp_path / "facts.json", tmp_path / "modules.json"
+    report = f"""
+            loaded = [m.__file__ for n, m in sys.modules.items() if n.startswith("_piwf_workflow_")]
+            pathlib.Path({str(modules)!r}).write_text(json.dumps(loaded))"""
+    workflow = facts_workflow(tmp_path, "warmed", out, then=report.strip())
+    with raw_client(server) as client:
+        assert wait_run(client, start(client, workflow, {}, "warmed"))["status"] == "completed"
+    assert read_facts(out)["pid"] == spare.pid
+    assert json.loads(modules.read_text()) == [str(Path(workflow).resolve())]
+    runner_logs = b"".join(p.read_bytes() for p in (server.home / "server").rglob("*.log"))
+    assert b"warm-up skipped" not in runner_logs
 
 
 def test_the_next_spare_waits_while_the_run_that_took_the_last_one_still_runs(

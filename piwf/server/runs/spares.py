@@ -10,7 +10,9 @@ A spare:
 
 - holds no claim and has no row: nothing in the state names it until a launch takes it, and
   its name (its log file's name too) is the runner epoch it will run under;
-- has loaded no workflow code, and runs exactly one run generation once taken, then exits;
+- has loaded no workflow code of any run (while it waits it warms up with piwf's own built-in
+  ``noop``, :mod:`piwf.runner.warm_up`), and runs exactly one run generation once taken, then
+  exits;
 - ends with the server: by its lifeline when the server dies, by ``stop_all`` at shutdown.
 
 Spares are started only while no launched runner is still starting (it gets the CPU first),
