@@ -50,18 +50,14 @@ def warm_up(launch_waiting: Callable[[], bool]) -> bool:
         load_verified_workflow(source, loaded.compiled.digest)
         if launch_waiting():
             return False
-        frame = canonical.encode(
-            {
-                "schema": "piwf.runner.v1",
-                "kind": "launch",
-                "runId": "warm-up",
-                "generation": 1,
-                "runnerEpoch": "warm-up",
-                "serverEpoch": 1,
-                "workflowSource": source,
-                "definitionDigest": loaded.compiled.digest,
-            }
-        )
+        frame = Launch(
+            runId="warm-up",
+            generation=1,
+            runnerEpoch="warm-up",
+            serverEpoch=1,
+            workflowSource=source,
+            definitionDigest=loaded.compiled.digest,
+        ).encode()  # as the server encodes a launch
         Launch.model_validate(canonical.decode(frame))
         if launch_waiting():
             return False

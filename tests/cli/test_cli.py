@@ -28,7 +28,7 @@ from piwf.cli.state import parse_timestamp
 from piwf.client import launcher
 from piwf.protocol import Request
 from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
-from tests.unit.test_lazy_cli import PROBE
+from tests.unit.test_lazy_cli import run_probe
 
 pytestmark = pytest.mark.usefixtures("no_server_start")
 
@@ -641,19 +641,9 @@ print(json.dumps(found))
 def test_a_command_imports_only_what_its_own_call_needs(
     fake: FakeServer, tmp_path: Path, arguments: list[str], needed: list[str]
 ) -> None:
-    report = tmp_path / "imported.json"
-    finished = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(arguments), json.dumps(["tenacity"]), report],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert report.exists(), f"the probe reported nothing: {finished.stderr[-2000:]}"
-    found = json.loads(report.read_text())
-    assert found["status"] == 0, finished.stdout
-    one_json_document(finished.stdout)
+    found, stdout = run_probe(arguments, ["tenacity"], tmp_path / "imported.json")
+    assert found["status"] == 0, stdout
+    one_json_document(stdout)
     loaded = {*found["piwf"], *found["heavy"]}
     assert [name for name in ON_DEMAND if name in loaded] == needed
 

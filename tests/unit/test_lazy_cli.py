@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +55,22 @@ with open(sys.argv[3], "w") as report:
 
 def probe(arguments: list[str], home: Path, columns: int = 80) -> tuple[dict[str, Any], str]:
     """Run ``main(arguments)`` in a new interpreter; return what it imported and its stdout."""
-    report = home / "imported.json"
+    environment = {**os.environ, "PIWF_HOME": str(home / "home"), "COLUMNS": str(columns)}
+    return run_probe(arguments, HEAVY_PACKAGES, home / "imported.json", environment)
+
+
+def run_probe(
+    arguments: list[str],
+    heavy: Sequence[str],
+    report: Path,
+    environment: dict[str, str] | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Run :data:`PROBE` with ``arguments`` and ``heavy`` in a new interpreter (``environment``,
+    else this one's); return its report and its stdout."""
     report.unlink(missing_ok=True)
     finished = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            PROBE,
-            json.dumps(arguments),
-            json.dumps(HEAVY_PACKAGES),
-            str(report),
-        ],
-        env={**os.environ, "PIWF_HOME": str(home / "home"), "COLUMNS": str(columns)},
+        [sys.executable, "-c", PROBE, json.dumps(arguments), json.dumps(list(heavy)), str(report)],
+        env=environment,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
