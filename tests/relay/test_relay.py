@@ -196,13 +196,15 @@ def test_an_oversized_message_closes_only_that_connection_and_never_reaches_the_
     pad = "x" * (MAX_FRAME_BYTES - 1 - base)
     largest = request_frame("big", "server.status", payload={"pad": pad})
     assert len(largest) == MAX_FRAME_BYTES - 1
+    alone = server_connections(server)
     with websocket(relay.url, max_size=None) as remote:
         hello_of(remote)
         remote.send(largest)
         answer = parse_server_message(next_message(remote))
         assert isinstance(answer, Response) and answer.request_id == "big", answer
+    # The relay closes that pair's server side on its own time: wait for it before counting.
+    wait_for(lambda: server_connections(server) == alone, DEADLINE_S, "the first pair gone")
     # ...one byte more is refused by the relay: the server answers nothing, no frame went in.
-    alone = server_connections(server)
     with websocket(relay.url) as remote, websocket(relay.url) as bystander:
         hello_of(remote)
         hello_of(bystander)
