@@ -449,6 +449,10 @@ def _apply_connection_pragmas(connection: sqlite3.Connection) -> None:
     connection.execute("PRAGMA trusted_schema = OFF")
     connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
     connection.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT_BYTES}")
+    # A savepoint's undo pages (SQLite's statement journal) stay in memory: past 64 KiB SQLite
+    # would spill them to a new, unlinked file in the system's temporary directory, one per
+    # group commit, so every write would also depend on that directory's space.
+    connection.execute("PRAGMA temp_store = MEMORY")
 
 
 def _set_wal(connection: sqlite3.Connection, path: Path) -> None:

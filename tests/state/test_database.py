@@ -59,12 +59,41 @@ def test_writer_connection_has_the_required_pragmas_and_identity(db: StateDataba
     assert db.pragma("busy_timeout") == 5000
     assert db.pragma("wal_autocheckpoint") == 1000
     assert db.pragma("journal_size_limit") == JOURNAL_SIZE_LIMIT_BYTES
+    assert db.pragma("temp_store") == 2  # MEMORY
     assert db.pragma("application_id") == APPLICATION_ID
     assert db.pragma("user_version") == 1
     with db.read() as tx:
         meta = tx.one("SELECT schema_name, schema_version, schema_digest FROM schema_meta")
     assert meta is not None
     assert tuple(meta) == ("piwf-state", 1, SCHEMA_DIGEST)
+
+
+def open_temporary_files() -> list[str]:
+    """The files SQLite made for this process in a temporary directory (unlinked, still open)."""
+    fds = Path("/proc/self/fd")
+    targets = []
+    for fd in fds.iterdir():
+        try:
+            targets.append(str(fd.readlink()))
+        except OSError:  # closed since the listing
+            continue
+    return [target for target in targets if "etilqs_" in target]
+
+
+def test_a_savepoints_undo_pages_stay_in_memory(db: StateDatabase) -> None:
+    """A savepoint over more than 64 KiB of existing pages opens no temporary file."""
+    assert db.pragma("temp_store") == 2  # MEMORY
+    with db.write() as tx:
+        tx.execute("CREATE TABLE scratch (k INTEGER PRIMARY KEY, v BLOB NOT NULL) STRICT")
+        for key in range(100):
+            tx.execute("INSERT INTO scratch VALUES (?, zeroblob(3000))", (key,))
+    with db.write() as tx, tx.savepoint() as step:
+        step.execute("UPDATE scratch SET v = zeroblob(3001)")
+        with step.savepoint() as inner:
+            inner.execute("UPDATE scratch SET v = zeroblob(3002)")
+            assert open_temporary_files() == []
+    with db.read() as tx:
+        assert tx.scalar("SELECT sum(length(v)) FROM scratch") == 100 * 3002
 
 
 # conformance: S1
@@ -78,6 +107,7 @@ def test_every_reopened_writer_gets_the_pragmas_again(home: Path) -> None:
             assert database.pragma("foreign_keys") == 1
             assert database.pragma("synchronous") == 2
             assert database.pragma("journal_mode") == "wal"
+            assert database.pragma("temp_store") == 2
     finally:
         first.close()
         second.close()
