@@ -513,6 +513,7 @@ def test_compaction_vacuums_only_past_both_thresholds_and_while_idle(
     done = compaction.compact(db, still_idle=lambda: True, min_bytes=1)
     assert done.vacuumed and done.after.free_pages == 0
     assert done.after.page_count < done.before.page_count
+    assert db.pragma("temp_store") == 2, "the writer's undo pages are back in memory"
     assert violations(db) == []
 
 
