@@ -93,13 +93,7 @@ def compact(
         and still_idle()
     ):
         faults.point("retention.before_vacuum")
-        # VACUUM builds its copy in SQLite's temporary storage, which the writer keeps in memory
-        # (database.py): put this one copy on disk, as large as the live pages may be.
-        db.connection.execute("PRAGMA temp_store = FILE")
-        try:
-            db.connection.execute("VACUUM")
-        finally:
-            db.connection.execute("PRAGMA temp_store = MEMORY")
+        db.vacuum()  # its copy built on disk, not in the writer's in-memory temporary storage
         vacuumed = True
         truncated = truncate_wal(db)
     return Compaction(truncated, vacuumed, before, space(db) if vacuumed else before)

@@ -78,6 +78,10 @@ log = logging.getLogger("piwf.state")
 BUSY_TIMEOUT_MS = 5000
 WAL_AUTOCHECKPOINT_PAGES = 1000
 JOURNAL_SIZE_LIMIT_BYTES = 64 * 1024 * 1024
+#: A savepoint's undo pages (SQLite's statement journal) stay in memory: past 64 KiB SQLite
+#: would spill them to a new, unlinked file in the system's temporary directory, one per group
+#: commit, so every write would also depend on that directory's space.
+WRITER_TEMP_STORE = "MEMORY"
 
 RESET_INSTRUCTION = (
     "Back up and move {name} together with its -wal and -shm files, then start piwf again "
@@ -315,6 +319,15 @@ class StateDatabase:
         row = self._connection.execute(f"PRAGMA {name}").fetchone()
         return None if row is None else row[0]
 
+    def vacuum(self) -> None:
+        """``VACUUM`` outside any transaction, its copy (as large as the live pages) built on
+        disk, not in the writer's in-memory temporary storage (:data:`WRITER_TEMP_STORE`)."""
+        self._connection.execute("PRAGMA temp_store = FILE")
+        try:
+            self._connection.execute("VACUUM")
+        finally:
+            self._connection.execute(f"PRAGMA temp_store = {WRITER_TEMP_STORE}")
+
     def integrity_problems(self) -> list[str]:
         """Return integrity and foreign-key problems (empty when the file is sound)."""
         problems = [
@@ -449,10 +462,7 @@ def _apply_connection_pragmas(connection: sqlite3.Connection) -> None:
     connection.execute("PRAGMA trusted_schema = OFF")
     connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
     connection.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT_BYTES}")
-    # A savepoint's undo pages (SQLite's statement journal) stay in memory: past 64 KiB SQLite
-    # would spill them to a new, unlinked file in the system's temporary directory, one per
-    # group commit, so every write would also depend on that directory's space.
-    connection.execute("PRAGMA temp_store = MEMORY")
+    connection.execute(f"PRAGMA temp_store = {WRITER_TEMP_STORE}")
 
 
 def _set_wal(connection: sqlite3.Connection, path: Path) -> None:
