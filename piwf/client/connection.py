@@ -33,6 +33,10 @@ from piwf.protocol import Hello, InvalidMessageError, Response, parse_server_mes
 from piwf.protocol.client_v1 import Event
 
 _NOT_LISTENING: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED})
+#: How long :meth:`ServerConnection.close` waits for the reader thread once the transport is
+#: shut down. The reader ends at once unless something is badly wrong; a client must never
+#: hang on closing (a Ctrl-C ends a command by closing its client), and the reader is a daemon.
+READER_JOIN_S: Final = 5.0
 
 
 class TransportError(Exception):
@@ -209,9 +213,11 @@ class ServerConnection:
         return self._closed.wait(timeout_s)
 
     def close(self) -> None:
+        """Fail every waiting request, shut the transport down, wait up to
+        :data:`READER_JOIN_S` for the reader thread to end, and release the transport."""
         self._fail("the client closed the connection")
         if threading.current_thread() is not self._reader and self._reader.is_alive():
-            self._reader.join()
+            self._reader.join(READER_JOIN_S)
         self._transport.close()
 
     def _fail(self, reason: str) -> None:

@@ -336,11 +336,25 @@ def _read_until(process: subprocess.Popen[bytes], wanted: bytes, timeout_s: floa
 def _follower(server: ServerProcess, run_id: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [str(PIWF), "run", "logs", run_id, "--follow"],
-        env={**os.environ, "PIWF_HOME": str(server.home)},
+        # faulthandler: a follower that does not end in time is asked for its threads' stacks.
+        env={**os.environ, "PIWF_HOME": str(server.home), "PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+
+
+def _exit_status(process: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """The process's exit status within ``timeout_s``; else fail with what every thread of it
+    was doing (SIGABRT makes faulthandler print the stacks to its stderr)."""
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        process.wait(timeout=10)
+        assert process.stderr is not None
+        stacks = process.stderr.read().decode(errors="replace")
+        raise AssertionError(f"still running after {timeout_s} s; its threads:\n{stacks}") from None
 
 
 def _reap(process: subprocess.Popen[bytes]) -> None:
@@ -367,12 +381,12 @@ def test_follow_prints_output_while_the_run_runs_and_exits_when_it_completes(
         # Ctrl-C stops a follower cleanly with 130.
         _read_until(interrupted, b"before the gate\n", timeout_s=60)
         os.killpg(interrupted.pid, signal.SIGINT)
-        assert interrupted.wait(timeout=30) == 130
+        assert _exit_status(interrupted, timeout_s=30) == 130
         assert interrupted.stderr is not None and b"Traceback" not in interrupted.stderr.read()
 
         gate.touch()
         seen += _read_until(follower, b"the last node\n", timeout_s=60)
-        assert follower.wait(timeout=60) == 0
+        assert _exit_status(follower, timeout_s=60) == 0
         assert follower.stdout is not None
         seen += follower.stdout.read()
     finally:
