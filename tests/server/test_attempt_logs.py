@@ -14,6 +14,7 @@ import select
 import signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import suppress
@@ -333,9 +334,19 @@ def _read_until(process: subprocess.Popen[bytes], wanted: bytes, timeout_s: floa
     return seen
 
 
+#: Runs a command as a terminal runs a foreground job: SIGINT at its default disposition. A
+#: test run started in the background of a non-interactive shell (or under nohup) inherits
+#: SIGINT ignored, an ignored signal stays ignored across exec, and Python then leaves it so:
+#: Ctrl-C could never reach the follower, whatever piwf does.
+WITH_DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 def _follower(server: ServerProcess, run_id: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [str(PIWF), "run", "logs", run_id, "--follow"],
+        [sys.executable, "-c", WITH_DEFAULT_SIGINT, str(PIWF), "run", "logs", run_id, "--follow"],
         # faulthandler: a follower that does not end in time is asked for its threads' stacks.
         env={**os.environ, "PIWF_HOME": str(server.home), "PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.PIPE,
@@ -344,17 +355,35 @@ def _follower(server: ServerProcess, run_id: str) -> subprocess.Popen[bytes]:
     )
 
 
+def _signal_state(pid: int) -> str:
+    """Each thread's blocked, pending, ignored and caught signal masks (``/proc``), for a
+    failure message."""
+    lines = []
+    for status in sorted(Path(f"/proc/{pid}/task").glob("*/status")):
+        with suppress(OSError):
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines())
+            masks = " ".join(f"{key}={fields[key].strip()}" for key in _SIGNAL_FIELDS)
+            lines.append(f"thread {status.parent.name}: {masks}")
+    return "\n".join(lines)
+
+
+_SIGNAL_FIELDS = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+
+
 def _exit_status(process: subprocess.Popen[bytes], timeout_s: float) -> int:
-    """The process's exit status within ``timeout_s``; else fail with what every thread of it
-    was doing (SIGABRT makes faulthandler print the stacks to its stderr)."""
+    """The process's exit status within ``timeout_s``; else fail with its threads' signal masks
+    and what every thread was doing (SIGABRT makes faulthandler print the stacks)."""
     try:
         return process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        masks = _signal_state(process.pid)
         process.send_signal(signal.SIGABRT)
         process.wait(timeout=10)
         assert process.stderr is not None
         stacks = process.stderr.read().decode(errors="replace")
-        raise AssertionError(f"still running after {timeout_s} s; its threads:\n{stacks}") from None
+        raise AssertionError(
+            f"still running after {timeout_s} s; signal masks:\n{masks}\nits threads:\n{stacks}"
+        ) from None
 
 
 def _reap(process: subprocess.Popen[bytes]) -> None:
