@@ -22,7 +22,14 @@ from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import ServerNotRunningError, ServerUnavailableError
 from piwf.protocol.client_v1 import Hello, Request, Response, parse_server_message, serialize
 from tests.relay.conftest import RelayFactory, require_websockets
-from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.harness import (
+    NOBODY_UID,
+    ServerFactory,
+    ServerProcess,
+    as_uid,
+    raw_client,
+    wait_for,
+)
 from tests.server.test_execution import start, write_workflow
 
 require_websockets()
@@ -249,43 +256,20 @@ def test_a_browser_request_is_refused(server: ServerProcess, relays: RelayFactor
     assert server_connections(server) == alone, "no server connection was opened for it"
 
 
-NOBODY_UID = 65534
-
-
 def _refusal_seen_by_nobody(url: str) -> str:
-    """Fork, drop to uid 65534 and open a WebSocket to ``url`` with the same client as every
-    other test; return what it met: ``"<status> <body>"`` when refused, ``"admitted"``, or the
-    error it failed with. Forked rather than a new interpreter: the test's interpreter may live
-    under a directory uid 65534 cannot read (a tox environment under root's home, say), and a
-    fork has websockets imported already."""
+    """Open a WebSocket to ``url`` as uid 65534 with the same client as every other test;
+    return ``"<status> <body>"`` when refused, else ``"admitted"``."""
     import encodings.idna  # noqa: F401  (the client encodes the host; the child cannot import)
 
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: drop privileges, connect once, report, exit without cleanup
-        os.close(read_end)
-        outcome = "error: nothing ran"
+    def connect_once() -> str:
         try:
-            os.setgroups([])
-            os.setgid(NOBODY_UID)
-            os.setuid(NOBODY_UID)
             with connect(url, proxy=None, compression=None, open_timeout=10):
-                outcome = "admitted"
+                return "admitted"
         except InvalidStatus as refused:
             body = refused.response.body.decode(errors="replace").strip()
-            outcome = f"{refused.response.status_code} {body}"
-        except BaseException as error:  # reported to the parent, which fails the test
-            outcome = f"error: {type(error).__name__}: {error}"
-        finally:
-            os.write(write_end, outcome.encode())
-            os._exit(0)
-    os.close(write_end)
-    try:
-        with os.fdopen(read_end, "rb") as reader:
-            outcome = reader.read().decode()
-    finally:
-        os.waitpid(pid, 0)
-    return outcome
+            return f"{refused.response.status_code} {body}"
+
+    return as_uid(NOBODY_UID, connect_once)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running a client as another user needs root")

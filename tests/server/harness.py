@@ -55,6 +55,45 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str
         select.select([], [], [], 0.02)  # a bounded poll interval, not a synchronisation sleep
 
 
+#: The uid tests run another user's client as (``nobody`` on common distributions).
+NOBODY_UID = 65534
+
+
+def as_uid(uid: int, action: Callable[[], str], timeout_s: float = 30.0) -> str:
+    """Run ``action`` in a forked child that dropped to ``uid`` (its group, no supplementary
+    groups) and return what it returned, or ``"error: <type>: <message>"`` if it raised.
+
+    Forked rather than a new interpreter: the test's interpreter may live under a directory
+    ``uid`` cannot read (a tox environment under root's home), and a fork has every module the
+    test imported already. The child opens no database and exits without cleanup.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(read_end)
+        outcome = "error: nothing ran"
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            outcome = action()
+        except BaseException as error:  # reported to the parent, which fails the test
+            outcome = f"error: {type(error).__name__}: {error}"
+        finally:
+            os.write(write_end, outcome.encode())
+            os._exit(0)
+    os.close(write_end)
+    try:
+        wait_for(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid, timeout_s, f"the child as {uid}")
+        with os.fdopen(read_end, "rb", closefd=False) as reader:
+            return reader.read().decode()
+    finally:
+        os.close(read_end)
+        with suppress(ChildProcessError, ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
 def runner_processes(home: Path) -> list[psutil.Process]:
     """Live workflow-runner children recorded in ``home``'s database (never another test's).
 

@@ -355,6 +355,9 @@ def _follower(server: ServerProcess, run_id: str) -> subprocess.Popen[bytes]:
     )
 
 
+_SIGNAL_FIELDS = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+
+
 def _signal_state(pid: int) -> str:
     """Each thread's blocked, pending, ignored and caught signal masks (``/proc``), for a
     failure message."""
@@ -365,9 +368,6 @@ def _signal_state(pid: int) -> str:
             masks = " ".join(f"{key}={fields[key].strip()}" for key in _SIGNAL_FIELDS)
             lines.append(f"thread {status.parent.name}: {masks}")
     return "\n".join(lines)
-
-
-_SIGNAL_FIELDS = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
 
 
 def _exit_status(process: subprocess.Popen[bytes], timeout_s: float) -> int:

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from piwf.config import MAX_FRAME_BYTES
-from tests.server.harness import RawClient, ServerProcess, raw_client, wait_for
+from tests.server.harness import (
+    NOBODY_UID,
+    RawClient,
+    ServerProcess,
+    as_uid,
+    raw_client,
+)
 
 
 def state_fingerprint(server: ServerProcess) -> dict[str, object]:
@@ -212,33 +218,18 @@ def test_a_foreign_uid_is_rejected_by_peer_credentials_even_with_open_permission
 
 
 def _connect_as_nobody(path: Path) -> str:
-    """Fork, drop to uid 65534 and try the socket; return EACCES, closed or answered."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: no SQLite, no exec, just a socket
-        os.close(read_end)
-        result = b"error"
+    """Try the socket as uid 65534; return EACCES, closed or answered."""
+
+    def connect() -> str:  # no SQLite, no exec, just a socket
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5)
         try:
-            os.setgid(65534)
-            os.setuid(65534)
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(5)
-            try:
-                sock.connect(str(path))
-            except PermissionError:
-                result = b"EACCES"
-            else:
-                try:
-                    data = sock.recv(4096)
-                    result = b"closed" if not data else b"answered"
-                except (ConnectionResetError, TimeoutError):
-                    result = b"closed"
-        finally:
-            os.write(write_end, result)
-            os._exit(0)
-    os.close(write_end)
-    try:
-        wait_for(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid, what="the forked client")
-        return os.read(read_end, 64).decode()
-    finally:
-        os.close(read_end)
+            sock.connect(str(path))
+        except PermissionError:
+            return "EACCES"
+        try:
+            return "answered" if sock.recv(4096) else "closed"
+        except (ConnectionResetError, TimeoutError):
+            return "closed"
+
+    return as_uid(NOBODY_UID, connect)
