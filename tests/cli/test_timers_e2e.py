@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import psutil
 
 from piwf.client import Client
 from tests.cli.test_cli_e2e import Piwf, piwf, processes_of  # noqa: F401 (the fixture)
+from tests.server.harness import wait_for
 
 DEADLINE_S = 30.0
 
@@ -28,14 +28,8 @@ def write(path: Path, source: str) -> Path:
 
 
 def until(condition: Any, what: str, timeout_s: float = DEADLINE_S) -> Any:
-    """Poll ``condition`` until it returns something truthy (bounded)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    """Poll ``condition`` until it returns something truthy (the harness's bounded wait)."""
+    return wait_for(condition, timeout_s, what)
 
 
 def runners_of(home: Path, run_id: str) -> list[psutil.Process]:
