@@ -97,6 +97,13 @@ def test_the_runner_of_a_finished_run_exits_and_recovery_changes_nothing(
     assert violations(db) == []
 
 
+def crash_streak(db: StateDatabase, run_id: str) -> int:
+    with db.read() as tx:
+        count = tx.scalar("SELECT consecutive_errors FROM run_queue WHERE run_id = ?", (run_id,))
+    assert isinstance(count, int)
+    return count
+
+
 # conformance: X18
 def test_a_crashed_visit_is_requeued_and_retried_by_the_next_generation(
     db: StateDatabase,
@@ -118,7 +125,9 @@ def test_a_crashed_visit_is_requeued_and_retried_by_the_next_generation(
     assert decided.decision is ex.RecoveryDecision.REQUEUED
     assert queue_row(db, run_id) == ("parked", "runnerCrashed")
     assert run_status(db, run_id) == "running"
+    assert crash_streak(db, run_id) == 1
     again, _, result = run_once(db, workflow)
+    assert crash_streak(db, run_id) == 0, "a finished node ends the crash streak"
     assert again.command is CommandKind.RESUME
     assert again.generation == launched.generation + 1
     assert result.status is p.RunStatus.COMPLETED

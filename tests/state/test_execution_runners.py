@@ -226,6 +226,39 @@ def test_a_repeated_runner_message_gets_its_stored_answer(db: StateDatabase) -> 
     )
 
 
+def test_a_receipt_keeps_a_result_blob_only_when_the_result_says_more_than_its_revision(
+    db: StateDatabase,
+) -> None:
+    create(db, two_step(), RUN, {"who": "ada"})
+    launched = launch(db)
+    epoch = runner_of(db, launched).runner_epoch
+    current = revision(db, RUN)
+    settled = p.SettledEffect(p.EffectOutcome.REJECTED, {"code": 1}, "no")
+    results: dict[str, p.PortResult] = {
+        "m-plain": Applied(p.Committed(current)),
+        "m-settled": Applied(p.Committed(current, settled=settled)),
+        "m-adopted": Adopted(p.Committed(current)),
+    }
+    for message_id, result in results.items():
+        for replayed in (False, True):
+            with db.write() as tx:
+                reply = ex.apply_runner_message(
+                    tx,
+                    launched.claim,
+                    epoch,
+                    message_id,
+                    canonical.digest({"message": message_id}),
+                    lambda result=result: result,
+                )
+            assert (reply.result, reply.revision, reply.replayed) == (result, current, replayed)
+    with db.read() as tx:
+        kept = {
+            row["message_id"]: row["result_hash"] is not None
+            for row in tx.all("SELECT message_id, result_hash FROM runner_messages")
+        }
+    assert kept == {"m-plain": False, "m-settled": True, "m-adopted": True}
+
+
 # conformance: X13
 def test_a_runner_that_lost_its_claim_gets_a_stored_claim_lost(
     db: StateDatabase, clock: FakeClock

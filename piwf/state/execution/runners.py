@@ -18,7 +18,9 @@ counts as progress.
 
 Receipts: :func:`apply_runner_message` stores the answer to each state-changing message under
 ``(runner_epoch, message_id)`` in the transaction of the change; a retry with the same
-fingerprint gets the stored answer without re-applying, another fingerprint is rejected.
+fingerprint gets the stored answer without re-applying, another fingerprint is rejected. The
+answer is a blob, except for the most common one, a change applied that reports only the run
+revision it left: that receipt has no result blob, its ``accepted_revision`` is the whole answer.
 """
 
 from __future__ import annotations
@@ -393,7 +395,9 @@ def apply_runner_message(
         return _store_claim_lost(tx, runner_epoch, message_id, fingerprint, error)
     outcome = _outcome_of(result)
     revision = _revision_after(tx, claim, result)
-    result_hash = blobs.put_json(tx, result_to_json(result))
+    result_hash = (
+        None if _is_plain_applied(result, revision) else blobs.put_json(tx, result_to_json(result))
+    )
     tx.execute(
         _INSERT_RECEIPT,
         (runner_epoch, message_id, fingerprint, outcome.value, revision, result_hash, None, tx.now),
@@ -409,6 +413,17 @@ def _revision_after(tx: Transaction, claim: Claim, result: port.PortResult) -> i
     if isinstance(result, (Applied, Adopted)) and result.value.revision is not None:
         return result.value.revision
     return read_revision(tx, claim.resource_id)
+
+
+def _is_plain_applied(result: port.PortResult, revision: int | None) -> bool:
+    """Whether ``result`` is an ``Applied`` that says no more than the revision the receipt
+    stores beside it (most changes): such a receipt keeps no result blob, and
+    :func:`_reply_from_receipt` rebuilds it from ``accepted_revision``."""
+    return (
+        isinstance(result, Applied)
+        and revision is not None
+        and result.value == port.Committed(revision)
+    )
 
 
 def _outcome_of(result: port.PortResult) -> RunnerMessageOutcome:
@@ -440,15 +455,24 @@ def _store_claim_lost(
 
 
 def _reply_from_receipt(tx: Transaction, message_id: str, stored: sqlite3.Row) -> RunnerReply:
+    """The stored answer again. An ``accepted`` receipt without a result blob was a plain
+    ``Applied`` (:func:`_is_plain_applied`): its result is the stored revision alone."""
+    outcome = RunnerMessageOutcome(stored["outcome"])
     result_hash = stored["result_hash"]
     error_hash = stored["error_hash"]
+    revision = stored["accepted_revision"]
+    result: port.PortResult | None
+    if result_hash is not None:
+        result = result_from_json(blobs.read_json(tx, bytes(result_hash)))
+    elif outcome is RunnerMessageOutcome.ACCEPTED and revision is not None:
+        result = Applied(port.Committed(revision))
+    else:
+        result = None
     return RunnerReply(
         message_id=message_id,
-        outcome=RunnerMessageOutcome(stored["outcome"]),
-        result=None
-        if result_hash is None
-        else result_from_json(blobs.read_json(tx, bytes(result_hash))),
-        revision=stored["accepted_revision"],
+        outcome=outcome,
+        result=result,
+        revision=revision,
         error=None if error_hash is None else blobs.read_text(tx, bytes(error_hash)),
         replayed=True,
     )

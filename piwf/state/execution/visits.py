@@ -282,7 +282,8 @@ def apply_node_finished(
     )
     if request is not None:
         requests.settle(tx, request.request_id)
-    queue.end_crash_streak(tx, run.run_id)
+    if run.consecutive_errors:  # read with the run in this transaction
+        queue.end_crash_streak(tx, run.run_id)
     return Applied(Committed(revision))
 
 
