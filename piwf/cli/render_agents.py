@@ -68,9 +68,17 @@ def agent_request_fields(request: OpenRequestInfo) -> str:
             ),
             ("submissions", request.submissions),
             ("rejected", rejection),
-            ("submit", f"piwf submit {request.request_id} '<json>'"),
+            _how_to_submit(request),
         ]
     )
+
+
+def _how_to_submit(request: OpenRequestInfo) -> tuple[str, str]:
+    """The command that fulfils an agent request: ``piwf submit`` for a headless run; the
+    session's host for an interactive one (only its coordinator may submit)."""
+    if request.session is not None:
+        return ("submit", f"through its session: piwf session attach {request.session}")
+    return ("submit", f"piwf submit {request.request_id} '<json>'")
 
 
 def agent_requests_text(requests: Sequence[OpenRequestInfo]) -> str | None:

@@ -278,7 +278,8 @@ class OpenRequestInfo(WireModel):
     An agent request's ``content`` holds its ``prompt`` (ending with the step contract) and
     ``expectedOutput``; ``timeout_ms`` is its active-time budget, ``latest_rejection`` the error
     of its last rejected submission and ``submissions`` how many were made.
-    ``active_time`` is set for an agent request that has a deadline.
+    ``active_time`` is set for an agent request that has a deadline; ``session`` for a request of
+    an interactive run.
     """
 
     request_id: str
@@ -299,6 +300,9 @@ class OpenRequestInfo(WireModel):
     latest_rejection_ref: ContentRef | None = None
     submissions: int = 0
     active_time: ActiveTimeInfo | None = None
+    #: The origin session of an interactive run: its agent requests are answered through that
+    #: session's host (``piwf session attach``), not by ``piwf submit``. None for a headless run.
+    session: str | None = None
 
 
 class ResolutionInfo(WireModel):

@@ -60,6 +60,10 @@ def test_a_rejected_then_accepted_submission_completes_the_run(
     assert "Summarise tides in one sentence." in listed.stdout
     assert '{"summary": "text"}' in listed.stdout
     assert f"piwf submit {request_id} '<json>'" in listed.stdout
+    assert "session" not in piwf.json("requests", "--run", run_id)["requests"][0]
+    # What to do next, as the run view says it, is a command the CLI takes.
+    shown_view = piwf.json("run", "show", run_id)
+    assert shown_view["display"]["waitingOn"]["command"] == f"piwf submit {request_id} '<json>'"
     assert "15 min left (not counting)" in listed.stdout  # no agent works on it
 
     answered = piwf.run("answer", request_id, '{"summary": "x"}')

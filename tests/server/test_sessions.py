@@ -282,6 +282,11 @@ def test_the_cli_binds_a_run_lists_its_session_and_shows_its_messages(
     shown_run = piwf(server, "run", "show", run_id).stdout
     assert re.search(r"session +cli-1 \(interactive\)", shown_run), shown_run
     assert "next      piwf session attach cli-1" in shown_run  # not piwf submit: refused here
+    assert "piwf submit" not in shown_run
+    assert "through its session: piwf session attach cli-1" in shown_run
+    listed_requests = json.loads(piwf(server, "requests", "--run", run_id, "--json").stdout)
+    assert [r["session"] for r in listed_requests["requests"]] == ["cli-1"]
+    assert "through its session: piwf session attach cli-1" in piwf(server, "requests").stdout
     text = piwf(server, "session", "show", "cli-1").stdout
     assert message.message_id in text and "step (initial)" in text and "pending" in text
     assert piwf(server, "session", "show", "bad id!").returncode != 0

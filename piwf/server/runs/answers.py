@@ -46,6 +46,7 @@ from piwf.state import StateDatabase, Transaction
 from piwf.state import decisions as decision_store
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, SubmissionOutcome, SubmissionSource
+from piwf.state.execution import messages
 from piwf.state.execution.submissions import submission_count
 from piwf.state.records import Actor
 
@@ -142,6 +143,7 @@ def open_request_info(item: ex.OpenRequest, offer: ContentOffer) -> OpenRequestI
             "latestRejectionRef": rejection.ref,
             "submissions": submission_count(offer.tx, item.request_id),
             "activeTime": None if active_time is None else active_time.to_wire(),
+            "session": messages.session_of(offer.tx, item.run_id),
         }
     )
 

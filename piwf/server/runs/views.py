@@ -58,7 +58,7 @@ from piwf.state.execution.run_view import PublishedUpdate, StepRow
 _ACTIONS: dict[str, tuple[Control, str]] = {
     "checkpoint": ("answer", "piwf answer {request} VALUE"),
     "human_decision": ("humanAnswer", "piwf answer {request} CHOICE"),
-    "agent": ("submit", "piwf submit {request} --output JSON"),
+    "agent": ("submit", "piwf submit {request} '<json>'"),
 }
 
 _OUTCOMES = {
