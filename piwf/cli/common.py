@@ -7,6 +7,8 @@ A command body raises; :func:`command` turns the error into the exit-code protoc
     pydantic ValidationError (an argument the      -> exit 2, as a usage error
       client's payload model refused)
     click.UsageError (bad option, missing arg)     -> exit 2 (see piwf.cli.PiwfGroup for --json)
+    KeyboardInterrupt (Ctrl-C)                     -> exit 130, {"error": {"code": "interrupted"}}
+                                                      on stdout with --json
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 _OPAQUE_ID = re.compile(r"[\x21-\x7e]{1,256}")
+
+#: The exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED_EXIT = 130
 
 
 def json_option(function: _F) -> _F:
@@ -65,8 +70,21 @@ def command(function: _F) -> _F:
                 for problem in problems
             )
             raise click.UsageError(f"invalid argument: {details}") from None
+        except KeyboardInterrupt:
+            interrupted(as_json=as_json)
 
     return run  # type: ignore[return-value]
+
+
+def interrupted(*, as_json: bool) -> NoReturn:
+    """End a command that Ctrl-C stopped: exit 130, and with ``--json`` still one document
+    (the error ``interrupted``). What the command asked of the server stays asked: a wait only
+    stops waiting, the run goes on."""
+    if as_json:
+        emit_json({"error": {"code": "interrupted", "message": "stopped by Ctrl-C"}})
+    else:
+        click.echo("interrupted", err=True)
+    raise click.exceptions.Exit(INTERRUPTED_EXIT)
 
 
 def fail(error: PiwfError, *, as_json: bool) -> NoReturn:

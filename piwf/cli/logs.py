@@ -12,15 +12,18 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client, run_id_argument
+from piwf.cli.common import (
+    INTERRUPTED_EXIT,
+    command,
+    json_option,
+    open_client,
+    run_id_argument,
+)
 from piwf.cli.runs import run_group
 from piwf.client import Client
 
 if TYPE_CHECKING:
     from piwf.protocol.log_payloads import AttemptLogInfo
-
-#: Exit status after Ctrl-C, as a shell reports a process ended by SIGINT.
-_INTERRUPTED = 130
 
 
 @run_group.command("logs")
@@ -53,7 +56,7 @@ def run_logs(run_id: str, node: str | None, follow: bool, as_json: bool) -> None
             else:
                 _show(client, run_id, node, as_json=as_json)
     except KeyboardInterrupt:
-        raise click.exceptions.Exit(_INTERRUPTED) from None
+        raise click.exceptions.Exit(INTERRUPTED_EXIT) from None
 
 
 def _show(client: Client, run_id: str, node: str | None, *, as_json: bool) -> None:

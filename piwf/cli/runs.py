@@ -9,7 +9,14 @@ from typing import IO, Any, get_args
 import click
 
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client, parse_json, run_id_argument
+from piwf.cli.common import (
+    INTERRUPTED_EXIT,
+    command,
+    json_option,
+    open_client,
+    parse_json,
+    run_id_argument,
+)
 from piwf.cli.progress import RunProgress
 from piwf.client import Client
 from piwf.config import split_agent_command
@@ -17,8 +24,6 @@ from piwf.protocol.payloads import RunDisplayStatus
 
 #: The display statuses ``run list --status`` accepts (the closed set).
 DISPLAY_STATUSES = get_args(RunDisplayStatus)
-#: The exit code of a command stopped by Ctrl-C.
-_INTERRUPTED = 130
 #: Default of --timeout for waits, in seconds.
 DEFAULT_WAIT_TIMEOUT_S = 300.0
 #: The one terminal status that counts as success for `--wait` and `run wait`.
@@ -190,7 +195,7 @@ def run_show(run_id: str, follow: bool, as_json: bool) -> None:
         try:
             _show_and_follow(run_id)
         except KeyboardInterrupt:
-            raise click.exceptions.Exit(_INTERRUPTED) from None
+            raise click.exceptions.Exit(INTERRUPTED_EXIT) from None
         return
     from piwf.cli import render_view  # not at import: `run list` and the others show no view
 

@@ -55,6 +55,17 @@ def wait_for(condition: Callable[[], object], timeout_s: float = 10.0, what: str
         select.select([], [], [], 0.02)  # a bounded poll interval, not a synchronisation sleep
 
 
+#: ``[sys.executable, "-c", WITH_DEFAULT_SIGINT, program, *args]`` runs a command as a terminal
+#: runs a foreground job: SIGINT at its default disposition. A test run started in the
+#: background of a non-interactive shell (or under nohup) inherits SIGINT ignored, an ignored
+#: signal stays ignored across exec, and Python then leaves it so: Ctrl-C (a SIGINT the test
+#: sends) could never reach the command, whatever piwf does.
+WITH_DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 #: The uid tests run another user's client as (``nobody`` on common distributions).
 NOBODY_UID = 65534
 

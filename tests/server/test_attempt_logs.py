@@ -26,7 +26,13 @@ from piwf.client import Client
 from piwf.errors import NotFoundError, RejectedError
 from piwf.protocol.log_payloads import MAX_LOG_CHUNK_BYTES, LogCursor
 from piwf.server.children.capture import ATTEMPT_LOG_CAP, drop_marker
-from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.harness import (
+    WITH_DEFAULT_SIGINT,
+    ServerFactory,
+    ServerProcess,
+    raw_client,
+    wait_for,
+)
 from tests.server.test_content_refs import PIWF, cli_json, piwf_cli, write
 from tests.server.test_execution import FAST
 
@@ -332,16 +338,6 @@ def _read_until(process: subprocess.Popen[bytes], wanted: bytes, timeout_s: floa
                 raise AssertionError(f"the follower ended before {wanted!r}; read {seen!r}")
             seen += chunk
     return seen
-
-
-#: Runs a command as a terminal runs a foreground job: SIGINT at its default disposition. A
-#: test run started in the background of a non-interactive shell (or under nohup) inherits
-#: SIGINT ignored, an ignored signal stays ignored across exec, and Python then leaves it so:
-#: Ctrl-C could never reach the follower, whatever piwf does.
-WITH_DEFAULT_SIGINT = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.argv[1], sys.argv[1:])"
-)
 
 
 def _follower(server: ServerProcess, run_id: str) -> subprocess.Popen[bytes]:
