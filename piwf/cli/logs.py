@@ -113,7 +113,12 @@ def header(info: AttemptLogInfo, *, final: bool = True) -> str:
             for name, count in (("stdout", info.stdout_bytes), ("stderr", info.stderr_bytes))
             if count
         ]
-        line += ": " + (", ".join(written) or "no output")
+        if written:
+            line += ": " + ", ".join(written)
+        elif info.size:  # the counts are stored when an attempt ends; a killed server never did
+            line += f": {info.size} B, not counted by stream (the server stopped before it ended)"
+        else:
+            line += ": no output"
         if info.dropped_bytes:
             line += f"; {info.dropped_bytes} B dropped past the cap"
     return line + " =="

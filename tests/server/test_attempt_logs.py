@@ -322,6 +322,35 @@ def test_a_crash_retry_gets_its_own_log_and_the_crashed_attempt_keeps_its_output
     assert (logs[0].info.stdout_bytes, logs[0].info.kept_bytes) == (written, written)
 
 
+def test_an_attempt_a_killed_server_never_counted_shows_the_size_of_what_it_kept(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    first = servers.start(env=FAST)
+    with Client(home=first.home, autostart=False) as client:
+        run = client.start_run(write(tmp_path, "gated", GATED.format(gate=str(gate))))
+        wait_for(
+            lambda: any(
+                "before the gate" in log.text
+                for log in client.read_run_logs(run.run_id, node="gated").attempts
+            ),
+            timeout_s=30,
+        )
+    first.kill()  # its counts are stored when an attempt ends: these never were
+    gate.touch()
+    second = servers.start(env=FAST)
+    with Client(home=second.home, autostart=False) as client:
+        assert client.wait_run(run.run_id, timeout_s=60).run.status == "completed"
+    shown = piwf_cli(second, "run", "logs", run.run_id, "--node", "gated")
+    assert shown.returncode == 0, shown.stderr
+    kept = len("before the gate\n")
+    assert (
+        f"== gated (visit 1, attempt 1) interrupted: {kept} B, not counted by stream"
+        in shown.stdout
+    ), shown.stdout
+    assert "no output" not in shown.stdout
+
+
 def _read_until(process: subprocess.Popen[bytes], wanted: bytes, timeout_s: float) -> bytes:
     """Read the process's stdout until ``wanted`` appears (bounded by ``timeout_s``)."""
     assert process.stdout is not None
