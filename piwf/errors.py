@@ -71,6 +71,7 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
         │   ├── BackupFailedError   backupFailed       (fix the destination, then retry)
         │   ├── SubmissionRejectedCommandError  submissionRejected  (the stored validate error)
         │   ├── ValidationPendingCommandError   validationPending   (wait for the outcome)
+        │   ├── SessionAuthorityCommandError    sessionAuthority    (not the active coordinator)
         │   └── InternalServerError internalError      (the server failed; nothing changed)
         ├── ConflictError           conflict
         ├── NotFoundError           notFound
@@ -517,6 +518,14 @@ class ValidationPendingCommandError(RejectedError):
     for its outcome (a submit with its idempotency key returns it), then submit again."""
 
     code = "validationPending"
+
+
+class SessionAuthorityCommandError(RejectedError):
+    """The command needs the session's active coordinator epoch (``sessionAuthority``);
+    nothing changed. From a :class:`~piwf.client.sessions.SessionCoordinator` it means another
+    coordinator attached after it (it was fenced): attach again to take the session back."""
+
+    code = "sessionAuthority"
 
 
 class InternalServerError(RejectedError):

@@ -6,8 +6,14 @@ each workflow message in session order and reports it shown. On a step it runs o
 person types the output (an agent step) or the answer (a checkpoint) as one line of JSON, which
 it submits as the session; a rejection is shown and the person types again. A protected
 decision is answered as a person. Ctrl-C during a turn aborts it (the run pauses; `piwf run
-resume` presents the step again); Ctrl-C while it waits exits. Each turn's capture keeps the
-step as shown and every line typed (``piwf session capture RUN``).
+resume` presents the step again); Ctrl-C while it waits detaches. The end of input (Ctrl-D, or
+a file or pipe read to its end) aborts the turn the same way and detaches: no line can come
+any more. Each turn's capture keeps the step as shown and every line typed (``piwf session
+capture RUN``).
+
+A detached host exits 0 (1 with ``--exit-when-done``: the run did not end under it). A host
+that learns another coordinator took the session over (its epoch was fenced) says so and
+exits 1: the session is the other's now, and ``piwf session attach`` takes it back.
 """
 
 from __future__ import annotations
@@ -22,7 +28,12 @@ from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client
 from piwf.cli.sessions import session_group
 from piwf.client.sessions import SessionCoordinator
-from piwf.errors import ConflictError, RejectedError, SubmissionRejectedCommandError
+from piwf.errors import (
+    ConflictError,
+    RejectedError,
+    SessionAuthorityCommandError,
+    SubmissionRejectedCommandError,
+)
 from piwf.protocol.session_capture_payloads import CapturedEntry, CapturedEvent
 from piwf.protocol.session_payloads import TurnInfo, WorkflowMessageInfo
 
@@ -33,7 +44,7 @@ from piwf.protocol.session_payloads import TurnInfo, WorkflowMessageInfo
     "--exit-when-done",
     is_flag=True,
     help="Exit after a run's terminal message once no run holds the session "
-    "(exit 0 if that run completed, else 1).",
+    "(exit 0 if that run completed, else 1; 1 too if the host detaches first).",
 )
 @json_option
 @command
@@ -43,7 +54,9 @@ def session_attach(session_id: str, exit_when_done: bool, as_json: bool) -> None
 
     Start runs for it with `piwf run start WORKFLOW --session SESSION_ID`. With --json every
     message is printed as one JSON document per line. Ctrl-C during a step aborts the turn
-    (the run pauses); Ctrl-C while waiting exits.
+    (the run pauses); Ctrl-C while waiting detaches. The end of input (Ctrl-D, or a file
+    read to its end) aborts the turn and detaches. If another coordinator takes the session
+    over, the host says so and exits 1.
 
     \b
     Example:
@@ -53,24 +66,43 @@ def session_attach(session_id: str, exit_when_done: bool, as_json: bool) -> None
         host = client.session(session_id, inspect_branch=_lost_everything)
         host.attach()
         _say(f"attached to session {session_id} as its coordinator; waiting for messages")
-        shown = 0
-        while True:
-            try:
-                message = host.next_message()
-            except KeyboardInterrupt:
-                _say("detached")
-                return
-            assert message is not None  # no timeout: it waits for one
-            shown += 1
-            _show(message, as_json)
-            entry_id = f"terminal-{host.epoch}-{shown}"
-            host.delivered(message.message_id, entry_id)
-            if message.kind == "step":
-                _take_turn(host, message, entry_id)
-            elif message.kind == "decision":
-                _answer_decision(host, message)
-            elif message.kind == "terminal" and exit_when_done and _session_free(host):
-                raise SystemExit(0 if message.content.get("status") == "completed" else 1)
+        try:
+            _host(host, exit_when_done, as_json)
+        except EOFError:
+            _say("end of input: detached")
+        except SessionAuthorityCommandError:
+            raise SessionAuthorityCommandError(
+                f"another coordinator took over session {session_id}; run"
+                f" `piwf session attach {session_id}` to take it back",
+                error_code=SessionAuthorityCommandError.code,
+            ) from None
+        if exit_when_done:
+            raise SystemExit(1)
+
+
+def _host(host: SessionCoordinator, exit_when_done: bool, as_json: bool) -> None:
+    """Show messages and take turns until Ctrl-C while waiting (a return) or, with
+    ``exit_when_done``, the end of the session's last run (SystemExit). Raises EOFError
+    when input ends at a prompt and SessionAuthorityCommandError once another coordinator
+    took the session over."""
+    shown = 0
+    while True:
+        try:
+            message = host.next_message()
+        except KeyboardInterrupt:
+            _say("detached")
+            return
+        assert message is not None  # no timeout: it waits for one
+        shown += 1
+        _show(message, as_json)
+        entry_id = f"terminal-{host.epoch}-{shown}"
+        host.delivered(message.message_id, entry_id)
+        if message.kind == "step":
+            _take_turn(host, message, entry_id)
+        elif message.kind == "decision":
+            _answer_decision(host, message)
+        elif message.kind == "terminal" and exit_when_done and _session_free(host):
+            raise SystemExit(0 if message.content.get("status") == "completed" else 1)
 
 
 def _session_free(host: SessionCoordinator) -> bool:
@@ -99,11 +131,13 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id:
     typed = 0
     while True:
         try:
-            line = click.prompt(prompt, prompt_suffix="", err=True)
-        except (KeyboardInterrupt, click.Abort):
-            host.end_turn(turn, "aborted")
-            _say(f"turn aborted: run {message.run_id} is paused (piwf run resume {message.run_id})")
+            line = _read_line(prompt)
+        except KeyboardInterrupt:
+            _abort_turn(host, turn)
             return
+        except EOFError:
+            _abort_turn(host, turn)
+            raise
         typed += 1
         line_entry = CapturedEntry(entry_id=f"{entry_id}-typed-{typed}", kind="user", content=line)
         _capture(host, turn, line_entry)
@@ -119,6 +153,8 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id:
             _say(f"rejected: {rejected}")
             _capture(host, turn, CapturedEvent(event_type="rejection", payload=str(rejected)))
             continue
+        except SessionAuthorityCommandError:
+            raise  # fenced: no line of this host counts any more
         except RejectedError as refused:
             _say(f"refused: {refused}")
             continue
@@ -127,14 +163,23 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id:
         return
 
 
+def _abort_turn(host: SessionCoordinator, turn: TurnInfo) -> None:
+    """End the turn ``aborted``: the run pauses, and a resume presents the step again."""
+    host.end_turn(turn, "aborted")
+    _say(f"turn aborted: run {turn.run_id} is paused (piwf run resume {turn.run_id})")
+
+
 def _capture(host: SessionCoordinator, turn: TurnInfo, item: CapturedEntry | CapturedEvent) -> None:
     """Record one entry or event of the turn; a capture the server refuses (a line longer
-    than a captured value may be) is said, and the turn goes on."""
+    than a captured value may be) is said, and the turn goes on. A fenced host's capture
+    raises SessionAuthorityCommandError."""
     try:
         if isinstance(item, CapturedEntry):
             host.record(turn, entries=[item])
         else:
             host.record(turn, events=[item])
+    except SessionAuthorityCommandError:
+        raise
     except (RejectedError, ConflictError) as refused:
         _say(f"(not captured: {refused})")
 
@@ -142,10 +187,13 @@ def _capture(host: SessionCoordinator, turn: TurnInfo, item: CapturedEntry | Cap
 def _answer_decision(host: SessionCoordinator, message: WorkflowMessageInfo) -> None:
     while True:
         try:
-            line = click.prompt("decision JSON> ", prompt_suffix="", err=True)
-        except (KeyboardInterrupt, click.Abort):
+            line = _read_line("decision JSON> ")
+        except KeyboardInterrupt:
             _say("not answered: answer it later with piwf answer")
             return
+        except EOFError:
+            _say("not answered: answer it later with piwf answer")
+            raise
         value = _parse(line)
         if value is _NOT_JSON:
             continue
@@ -156,6 +204,21 @@ def _answer_decision(host: SessionCoordinator, message: WorkflowMessageInfo) -> 
             continue
         _say("answered")
         return
+
+
+def _read_line(prompt: str) -> str:
+    """The next non-empty line typed after ``prompt`` (shown on stderr). Raises
+    KeyboardInterrupt on Ctrl-C, and EOFError once input has ended (Ctrl-D in a terminal, the
+    end of a file or pipe): no line will come any more, so the host detaches."""
+    while True:
+        click.echo(prompt, nl=False, err=True)
+        try:
+            line = input()
+        except EOFError:
+            click.echo(err=True)  # end the prompt's line
+            raise
+        if line:
+            return line
 
 
 _NOT_JSON: Any = object()

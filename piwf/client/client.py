@@ -68,6 +68,7 @@ from piwf.errors import (
     ServerError,
     ServerNotRunningError,
     ServerUnavailableError,
+    SessionAuthorityCommandError,
     StateCorruptCommandError,
     StateFullCommandError,
     StateIoCommandError,
@@ -126,6 +127,7 @@ CODE_ERRORS: Mapping[str, type[CommandError]] = {
     for error in (
         BackupFailedError,
         InternalServerError,
+        SessionAuthorityCommandError,
         SubmissionRejectedCommandError,
         ValidationPendingCommandError,
         StateFullCommandError,

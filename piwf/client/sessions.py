@@ -17,9 +17,11 @@ shows in order and proves shown with a branch report (docs/SESSIONS.md)::
                 break
 
 One coordinator per session: attaching fences the previous one, whose reports, submissions and
-answers are refused from then on (code ``sessionAuthority``). An epoch belongs to one
-connection, so after a reconnect the coordinator attaches again and, before anything else,
-reports what the conversation holds (``inspect_branch``), as the seed requires.
+answers are refused from then on (code ``sessionAuthority``:
+:class:`~piwf.errors.SessionAuthorityCommandError`, which its ``next_message`` raises too). An
+epoch belongs to one connection, so after a reconnect the coordinator attaches again and,
+before anything else, reports what the conversation holds (``inspect_branch``), as the seed
+requires.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from piwf.canonical import JsonValue
 from piwf.client.connection import ServerConnection
 from piwf.client.content import resolve_references
 from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
+from piwf.errors import SessionAuthorityCommandError
 from piwf.protocol.payloads import AnswerReceipt, SubmissionReceipt, UpdateReceipt
 
 if TYPE_CHECKING:
@@ -160,11 +163,24 @@ class SessionCoordinator:
         The same message comes back until :meth:`delivered` reports it shown (or its source
         withdraws it): a host that dies between showing and reporting shows nothing twice, as
         long as ``inspect_branch`` finds it next time.
+
+        Raises :class:`~piwf.errors.SessionAuthorityCommandError` once another coordinator
+        attached after this one (it is told nothing more); :meth:`attach` takes the session
+        back. A reconnect is not that: the coordinator attaches again on the new connection.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             self._ensure_attached()
+            attached_on = self._connection
             view = self.view()
+            if not view.active_epoch:
+                if attached_on is not None and attached_on is self.client._connection:
+                    raise SessionAuthorityCommandError(
+                        f"another coordinator took over session {self.session_id}: a newer"
+                        " attach fenced this coordinator; attach again to take the session back",
+                        error_code=SessionAuthorityCommandError.code,
+                    )
+                continue  # the view was read on a new connection: attach there first
             if view.next_message_id is not None:
                 for message in view.messages:
                     if message.message_id == view.next_message_id:

@@ -48,7 +48,7 @@ class CaptureHandlers:
         payload = payload_of(request, CaptureRecordPayload)
         session_id = payload.session_id
         if not self.context.coordinators.is_active(session_id, payload.coordinator_epoch):
-            error = not_the_coordinator(session_id)
+            error = not_the_coordinator(session_id, payload.coordinator_epoch)
             reply(error_response(request, "rejected", error.code, str(error)))
             return
         entries = [

@@ -95,7 +95,7 @@ class SessionHandlers:
         if not self.context.coordinators.is_active(session_id, payload.coordinator_epoch):
             # Answered before the command runs, so nothing is stored: the same report from
             # the epoch that replaces this one (a retry after reconnecting) is still applied.
-            error = not_the_coordinator(session_id)
+            error = not_the_coordinator(session_id, payload.coordinator_epoch)
             reply(error_response(request, "rejected", error.code, str(error)))
             return
         found = [(entry.message_id, entry.entry_id) for entry in payload.found]
@@ -133,7 +133,7 @@ class SessionHandlers:
         payload = payload_of(request, TurnReportPayload)
         session_id = payload.session_id
         if not self.context.coordinators.is_active(session_id, payload.coordinator_epoch):
-            error = not_the_coordinator(session_id)
+            error = not_the_coordinator(session_id, payload.coordinator_epoch)
             reply(error_response(request, "rejected", error.code, str(error)))
             return
         if (payload.phase == "end") != (payload.stop_reason is not None):
@@ -268,11 +268,23 @@ def refuse_without_authority(
         session_id = None if found is None else messages.session_of(tx, found.run_id)
     if session_id is None or context.coordinators.is_active(session_id, epoch):
         return None
-    error = not_the_coordinator(session_id)
+    error = not_the_coordinator(session_id, epoch)
     return error_response(request, "rejected", error.code, str(error))
 
 
-def not_the_coordinator(session_id: str) -> SessionAuthorityError:
+def not_the_coordinator(session_id: str, epoch: str | None) -> SessionAuthorityError:
+    """The refusal of a request that needs the session's active coordinator ``epoch``.
+
+    A request that carried an epoch comes from a coordinator, which knows how to attach: it
+    is told its epoch is over (fenced by a newer attach). One without (``piwf submit``) is told
+    how to act as the session.
+    """
+    if epoch is not None:
+        return SessionAuthorityError(
+            f"another coordinator took over session {session_id}: the coordinator epoch sent"
+            " is no longer active (a newer attach fenced it, or its connection ended); attach"
+            " again to take the session back"
+        )
     return SessionAuthorityError(
         f"only the active coordinator of session {session_id} may do this: act as the session"
         f" with piwf session attach {session_id}, or from Python with"

@@ -1,6 +1,6 @@
 """``piwf session attach`` driven in a real terminal (tmux: send keys, read the screen): a
-person acts as the session through an agent step and a checkpoint to completion, and Ctrl-C
-aborts a turn, which pauses the run."""
+person acts as the session through an agent step and a checkpoint to completion, Ctrl-C
+aborts a turn, which pauses the run, and Ctrl-D aborts it too and detaches."""
 
 from __future__ import annotations
 
@@ -100,3 +100,18 @@ def test_ctrl_c_during_a_step_aborts_the_turn_and_pauses_the_run(
         terminal.type("{}")
         terminal.wait_for_text("EXIT=0")
         assert client.wait_run(run.run_id, timeout_s=10).run.status == "completed"
+
+
+def test_ctrl_d_during_a_step_aborts_the_turn_once_and_detaches(
+    server: ServerProcess, terminals: list[TmuxTerminal]
+) -> None:
+    with Client(server.home, autostart=False) as client:
+        run = client.start_run(REVIEW, input={"topic": "x"}, session="tty-3")
+        terminal = attach(server, terminals, "tty-3")
+        terminal.wait_for_text("output JSON>")
+        terminal.press("C-d")
+        terminal.wait_for_text("EXIT=1")  # detached before the run ended (--exit-when-done)
+        screen = terminal.screen()
+        assert screen.count("turn aborted") == 1, screen
+        assert "end of input: detached" in screen, screen
+        assert client.run_view(run.run_id).display.status == "paused"

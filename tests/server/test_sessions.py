@@ -13,7 +13,7 @@ import pytest
 
 from piwf.client import Client
 from piwf.client.sessions import SessionCoordinator
-from piwf.errors import ConflictError, RejectedError, SessionError
+from piwf.errors import ConflictError, RejectedError, SessionAuthorityCommandError, SessionError
 from piwf.protocol.session_payloads import WorkflowMessageInfo
 from tests.server.harness import ServerFactory, ServerProcess, wait_for
 from tests.server.test_agent_deadlines import piwf
@@ -118,9 +118,14 @@ def test_two_coordinators_for_one_session_only_the_newest_sends(server: ServerPr
         assert second.attach().replaced is True
         assert second.view().next_message_id == message.message_id
         assert first.view().next_message_id is None  # fenced: told nothing to send
+        with pytest.raises(SessionAuthorityCommandError, match="another coordinator took over"):
+            first.next_message(timeout_s=5)  # told it was fenced, instead of waiting in vain
         with pytest.raises(RejectedError) as fenced:
             first.delivered(message.message_id, "entry-old")
         assert fenced.value.error_code == "sessionAuthority"
+        # A coordinator is told to attach again, not how to act as the session.
+        assert "attach again" in str(fenced.value)
+        assert "piwf session attach" not in str(fenced.value)
         with pytest.raises(RejectedError) as refused:
             first.submit(message.content["requestId"], {"steps": ["a", "b", "c"]})
         assert refused.value.error_code == "sessionAuthority"
