@@ -45,7 +45,8 @@ def channel_status(as_json: bool) -> None:
         render.emit_json(status.to_wire())
         return
     if status.config_error:
-        click.echo(f"configuration: {status.config_error}")
+        kept = "; the adapters below keep the last valid configuration" if status.profiles else ""
+        click.echo(f"configuration error: {status.config_error}{kept}")
     if not status.profiles:
         click.echo(f"no channel profiles (configure them in {status.config_file})")
     for profile in status.profiles:
@@ -71,6 +72,9 @@ def channel_status(as_json: bool) -> None:
 def channel_reload(as_json: bool) -> None:
     """Re-read channels.json; restart the adapters whose profile or credential changed.
 
+    A file that cannot be used is an error (exit 1) naming the file and what is wrong; nothing
+    changes then: the running adapters keep the last valid configuration.
+
     \b
     Example:
       piwf channel reload
@@ -80,8 +84,6 @@ def channel_reload(as_json: bool) -> None:
     if as_json:
         render.emit_json(report.to_wire())
         return
-    if report.config_error:
-        click.echo(f"configuration unchanged: {report.config_error}")
     for label, names in (
         ("started", report.started),
         ("restarted", report.restarted),

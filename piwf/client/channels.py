@@ -32,7 +32,12 @@ class ChannelMethods(ClientCalls):
         return self._call("channel.status", EmptyPayload(), ChannelStatus)
 
     def reload_channels(self, *, idempotency_key: str | None = None) -> ChannelReloadReceipt:
-        """Re-read ``channels.json`` and restart the adapters whose profile changed."""
+        """Re-read ``channels.json`` and restart the adapters whose profile changed.
+
+        Raises :class:`~piwf.errors.RejectedError` with ``error_code`` ``channelConfig`` when
+        the file cannot be used (its message names the file and what is wrong); nothing
+        changes then: the running adapters keep the last valid configuration.
+        """
         from piwf.protocol.channel_payloads import ChannelReloadReceipt
 
         return self._call(

@@ -42,7 +42,9 @@ class ChannelProfileInfo(WireModel):
 
 
 class ChannelStatus(WireModel):
-    """Receipt of channel.status."""
+    """Receipt of channel.status: ``config_file`` is the full path of ``channels.json``;
+    ``config_error`` what is wrong with it (the adapters shown keep the last valid
+    configuration)."""
 
     config_file: str
     config_error: str | None = None
@@ -50,9 +52,9 @@ class ChannelStatus(WireModel):
 
 
 class ChannelReloadReceipt(WireModel):
-    """Receipt of channel.reload: which profiles were started, restarted, stopped, kept."""
+    """Receipt of channel.reload: which profiles were started, restarted, stopped, kept (a file
+    that cannot be used is answered ``rejected`` with code ``channelConfig`` instead)."""
 
-    config_error: str | None = None
     started: list[str]
     restarted: list[str]
     stopped: list[str]

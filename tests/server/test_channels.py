@@ -299,4 +299,56 @@ def test_reload_restarts_a_changed_profile_and_stops_a_removed_one(
         wait_for(lambda: not psutil.pid_exists(second["pid"]), timeout_s=30, what="the adapter")
         config.write_text("{not json")
         broken = client.request("channel.reload", key="reload-4")
-        assert broken.receipt is not None and broken.receipt["configError"], broken
+        assert broken.outcome == "rejected", broken
+        assert broken.error is not None and broken.error.code == "channelConfig", broken
+
+
+def test_reload_of_an_unusable_file_fails_and_the_adapter_keeps_its_configuration(
+    channel_server: ServerProcess, bot: FakeBotApi
+) -> None:
+    config = channel_server.home / "channels.json"
+    valid = config.read_text()
+    profile = json.loads(valid)["profiles"]["ops"]
+    public_http = {"profiles": {"ops": {**profile, "apiBaseUrl": "http://example.com"}}}
+    with raw_client(channel_server) as client:
+        first = adapter(client)
+        for document, problem in (
+            ("{not json", "not valid JSON"),
+            ("[]", "the document must be a JSON object"),
+            (json.dumps(public_http), "apiBaseUrl must be https (or http on a loopback host)"),
+        ):
+            config.write_text(document)
+            as_json = piwf(channel_server.home, "channel", "reload", "--json")
+            assert as_json.returncode == 1, as_json
+            error = json.loads(as_json.stdout)["error"]
+            assert error["code"] == "channelConfig"
+            assert error["message"].startswith(f"{config}: "), error
+            assert problem in error["message"], error
+            assert "ops keeps the last valid configuration" in error["message"], error
+            plain = piwf(channel_server.home, "channel", "reload")
+            assert plain.returncode == 1, plain
+            assert plain.stdout == ""
+            assert plain.stderr.startswith(f"Error: {config}: "), plain.stderr
+            # The error stays visible as the channel's state; the adapter runs on unchanged.
+            shown = status(client)
+            assert shown["configFile"] == str(config)
+            assert (
+                shown["configError"].startswith(f"{config}: ") and problem in shown["configError"]
+            ), shown
+            (kept,) = shown["profiles"]
+            assert (kept["state"], kept["pid"], kept["epoch"]) == ("ready", first["pid"], 1)
+        config.write_text(valid)
+        fixed = piwf(channel_server.home, "channel", "reload", "--json")
+        assert fixed.returncode == 0, fixed
+        assert json.loads(fixed.stdout)["unchanged"] == ["ops"]
+        assert "configError" not in status(client)
+
+
+def test_status_without_profiles_names_the_file_to_write(servers: ServerFactory) -> None:
+    server = servers.start(env=FAST)
+    assert server.ready["ok"] is True, server.ready
+    shown = piwf(server.home, "channel", "status")
+    assert shown.returncode == 0, shown
+    assert shown.stdout.strip() == (
+        f"no channel profiles (configure them in {server.home / 'channels.json'})"
+    )

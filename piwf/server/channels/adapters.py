@@ -22,6 +22,7 @@ The server never sees the Bot API: only the adapter does.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -144,21 +145,35 @@ class ChannelAdapters:
     # -- configuration ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Read the profiles and launch one adapter each (the server's start)."""
-        self.reload()
+        """Read the profiles and launch one adapter each (the server's start). An invalid
+        file is logged and shown in status; no adapter runs until a reload reads a valid one."""
+        with contextlib.suppress(ChannelConfigError):
+            self.reload()
 
     def reload(self) -> ChannelReloadReceipt:
         """Re-read the profiles; start, restart (profile or credential changed) and stop
-        adapters to match. An invalid file changes nothing and is reported."""
+        adapters to match.
+
+        Raises :class:`ChannelConfigError` when the file cannot be used: then nothing changes
+        (the running adapters keep the last valid configuration) and status shows the error
+        until a reload reads a valid file.
+        """
         try:
             profiles = {profile.name: profile for profile in load_profiles(self.home)}
         except ChannelConfigError as error:
             self.config_error = str(error)
-            log.warning("channels: %s", error)
-            return ChannelReloadReceipt(
-                config_error=self.config_error, started=[], restarted=[], stopped=[],
-                unchanged=sorted(self.adapters),
-            )  # fmt: skip
+            log.warning("channels: %s; nothing changed", error)
+            kept = sorted(name for name, adapter in self.adapters.items() if not adapter.stopping)
+            running = (
+                f"{', '.join(kept)} keep{'s' if len(kept) == 1 else ''} the last valid "
+                "configuration"
+                if kept
+                else "no adapter runs"
+            )
+            raise ChannelConfigError(
+                f"{error}. Nothing changed ({running}); fix the file, then run "
+                "piwf channel reload again"
+            ) from None
         self.config_error = None
         started, restarted, stopped, unchanged = [], [], [], []
         for name in sorted(set(self.adapters) - set(profiles)):

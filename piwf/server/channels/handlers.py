@@ -26,7 +26,7 @@ from piwf.protocol.channel_payloads import (
 from piwf.protocol.client_v1 import Request
 from piwf.protocol.payloads import EmptyPayload
 from piwf.server.channels.adapters import ChannelAdapters
-from piwf.server.channels.profiles import config_path
+from piwf.server.channels.profiles import ChannelConfigError, config_path
 from piwf.server.commands import CommandResult
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
@@ -90,21 +90,26 @@ class ChannelHandlers:
                     )
                 )
         status = ChannelStatus(
-            config_file=config_path(self.context.home).name,
+            config_file=str(config_path(self.context.home)),
             config_error=self.adapters.config_error,
             profiles=profiles,
         )
         reply(ok(request, status))
 
     def reload(self, request: Request, reply: Reply) -> None:
-        """Reload once per idempotency key: a retry gets the stored report back."""
+        """Reload once per idempotency key: a retry gets the stored report back. A file that
+        cannot be used is ``rejected`` (``channelConfig``, naming the file and what is wrong)
+        and changes nothing."""
         payload_of(request, EmptyPayload)
         earlier = self.context.commands.lookup(request)
         if earlier is not None:
             reply(earlier)
             return
-        report = self.adapters.reload()
-        reply(self.context.commands.store(request, CommandResult.accepted(report.to_wire())))
+        try:
+            result = CommandResult.accepted(self.adapters.reload().to_wire())
+        except ChannelConfigError as error:
+            result = CommandResult.failed("rejected", error)
+        reply(self.context.commands.store(request, result))
 
     def recover(self, request: Request, reply: Reply) -> None:
         payload = payload_of(request, ChannelRecoverPayload)

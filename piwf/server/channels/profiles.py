@@ -86,12 +86,18 @@ class ChannelsFile(BaseModel):
 
     profiles: dict[str, TelegramProfileConfig] = Field(default_factory=dict, max_length=32)
 
-    @field_validator("profiles")
+    @field_validator("profiles", mode="before")
     @classmethod
-    def _names(cls, value: dict[str, TelegramProfileConfig]) -> dict[str, TelegramProfileConfig]:
-        for name in value:
-            if not PROFILE_NAME.fullmatch(name):
-                raise ValueError(f"profile name {name[:64]!r}: lowercase letters, digits, - and _")
+    def _names(cls, value: object) -> object:
+        # Before the profiles themselves: a bad name is the first thing to fix, and a profile
+        # under it would otherwise be reported as if the name were fine.
+        if isinstance(value, dict):
+            for name in value:
+                if not PROFILE_NAME.fullmatch(name):
+                    raise ValueError(
+                        f"profile name {name[:64]!r} is not allowed: use 1 to 64 lowercase "
+                        "letters, digits, - and _, starting with a letter or digit"
+                    )
         return value
 
 
@@ -127,13 +133,13 @@ def load_profiles(home: Path) -> list[Profile]:
     except FileNotFoundError:
         return []
     except OSError as error:
-        raise ChannelConfigError(f"{path.name}: cannot be read ({error.strerror})") from None
+        raise ChannelConfigError(f"{path}: cannot be read ({error.strerror})") from None
     if len(raw) > _MAX_CONFIG_BYTES:
-        raise ChannelConfigError(f"{path.name}: larger than {_MAX_CONFIG_BYTES} bytes")
+        raise ChannelConfigError(f"{path}: larger than {_MAX_CONFIG_BYTES} bytes")
     try:
         document = ChannelsFile.model_validate(json.loads(raw))
     except (ValueError, ValidationError) as error:
-        raise ChannelConfigError(f"{path.name}: {_first_problem(error)}") from None
+        raise ChannelConfigError(f"{path}: {_first_problem(error)}") from None
     profiles = []
     for name, profile in sorted(document.profiles.items()):
         try:
@@ -193,8 +199,13 @@ def _is_loopback(host: str) -> bool:
 
 
 def _first_problem(error: Exception) -> str:
-    if isinstance(error, ValidationError):
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "document"
-        return f"{where}: {first['msg']}"
-    return f"not valid JSON ({error})"
+    """The first thing wrong with the document, located by its path of keys."""
+    if not isinstance(error, ValidationError):
+        return f"not valid JSON ({error})"
+    first = error.errors(include_url=False, include_input=False)[0]
+    if not first["loc"]:
+        return 'the document must be a JSON object: {"profiles": {"<name>": {...}}}'
+    where = ".".join(str(part) for part in first["loc"])
+    # A validator's own message, without pydantic's "Value error, " in front of it.
+    cause = first.get("ctx", {}).get("error") if first["type"] == "value_error" else None
+    return f"{where}: {cause if cause is not None else first['msg']}"
