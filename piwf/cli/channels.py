@@ -57,7 +57,7 @@ def channel_status(as_json: bool) -> None:
             f"pending {profile.pending_sends}  ambiguous {len(profile.ambiguous)}"
         )
         if profile.error:
-            click.echo(f"  {profile.error}")
+            click.echo(f"  since {render.timestamp(profile.since)}: {profile.error}")
         for send in profile.ambiguous:
             click.echo(
                 f"  ambiguous {send.effect_id} ({send.effect_type}, {send.attempt_count} "

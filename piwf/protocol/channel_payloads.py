@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from piwf.protocol.channel_v1 import ApiProblem
 from piwf.protocol.payloads import EffectInfo, WireModel
 
 
@@ -29,14 +30,21 @@ class ChannelSendInfo(WireModel):
 
 
 class ChannelProfileInfo(WireModel):
-    """One configured profile and its adapter child."""
+    """One configured profile and its adapter child.
+
+    ``state`` is ``starting``, ``ready``, ``degraded`` (it runs but its API fails: ``problem``
+    says how, ``error`` what to do), ``failed``, ``exited``, ``stopping`` or ``stopped``;
+    ``since`` when it entered that state (epoch milliseconds).
+    """
 
     profile: str
     kind: str
     state: str
+    since: int | None = None
     pid: int | None = None
     epoch: int | None = None
     error: str | None = None
+    problem: ApiProblem | None = None
     pending_sends: int = 0
     ambiguous: list[ChannelSendInfo] = Field(default_factory=list)
 

@@ -19,7 +19,14 @@ reads anything else: ``adapterEpoch`` (the channel's current adapter; +1 at ever
                                         data?, callbackId?}}
     server → child   response          {..., the answer's sequence echoed as ``replyTo``,
                                         outcome, revision (the channel's, after it), notice?}
+    child → server   channel.health    {..., attemptId: "health", problem?: unreachable |
+                                        credentialRefused | apiError | badReply, reason?}
     child → server   channel.exiting   {..., attemptId: "exit"}
+
+``channel.health`` is sent when the API's health changes (it fails, fails differently, or
+answers again), never once per poll: without ``problem`` the API answers again; with it, the
+kind of failure and a short ``reason`` (the method and the HTTP status or network error; never
+the credential, a request URL or a payload).
 
 The credential travels only in ``launch``, over the private pipe (never argv, environment,
 database or logs). The child never opens SQLite and never loads workflow code: it sends, edits,
@@ -152,6 +159,19 @@ class AnswerFrame(_Fenced):
     update: Update
 
 
+#: Why an adapter cannot use its API: no connection (refused, unresolvable, timed out), the API
+#: refused the credential (HTTP 401), another error answer, or a reply of no known shape.
+ApiProblem = Literal["unreachable", "credentialRefused", "apiError", "badReply"]
+
+
+class HealthFrame(_Fenced):
+    """The adapter's API changed between usable (no ``problem``) and not."""
+
+    kind: Literal["channel.health"] = "channel.health"
+    problem: ApiProblem | None = None
+    reason: str | None = Field(default=None, max_length=300)
+
+
 class ExitingFrame(_Fenced):
     """The adapter ends on its own (it lost its server, or was told to stop)."""
 
@@ -170,7 +190,8 @@ class ResponseFrame(_Fenced):
 
 
 ChildFrame = Annotated[
-    ReadyFrame | SettleFrame | AnswerFrame | ExitingFrame, Field(discriminator="kind")
+    ReadyFrame | SettleFrame | AnswerFrame | HealthFrame | ExitingFrame,
+    Field(discriminator="kind"),
 ]
 ServerFrame = Annotated[LaunchFrame | PresentFrame | ResponseFrame, Field(discriminator="kind")]
 
@@ -182,13 +203,15 @@ def _adapter(frames: Any) -> TypeAdapter[Any]:
     return TypeAdapter(frames)
 
 
-def parse_child_frame(raw: bytes) -> ReadyFrame | SettleFrame | AnswerFrame | ExitingFrame:
+def parse_child_frame(
+    raw: bytes,
+) -> ReadyFrame | SettleFrame | AnswerFrame | HealthFrame | ExitingFrame:
     """Decode and validate one adapter message (canonical JSON, unknown fields refused).
 
     Raises :class:`~piwf.errors.PiwfError` for bytes that are not canonical JSON and
     ``pydantic.ValidationError`` for a message of no declared shape.
     """
-    frame: ReadyFrame | SettleFrame | AnswerFrame | ExitingFrame = _adapter(
+    frame: ReadyFrame | SettleFrame | AnswerFrame | HealthFrame | ExitingFrame = _adapter(
         ChildFrame
     ).validate_python(canonical.decode(raw))
     return frame

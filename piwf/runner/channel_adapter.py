@@ -7,7 +7,9 @@ Started by the server like every child (:mod:`piwf.runner.bootstrap`), speaking
     -> channel.ready -> two duties until the server goes away:
        main thread   channel.present -> sendMessage | editMessageText -> channel.settle
        poll thread   getUpdates(offset) long poll -> channel.answer per update -> response
-                     -> answerCallbackQuery (the server's notice) -> offset + 1
+                     -> answerCallbackQuery (the server's notice) -> offset + 1;
+                     channel.health when a poll fails after one that did not (or fails
+                     differently), and when one succeeds again after failing
 
 It never opens SQLite, never loads workflow code and never changes run state: the server
 checks every answer and settles decisions. Only the Bot API over ``urllib`` (standard library)
@@ -22,6 +24,7 @@ settles ``indeterminate``: the server marks it ambiguous and never sends it agai
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import queue
 import threading
@@ -36,6 +39,8 @@ from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
 from piwf.protocol.channel_v1 import (
     AnswerFrame,
+    ApiProblem,
+    HealthFrame,
     LaunchFrame,
     MessageRef,
     PresentFrame,
@@ -56,11 +61,13 @@ _POLL_BACKOFF_S = 1.0
 
 
 class BotApiError(Exception):
-    """A Bot API call failed; ``definite`` when the request provably did not take effect."""
+    """A Bot API call failed; ``definite`` when the request provably did not take effect,
+    ``problem`` the kind of failure (the message is safe: no credential, URL or payload)."""
 
-    def __init__(self, message: str, *, definite: bool) -> None:
+    def __init__(self, message: str, *, definite: bool, problem: ApiProblem) -> None:
         super().__init__(message)
         self.definite = definite
+        self.problem = problem
 
 
 class TelegramAdapter:
@@ -78,6 +85,8 @@ class TelegramAdapter:
         self.stopping = threading.Event()
         self.responses: queue.Queue[ResponseFrame] = queue.Queue()
         self._send_lock = threading.Lock()
+        #: The API's health as last reported to the server (None: usable, as at launch).
+        self._reported_problem: ApiProblem | None = None
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -153,7 +162,9 @@ class TelegramAdapter:
     def _edit_body(self, request: PresentRequest) -> dict[str, Any]:
         ref = request.message_ref
         if ref is None:
-            raise BotApiError("an edit needs the message it edits", definite=True)
+            raise BotApiError(
+                "an edit needs the message it edits", definite=True, problem="apiError"
+            )
         return {
             "chat_id": ref.chat_id,
             "message_id": ref.message_id,
@@ -164,25 +175,54 @@ class TelegramAdapter:
     # -- polling ------------------------------------------------------------------------------
 
     def _poll_forever(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                updates = self.call(
-                    "getUpdates",
-                    {
-                        "offset": self.offset,
-                        "timeout": self.profile.poll_timeout_s,
-                        "allowed_updates": ["callback_query", "message"],
-                    },
-                    timeout_s=self.profile.poll_timeout_s + self.profile.request_timeout_s,
-                )
-                for update in updates:
-                    if self.stopping.is_set():
-                        return
-                    self._relay(update)
-            except (BotApiError, KeyError, TypeError, ValueError):
-                self.stopping.wait(_POLL_BACKOFF_S)
-            except (OSError, EOFError):
-                return  # the pipe is gone: the main thread ends the adapter
+        try:
+            while not self.stopping.is_set():
+                if not self._poll_once():
+                    self.stopping.wait(_POLL_BACKOFF_S)
+        except (OSError, EOFError):
+            return  # the pipe is gone: the main thread ends the adapter
+
+    def _poll_once(self) -> bool:
+        """One ``getUpdates`` and the relay of what it brought; False when the API failed.
+
+        The API's health is reported on each change only: a failure after a success (or a
+        different failure), and a success after a failure. Raises ``OSError`` or ``EOFError``
+        when the pipe to the server is gone.
+        """
+        try:
+            updates = self.call(
+                "getUpdates",
+                {
+                    "offset": self.offset,
+                    "timeout": self.profile.poll_timeout_s,
+                    "allowed_updates": ["callback_query", "message"],
+                },
+                timeout_s=self.profile.poll_timeout_s + self.profile.request_timeout_s,
+            )
+            for update in updates:
+                if self.stopping.is_set():
+                    return True
+                self._relay(update)
+        except BotApiError as failure:
+            self._report_health(failure.problem, str(failure))
+            return False
+        except (KeyError, TypeError, ValueError):
+            self._report_health("badReply", "getUpdates: an update of an unexpected shape")
+            return False
+        self._report_health(None, None)
+        return True
+
+    def _report_health(self, problem: ApiProblem | None, reason: str | None) -> None:
+        if problem == self._reported_problem:
+            return
+        self._send(
+            HealthFrame,
+            attempt_id="health",
+            expected_revision=self.revision,
+            problem=problem,
+            reason=None if reason is None else self._safe(reason)[:300],
+        )
+        self._reported_problem = problem
 
     def _relay(self, raw: dict[str, Any]) -> None:
         update_id = int(raw["update_id"])
@@ -246,18 +286,28 @@ class TelegramAdapter:
         except urllib.error.HTTPError as error:
             # A 4xx other than 429 is the API refusing the request: it did not take effect.
             definite = 400 <= error.code < 500 and error.code != 429
+            problem: ApiProblem = "credentialRefused" if error.code == 401 else "apiError"
             raise BotApiError(
-                self._safe(f"{method}: HTTP {error.code}"), definite=definite
+                self._safe(f"{method}: HTTP {error.code}"), definite=definite, problem=problem
             ) from None
         except urllib.error.URLError as error:
             refused = isinstance(error.reason, ConnectionRefusedError)
             message = self._safe(f"{method}: {error.reason}")
-            raise BotApiError(message, definite=refused) from None
-        except (TimeoutError, OSError, ValueError) as error:
-            raise BotApiError(self._safe(f"{method}: {error}"), definite=False) from None
+            raise BotApiError(message, definite=refused, problem="unreachable") from None
+        except (TimeoutError, OSError) as error:
+            message = self._safe(f"{method}: {error}")
+            raise BotApiError(message, definite=False, problem="unreachable") from None
+        except (ValueError, http.client.HTTPException) as error:
+            # Not JSON, or a broken HTTP reply (a bad status line, a body cut short).
+            message = self._safe(f"{method}: {type(error).__name__} {error}".rstrip())
+            raise BotApiError(message, definite=False, problem="badReply") from None
         if not isinstance(document, dict) or document.get("ok") is not True:
             description = document.get("description") if isinstance(document, dict) else None
-            raise BotApiError(self._safe(f"{method}: {description or 'not ok'}"), definite=True)
+            raise BotApiError(
+                self._safe(f"{method}: {description or 'not ok'}"),
+                definite=True,
+                problem="apiError",
+            )
         return document.get("result")
 
     def _safe(self, text: str) -> str:

@@ -4,7 +4,9 @@ Implements ``sendMessage``, ``editMessageText``, ``getUpdates`` (long polling wi
 updates below the offset are confirmed and dropped, as Telegram does) and
 ``answerCallbackQuery``, under ``/bot<token>/<method>``. It records every call (method, token,
 body), lets a test inject a button press from any user id, and can be told to hang the next
-``sendMessage`` (it has then been received and recorded, but never answered: an in-flight send).
+``sendMessage`` (it has then been received and recorded, but never answered: an in-flight send),
+to refuse every token (HTTP 401, as Telegram answers a wrong one), or to go offline and come
+back on the same port (:meth:`FakeBotApi.go_offline`, :meth:`FakeBotApi.go_online`).
 """
 
 from __future__ import annotations
@@ -31,19 +33,23 @@ class FakeBotApi:
     calls: list[Call] = field(default_factory=list)
     updates: list[dict[str, Any]] = field(default_factory=list)
     hang_sends: bool = False
+    refuse_credential: bool = False
+    #: How many requests were refused with HTTP 401.
+    refusals: int = 0
     #: How many getUpdates polls were answered (not recorded as calls).
     polls: int = 0
     lock: threading.Condition = field(default_factory=threading.Condition)
     released: threading.Event = field(default_factory=threading.Event)
     _server: ThreadingHTTPServer | None = None
+    _address: tuple[str, int] = ("127.0.0.1", 0)
+    _handler: type[BaseHTTPRequestHandler] | None = None
     _next_update: int = 1000
     _next_message: int = 1
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        host, port = self._address
+        return f"http://{host}:{port}"
 
     def start(self) -> FakeBotApi:
         fake = self
@@ -54,13 +60,22 @@ class FakeBotApi:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 _, _, rest = self.path.partition("/bot")
                 token, _, method = rest.partition("/")
+                if fake.refuse_credential:
+                    with fake.lock:
+                        fake.refusals += 1
+                    refusal = {"ok": False, "error_code": 401, "description": "Unauthorized"}
+                    self._answer(401, refusal)
+                    return
                 result = fake.handle(method, token, body)
                 if result is _HANG:
                     fake.released.wait(120)
                     return
-                data = json.dumps({"ok": True, "result": result}).encode()
+                self._answer(200, {"ok": True, "result": result})
+
+            def _answer(self, status: int, document: dict[str, Any]) -> None:
+                data = json.dumps(document).encode()
                 try:
-                    self.send_response(200)
+                    self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
@@ -71,18 +86,30 @@ class FakeBotApi:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._handler = Handler
+        self.go_online()
         return self
+
+    def go_online(self) -> None:
+        """Listen (again, on the same port once it had one)."""
+        assert self._handler is not None, "start() first"
+        self._server = ThreadingHTTPServer(self._address, self._handler)
+        self._server.daemon_threads = True
+        self._address = ("127.0.0.1", int(self._server.server_address[1]))
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def go_offline(self) -> None:
+        """Stop listening: a connection to :attr:`url` is refused until :meth:`go_online`."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
 
     def stop(self) -> None:
         self.released.set()
         with self.lock:
             self.lock.notify_all()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        self.go_offline()
 
     # -- the API ------------------------------------------------------------------------------
 

@@ -352,3 +352,60 @@ def test_status_without_profiles_names_the_file_to_write(servers: ServerFactory)
     assert shown.stdout.strip() == (
         f"no channel profiles (configure them in {server.home / 'channels.json'})"
     )
+
+
+def degraded(client: RawClient, problem: str) -> dict[str, Any] | None:
+    (profile,) = status(client)["profiles"]
+    found = profile["state"] == "degraded" and profile.get("problem") == problem
+    return profile if found else None
+
+
+def test_an_adapter_whose_api_fails_is_degraded_with_why_until_the_api_answers(
+    servers: ServerFactory, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    configure(servers.home, bot)
+    bot.go_offline()
+    server = servers.start(env=FAST)
+    assert server.ready["ok"] is True, server.ready
+    log = server.home / "server" / "server.log"
+    workflow = decision_workflow(tmp_path, "approve", 600_000)
+    with raw_client(server) as client:
+        unreachable = wait_for(
+            lambda: degraded(client, "unreachable"), timeout_s=30, what="unreachable"
+        )
+        assert unreachable["error"].startswith("the Bot API cannot be reached (getUpdates: ")
+        assert unreachable["since"] > 0 and unreachable["epoch"] == 1
+        # A wrong token: the API answers 401.
+        bot.refuse_credential = True
+        bot.go_online()
+        refused = wait_for(
+            lambda: degraded(client, "credentialRefused"), timeout_s=30, what="the 401"
+        )
+        assert refused["error"].startswith(
+            "the API refused the credential (getUpdates: HTTP 401): fix the token in "
+            "channels/ops.token, then run piwf channel reload"
+        ), refused
+        shown = piwf(server.home, "channel", "status")
+        assert "ops  telegram  degraded  " in shown.stdout, shown.stdout
+        assert "the API refused the credential" in shown.stdout, shown.stdout
+        # Nothing is sent through an adapter whose API fails; the decision waits.
+        run_id = start(client, workflow, None, "r1")
+        waiting_request(client, run_id)
+        refusals = bot.refusals
+        wait_for(lambda: bot.refusals >= refusals + 3, timeout_s=30, what="3 refused polls")
+        assert effects(server) == []
+        assert refused["pid"] == status(client)["profiles"][0]["pid"]
+        # The API answers again: ready, and the waiting decision is sent.
+        bot.refuse_credential = False
+        back = adapter(client)
+        assert "error" not in back and "problem" not in back, back
+        wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
+        wait_for(lambda: "answers again" in log.read_text(), what="the recovery's log line")
+        everything = json.dumps(status(client)) + shown.stdout + shown.stderr
+    logged = log.read_text()
+    # One line per change, not one per failed poll; never the credential or its URL.
+    assert logged.count("channel ops: the Bot API cannot be reached") == 1, logged
+    assert logged.count("channel ops: the API refused the credential") == 1, logged
+    assert logged.count("channel ops: the Bot API answers again") == 1, logged
+    assert TOKEN not in logged and "/bot" not in logged
+    assert TOKEN not in everything and "/bot" not in everything

@@ -8,14 +8,24 @@ Duties, driven by the server loop::
                launch (profile, allowed identities, its one credential, the update offset)
     serve      fence every frame (epoch, profile, sequence) before its payload; ready, settle
                and answer each commit one transaction; an answer is checked against the
-               profile's allowed identities again and applied like ``decision.answer``
-    dispatch   (on a nudge and on the poll timer) for each ready adapter: present open
+               profile's allowed identities again and applied like ``decision.answer``;
+               health moves a ready adapter to ``degraded`` while its API fails and back
+               (one log line per change)
+    dispatch   (on a nudge and on the poll timer) for each ready adapter (not a degraded
+               one: what it sent would fail, and a refused send is not retried): present open
                protected decisions, resume sends an operator sent back to pending, edit
                deliveries whose decision was settled (on the channel or anywhere else); every
                attempt is recorded before the adapter is asked
     reap       an adapter that ends leaves its open attempts ambiguous; it is started again
                with a bounded back-off (a new epoch), and nothing it may have sent is resent
     reload     re-read the profiles; start new ones, restart changed ones, stop removed ones
+
+Adapter states::
+
+    starting -> ready <-> degraded        (its API fails: unreachable, credential refused, ...)
+    starting | ready | degraded -> exited -> starting   (a new epoch, after a back-off)
+    starting -> failed -> starting        (it could not be launched: a credential file, ...)
+    any -> stopping -> stopped            (a reload removed or changed its profile)
 
 The server never sees the Bot API: only the adapter does.
 """
@@ -36,7 +46,9 @@ from piwf.processes import ChildKind
 from piwf.protocol.channel_payloads import ChannelReloadReceipt
 from piwf.protocol.channel_v1 import (
     AnswerFrame,
+    ApiProblem,
     ExitingFrame,
+    HealthFrame,
     LaunchFrame,
     PresentFrame,
     PresentRequest,
@@ -47,6 +59,7 @@ from piwf.protocol.channel_v1 import (
     fence_refusal,
     parse_child_frame,
 )
+from piwf.server.channels.health import degraded_error
 from piwf.server.channels.profiles import (
     ChannelConfigError,
     Profile,
@@ -87,11 +100,17 @@ class ChannelSettings:
 
 @dataclass
 class Adapter:
-    """One profile's adapter child (the current one; an old epoch is forgotten)."""
+    """One profile's adapter child (the current one; an old epoch is forgotten).
+
+    ``error`` says why the state is not a good one, ``problem`` which way its API fails while
+    ``degraded``, ``since`` when it entered its state (epoch milliseconds).
+    """
 
     profile: Profile
     channel_id: str
     state: str = "starting"
+    since: int = 0
+    problem: ApiProblem | None = None
     epoch: int = 0
     revision: int = 0
     handle: ChildHandle | None = None
@@ -190,7 +209,7 @@ class ChannelAdapters:
             else:
                 started.append(name)
             channel_id = channel_store.channel_id_for(ChannelAdapterType.TELEGRAM, name)
-            adapter = Adapter(profile=profile, channel_id=channel_id)
+            adapter = Adapter(profile=profile, channel_id=channel_id, since=self.db.clock.now_ms())
             self.adapters[name] = adapter
             self._launch(adapter)
         return ChannelReloadReceipt(
@@ -229,7 +248,7 @@ class ChannelAdapters:
             log.warning("channel %s: send %s may have happened: ambiguous", profile.name, effect_id)
         adapter.epoch, adapter.revision = begun.epoch, begun.revision
         adapter.last_sequence = adapter.sent_sequence = 0
-        adapter.state, adapter.error = "starting", None
+        self._enter(adapter, "starting")
         launch = LaunchFrame(
             adapter_epoch=begun.epoch,
             profile=profile.name,
@@ -276,7 +295,7 @@ class ChannelAdapters:
 
     def _failed(self, adapter: Adapter, why: str) -> None:
         log.warning("channel %s: %s", adapter.profile.name, why)
-        adapter.state, adapter.error = "failed", why
+        self._enter(adapter, "failed", error=why)
         self._restart_later(adapter)
 
     def _restart_later(self, adapter: Adapter) -> None:
@@ -291,7 +310,7 @@ class ChannelAdapters:
 
     def _retire(self, adapter: Adapter) -> None:
         adapter.stopping = True
-        adapter.state = "stopping"
+        self._enter(adapter, "stopping")
         for timer in adapter.timers:
             timer.cancel()
         if adapter.handle is not None and not adapter.handle.exited:
@@ -326,12 +345,11 @@ class ChannelAdapters:
             )
         adapter.handle, adapter.link = None, None
         if adapter.stopping:
-            adapter.state = "stopped"
+            self._enter(adapter, "stopped")
             return
         code = handle.returncode
-        adapter.state = "exited"
         how = f"signal {-code}" if code is not None and code < 0 else f"code {code}"
-        adapter.error = f"the adapter exited ({how})"
+        self._enter(adapter, "exited", error=f"the adapter exited ({how})")
         log.warning("channel %s: %s; starting it again", adapter.profile.name, adapter.error)
         self._restart_later(adapter)
 
@@ -367,14 +385,51 @@ class ChannelAdapters:
             return
         adapter.last_sequence = frame.sequence
         if isinstance(frame, ReadyFrame):
-            adapter.state, adapter.failures = "ready", 0
+            adapter.failures = 0
+            self._enter(adapter, "ready")
             self.nudge()
         elif isinstance(frame, SettleFrame):
             self._settle(adapter, frame)
         elif isinstance(frame, AnswerFrame):
             self._answer(adapter, frame)
+        elif isinstance(frame, HealthFrame):
+            self._health(adapter, frame)
         elif isinstance(frame, ExitingFrame):
-            adapter.state = "exiting"
+            self._enter(adapter, "exiting")
+
+    def _enter(
+        self,
+        adapter: Adapter,
+        state: str,
+        *,
+        error: str | None = None,
+        problem: ApiProblem | None = None,
+    ) -> None:
+        adapter.state, adapter.error, adapter.problem = state, error, problem
+        adapter.since = self.db.clock.now_ms()
+
+    def _health(self, adapter: Adapter, frame: HealthFrame) -> None:
+        """The adapter's API failed, failed differently or answers again: one log line each
+        (the adapter reports changes only). Nothing is dispatched to it while it fails."""
+        if adapter.state not in ("ready", "degraded"):
+            return
+        name = adapter.profile.name
+        if frame.problem is None:
+            if adapter.state == "degraded":
+                failed_s = (self.db.clock.now_ms() - adapter.since) / 1000
+                log.info(
+                    "channel %s: the Bot API answers again (%s for %.0f s)",
+                    name,
+                    adapter.problem,
+                    failed_s,
+                )
+                self._enter(adapter, "ready")
+                self.nudge()
+            return
+        credential_file = adapter.profile.config.credential_file
+        error = degraded_error(frame.problem, frame.reason, credential_file)
+        log.warning("channel %s: %s", name, error)
+        self._enter(adapter, "degraded", error=error, problem=frame.problem)
 
     def _settle(self, adapter: Adapter, frame: SettleFrame) -> None:
         result = None if frame.result is None else frame.result.model_dump(by_alias=True)

@@ -3,9 +3,11 @@
 ==================  =======  ===================================================================
 operation           kind     what it does
 ==================  =======  ===================================================================
-channel.status      read     profiles, each adapter's state, pid and epoch, pending and
-                             ambiguous sends (no credential, chat id or answer)
-channel.reload      durable  re-read ``channels.json``; start, restart and stop adapters
+channel.status      read     profiles, each adapter's state (``degraded`` while its API
+                             fails, and why), pid and epoch, pending and ambiguous sends (no
+                             credential, chat id or answer)
+channel.reload      durable  re-read ``channels.json``; start, restart and stop adapters (an
+                             unusable file is ``rejected`` and changes nothing)
 channel.recover     durable  the operator's resolution of an ambiguous send: ``confirm`` (it
                              reached the chat) or ``retry`` (a new attempt; a duplicate is
                              possible)
@@ -79,9 +81,11 @@ class ChannelHandlers:
                         profile=name,
                         kind="telegram",
                         state=adapter.state,
+                        since=adapter.since or None,
                         pid=adapter.pid,
                         epoch=adapter.epoch or None,
                         error=adapter.error,
+                        problem=adapter.problem,
                         pending_sends=sum(
                             e.status in (EffectStatus.PENDING, EffectStatus.APPLYING)
                             for e in effects
