@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
+from piwf.server.children.capture import ATTEMPT_LOG_CAP, drop_marker
 from piwf.state import StateDatabase
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
 
@@ -342,24 +343,24 @@ def test_a_node_blocking_longer_than_the_lease_keeps_its_claim(
     wait_for(lambda: runner_statuses(server) == ["exited"], what="the runner's exit")
 
 
-def test_a_child_that_floods_its_output_is_killed_without_harming_the_server(
+def test_a_child_that_floods_its_output_is_not_killed_and_the_excess_is_dropped(
     fast_server: ServerProcess, tmp_path: Path
 ) -> None:
-    marker = tmp_path / "flooded"
+    imported = 2 * 1024 * 1024  # at import: the runner's own log (and the resolver's)
+    printed = 200 * 65536  # by the node: its attempt's log
     workflow = write_workflow(
         tmp_path,
         "flood",
         f"""
-        import pathlib, sys
+        import os, sys
         from piwf.workflow import compute, define_workflow
 
+        os.write(1, b"i" * {imported})
+
         def flood(ctx):
-            marker = pathlib.Path({str(marker)!r})
-            if not marker.exists():
-                marker.touch()
-                for _ in range(200):
-                    sys.stdout.write("x" * 65536)
-                    sys.stdout.flush()
+            for _ in range(200):
+                sys.stdout.write("x" * 65536)
+                sys.stdout.flush()
             return {{"ok": True}}
 
         workflow = define_workflow(
@@ -372,9 +373,20 @@ def test_a_child_that_floods_its_output_is_killed_without_harming_the_server(
         run = wait_run(client, run_id)
         assert client.request("server.status").outcome == "accepted"
     assert run["status"] == "completed"
-    wait_for(lambda: runner_statuses(fast_server) == ["crashed", "exited"], what="both runners")
-    logs = list((fast_server.home / "server" / "runners").glob("*.log"))
-    assert max(log.stat().st_size for log in logs) <= 1024 * 1024
+    wait_for(lambda: runner_statuses(fast_server) == ["exited"], what="the one runner's exit")
+    [(epoch,)] = query(fast_server, "SELECT runner_epoch FROM run_runners")
+    runners = fast_server.home / "server" / "runners"
+    # Each log keeps its cap and one marker line; the rest was read, counted and dropped.
+    cap = 1024 * 1024
+    assert (runners / f"{epoch}.log").read_bytes() == b"i" * cap + drop_marker(cap, "the captured")
+    [(stdout, kept, dropped)] = query(
+        fast_server, "SELECT stdout_bytes, kept_bytes, dropped_bytes FROM attempt_logs"
+    )
+    assert (stdout, kept, dropped) == (printed, ATTEMPT_LOG_CAP, printed - ATTEMPT_LOG_CAP)
+    server_log = (fast_server.home / "server" / "server.log").read_text(encoding="utf-8")
+    assert f"{epoch} wrote more than {cap} bytes of output; the rest is dropped" in server_log
+    logs = list(runners.glob("*.log"))
+    assert max(log.stat().st_size for log in logs) <= cap + len(drop_marker(cap, "the captured"))
     # Made by their first byte, under the server's own umask: private all the same.
     assert {stat.S_IMODE(log.stat().st_mode) for log in logs} == {0o600}
 

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from piwf import Client
+from piwf.server.children.capture import ATTEMPT_LOG_CAP
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_execution import FAST, query, run_view, wait_run, write_workflow
 
@@ -382,6 +383,33 @@ def test_a_command_that_submits_wrong_then_right_completes_the_step(
     assert outcomes == ["rejected", "accepted"]
     assert "non-empty" in agent_request["submissions"][0]["error"]
     assert view["output"] == {"summary": "The tides follow the moon."}
+
+
+def test_a_command_that_prints_more_than_the_output_cap_is_not_killed_and_completes(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    printed = 3_000_000  # past the runner's 1 MiB cap as well as the attempt's
+    workflow = headless_workflow(tmp_path)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, agent_command("chatty.py", str(printed)), "chatty")
+        run = wait_run(client, run_id)
+        view = run_view(client, run_id)
+    assert run["status"] == "completed", view.get("error")
+    assert view["output"] == {"got": {"summary": "The tides follow the moon."}}
+    # One runner, one turn: nothing was killed for the output.
+    assert query(agent_server, "SELECT status FROM run_runners WHERE run_id = ?", (run_id,)) == [
+        ("exited",)
+    ]
+    assert [row[2] for row in processes(agent_server, run_id)] == ["unregistered"]
+    [(stdout, stderr, kept, dropped)] = query(
+        agent_server,
+        "SELECT l.stdout_bytes, l.stderr_bytes, l.kept_bytes, l.dropped_bytes"
+        " FROM attempt_logs l JOIN node_attempts a USING (attempt_id)"
+        " WHERE a.run_id = ? AND a.node_path = 'ask'",
+        (run_id,),
+    )
+    assert stdout >= printed and stderr == len(b"about to submit\n")
+    assert (kept, dropped) == (ATTEMPT_LOG_CAP, stdout + stderr - ATTEMPT_LOG_CAP)
 
 
 def accept(server: ServerProcess, request_id: str, value: Any) -> None:

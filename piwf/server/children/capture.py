@@ -2,10 +2,15 @@
 
 One :class:`OutputCapture` owns a ``0600`` log file, made by the first byte it captures (a
 child that prints nothing leaves no file), and reads any number of pipe read ends from the
-server's selector without blocking. At most ``cap`` bytes are kept in all; the first
-byte past the cap calls ``on_flood`` once (the supervisor kills a flooding child) and the rest
-is read and dropped, so a writer can neither fill the disk nor stall on a full pipe while the
-loop runs. A full disk costs the bytes that did not fit, nothing more.
+server's selector without blocking. Printing is never a reason to kill a child (an agent
+command may well be chatty): every byte is read, so a writer never stalls on a full pipe, and
+what does not fit is counted and dropped, so it cannot fill the disk either. The log file
+keeps the first ``cap`` bytes, then one marker line (:func:`drop_marker`); the rest is counted
+(``dropped``). A full disk costs the bytes that did not fit, nothing more.
+
+**Pacing.** A stream whose read was dropped whole (its target is full) is not read again for
+``DROP_PAUSE_S``: a writer that never stops is slowed by its full pipe to about one read per
+pause, instead of keeping the server's loop busy copying bytes it drops. A drain still reads it.
 
 **Targets.** What is read goes to the capture's own log file unless a :class:`LogTarget` is
 set (:meth:`OutputCapture.switch`): a node attempt's own ``0600`` file, bounded on its own
@@ -17,8 +22,8 @@ Whoever switches first calls :meth:`OutputCapture.drain`, which reads what the p
 now, so output written before a switch goes to the target it was written for (the runner
 flushes before it reports a node's start or end)::
 
-    read ─▶ overall cap (flood: on_flood) ─▶ target set?  ─yes─▶ the attempt's file (its cap)
-                                                        └─no──▶ the capture's own log file
+    read ─▶ target set? ─yes─▶ the attempt's file (its cap; the rest counted and dropped)
+                       └─no──▶ the capture's own log file (its cap; the rest counted and dropped)
 """
 
 from __future__ import annotations
@@ -32,23 +37,25 @@ from pathlib import Path
 
 from piwf.config import FILE_MODE
 from piwf.server.failures import log_failure
-from piwf.server.loop import EventLoop
+from piwf.server.loop import EventLoop, Timer
 from piwf.state.execution.attempt_logs import LogCounts
 from piwf.state.failures import state_error_of_os
 
 log = logging.getLogger("piwf.server")
 
 READ_BYTES = 65536
-#: Bytes of one attempt's output its log file keeps; the rest is counted and dropped. Below
-#: the runner's own cap, so a node may pass it without its runner being killed for a flood.
+#: Bytes of one attempt's output its log file keeps; the rest is counted and dropped.
 ATTEMPT_LOG_CAP = 256 * 1024
+#: How long a stream whose last read was dropped whole waits before it is read again (at most
+#: ``READ_BYTES`` per pause: about 6 MB/s of dropped output per stream).
+DROP_PAUSE_S = 0.01
 #: Reads of one stream a drain makes at most (a writer that never pauses cannot hold the loop).
 _DRAIN_READS = 32
 
 
-def drop_marker(cap: int) -> bytes:
-    """The one line an attempt's log gets where its output passed ``cap`` bytes."""
-    return f"\n[piwf: this attempt's output passed {cap} bytes; the rest was dropped]\n".encode()
+def drop_marker(cap: int, whose: str = "this attempt's") -> bytes:
+    """The one line a log gets where ``whose`` output passed ``cap`` bytes."""
+    return f"\n[piwf: {whose} output passed {cap} bytes; the rest was dropped]\n".encode()
 
 
 class AttemptLogUnavailableError(Exception):
@@ -141,22 +148,26 @@ class OutputCapture:
         cap: int,
         *,
         label: str,
-        on_flood: Callable[[], None] = lambda: None,
         fresh: bool = False,
     ) -> None:
-        """``fresh``: start the log empty (else captured output is appended to it)."""
+        """``cap``: bytes the capture's own log file keeps (see the module docstring);
+        ``fresh``: start the log empty (else captured output is appended to it)."""
         self.loop = loop
         self.log_path = log_path
         self.cap = cap
         self.label = label
-        self.on_flood = on_flood
+        #: Bytes read from every stream, whatever their target.
         self.captured = 0
-        self.flooded = False
+        #: Bytes the capture's own log file kept, and the bytes meant for it that it dropped.
+        self.kept = 0
+        self.dropped = 0
         self.streams: list[int] = []
         #: Stream name of each descriptor (``stdout``, ``stderr``, or ``output``).
         self.stream_names: dict[int, str] = {}
         #: Where what is read goes now; None: the capture's own log file.
         self.target: LogTarget | None = None
+        #: The streams paused after a dropped read, with the timer that reads them again.
+        self._paused: dict[int, Timer] = {}
         if fresh:  # an earlier server's file of this name is emptied now
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
             os.close(os.open(log_path, flags, FILE_MODE))
@@ -185,6 +196,9 @@ class OutputCapture:
     def close(self) -> None:
         """Read what the streams still hold (bounded), stop reading and close every stream."""
         self.drain()
+        for timer in self._paused.values():
+            timer.cancel()
+        self._paused = {}
         for descriptor in self.streams:
             with contextlib.suppress(KeyError, ValueError):
                 self.loop.selector.unregister(descriptor)
@@ -194,9 +208,28 @@ class OutputCapture:
 
     def _reader(self, descriptor: int) -> Callable[[int], None]:
         def read(_mask: int) -> None:
-            self._read_once(descriptor)
+            if self._read_once(descriptor) and self._full():
+                self._pause(descriptor)
 
         return read
+
+    def _full(self) -> bool:
+        """Whether what is read now is dropped whole (the current target keeps no more)."""
+        if self.target is not None:
+            return self.target.kept >= self.target.cap
+        return self.kept >= self.cap
+
+    def _pause(self, descriptor: int) -> None:
+        """Stop reading ``descriptor`` from the selector for ``DROP_PAUSE_S``."""
+        with contextlib.suppress(KeyError, ValueError):
+            self.loop.selector.unregister(descriptor)
+        self._paused[descriptor] = self.loop.call_later(
+            DROP_PAUSE_S, lambda: self._unpause(descriptor)
+        )
+
+    def _unpause(self, descriptor: int) -> None:
+        if self._paused.pop(descriptor, None) is not None and descriptor in self.streams:
+            self.loop.selector.register(descriptor, selectors.EVENT_READ, self._reader(descriptor))
 
     def _read_once(self, descriptor: int) -> bool:
         """Read once from ``descriptor``; False when it held nothing now or has ended (then it
@@ -214,22 +247,39 @@ class OutputCapture:
             self.loop.selector.unregister(descriptor)
         if descriptor in self.streams:
             # Ended: closed now, so a later drain does not read it again.
+            paused = self._paused.pop(descriptor, None)
+            if paused is not None:
+                paused.cancel()
             self.streams.remove(descriptor)
             with contextlib.suppress(OSError):
                 os.close(descriptor)
         return False
 
     def _capture(self, stream: str, data: bytes) -> None:
-        room = self.cap - self.captured
-        if room > 0:
-            if self.target is not None:
-                self._to_target(self.target, stream, data[:room])
-            else:
-                _append(self.log_path, data[:room], self.label)
         self.captured += len(data)
-        if self.captured > self.cap and not self.flooded:
-            self.flooded = True
-            self.on_flood()
+        if self.target is not None:
+            self._to_target(self.target, stream, data)
+        else:
+            self._to_own_log(data)
+
+    def _to_own_log(self, data: bytes) -> None:
+        """Keep what fits under the cap in the capture's own log; count the rest as dropped
+        (the first drop adds the marker line and one server log line, no bytes of it)."""
+        room = max(self.cap - self.kept, 0)
+        kept = data[:room]
+        first_drop = len(data) > room and self.dropped == 0
+        self.kept += len(kept)
+        self.dropped += len(data) - len(kept)
+        if first_drop:
+            kept += drop_marker(self.cap, "the captured")
+            log.info(
+                "%s wrote more than %d bytes of output; the rest is dropped (%s keeps the first)",
+                self.label,
+                self.cap,
+                self.log_path.name,
+            )
+        if kept:
+            _append(self.log_path, kept, self.label)
 
     def _to_target(self, target: LogTarget, stream: str, data: bytes) -> None:
         try:
@@ -241,7 +291,7 @@ class OutputCapture:
                 "%s not opened (%s); its output goes to %s", target.label, error, self.label
             )
             self.target = None
-            _append(self.log_path, data, self.label)
+            self._to_own_log(data)
 
 
 def _append(path: Path, data: bytes, label: str) -> None:

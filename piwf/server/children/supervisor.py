@@ -35,8 +35,9 @@ status unknown, 255). With ``spawn`` it is the end-of-file of a pipe the child h
 process that workflow code forked without ``exec`` holds it too, so the server, which is then
 the child's parent, also acts on SIGCHLD (its handler only records; a loop wake duty reaps).
 
-**Output** goes to a ``0600`` file under ``$PIWF_HOME/server/runners/`` and is bounded: a child
-that writes more than the cap is killed (:mod:`piwf.server.children.capture`).
+**Output** goes to a ``0600`` file under ``$PIWF_HOME/server/runners/`` and is bounded: what a
+child writes past the cap is counted and dropped, and nothing is killed for it
+(:mod:`piwf.server.children.capture`).
 
 **Nothing a child started outlives it.** While the server lives:
 
@@ -168,11 +169,6 @@ class ChildHandle:
         """How many bytes it wrote to stdout and stderr."""
         return self.output.captured
 
-    @property
-    def flooded(self) -> bool:
-        """Whether it wrote more than its cap (and was killed for it)."""
-        return self.output.flooded
-
 
 class Supervisor:
     """Starts children into their own process groups and reports their exits to the loop."""
@@ -266,7 +262,6 @@ class Supervisor:
             channel=PipeChannel(server_end, MAX_FRAME_BYTES),
             output=output,
         )
-        output.on_flood = lambda: self.kill(handle)
         if spec.on_exit is not None:
             handle.on_exit.append(spec.on_exit)
         if spec.on_started is not None:

@@ -519,8 +519,6 @@ class Reconciler:
     def _classify(self, active: ActiveReconcile, handle: ChildHandle) -> ResourceRunnerStatus:
         if active.stop_reason is not None:
             return active.stop_reason
-        if handle.flooded:
-            return ResourceRunnerStatus.CRASHED
         if handle.returncode == 0 and (active.ended or active.result_committed):
             return ResourceRunnerStatus.EXITED
         return ResourceRunnerStatus.CRASHED

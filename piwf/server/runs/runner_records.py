@@ -105,7 +105,7 @@ class ExitRecord:
             status,
             exit_code=code if code is not None and code >= 0 else None,
             signal=None if code is None or code >= 0 else f"signal {-code}",
-            diagnostic="output flood" if handle.flooded else session.protocol_rejection,
+            diagnostic=session.protocol_rejection,
             actor=Actor(ActorType.SERVER, session.host.owner_id),
             owner_id=session.host.owner_id,
             lease_ms=session.host.lease_ms,

@@ -525,8 +525,6 @@ class RunnerSession:
         """The one outcome the exited child's runner row records."""
         if self.stop_reason is not None:
             return self.stop_reason
-        if handle.flooded:
-            return RunnerStatus.CRASHED
         if handle.returncode == 0 and self.ended:
             return RunnerStatus.EXITED
         return RunnerStatus.CRASHED
