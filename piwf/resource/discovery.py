@@ -102,6 +102,12 @@ def load_manager(path: Path, expected_name: str) -> LoadedManager:
     except ResourceManagerDefinitionError as error:
         sys.modules.pop(module_name, None)
         raise ResourceManagerLoadError(f"{path}: {error}") from error
+    except SystemExit as error:  # sys.exit() or exit() at import: a refusal, not an exit
+        sys.modules.pop(module_name, None)
+        raise ResourceManagerLoadError(
+            f"{path}: {error!r} raised while importing it (a resource manager file must not "
+            "call sys.exit or exit when it is imported)"
+        ) from error
     except Exception as error:
         sys.modules.pop(module_name, None)
         raise ResourceManagerLoadError(

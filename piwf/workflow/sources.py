@@ -467,6 +467,12 @@ class _Loader:
         except WorkflowDefinitionError as error:
             sys.modules.pop(name, None)
             raise WorkflowLoadError(f"{path}: {error}") from error
+        except SystemExit as error:  # sys.exit() or exit() at import: a refusal, not an exit
+            sys.modules.pop(name, None)
+            raise WorkflowLoadError(
+                f"{path}: {error!r} raised while importing it (a workflow file must not call "
+                "sys.exit or exit when it is imported)"
+            ) from error
         except Exception as error:
             sys.modules.pop(name, None)
             raise WorkflowLoadError(

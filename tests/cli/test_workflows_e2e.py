@@ -182,6 +182,29 @@ def test_a_workflow_that_does_not_load_is_reported_with_the_loaders_message(
     assert piwf.json("run", "list")["runs"] == []
 
 
+def test_a_workflow_file_that_exits_at_import_is_a_load_error_naming_the_file(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    raises = write(tmp_path / "broken", "raises", "raise SystemExit(3)\n")
+    dies = write(tmp_path / "broken", "dies", "import os\nos._exit(0)\n")
+    expected = {
+        raises: f"{raises}: SystemExit(3) raised while importing it",
+        dies: f"the resolver child exited with code 0 while loading {dies} (does the module "
+        "call os._exit or exit at import?)",
+    }
+    for path, message in expected.items():
+        for command in (("run", "start"), ("workflows", "show")):
+            answer = piwf.json(*command, str(path), exit_code=1)
+            assert answer["error"]["code"] == "workflowLoad", answer
+            assert answer["error"]["message"].startswith(message), answer
+        with Client(piwf.home) as client, pytest.raises(RejectedError) as refused:
+            client.start_run(str(path))  # not UnavailableError: a retry would fail the same
+        assert refused.value.error_code == "workflowLoad"
+        assert str(refused.value).startswith(message)
+    assert piwf.json("run", "list")["runs"] == []
+
+
 def test_the_client_lists_and_shows_workflows(
     piwf: Piwf,  # noqa: F811
     project: Path,

@@ -436,7 +436,7 @@ def test_a_restarted_helper_is_captured_in_the_private_helpers_log(
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
 
 
-def test_a_resolver_that_dies_answers_unavailable_and_stores_nothing(
+def test_a_resolver_killed_by_a_signal_answers_unavailable_and_stores_nothing(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
     server = start_server(servers, "forkserver")
@@ -444,11 +444,11 @@ def test_a_resolver_that_dies_answers_unavailable_and_stores_nothing(
         tmp_path,
         "dies_resolving",
         """
-        import os, sys
+        import os, signal, sys
         from piwf.workflow import compute, define_workflow
 
         if sys.argv[0].endswith("resolver.py"):  # only inside the resolver child
-            os._exit(1)
+            os.kill(os.getpid(), signal.SIGKILL)
 
         workflow = define_workflow(
             name="dies_resolving", start_at="a", nodes={"a": compute(lambda ctx: 1)}, edges=[]
@@ -461,6 +461,9 @@ def test_a_resolver_that_dies_answers_unavailable_and_stores_nothing(
     for answer in (response, again):
         assert answer.outcome == "unavailable", answer
         assert answer.error is not None and answer.error.code == "resolverFailed"
+        assert answer.error.message == (
+            f"the resolver child was killed by SIGKILL without an answer while loading {workflow}"
+        )
     assert query(server, "SELECT count(*) FROM runs") == [(0,)]
     receipts = "SELECT count(*) FROM server_commands WHERE idempotency_key = 'dies'"
     assert query(server, receipts) == [(0,)]

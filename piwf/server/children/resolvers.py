@@ -4,11 +4,16 @@ One child per resolution (``ChildKind.RESOLVER``), started by the supervisor lik
 in its own session and process group: the server sends one request frame on the child's
 channel (at once: it waits in the pipe while the child is forked) and waits (in the selector)
 for one reply frame, the child's exit or a deadline. A child that could not be started,
-overruns its deadline, exits without an answer, or sends an oversized or malformed reply is
+overruns its deadline, is killed by a signal, or sends an oversized or malformed reply is
 killed and the resolution fails with :class:`ResolverFailedError` (the caller answers
-``unavailable`` and stores no receipt); the server itself never imports the workflow. A
-resolver's captured output is kept in ``$PIWF_HOME/server/runners/resolver-*.log`` only when it
-wrote something.
+``unavailable`` and stores no receipt: a retry may succeed); the server itself never imports
+the workflow. A child that **exits by itself** without an answer (the module called
+``os._exit`` at import, or an exception the child could not answer for ended it) would do the
+same again: the resolution gets a refusal reply naming what it loaded and the exit code
+(``workflowLoad``, or the resource manager's load error), like any import failure. A channel
+that ends before the exit is seen waits for the exit (its code decides), at most
+``_EXIT_WAIT_S``. A resolver's captured output is kept in
+``$PIWF_HOME/server/runners/resolver-*.log`` only when it wrote something.
 
 A workflow whose sources are unchanged since an earlier resolution forks no child: its answer
 comes from :class:`~piwf.server.children.definition_cache.DefinitionCache` (still from the
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +33,7 @@ from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError, WorkflowLoadError
 from piwf.processes import ChildKind
+from piwf.resource.errors import ResourceManagerLoadError
 from piwf.server.children.definition_cache import DefinitionCache
 from piwf.server.children.link import ChildLink
 from piwf.server.children.pipes import PipeClosedError, PipeOverflowError
@@ -38,6 +45,9 @@ from piwf.state.failures import os_reason
 log = logging.getLogger("piwf.server")
 
 Done = Callable[[dict[str, JsonValue] | PiwfError], None]
+
+#: How long a resolution whose child's channel ended waits for the child's exit to be seen.
+_EXIT_WAIT_S = 5.0
 
 
 class ResolverFailedError(WorkflowLoadError):
@@ -126,8 +136,41 @@ class ResolverJobs:
     def _broken(self, job: _Job, why: str) -> None:
         if why == "overflow":
             self._finish(job, ResolverFailedError("the resolver sent an oversized answer"))
+        elif job.handle is not None and not job.handle.exited:
+            self._await_exit(job)
         else:
-            self._finish(job, ResolverFailedError("the resolver exited without an answer"))
+            self._finish(job, self._no_answer(job))
+
+    def _await_exit(self, job: _Job) -> None:
+        """The channel ended first: its exit (seen after this loop turn's I/O) decides; a child
+        that closed its channel and lives on is killed after ``_EXIT_WAIT_S``."""
+        if job.deadline is not None:
+            job.deadline.cancel()
+        subject, _ = _loading(job.request)
+        closed = ResolverFailedError(
+            f"the resolver child closed its channel without an answer while loading {subject}"
+        )
+        job.deadline = self.loop.call_later(_EXIT_WAIT_S, lambda: self._finish(job, closed))
+
+    def _no_answer(self, job: _Job) -> dict[str, JsonValue] | PiwfError:
+        """What a resolution whose child ended without an answer gets: a refusal naming what
+        it loaded when the child exited by itself (loading again would end the same way), else
+        (a signal, or no status) a :class:`ResolverFailedError` (a retry may succeed)."""
+        subject, code = _loading(job.request)
+        handle = job.handle
+        returncode = None if handle is None else handle.returncode
+        printed = ""
+        if handle is not None and handle.log_path.exists():
+            printed = f"; what it printed is in {handle.log_path}"
+        if returncode is None or returncode < 0:
+            how = "ended" if returncode is None else f"was killed by {_signal_name(-returncode)}"
+            message = f"the resolver child {how} without an answer while loading {subject}"
+            return ResolverFailedError(message + printed)
+        message = (
+            f"the resolver child exited with code {returncode} while loading {subject} (does "
+            f"the module call os._exit or exit at import?){printed}"
+        )
+        return {"ok": False, "error": {"code": code, "message": message}}
 
     def _exited(self, job: _Job, handle: ChildHandle) -> None:
         if job.deadline is not None:
@@ -168,3 +211,19 @@ class ResolverJobs:
         if not isinstance(result, PiwfError):
             self.cache.remember(job.request, result)
         job.done(result)
+
+
+def _loading(request: dict[str, JsonValue]) -> tuple[str, str]:
+    """What a resolver request loads, for a message, and the code of a refusal to load it."""
+    if request.get("kind") == "resourceManager":
+        return f"resource manager {request.get('manager')!r}", ResourceManagerLoadError.code
+    if request.get("kind") == "settingsCheck":
+        return "the run's workflow sources", WorkflowLoadError.code
+    return str(request.get("workflow")), WorkflowLoadError.code
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
