@@ -4,6 +4,9 @@ Clients never open the live database; ``piwf state verify BACKUP`` (and ``piwf s
 which verifies the copy it installs) are the documented exception. The file is read read-only
 (through an immutable connection, so no -wal or -shm appears beside it); nothing is repaired::
 
+    a symlink, not a regular file, hard-linked, another user's, open to group or others
+                                  -> UnsafeStateHomeError (file_damage.check_inactive_file;
+                                     nothing is opened, so a FIFO cannot block)
     a -wal or -journal beside it  -> LiveDatabaseError (in use, or copied without its journal)
     header and size               -> integrity violations (empty, not SQLite, truncated, ...)
     identity (application id, user_version, schema_meta, shape)
@@ -22,7 +25,7 @@ from pathlib import Path
 from piwf.errors import IncompatibleStateError, StateCorruptError, StateError
 from piwf.state import StateDatabase
 from piwf.state.diagnostics import Violation, verify_database
-from piwf.state.file_damage import header_damage, sqlite_damage
+from piwf.state.file_damage import check_inactive_file, header_damage, sqlite_damage
 
 #: Files SQLite may pair with a database: their presence means it is not self-contained.
 JOURNAL_SUFFIXES = ("-wal", "-journal")
@@ -58,9 +61,10 @@ def verify_file(path: Path) -> list[Violation]:
     Damage of every kind is an ``integrity`` violation. Raises :class:`LiveDatabaseError` for
     a file with a -wal or -journal beside it, :class:`~piwf.errors.IncompatibleStateError` for
     an intact SQLite file that is not a piwf database of this schema, and
-    :class:`~piwf.errors.UnsafeStateHomeError` for a symlink, a hard-linked file, another
-    user's file or one open to group or others.
+    :class:`~piwf.errors.UnsafeStateHomeError` for a symlink, a file that is not a regular file
+    (never opened), a hard-linked file, another user's file or one open to group or others.
     """
+    check_inactive_file(path)
     refuse_journals(path)
     damage = header_damage(path)
     if damage:

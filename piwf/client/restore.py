@@ -3,7 +3,8 @@
 Restore is offline, like offline verification: no server may run, so the client does it
 itself. Every step either changes nothing or leaves a home that is sound or clearly refused::
 
-    BACKUP: a regular file, not this home's database, no -wal/-journal of its own
+    BACKUP: a private regular file (as `piwf state verify` requires), not this home's
+            database, no -wal/-journal of its own
     take the single-instance lock (server/server.lock)     held by a server -> refused
     a live server answering on the socket                  -> refused
     copy BACKUP to .state.sqlite.restore-<hex>.tmp in the home (O_EXCL, 0600), fsync
@@ -50,6 +51,7 @@ from piwf.errors import (
     UnsafeStateHomeError,
 )
 from piwf.state.database import RESET_INSTRUCTION
+from piwf.state.file_damage import check_inactive_file, open_inactive_file
 
 #: The database and every file SQLite may pair with it, in the order they are moved aside.
 DATABASE_FAMILY: Final = ("", "-wal", "-shm", "-journal")
@@ -92,7 +94,9 @@ def restore_backup(backup: Path, home: Path, *, now_ms: int | None = None) -> Re
     :class:`RestoreError` for a backup that is missing, has a journal of its own, or does not
     verify, :class:`~piwf.errors.IncompatibleStateError` for a file that is not a piwf
     database of this schema, and :class:`~piwf.errors.UnsafeStateHomeError` for an unsafe
-    home or database file; in every error case nothing in the home changed.
+    home, database file or backup file (a symlink, not a regular file, hard-linked, another
+    user's, open to group or others: the rule of ``piwf state verify BACKUP``); in every
+    error case nothing in the home changed.
     """
     backup = Path(os.path.normpath(backup.absolute()))
     paths = ServerPaths(home.absolute())
@@ -118,14 +122,10 @@ def restore_backup(backup: Path, home: Path, *, now_ms: int | None = None) -> Re
 
 
 def _check_backup(backup: Path, paths: ServerPaths) -> None:
-    try:
-        info = backup.lstat()
-    except FileNotFoundError:
-        raise RestoreError(f"{backup} does not exist") from None
-    if stat.S_ISLNK(info.st_mode):
-        raise RestoreError(f"{backup} is a symlink; give the backup file itself")
-    if not stat.S_ISREG(info.st_mode):
-        raise RestoreError(f"{backup} is not a regular file")
+    if not (backup.exists() or backup.is_symlink()):
+        raise RestoreError(f"{backup} does not exist")
+    # The rule `piwf state verify BACKUP` applies, with its messages.
+    check_inactive_file(backup)
     if _same_file(backup, paths.database):
         raise RestoreError(f"{backup} is the state database of {paths.home} itself")
     for suffix in JOURNAL_SUFFIXES:
@@ -221,7 +221,7 @@ def _copy_into(backup: Path, home: Path) -> Path:
         copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE
     )
     try:
-        source = os.open(backup, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        source = open_inactive_file(backup)
         try:
             while chunk := os.read(source, _COPY_CHUNK):
                 os.write(target, chunk)

@@ -51,7 +51,7 @@ from piwf.state.failures import (
     state_error_of_os,
 )
 
-__all__ = ["BackupError", "BackupReport", "backup_database", "check_destination"]
+__all__ = ["BackupError", "BackupReport", "backup_database", "check_destination", "file_kind"]
 
 #: Linux limits, used when ``pathconf`` cannot answer (the directory does not exist).
 DEFAULT_PATH_MAX = 4096
@@ -152,9 +152,8 @@ def check_destination(destination: Path, live: Path) -> None:
     if info is not None:
         if _same_file(destination, live):
             raise BackupError("the backup destination is the live database; choose a new file")
-        raise BackupError(
-            f"the backup destination already exists ({_kind(info.st_mode)}); choose a new file name"
-        )
+        kind = file_kind(info.st_mode)
+        raise BackupError(f"the backup destination already exists ({kind}); choose a new file name")
     try:
         parent = destination.parent.stat()
     except FileNotFoundError:
@@ -165,7 +164,7 @@ def check_destination(destination: Path, live: Path) -> None:
         raise _os_failure("cannot use the backup directory", error) from None
     if not stat.S_ISDIR(parent.st_mode):
         raise BackupError(
-            f"the backup directory is not a directory ({_kind(parent.st_mode)}); "
+            f"the backup directory is not a directory ({file_kind(parent.st_mode)}); "
             "choose a path inside a directory"
         )
 
@@ -185,7 +184,8 @@ def _same_file(destination: Path, live: Path) -> bool:
         return False
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """Name the kind of file ``mode`` (an ``lstat`` mode) describes: "a directory", "a FIFO"..."""
     return next((kind for test, kind in _KINDS if test(mode)), "a special file")
 
 

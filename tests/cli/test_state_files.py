@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_cli_e2e import HELLO, Piwf, processes_of, wait_gone
+from tests.cli.test_cli_e2e import HELLO, PIWF, REPO, Piwf, processes_of, wait_gone
 from tests.server.harness import state_violations
 from tests.state.files import (
     make_database,
@@ -35,8 +35,10 @@ from tests.state.files import (
 MAX_SAFE = 2**53 - 1
 
 
-@pytest.fixture
-def cli() -> Iterator[Piwf]:
+@contextlib.contextmanager
+def piwf_home() -> Iterator[Piwf]:
+    """The script with a new home; afterwards every process of the home is gone and its
+    database passes verify."""
     root = Path(tempfile.mkdtemp(prefix="pf", dir="/tmp"))
     runner = Piwf(root / "h")
     try:
@@ -52,6 +54,12 @@ def cli() -> Iterator[Piwf]:
         violations = state_violations(runner.home)
         subprocess.run(["rm", "-rf", str(root)], check=True)
     assert violations == [], f"the test left a database that fails verify: {violations}"
+
+
+@pytest.fixture
+def cli() -> Iterator[Piwf]:
+    with piwf_home() as runner:
+        yield runner
 
 
 def verify_json(cli: Piwf, path: Path) -> tuple[int, dict[str, Any], str]:
@@ -309,6 +317,68 @@ def test_restore_of_the_live_database_itself_is_refused(stopped_home: Piwf) -> N
 def test_restore_of_a_missing_backup_is_a_usage_error(cli: Piwf, tmp_path: Path) -> None:
     result = cli.json("state", "restore", str(tmp_path / "nope.sqlite"), exit_code=2)
     assert result["error"]["code"] == "usage"
+
+
+# -- files verify and restore refuse alike --------------------------------------------------
+
+
+def _symlink(backup: Path) -> Path:
+    link = backup.with_name("link.sqlite")
+    link.symlink_to(backup.name)
+    return link
+
+
+def _fifo(backup: Path) -> Path:
+    fifo = backup.with_name("fifo.sqlite")
+    os.mkfifo(fifo, 0o600)
+    return fifo
+
+
+def _open_mode(backup: Path) -> Path:
+    backup.chmod(0o644)
+    return backup
+
+
+def _hard_linked(backup: Path) -> Path:
+    os.link(backup, backup.with_name("second-name.sqlite"))
+    return backup
+
+
+#: How a sound backup becomes a file verify and restore must refuse, and the message's core.
+UNSAFE_FILES: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "symlink": (_symlink, "is a symlink; give the backup file itself"),
+    "fifo": (_fifo, "is not a regular file (a FIFO)"),
+    "device": (lambda _backup: Path("/dev/null"), "is not a regular file (a character device)"),
+    "open mode": (_open_mode, "has mode 0644, open to other users"),
+    "hard link": (_hard_linked, "has 2 hard links"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNSAFE_FILES))
+def test_verify_and_restore_refuse_an_unsafe_backup_alike_without_reading_it(
+    stopped_home: Piwf, sound_backup: Path, tmp_path: Path, kind: str
+) -> None:
+    make_unsafe, expected = UNSAFE_FILES[kind]
+    unsafe = make_unsafe(private_copy(sound_backup, tmp_path / "backup.sqlite"))
+
+    # A deadline, not a sleep: a FIFO opened for reading would block the command for ever.
+    verified = subprocess.run(
+        [str(PIWF), "state", "verify", str(unsafe), "--json"],
+        env=stopped_home.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert verified.returncode == 1, (verified.stdout, verified.stderr)
+    assert verified.stdout.count("\n") == 1 and "Traceback" not in verified.stderr
+    refusal = json.loads(verified.stdout)["error"]
+    assert refusal["code"] == "unsafeStateHome", refusal
+    assert f"{unsafe} {expected}" in refusal["message"]
+
+    message = refused_restore(stopped_home, unsafe, "unsafeStateHome")
+    assert message == refusal["message"], "restore refuses with verify's message"
 
 
 # -- JSON arguments at the protocol's value limits --------------------------------------------
