@@ -90,8 +90,17 @@ def _verify_offline(path: Path) -> VerifyReceipt:
     )
 
 
+def _new_file_path(_ctx: click.Context, _param: click.Parameter, value: str) -> Path:
+    # Checked before it becomes a Path: Path("") is ".", the current directory.
+    if not value:
+        raise click.BadParameter("the path is empty; give the path of a new file for the backup")
+    return Path(value)
+
+
 @state_group.command("backup")
-@click.argument("destination", metavar="DEST", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument(
+    "destination", metavar="DEST", type=click.Path(dir_okay=False), callback=_new_file_path
+)
 @json_option
 @command
 def state_backup(destination: Path, as_json: bool) -> None:

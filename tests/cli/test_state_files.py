@@ -381,6 +381,19 @@ def test_verify_and_restore_refuse_an_unsafe_backup_alike_without_reading_it(
     assert message == refusal["message"], "restore refuses with verify's message"
 
 
+# -- what a backup holds -----------------------------------------------------------------------
+
+
+def test_backup_to_an_empty_path_is_a_usage_error(cli: Piwf) -> None:
+    refused = cli.json("state", "backup", "", exit_code=2)
+    assert refused["error"]["code"] == "usage"
+    assert "empty; give the path of a new file" in refused["error"]["message"]
+    human = cli.run("state", "backup", "")
+    assert human.returncode == 2
+    assert "the path is empty; give the path of a new file for the backup" in human.stderr
+    assert processes_of(cli.home) == [], "nothing was sent: no server was started for it"
+
+
 # -- JSON arguments at the protocol's value limits --------------------------------------------
 
 REFUSED_INPUTS = {
