@@ -21,6 +21,7 @@ from piwf.cli.common import (
 )
 from piwf.cli.runs import run_group
 from piwf.client import Client
+from piwf.client.logs import MISSING_LOG_NOTE
 
 if TYPE_CHECKING:
     from piwf.protocol.log_payloads import AttemptLogInfo
@@ -105,7 +106,8 @@ def _follow(client: Client, run_id: str, node: str | None, *, as_json: bool) -> 
 
 def header(info: AttemptLogInfo, *, final: bool = True) -> str:
     """The line above one attempt's output: node, visit, attempt, status and, once final,
-    what each stream wrote and what was dropped past the cap."""
+    what each stream wrote and what was dropped past the cap; then whether its log file is
+    missing."""
     line = f"== {info.node_path} (visit {info.visit}, attempt {info.attempt}) {info.status}"
     if final and info.status not in ("running", "pending", "waiting"):
         written = [
@@ -121,6 +123,8 @@ def header(info: AttemptLogInfo, *, final: bool = True) -> str:
             line += ": no output"
         if info.dropped_bytes:
             line += f"; {info.dropped_bytes} B dropped past the cap"
+    if info.missing:
+        line += f"; {MISSING_LOG_NOTE}"
     return line + " =="
 
 

@@ -107,7 +107,8 @@ def state_backup(destination: Path, as_json: bool) -> None:
     """Write a verified backup of the database to DEST, a file that must not exist yet.
 
     The server writes it through the SQLite backup API and verifies it before answering;
-    DEST is resolved against the current directory.
+    DEST is resolved against the current directory. The backup holds the database, not the
+    logs directory (what nodes printed): copy $PIWF_HOME/logs yourself to keep it.
 
     \b
     Example:

@@ -24,6 +24,10 @@ from piwf.client.calls import ClientCalls
 if TYPE_CHECKING:
     from piwf.protocol.log_payloads import AttemptLogInfo, LogCursor, RunLogsReceipt
 
+#: What readers show for an attempt whose log file is gone although it kept bytes.
+MISSING_LOG_NOTE: Final = (
+    "its log file is missing (backups hold the database, not the logs directory)"
+)
 #: How long :meth:`RunLogMethods.follow_run_logs` waits between reads that found nothing new.
 FOLLOW_INTERVAL_S: Final = 0.5
 #: Pages one :meth:`RunLogMethods.read_run_logs` reads at most (64 GiB of logs at 256 KiB):

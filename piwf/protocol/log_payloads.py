@@ -49,7 +49,9 @@ class RunLogsPayload(WireModel):
 class AttemptLogInfo(WireModel):
     """One node attempt's log: identity, status, what each stream wrote, what the file kept
     and dropped (final once the attempt ended; 0 while it runs), the file's ``size`` now and
-    ``data``: base64 of its bytes from ``offset``."""
+    ``data``: base64 of its bytes from ``offset``. ``missing``: the attempt kept bytes but its
+    file is gone (removed by hand, or the state was restored from a backup, which holds the
+    database and not the ``logs/`` directory); ``size`` is then 0."""
 
     log: int
     attempt_id: str
@@ -65,6 +67,7 @@ class AttemptLogInfo(WireModel):
     size: int
     offset: int
     data: str
+    missing: bool = False
 
 
 class RunLogsReceipt(WireModel):

@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Footer, Log, Static
 from textual.worker import get_current_worker
 
 from piwf.canonical import JsonValue
+from piwf.client.logs import MISSING_LOG_NOTE
 from piwf.errors import PiwfError
 from piwf.protocol.view_payloads import MAX_STEP_PAGE_ITEMS, Control, Display, RunView, Step
 from piwf.viewer.answer import AnswerScreen
@@ -335,5 +336,7 @@ def log_lines(attempts: list[AttemptLog], *, whole: bool) -> list[str]:
             info = attempt.info
             where = f"visit {info.visit}, attempt {info.attempt}, {info.status}"
             lines.append(f"── {info.node_path} ({where}) ──")
+        if attempt.info.missing:
+            lines.append(f"({MISSING_LOG_NOTE})")
         lines.extend(attempt.text.splitlines())
     return lines[-LOG_LINES:]

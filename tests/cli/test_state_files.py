@@ -394,6 +394,46 @@ def test_backup_to_an_empty_path_is_a_usage_error(cli: Piwf) -> None:
     assert processes_of(cli.home) == [], "nothing was sent: no server was started for it"
 
 
+PRINTS = """
+from piwf.workflow import compute, define_workflow
+
+workflow = define_workflow(
+    name="prints",
+    start_at="talk",
+    nodes={"talk": compute(lambda ctx: print("talk says hello") or {"n": 1})},
+    edges=[],
+)
+"""
+
+
+def test_run_logs_of_a_restored_home_say_the_log_file_is_missing(cli: Piwf, tmp_path: Path) -> None:
+    workflow = tmp_path / "prints.py"
+    workflow.write_text(PRINTS)
+    run = cli.json("run", "start", str(workflow), "--wait")["run"]
+    assert run["status"] == "completed"
+    (attempt,) = cli.json("run", "logs", run["runId"])["attempts"]
+    said = "talk says hello\n"
+    assert (attempt["text"], attempt["keptBytes"], attempt["missing"]) == (said, len(said), False)
+    backup = tmp_path / "backup.sqlite"
+    cli.json("state", "backup", str(backup))
+    assert cli.json("server", "stop")["wasRunning"] is True
+
+    # The backup restored on another home: the database comes, the logs directory does not.
+    with piwf_home() as other:
+        other.json("state", "restore", str(backup))
+        assert not (other.home / "logs").exists()
+        (restored,) = other.json("run", "logs", run["runId"])["attempts"]
+        assert (restored["text"], restored["keptBytes"]) == ("", len(said))
+        assert restored["missing"] is True
+        shown = other.run("run", "logs", run["runId"])
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout == (
+            f"== talk (visit 1, attempt 1) completed: stdout {len(said)} B; its log file is "
+            "missing (backups hold the database, not the logs directory) ==\n"
+        )
+        other.run("server", "stop")
+
+
 # -- JSON arguments at the protocol's value limits --------------------------------------------
 
 REFUSED_INPUTS = {

@@ -13,7 +13,9 @@
 
 The rows come from one read transaction; the bytes from the files under ``$PIWF_HOME/logs/``
 (opened without following links, read with one bounded ``pread`` each), so the server loop
-stays responsive while a client pages through a large log. A read changes nothing and stores
+stays responsive while a client pages through a large log. An attempt that kept bytes but has
+no file (removed by hand, or a restored backup: backups hold the database, not ``logs/``) is
+listed with ``missing`` set and no bytes. A read changes nothing and stores
 no receipt; log bytes never reach the server log.
 """
 
@@ -121,7 +123,7 @@ class RunLogReads:
                 if descriptor is not None and length > 0:
                     data = os.pread(descriptor, length, start)
             budget -= len(data)
-            listed.append(_info(row, size, start, data))
+            listed.append(_info(row, size, start, data, missing=descriptor is None))
             next_cursor = LogCursor(log=row.log_number, offset=start + len(data))
             if start + len(data) < size:
                 more = True
@@ -179,7 +181,11 @@ def _opened(path: Path) -> Iterator[int | None]:
         os.close(descriptor)
 
 
-def _info(row: attempt_logs.AttemptLogRow, size: int, offset: int, data: bytes) -> AttemptLogInfo:
+def _info(
+    row: attempt_logs.AttemptLogRow, size: int, offset: int, data: bytes, *, missing: bool
+) -> AttemptLogInfo:
+    """The wire description of one attempt's log; ``missing`` (no file) is reported only when
+    the attempt kept bytes, so a file not created yet is not taken for a lost one."""
     counts = row.counts
     return AttemptLogInfo(
         log=row.log_number,
@@ -196,4 +202,5 @@ def _info(row: attempt_logs.AttemptLogRow, size: int, offset: int, data: bytes) 
         size=size,
         offset=offset,
         data=base64.b64encode(data).decode("ascii"),
+        missing=missing and counts.kept > 0,
     )
