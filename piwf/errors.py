@@ -5,6 +5,9 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
 
     PiwfError
     ├── CanonicalJsonError          invalidJson        (reason: which rule was broken)
+    ├── InvalidArgumentError        invalidArgument    (a call's argument: its name and what it
+    │   │                                               allows; nothing was sent)
+    │   └── RequestTooLargeError    requestTooLarge    (more than one request frame carries)
     ├── StateError
     │   ├── IncompatibleStateError  incompatibleState  (refused before any mutation)
     │   ├── UnsafeStateHomeError    unsafeStateHome    (permissions, owner or symlink)
@@ -120,6 +123,21 @@ class CanonicalJsonError(PiwfError, ValueError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class InvalidArgumentError(PiwfError, ValueError):
+    """A call was given an argument it cannot take (a wrong type, a value out of range or not
+    one of those allowed, a value too large to send); nothing was sent. The message names each
+    argument and what it allows, never the value given (it may be a payload)."""
+
+    code = "invalidArgument"
+
+
+class RequestTooLargeError(InvalidArgumentError):
+    """A request would be larger than the 1 MiB frame that carries it (a run's input, an
+    answer); nothing was sent. The message says what was too large and what to send instead."""
+
+    code = "requestTooLarge"
 
 
 class StateError(PiwfError):

@@ -2,10 +2,12 @@
 
 A command body raises; :func:`command` turns the error into the exit-code protocol::
 
+    InvalidArgumentError (an argument the client   -> exit 2, as a usage error
+      refused: out of range, too large to send)
     PiwfError (server unavailable, rejected, ...)  -> exit 1, "Error: ..." on stderr,
                                                       or {"error": {...}} on stdout with --json
-    pydantic ValidationError (an argument the      -> exit 2, as a usage error
-      client's payload model refused)
+    pydantic ValidationError (an argument a        -> exit 2, as a usage error
+      payload model refused)
     click.UsageError (bad option, missing arg)     -> exit 2 (see piwf.cli.PiwfGroup for --json)
     KeyboardInterrupt (Ctrl-C)                     -> exit 130, {"error": {"code": "interrupted"}}
                                                       on stdout with --json
@@ -23,7 +25,7 @@ import click
 from pydantic import ValidationError
 
 from piwf import canonical
-from piwf.errors import CanonicalJsonError, CommandError, PiwfError
+from piwf.errors import CanonicalJsonError, CommandError, InvalidArgumentError, PiwfError
 
 if TYPE_CHECKING:
     from piwf.client import Client
@@ -59,17 +61,16 @@ def command(function: _F) -> _F:
         as_json = bool(kwargs.get("as_json"))
         try:
             return function(*args, **kwargs)
+        except InvalidArgumentError as error:
+            # An argument the client refused (a title too long, an input too large to send).
+            # The message names the argument and the rule, never the value (it may be a payload).
+            raise click.UsageError(str(error)) from None
         except PiwfError as error:
             fail(error, as_json=as_json)
         except ValidationError as error:
-            # An argument the client's payload model refused (a title too long, say). The
-            # message names the field and the rule, never the value (it may be a payload).
-            problems = error.errors(include_url=False, include_context=False, include_input=False)
-            details = "; ".join(
-                f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}"
-                for problem in problems
-            )
-            raise click.UsageError(f"invalid argument: {details}") from None
+            from piwf.client.arguments import invalid_argument_error
+
+            raise click.UsageError(str(invalid_argument_error(error))) from None
         except KeyboardInterrupt:
             interrupted(as_json=as_json)
 

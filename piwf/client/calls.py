@@ -1,22 +1,36 @@
 """What every ``Client`` mixin calls: :meth:`Client.request` and :meth:`Client._call`, declared
 once here for type checking (:class:`~piwf.client.Client` defines them; at run time this
-class adds nothing)."""
+class adds nothing), and :func:`parse_receipt`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+
+from piwf.protocol.errors import InvalidMessageError
 
 if TYPE_CHECKING:
     from piwf.canonical import JsonValue
     from piwf.client.connection import ServerConnection
     from piwf.protocol import Operation
-    from piwf.protocol.client_v1 import Response
     from piwf.protocol.payloads import ContentRef, WireModel
 
+from piwf.protocol.client_v1 import Response
+
 _Receipt = TypeVar("_Receipt", bound=BaseModel)
+
+
+def parse_receipt(receipt_type: type[_Receipt], response: Response) -> _Receipt:
+    """The response's receipt as ``receipt_type``; a receipt that does not fit is the server
+    breaking the protocol (:class:`~piwf.protocol.errors.InvalidMessageError`)."""
+    try:
+        return receipt_type.model_validate(response.receipt or {})
+    except ValidationError:
+        raise InvalidMessageError(
+            "receipt", "invalidValue", f"the server sent an invalid {receipt_type.__name__}"
+        ) from None
 
 
 class ClientCalls:
@@ -29,6 +43,10 @@ class ClientCalls:
 
         def _current_connection(self, autostart: bool) -> ServerConnection:
             """The open connection (opened when there is none)."""
+            ...
+
+        def _connected(self) -> ServerConnection:
+            """The open connection, opened as every call opens it (autostart, retries)."""
             ...
 
         def read_content(self, ref: ContentRef) -> JsonValue:
@@ -51,7 +69,7 @@ class ClientCalls:
         def _call(
             self,
             operation: Operation,
-            payload: WireModel,
+            payload: WireModel | Callable[[], WireModel],
             receipt_type: type[_Receipt],
             *,
             run_id: str | None = None,

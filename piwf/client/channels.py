@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 
+from piwf.client.arguments import build_payload
 from piwf.client.calls import ClientCalls
 from piwf.protocol.payloads import EmptyPayload
 
@@ -51,7 +52,7 @@ class ChannelMethods(ClientCalls):
         or ``retry`` (send it again as a new attempt; a duplicate message is possible)."""
         from piwf.protocol.channel_payloads import ChannelRecoverPayload, ChannelRecoverReceipt
 
-        payload = ChannelRecoverPayload.model_validate({"effectId": effect_id, "action": action})
+        payload = build_payload(ChannelRecoverPayload, effect_id=effect_id, action=action)
         return self._call(
             "channel.recover", payload, ChannelRecoverReceipt, idempotency_key=idempotency_key
         )

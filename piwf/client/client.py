@@ -34,29 +34,39 @@ outcome (see :data:`OUTCOME_ERRORS`), or the finer class of its error code when 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from piwf.client.arguments import (
+    build_payload,
+    invalid_argument_error,
+    opaque_id_argument,
+    path_argument,
+    timeout_argument,
+)
+from piwf.client.calls import parse_receipt
 from piwf.client.channels import ChannelMethods
 from piwf.client.connection import ServerConnection, TransportError
 from piwf.client.connectors import UnixSocketConnector
+from piwf.client.control import RunControlMethods
 from piwf.client.interactions import InteractionMethods
 from piwf.client.logs import RunLogMethods
 from piwf.client.resources import ResourceMethods
-from piwf.client.runs import RunReadMethods, absolute_path, start_payload
+from piwf.client.runs import RunReadMethods
 from piwf.client.session_capture import CaptureMethods
 from piwf.client.sessions import SessionMethods
 from piwf.client.settings import SettingsMethods
 from piwf.client.transport import Connector
 from piwf.client.workflows import WorkflowMethods
-from piwf.config import DEFAULT_START_TIMEOUT_S, ServerPaths, state_home
+from piwf.config import DEFAULT_START_TIMEOUT_S, MAX_FRAME_BYTES, ServerPaths, state_home
 from piwf.errors import (
     BackupFailedError,
     ClaimLostCommandError,
@@ -65,6 +75,7 @@ from piwf.errors import (
     InternalServerError,
     NotFoundError,
     RejectedError,
+    RequestTooLargeError,
     ServerError,
     ServerNotRunningError,
     ServerUnavailableError,
@@ -77,8 +88,8 @@ from piwf.errors import (
     ValidationPendingCommandError,
 )
 from piwf.protocol import (
+    FrameTooLargeError,
     Hello,
-    InvalidMessageError,
     Operation,
     Request,
     Response,
@@ -86,13 +97,7 @@ from piwf.protocol import (
     is_durable,
 )
 from piwf.protocol.payloads import (
-    EffectInfo,
-    EffectReceipt,
-    EffectResolvePayload,
     EmptyPayload,
-    RunForkPayload,
-    RunInfo,
-    RunReceipt,
     ServerStatus,
     StopReceipt,
     WireModel,
@@ -141,6 +146,7 @@ _T = TypeVar("_T")
 
 
 class Client(
+    RunControlMethods,
     RunReadMethods,
     ChannelMethods,
     RunLogMethods,
@@ -153,15 +159,18 @@ class Client(
 ):
     """A connection to the piwf server of one state home.
 
-    ``home`` defaults to :func:`piwf.config.state_home` (``PIWF_HOME``). With ``autostart``
+    ``home`` (a ``str`` or ``os.PathLike``; relative: against the current directory) defaults
+    to :func:`piwf.config.state_home` (``PIWF_HOME``). With ``autostart``
     (the default) a missing server is started with
     :func:`piwf.client.launcher.ensure_server`; without it, :class:`ServerNotRunningError` is
     raised when nothing listens. ``client_id`` names this client in the server's receipts
     (default: a fresh ``py-<uuid>``); a retry must come from the same client id to adopt its
     receipt. Timeouts are in seconds: ``connect_timeout_s`` bounds
     connecting and reading the hello, ``request_timeout_s`` one response (a ``run.wait`` gets its
-    wait on top), ``retry_timeout_s`` the retrying of one call, ``start_timeout_s`` a server
-    start. Constructing a client does no I/O; the first request connects. With ``remote``
+    wait on top), ``retry_timeout_s`` the retrying of one call (0: no retry), ``start_timeout_s``
+    a server start; each is a number of seconds above 0, else the constructor raises
+    :class:`~piwf.errors.InvalidArgumentError` naming it, as it does for a malformed
+    ``client_id``. Constructing a client does no I/O; the first request connects. With ``remote``
     (``ws://127.0.0.1:PORT``, a loopback URL: :func:`~piwf.client.websocket.check_remote_url`)
     the client talks to that piwf relay's server instead of ``home``'s and never starts one.
 
@@ -170,7 +179,7 @@ class Client(
 
     def __init__(
         self,
-        home: Path | None = None,
+        home: str | os.PathLike[str] | None = None,
         *,
         client_id: str | None = None,
         autostart: bool = True,
@@ -180,20 +189,26 @@ class Client(
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         remote: str | None = None,
     ) -> None:
-        self.home = (home or state_home()).absolute()
-        self.client_id = client_id or f"py-{uuid.uuid4().hex}"
+        self.home = state_home().absolute() if home is None else path_argument("home", home)
+        self.client_id = (
+            f"py-{uuid.uuid4().hex}"
+            if client_id is None
+            else opaque_id_argument("client_id", client_id)
+        )
+        self.connect_timeout_s = timeout_argument("connect_timeout_s", connect_timeout_s)
+        self.request_timeout_s = timeout_argument("request_timeout_s", request_timeout_s)
+        self.retry_timeout_s = timeout_argument(
+            "retry_timeout_s", retry_timeout_s, zero_allowed=True
+        )
+        self.start_timeout_s = timeout_argument("start_timeout_s", start_timeout_s)
         self.autostart = autostart and remote is None
         self._connector: Connector
         if remote is None:
-            self._connector = UnixSocketConnector(self.home, start_timeout_s)
+            self._connector = UnixSocketConnector(self.home, self.start_timeout_s)
         else:
             from piwf.client.websocket import RemoteConnector  # only a remote client needs it
 
             self._connector = RemoteConnector(remote)
-        self.connect_timeout_s = connect_timeout_s
-        self.request_timeout_s = request_timeout_s
-        self.retry_timeout_s = retry_timeout_s
-        self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
         self._connection: ServerConnection | None = None
 
@@ -226,7 +241,7 @@ class Client(
         :class:`~piwf.errors.ServerStartError` or, when retrying runs out,
         :class:`~piwf.errors.ServerUnavailableError`.
         """
-        return self._retrying("connect", lambda: self._current_connection(self.autostart).hello)
+        return self._connected().hello
 
     def close(self) -> None:
         """Close the connection, if any; requests still waiting on it fail."""
@@ -256,9 +271,10 @@ class Client(
 
         Raises the :data:`OUTCOME_ERRORS` class of a non-success outcome (with the server's
         ``error_code`` and message), :class:`~piwf.errors.ServerUnavailableError` (or a subclass)
-        when no server could be reached in time, :class:`~piwf.errors.ServerStartError`, and
-        ``ValueError`` (a pydantic ``ValidationError``) when an id or payload breaks the wire
-        rules or is too large for a frame.
+        when no server could be reached in time, :class:`~piwf.errors.ServerStartError`, and,
+        before anything connects, :class:`~piwf.errors.InvalidArgumentError` (a ``ValueError``)
+        naming an id, revision or timeout it cannot take, or its
+        :class:`~piwf.errors.RequestTooLargeError` when the request does not fit in a frame.
         """
         return self._request(
             operation,
@@ -280,27 +296,47 @@ class Client(
         idempotency_key: str | None,
         timeout_s: float | None,
         autostart: bool,
+        payload_at_send: Callable[[], Mapping[str, Any]] | None = None,
     ) -> Response:
+        """Send ``operation`` until it is answered (see :meth:`request`).
+
+        ``payload_at_send`` (reads only) makes each attempt's payload anew once its connection
+        is open, for a payload that depends on the time left (``run.wait``'s wait, see
+        :meth:`wait_run`); an attempt after a reconnect then asks only for what is left.
+        """
         durable = is_durable(operation)
         if durable and idempotency_key is None:
             idempotency_key = f"{operation}-{uuid.uuid4().hex}"
         if not durable and idempotency_key is not None:
             raise ValueError(f"{operation} is a read and takes no idempotency key")
-        body = dict(payload or {})
-        wait_s = self.request_timeout_s if timeout_s is None else timeout_s
+        assert not (durable and payload_at_send), "a durable command sends one payload"
+        wait_s = self.request_timeout_s
+        if timeout_s is not None:
+            wait_s = timeout_argument("timeout_s", timeout_s)
+        # Checked once, before anything connects: the ids (InvalidArgumentError) and the size.
+        first = self._envelope(operation, payload, run_id, expected_revision, idempotency_key)
+        try:
+            first_frame = encode_message(first)
+        except FrameTooLargeError:
+            raise RequestTooLargeError(
+                f"invalid argument: payload: a {operation} request is larger than the "
+                f"{MAX_FRAME_BYTES:,} bytes (1 MiB) of JSON one request carries; nothing was "
+                "sent. Send large values as files the workflow reads instead"
+            ) from None
+        # The first attempt sends the frame checked above, unless its payload is made at send.
+        unsent = [(first.request_id, first_frame)] if payload_at_send is None else []
 
         def attempt() -> Response:
-            request = Request(
-                request_id=f"req-{uuid.uuid4().hex}",
-                client_id=self.client_id,
-                operation=operation,
-                idempotency_key=idempotency_key,
-                run_id=run_id,
-                expected_revision=expected_revision,
-                payload=body,
-            )
-            frame = encode_message(request)
-            return self._send(request.request_id, frame, wait_s, autostart)
+            connection = self._current_connection(autostart)
+            if unsent:
+                request_id, frame = unsent.pop()
+            else:
+                changes: dict[str, Any] = {"request_id": f"req-{uuid.uuid4().hex}"}
+                if payload_at_send is not None:
+                    changes["payload"] = dict(payload_at_send())
+                request = first.model_copy(update=changes)
+                request_id, frame = request.request_id, encode_message(request)
+            return self._send(connection, request_id, frame, wait_s)
 
         response = self._retrying(operation, attempt, idempotency_key)
         error_type = OUTCOME_ERRORS.get(response.outcome)
@@ -347,7 +383,7 @@ class Client(
                 # Another caller already asked it to stop; wait for the same end.
                 receipt = StopReceipt(stopping=True)
             else:
-                receipt = _receipt(StopReceipt, response)
+                receipt = parse_receipt(StopReceipt, response)
             connection = self._connection
             if connection is not None and not connection.wait_closed(wait_s):
                 raise ServerError(
@@ -356,105 +392,6 @@ class Client(
             return receipt
         finally:
             self.close()
-
-    def start_run(
-        self,
-        workflow: str | Path,
-        *,
-        input: Any = None,
-        project: Path | None = None,
-        title: str | None = None,
-        idempotency_key: str | None = None,
-        agent_command: Sequence[str] | None = None,
-        session: str | None = None,
-    ) -> RunInfo:
-        """Commit a new run as queued and return it (``run.start``).
-
-        ``workflow`` is a path when it is a :class:`~pathlib.Path`, names an existing file,
-        contains ``/`` or ends with ``.py``; a path is sent absolute, resolved against the
-        current directory. Anything else is a workflow name the server discovers. ``project``
-        (default: the current directory) is sent absolute too. ``input`` must be JSON (``None``
-        sends no input). Pass ``idempotency_key`` to make a repeated call adopt the first run.
-        ``agent_command`` (argv, e.g. ``["claude", "-p"]``) is the run's headless agent command,
-        used before the node's and the server's (docs/AGENTS.md). Before anything is sent,
-        raises :class:`~piwf.errors.CanonicalJsonError` when ``input`` breaks the canonical
-        JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate) and
-        :class:`~piwf.errors.AgentCommandError` for a command that is no list of strings.
-        ``session`` binds the run ``interactive`` to that origin session (docs/SESSIONS.md):
-        its steps go to the session's coordinator (:meth:`session`), and the run reserves the
-        session until it ends (another unfinished run there: :class:`~piwf.errors.ConflictError`
-        with code ``sessionBusy``).
-        """
-        wire = start_payload(
-            workflow,
-            input=input,
-            project=project,
-            title=title,
-            agent_command=agent_command,
-            session=session,
-        )
-        response = self.request("run.start", wire, idempotency_key=idempotency_key)
-        return _receipt(RunReceipt, response).run
-
-    def cancel_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
-        """Cancel a run and return it (``run.cancel``); RejectedError if it is not cancellable."""
-        receipt = self._call(
-            "run.cancel",
-            EmptyPayload(),
-            RunReceipt,
-            run_id=run_id,
-            idempotency_key=idempotency_key,
-        )
-        return receipt.run
-
-    def pause_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
-        """Pause a run (``run.pause``): flag it, park it and stop its child."""
-        return self._run_control("run.pause", run_id, idempotency_key)
-
-    def resume_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
-        """Resume a paused or parked run (``run.resume``) from its last committed boundary."""
-        return self._run_control("run.resume", run_id, idempotency_key)
-
-    def restart_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
-        """Start a fresh run of a terminal run's workflow (``run.restart``); returns the new run."""
-        return self._run_control("run.restart", run_id, idempotency_key)
-
-    def fork_run(
-        self, run_id: str, *, from_node: str, idempotency_key: str | None = None
-    ) -> RunInfo:
-        """Start a new run of ``run_id``'s recorded sources at node ``from_node`` (its full
-        path) with the outputs recorded before it (``run.fork``); returns the new run. A refusal
-        (the run executes, has unsettled effects, never ran that node) is a RejectedError."""
-        payload = RunForkPayload(from_node=from_node)
-        receipt = self._call(
-            "run.fork", payload, RunReceipt, run_id=run_id, idempotency_key=idempotency_key
-        )
-        return receipt.run
-
-    def resolve_effect(
-        self,
-        effect_id: str,
-        resolution: str,
-        *,
-        note: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> EffectInfo:
-        """Record that an ambiguous effect was ``applied`` or should be retried (``retry``)."""
-        receipt = self._call(
-            "effect.resolve",
-            EffectResolvePayload.model_validate(
-                {"effectId": effect_id, "resolution": resolution, "note": note}
-            ),
-            EffectReceipt,
-            idempotency_key=idempotency_key,
-        )
-        return receipt.effect
-
-    def _run_control(self, operation: Operation, run_id: str, key: str | None) -> RunInfo:
-        receipt = self._call(
-            operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=key
-        )
-        return receipt.run
 
     def state_status(self) -> StateStatus:
         """Return the state database's privacy-safe counts (``state.status``)."""
@@ -468,12 +405,14 @@ class Client(
 
         return self._call("state.verify", EmptyPayload(), VerifyReceipt)
 
-    def backup(self, destination: Path, *, idempotency_key: str | None = None) -> BackupReceipt:
+    def backup(
+        self, destination: str | os.PathLike[str], *, idempotency_key: str | None = None
+    ) -> BackupReceipt:
         """Write a verified backup to ``destination`` (made absolute against the current
         directory; it must not exist yet) through the server (``state.backup``)."""
         from piwf.protocol.state_payloads import BackupReceipt, StateBackupPayload
 
-        payload = StateBackupPayload(destination=str(absolute_path(destination)))
+        payload = StateBackupPayload(destination=str(path_argument("destination", destination)))
         return self._call("state.backup", payload, BackupReceipt, idempotency_key=idempotency_key)
 
     def prune_preview(self, before_ms: int) -> PruneReport:
@@ -481,7 +420,7 @@ class Client(
         those protected state keeps (``state.prunePreview``); nothing changes."""
         from piwf.protocol.state_payloads import PruneReport, StatePrunePreviewPayload
 
-        payload = StatePrunePreviewPayload(before=before_ms)
+        payload = build_payload(StatePrunePreviewPayload, before=before_ms)
         return self._call("state.prunePreview", payload, PruneReport)
 
     def prune(
@@ -493,7 +432,7 @@ class Client(
         deletes nothing."""
         from piwf.protocol.state_payloads import PruneReport, StatePrunePayload
 
-        payload = StatePrunePayload(before=before_ms, backup=str(backup))
+        payload = build_payload(StatePrunePayload, before=before_ms, backup=str(backup))
         return self._call("state.prune", payload, PruneReport, idempotency_key=idempotency_key)
 
     # -- internals --------------------------------------------------------------------------
@@ -501,21 +440,34 @@ class Client(
     def _call(
         self,
         operation: Operation,
-        payload: WireModel,
+        payload: WireModel | Callable[[], WireModel],
         receipt_type: type[_Receipt],
         *,
         run_id: str | None = None,
         idempotency_key: str | None = None,
         timeout_s: float | None = None,
     ) -> _Receipt:
-        response = self.request(
+        """Send ``payload`` and validate the receipt; a callable ``payload`` (reads only) is
+        called again for each attempt, once its connection is open (see :meth:`_request`)."""
+        payload_at_send: Callable[[], dict[str, Any]] | None = None
+        if callable(payload):
+            make_payload = payload
+
+            def payload_at_send() -> dict[str, Any]:
+                return make_payload().to_wire()
+
+            payload = make_payload()
+        response = self._request(
             operation,
             payload.to_wire(),
             run_id=run_id,
+            expected_revision=None,
             idempotency_key=idempotency_key,
             timeout_s=timeout_s,
+            autostart=self.autostart,
+            payload_at_send=payload_at_send,
         )
-        return _receipt(receipt_type, response)
+        return parse_receipt(receipt_type, response)
 
     def _retrying(
         self, what: str, attempt: Callable[[], _T], idempotency_key: str | None = None
@@ -566,8 +518,32 @@ class Client(
                 f"lost {self._connector.where} during {what}: {error}{unknown}"
             ) from None
 
-    def _send(self, request_id: str, frame: bytes, timeout_s: float, autostart: bool) -> Response:
-        connection = self._current_connection(autostart)
+    def _envelope(
+        self,
+        operation: Operation,
+        payload: Mapping[str, Any] | None,
+        run_id: str | None,
+        expected_revision: int | None,
+        idempotency_key: str | None,
+    ) -> Request:
+        """The request of a first attempt; :class:`InvalidArgumentError` names a malformed id,
+        revision or key."""
+        try:
+            return Request(
+                request_id=f"req-{uuid.uuid4().hex}",
+                client_id=self.client_id,
+                operation=operation,
+                idempotency_key=idempotency_key,
+                run_id=run_id,
+                expected_revision=expected_revision,
+                payload=dict(payload or {}),
+            )
+        except ValidationError as error:
+            raise invalid_argument_error(error) from None
+
+    def _send(
+        self, connection: ServerConnection, request_id: str, frame: bytes, timeout_s: float
+    ) -> Response:
         try:
             return connection.call(request_id, frame, timeout_s)
         except TransportError:
@@ -576,6 +552,11 @@ class Client(
                     self._connection = None
             connection.close()
             raise
+
+    def _connected(self) -> ServerConnection:
+        """The open connection, opened (a server started when ``autostart``) with the retries
+        of every call."""
+        return self._retrying("connect", lambda: self._current_connection(self.autostart))
 
     def _current_connection(self, autostart: bool) -> ServerConnection:
         with self._lock:
@@ -590,12 +571,3 @@ class Client(
     def _open_connection(self, autostart: bool) -> ServerConnection:
         transport = self._connector.connect(autostart=autostart, timeout_s=self.connect_timeout_s)
         return ServerConnection.open(transport, self.connect_timeout_s, self.request_timeout_s)
-
-
-def _receipt(receipt_type: type[_Receipt], response: Response) -> _Receipt:
-    try:
-        return receipt_type.model_validate(response.receipt or {})
-    except ValidationError:
-        raise InvalidMessageError(
-            "receipt", "invalidValue", f"the server sent an invalid {receipt_type.__name__}"
-        ) from None

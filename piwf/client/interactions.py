@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.client.arguments import build_payload
 from piwf.client.calls import ClientCalls
 from piwf.client.content import resolve_references
 from piwf.protocol import InvalidMessageError, Operation, Response
@@ -55,7 +56,7 @@ class InteractionMethods(ClientCalls):
         """
         canonical.check_value(response, "response")
         operation: Operation = "decision.answer" if as_human else "checkpoint.answer"
-        payload = AnswerPayload(request_id=request_id, response=response)
+        payload = build_payload(AnswerPayload, request_id=request_id, response=response)
         return self._call(operation, payload, AnswerReceipt, idempotency_key=idempotency_key)
 
     def submit(

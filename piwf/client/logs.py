@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from pydantic import BaseModel
 
+from piwf.client.arguments import build_payload
 from piwf.client.calls import ClientCalls
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class RunLogMethods(ClientCalls):
         """
         from piwf.protocol.log_payloads import RunLogsPayload, RunLogsReceipt
 
-        payload = RunLogsPayload(node=node, cursor=cursor)
+        payload = build_payload(RunLogsPayload, node=node, cursor=cursor)
         return self._call("run.logs", payload, RunLogsReceipt, run_id=run_id)
 
     def read_run_logs(self, run_id: str, *, node: str | None = None) -> RunLogs:

@@ -7,12 +7,14 @@ retries), exactly like the run operations.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from piwf import canonical
+from piwf.client.arguments import build_payload, path_argument
 from piwf.client.calls import ClientCalls
 from piwf.client.content import resolve_references
 from piwf.protocol import InvalidMessageError, Response
@@ -37,7 +39,7 @@ class ResourceMethods(ClientCalls):
         key: str,
         spec: dict[str, Any],
         *,
-        project: Path | None = None,
+        project: str | os.PathLike[str] | None = None,
         expected_version: int | None = None,
         idempotency_key: str | None = None,
     ) -> ResourceReceipt:
@@ -55,11 +57,12 @@ class ResourceMethods(ClientCalls):
         from piwf.protocol.resource_payloads import ResourceApplyPayload, ResourceReceipt
 
         canonical.check_value(spec, "spec")
-        payload = ResourceApplyPayload(
+        payload = build_payload(
+            ResourceApplyPayload,
             manager=manager,
             key=key,
             spec=spec,
-            project_path=str(Path(project if project is not None else Path.cwd()).absolute()),
+            project_path=str(path_argument("project", Path.cwd() if project is None else project)),
         )
         wire = payload.to_wire()
         wire["spec"] = spec  # sent as given: canonical JSON checks it, pydantic would convert
@@ -78,7 +81,7 @@ class ResourceMethods(ClientCalls):
         """
         from piwf.protocol.resource_payloads import ResourceDetail, ResourceRefPayload
 
-        payload = ResourceRefPayload(manager=manager, key=key)
+        payload = build_payload(ResourceRefPayload, manager=manager, key=key)
         detail = _parsed(ResourceDetail, self.request("resource.get", payload.to_wire()))
         return resolve_references(detail, self.read_content)
 
@@ -86,7 +89,7 @@ class ResourceMethods(ClientCalls):
         """The resources ordered by manager and key (``resource.list``)."""
         from piwf.protocol.resource_payloads import ResourceList, ResourceListPayload
 
-        payload = ResourceListPayload(manager=manager, limit=limit)
+        payload = build_payload(ResourceListPayload, manager=manager, limit=limit)
         return _parsed(ResourceList, self.request("resource.list", payload.to_wire())).resources
 
     def delete_resource(
@@ -101,7 +104,7 @@ class ResourceMethods(ClientCalls):
         is marked deleting and its manager finalizes it (``deleted`` is then False)."""
         from piwf.protocol.resource_payloads import ResourceDeleteReceipt, ResourceRefPayload
 
-        payload = ResourceRefPayload(manager=manager, key=key)
+        payload = build_payload(ResourceRefPayload, manager=manager, key=key)
         response = self.request(
             "resource.delete",
             payload.to_wire(),
@@ -116,7 +119,7 @@ class ResourceMethods(ClientCalls):
         """Enqueue a resource for a reconcile now (``resource.reconcile``)."""
         from piwf.protocol.resource_payloads import ResourceReceipt, ResourceRefPayload
 
-        payload = ResourceRefPayload(manager=manager, key=key)
+        payload = build_payload(ResourceRefPayload, manager=manager, key=key)
         response = self.request(
             "resource.reconcile", payload.to_wire(), idempotency_key=idempotency_key
         )

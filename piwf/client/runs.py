@@ -23,10 +23,11 @@ from pydantic import BaseModel
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.client.arguments import build_payload, path_argument, timeout_argument
 from piwf.client.calls import ClientCalls
 from piwf.client.content import read_content, resolve_references
-from piwf.config import agent_command_problem
-from piwf.errors import AgentCommandError, PiwfError, SessionError
+from piwf.config import MAX_FRAME_BYTES, agent_command_problem
+from piwf.errors import AgentCommandError, InvalidArgumentError, PiwfError, SessionError
 from piwf.protocol import Operation
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
@@ -63,9 +64,7 @@ class RunReadMethods(ClientCalls):
     ) -> RunPage:
         """Return one page of runs, newest first (``run.list``); ``next_cursor`` pages on;
         ``status``: only runs with that display status (``waiting``, ``failed`` …)."""
-        payload = RunListPayload.model_validate(
-            {"limit": limit, "before": before, "status": status}
-        )
+        payload = build_payload(RunListPayload, limit=limit, before=before, status=status)
         return self._call("run.list", payload, RunPage)
 
     def get_run(self, run_id: str, *, content_limit: int | None = None) -> RunDetail:
@@ -88,9 +87,8 @@ class RunReadMethods(ClientCalls):
         Referenced values are read as :meth:`get_run` reads them."""
         from piwf.protocol.view_payloads import RunView, ViewRunPayload
 
-        view = self._call(
-            "view.run.get", ViewRunPayload(step_limit=step_limit), RunView, run_id=run_id
-        )
+        payload = build_payload(ViewRunPayload, step_limit=step_limit)
+        view = self._call("view.run.get", payload, RunView, run_id=run_id)
         return resolve_references(view, self.read_content, content_limit=content_limit)
 
     def run_steps(
@@ -113,7 +111,9 @@ class RunReadMethods(ClientCalls):
             page = StepPage(steps=[], total=0, next_cursor=str(after))
         steps = list(page.steps)
         while page.next_cursor is not None:
-            payload = ViewPagePayload(kind="steps", cursor=page.next_cursor, limit=page_limit)
+            payload = build_payload(
+                ViewPagePayload, kind="steps", cursor=page.next_cursor, limit=page_limit
+            )
             page = self._call("view.page", payload, StepPage, run_id=run_id)
             page = resolve_references(page, self.read_content, content_limit=content_limit)
             steps.extend(page.steps)
@@ -142,8 +142,11 @@ class RunReadMethods(ClientCalls):
         last: int | None = None
 
         def watch(subscription_id: str) -> WireModel:
-            return ViewRunWatchPayload(
-                subscription_id=subscription_id, from_revision=last, step_limit=step_limit
+            return build_payload(
+                ViewRunWatchPayload,
+                subscription_id=subscription_id,
+                from_revision=last,
+                step_limit=step_limit,
             )
 
         pushes = self._watch("view.run.watch", watch, "runView", idle_timeout_s, run_id=run_id)
@@ -169,8 +172,8 @@ class RunReadMethods(ClientCalls):
         from piwf.protocol.view_payloads import ViewRunsWatchPayload
 
         def watch(subscription_id: str) -> WireModel:
-            return ViewRunsWatchPayload.model_validate(
-                {"subscriptionId": subscription_id, "limit": limit, "status": status}
+            return build_payload(
+                ViewRunsWatchPayload, subscription_id=subscription_id, limit=limit, status=status
             )
 
         for pushed in self._watch("view.runs.watch", watch, "runList", idle_timeout_s):
@@ -187,16 +190,20 @@ class RunReadMethods(ClientCalls):
     ) -> Iterator[dict[str, Any]]:
         """Subscribe with ``operation`` and yield the payload of each ``event_name`` push,
         subscribing again (``payload_for`` gives the payload) on every new connection; the
-        subscription ends on the server when the iteration stops."""
+        subscription ends on the server when the iteration stops. Connects as every call does
+        (starting a server when the client may)."""
         from piwf.protocol.view_payloads import ViewUnwatchPayload, WatchReceipt
 
+        if idle_timeout_s is not None:
+            idle_timeout_s = timeout_argument("idle_timeout_s", idle_timeout_s)
         subscription_id = f"watch-{secrets.token_hex(8)}"
         what = "the run list" if run_id is None else f"run {run_id}"
         while True:
-            connection = self._current_connection(autostart=False)
+            payload = payload_for(subscription_id)  # a refused argument: before connecting
+            connection = self._connected()
             events = connection.subscribe(subscription_id)
             try:
-                self._call(operation, payload_for(subscription_id), WatchReceipt, run_id=run_id)
+                self._call(operation, payload, WatchReceipt, run_id=run_id)
                 if self._connection is not connection:
                     continue  # the watch went out on a new connection: subscribe there
                 while True:
@@ -225,24 +232,33 @@ class RunReadMethods(ClientCalls):
     ) -> RunWaitReceipt:
         """Wait until the run is terminal, or ``timeout_s`` seconds pass (None: no limit).
 
-        Sends ``run.wait`` requests of at most 30 s each. Returns the last receipt: its ``run``
+        Sends ``run.wait`` requests of at most 30 s each; one resent after a lost connection
+        (the server restarted, say) waits only for what is left of ``timeout_s``, so the call
+        ends by then plus the time reconnecting took, with the same timed-out receipt as
+        without a reconnect. Returns the last receipt: its ``run``
         is the run's latest state and ``timed_out`` says whether the wait ended before the run
         became terminal; a terminal run's ``output`` or ``error`` comes complete (referenced
         values read as :meth:`get_run` reads them, ``content_limit`` likewise). A non-positive
         ``timeout_s`` asks once without waiting.
         """
         deadline = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
-        while True:
+
+        def wait_payload() -> RunWaitPayload:
+            # Made as each attempt is sent, so a wait resent after a reconnect (a server
+            # restarted meanwhile) asks only for what is left of timeout_s: none once it passed.
             slice_s = WAIT_SLICE_S
             if deadline is not None:
                 slice_s = min(slice_s, max(deadline - time.monotonic(), 0.0))
-            timeout_ms = min(int(slice_s * 1000), MAX_WAIT_MS)
+            return RunWaitPayload(timeout_ms=min(int(slice_s * 1000), MAX_WAIT_MS))
+
+        while True:
+            longest_s = wait_payload().timeout_ms / 1000
             receipt = self._call(
                 "run.wait",
-                RunWaitPayload(timeout_ms=timeout_ms),
+                wait_payload,
                 RunWaitReceipt,
                 run_id=run_id,
-                timeout_s=self.request_timeout_s + timeout_ms / 1000,
+                timeout_s=self.request_timeout_s + longest_s,
             )
             if not receipt.timed_out or (deadline is not None and time.monotonic() >= deadline):
                 return resolve_references(receipt, self.read_content, content_limit=content_limit)
@@ -254,7 +270,7 @@ class RunReadMethods(ClientCalls):
 
         Referenced content is read as :meth:`get_run` reads it (``content_limit`` likewise).
         """
-        payload = RequestsListPayload(run_id=run_id)
+        payload = build_payload(RequestsListPayload, run_id=run_id)
         found = self._call("requests.list", payload, RequestList)
         return resolve_references(found, self.read_content, content_limit=content_limit).requests
 
@@ -270,10 +286,10 @@ class RunReadMethods(ClientCalls):
 
 
 def start_payload(
-    workflow: str | Path,
+    workflow: str | os.PathLike[str],
     *,
     input: Any,
-    project: Path | None,
+    project: str | os.PathLike[str] | None,
     title: str | None,
     agent_command: Sequence[str] | None,
     session: str | None = None,
@@ -282,8 +298,8 @@ def start_payload(
 
     Raises :class:`~piwf.errors.CanonicalJsonError` for an ``input`` that is not canonical
     JSON, :class:`~piwf.errors.AgentCommandError` for an ``agent_command`` that is not a
-    list of non-empty strings and :class:`~piwf.errors.SessionError` for a malformed
-    ``session`` id.
+    list of non-empty strings, :class:`~piwf.errors.SessionError` for a malformed
+    ``session`` id and :class:`~piwf.errors.InvalidArgumentError` for another argument.
     """
     canonical.check_value(input, "input")
     command = None if agent_command is None else list(agent_command)
@@ -295,9 +311,10 @@ def start_payload(
 
         if (session_problem := session_id_problem(session)) is not None:
             raise SessionError(session_problem)
-    payload = RunStartPayload(
+    payload = build_payload(
+        RunStartPayload,
         workflow=workflow_reference(workflow),
-        project_path=str(absolute_path(project if project is not None else Path.cwd())),
+        project_path=str(path_argument("project", Path.cwd() if project is None else project)),
         title=title,
         agent_command=command,
         session=session,
@@ -311,19 +328,30 @@ def start_payload(
     return wire
 
 
-def workflow_reference(workflow: str | Path) -> str:
+def input_too_large(input: Any) -> str:
+    """The message for a run input that does not fit in one ``run.start`` request: its size,
+    the limit and what to send instead (docs/PROTOCOL.md, frames)."""
+    size = len(canonical.encode(input))
+    return (
+        f"invalid argument: input: the run's input is {size:,} bytes of JSON, but one request "
+        f"carries at most {MAX_FRAME_BYTES:,} bytes (1 MiB) with the input in it; nothing was "
+        "sent. Pass a path to a file that holds the data instead, and let the workflow read it"
+    )
+
+
+def workflow_reference(workflow: str | os.PathLike[str]) -> str:
     """Return what ``run.start`` sends for ``workflow``: an absolute path or a name.
 
-    A :class:`~pathlib.Path`, an existing file, or text that contains ``/`` or ends with ``.py``
-    is a path, made absolute against the current directory; anything else is a name.
+    An ``os.PathLike``, an existing file, or text that contains ``/`` or ends with ``.py`` is
+    a path, made absolute against the current directory; any other text is a name. Raises
+    :class:`~piwf.errors.InvalidArgumentError` for anything else (an empty text too).
     """
-    if isinstance(workflow, Path):
-        return str(absolute_path(workflow))
+    if isinstance(workflow, os.PathLike):
+        return str(path_argument("workflow", workflow))
+    if not isinstance(workflow, str) or not workflow:
+        raise InvalidArgumentError(
+            "invalid argument: workflow: a workflow name or file path (a non-empty str or PathLike)"
+        )
     if "/" in workflow or workflow.endswith(".py") or Path(workflow).is_file():
-        return str(absolute_path(Path(workflow)))
+        return str(path_argument("workflow", workflow))
     return workflow
-
-
-def absolute_path(path: Path) -> Path:
-    """``path`` made absolute against the current directory, ``~`` expanded, ``..`` folded."""
-    return Path(os.path.normpath(path.expanduser().absolute()))

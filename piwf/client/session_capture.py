@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from piwf.client.arguments import build_payload
 from piwf.client.content import resolve_references
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ class CaptureMethods:
         from piwf.protocol.session_capture_payloads import CaptureReadPayload
 
         client: Client = self  # type: ignore[assignment]  # a mixin of Client
-        listing = _read(client, CaptureReadPayload(run_id=run_id, attempt_id=attempt_id))
+        payload = build_payload(CaptureReadPayload, run_id=run_id, attempt_id=attempt_id)
+        listing = _read(client, payload)
         return [_whole_segment(client, run_id, attempt_id, segment) for segment in listing.segments]
 
 

@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.client.arguments import build_payload
 from piwf.client.connection import ServerConnection
 from piwf.client.content import resolve_references
 from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
-from piwf.errors import SessionAuthorityCommandError
+from piwf.errors import SessionAuthorityCommandError, SessionError
 from piwf.protocol.payloads import AnswerReceipt, SubmissionReceipt, UpdateReceipt
 
 if TYPE_CHECKING:
@@ -86,7 +87,13 @@ class SessionMethods:
         returns what the conversation holds (:data:`BranchEvidence`); the coordinator reports
         it before it hands out any message, so a message shown before a crash is adopted
         instead of shown twice. Without it, nothing is reported (a host that keeps no history).
+        Raises :class:`~piwf.errors.SessionError` for a malformed ``session_id``, as
+        :meth:`start_run` does.
         """
+        from piwf.protocol.session_payloads import session_id_problem
+
+        if (problem := session_id_problem(session_id)) is not None:
+            raise SessionError(problem)
         client: Client = self  # type: ignore[assignment]  # a mixin of Client
         return SessionCoordinator(client, session_id, inspect_branch=inspect_branch, poll_s=poll_s)
 
@@ -95,7 +102,7 @@ class SessionMethods:
         from piwf.protocol.session_payloads import SessionList, SessionListPayload
 
         client: Client = self  # type: ignore[assignment]  # a mixin of Client
-        payload = SessionListPayload(limit=limit)
+        payload = build_payload(SessionListPayload, limit=limit)
         return client._call("session.list", payload, SessionList).sessions
 
 
@@ -142,7 +149,7 @@ class SessionCoordinator:
             or connection is not self._connection
             or connection.broken
         ):
-            self.client._current_connection(autostart=self.client.autostart)
+            self.client._connected()
             self.attach()
         assert self.epoch is not None
         return self.epoch
@@ -312,7 +319,8 @@ class SessionCoordinator:
         )
 
         turn_id = turn if isinstance(turn, str) else turn.turn_id
-        payload = CaptureRecordPayload(
+        payload = build_payload(
+            CaptureRecordPayload,
             session_id=self.session_id,
             coordinator_epoch=self._ensure_attached(),
             turn_id=turn_id,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from piwf.client.arguments import build_payload
 from piwf.client.calls import ClientCalls
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class SettingsMethods(ClientCalls):
         (``settingsRefused``)."""
         from piwf.protocol.settings_payloads import RunSettings, RunSettingsPayload
 
-        payload = RunSettingsPayload(mount_path=mount_path)
+        payload = build_payload(RunSettingsPayload, mount_path=mount_path)
         return self._call("run.settings", payload, RunSettings, run_id=run_id)
 
     def change_settings(
@@ -53,7 +54,8 @@ class SettingsMethods(ClientCalls):
             SettingsChangeReceipt,
         )
 
-        payload = RunChangeSettingsPayload(
+        payload = build_payload(
+            RunChangeSettingsPayload,
             patch=list(patch),
             mount_path=mount_path,
             expected_change=expected_change,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 
+from piwf.client.arguments import build_payload, path_argument
 from piwf.client.calls import ClientCalls
-from piwf.client.runs import absolute_path, workflow_reference
+from piwf.client.runs import workflow_reference
 
 if TYPE_CHECKING:
     from piwf.protocol.workflow_payloads import WorkflowDescription, WorkflowList
@@ -19,18 +21,18 @@ _Receipt = TypeVar("_Receipt", bound=BaseModel)
 class WorkflowMethods(ClientCalls):
     """Workflow discovery (``workflow.list``, ``workflow.show``)."""
 
-    def list_workflows(self, *, project: Path | None = None) -> WorkflowList:
+    def list_workflows(self, *, project: str | os.PathLike[str] | None = None) -> WorkflowList:
         """Every workflow ``start_run(NAME)`` finds from ``project`` (default: the current
         directory), in discovery order: the project's ``.piwf/workflows/``, the state home's
         ``workflows/``, then the built-ins; ``directories`` lists where it looked. No workflow
         code is loaded."""
         from piwf.protocol.workflow_payloads import WorkflowList, WorkflowListPayload
 
-        payload = WorkflowListPayload(project_path=_project_path(project))
+        payload = build_payload(WorkflowListPayload, project_path=_project_path(project))
         return self._call("workflow.list", payload, WorkflowList)
 
     def show_workflow(
-        self, workflow: str | Path, *, project: Path | None = None
+        self, workflow: str | os.PathLike[str], *, project: str | os.PathLike[str] | None = None
     ) -> WorkflowDescription:
         """Load ``workflow`` (a name, discovered as :meth:`start_run` does, or a file path) in
         a resolver child and describe it: nodes, edges, exits, mounts and input contract.
@@ -40,11 +42,13 @@ class WorkflowMethods(ClientCalls):
         """
         from piwf.protocol.workflow_payloads import WorkflowDescription, WorkflowShowPayload
 
-        payload = WorkflowShowPayload(
-            workflow=workflow_reference(workflow), project_path=_project_path(project)
+        payload = build_payload(
+            WorkflowShowPayload,
+            workflow=workflow_reference(workflow),
+            project_path=_project_path(project),
         )
         return self._call("workflow.show", payload, WorkflowDescription)
 
 
-def _project_path(project: Path | None) -> str:
-    return str(absolute_path(project if project is not None else Path.cwd()))
+def _project_path(project: str | os.PathLike[str] | None) -> str:
+    return str(path_argument("project", Path.cwd() if project is None else project))

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from piwf._version import __version__
+from piwf.client.arguments import invalid_argument_error
 from piwf.mcp.tools import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, ToolCallError, WorkflowTools
 
 _F = TypeVar("_F", bound=Callable[..., dict[str, Any]])
@@ -53,9 +54,28 @@ ANNOTATIONS = {
 }
 
 
+class _WorkflowToolServer(MCPServer[Any]):
+    """The SDK's server, with the short argument errors of the Python client.
+
+    The SDK checks a call's arguments against the tool's input schema before the tool runs
+    and reports a refusal with pydantic's whole dump (values and documentation links). The
+    model reads here what a client call reads: each argument and what it allows.
+    """
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            refusal = error.__cause__
+            if isinstance(error, UnexpectedToolError) or not isinstance(refusal, ValidationError):
+                raise
+            short = invalid_argument_error(refusal)
+            raise ToolError(f"Error executing tool {name}: {short}") from refusal
+
+
 def build_server(tools: WorkflowTools) -> MCPServer[Any]:
     """Return the MCP server offering ``tools.names()`` with their model-facing descriptions."""
-    server: MCPServer[Any] = MCPServer(
+    server: MCPServer[Any] = _WorkflowToolServer(
         "piwf",
         instructions=tools.instructions(),
         version=__version__,

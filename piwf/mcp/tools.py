@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from piwf.canonical import JsonValue
 from piwf.client import Client
+from piwf.client.arguments import invalid_argument_error
 from piwf.errors import CommandError, PiwfError
 
 #: Values larger than this (encoded) stay out of ``status`` and ``list`` results.
@@ -276,14 +277,8 @@ def _call(action: Callable[[], _T]) -> _T:
     except PiwfError as error:
         raise ToolCallError(f"{error} (error code: {error.code})") from None
     except ValidationError as error:
-        # An argument the client's payload model refused: name the field and rule, never the
-        # value (it may be a payload).
-        problems = error.errors(include_url=False, include_context=False, include_input=False)
-        details = "; ".join(
-            f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}"
-            for problem in problems
-        )
-        raise ToolCallError(f"invalid argument: {details}") from None
+        # An argument a payload model refused: the field and rule, never the value.
+        raise ToolCallError(str(invalid_argument_error(error))) from None
 
 
 def _wire(value: object) -> dict[str, Any]:

@@ -193,6 +193,19 @@ def test_an_argument_the_payload_model_refuses_is_a_usage_error_that_hides_the_v
     assert fake.requests == []
 
 
+def test_an_input_too_large_to_send_is_a_usage_error_naming_its_size_and_what_to_do(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"text": "é" * 900_000}, ensure_ascii=False), encoding="utf-8")
+    result = invoke("run", "start", "plain-summary", "--input-file", str(big), "--json")
+    assert result.exit_code == 2, result.output
+    message = one_json_document(result.stdout)["error"]["message"]
+    assert "the run's input is 1,800,011 bytes of JSON" in message, message
+    assert "at most 1,048,576 bytes (1 MiB)" in message and "a path to a file" in message
+    assert fake.requests == []
+
+
 def test_input_and_input_file_together_is_a_usage_error(tmp_path: Path) -> None:
     data = tmp_path / "in.json"
     data.write_text("{}")

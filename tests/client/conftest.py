@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +34,24 @@ def no_server_start(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("this test must not start a server")
 
     monkeypatch.setattr(launcher, "start_server", refuse)
+
+
+@pytest.fixture
+def autostarted(short_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Let clients start real servers for ``short_home`` (their pids are listed); SIGKILL and
+    reap every one of them, with its process group, at the end."""
+    started: list[int] = []
+    start_server = launcher.start_server
+
+    def recording(*args: Any, **kwargs: Any) -> launcher.ServerStarted:
+        report = start_server(*args, **kwargs)
+        started.append(report.pid)
+        return report
+
+    monkeypatch.setattr(launcher, "start_server", recording)
+    yield started
+    for pid in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)

@@ -116,6 +116,25 @@ def test_the_full_tool_lists_every_action_with_a_model_facing_description(
     speak(tmp_path, body)
 
 
+def test_arguments_outside_the_input_schema_get_the_short_argument_error(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        async with mcp_session(fast_server, errlog) as session:
+            too_few = await session.call_tool("list", {"limit": 0})
+            not_a_name = await session.call_tool("start", {"workflow": 123})
+        for result, expected in (
+            (too_few, "invalid argument: limit: Input should be greater than or equal to 1"),
+            (not_a_name, "invalid argument: workflow: Input should be a valid string"),
+        ):
+            text = text_of(result)
+            assert result.is_error and expected in text, text
+            assert "pydantic" not in text and "input_value" not in text, text
+
+    speak(tmp_path, body)
+
+
 def test_start_and_status_of_a_run_then_answer_its_checkpoint(
     fast_server: ServerProcess,  # noqa: F811
     tmp_path: Path,

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from piwf.workflow import NodeContext, agent, define_workflow
 
+#: The text's own cap; the 1 MiB request that carries the input bounds it too (about 1,040,000
+#: bytes of UTF-8 JSON: 1,000,000 ASCII characters fit, about 500,000 two-byte ones).
 MAX_TEXT_CHARS = 1_000_000
 MAX_INSTRUCTIONS_CHARS = 4_000
 MAX_SUMMARY_CHARS = 20_000

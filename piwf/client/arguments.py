@@ -1,0 +1,99 @@
+"""The checks a :class:`~piwf.client.Client` call makes of its arguments before anything is sent.
+
+Every refusal is one :class:`~piwf.errors.InvalidArgumentError` (a ``ValueError``) whose message
+names the argument and what it allows, never the value given (it may be a payload)::
+
+    client.list_runs(limit=0)
+    InvalidArgumentError: invalid argument: limit: Input should be greater than or equal to 1
+
+Request payloads are pydantic models; :func:`build_payload` builds one from a call's arguments
+and turns the model's ``ValidationError`` into that error (:func:`invalid_argument_error`), so
+no pydantic dump reaches a caller. The CLI (a usage error, exit 2) and ``piwf mcp`` (the tool's
+error text) report the same message.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from piwf.errors import InvalidArgumentError
+from piwf.protocol.client_v1 import OPAQUE_ID_PATTERN
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+#: What a pattern allows, said in words, for the patterns a caller's argument meets.
+_PATTERN_RULES: Final = {
+    OPAQUE_ID_PATTERN: "1 to 256 printable ASCII characters, no spaces",
+}
+_CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def build_payload(model: type[_Model], /, **arguments: Any) -> _Model:
+    """Return ``model`` built from a call's arguments (given by field name).
+
+    Raises :class:`~piwf.errors.InvalidArgumentError` naming every argument the model refuses.
+    """
+    try:
+        return model(**arguments)
+    except ValidationError as error:
+        raise invalid_argument_error(error) from None
+
+
+def invalid_argument_error(error: ValidationError) -> InvalidArgumentError:
+    """The typed error for what a payload model refused: per field its name (snake_case, as
+    the Python API spells it) and the rule it broke, without the value or pydantic's link."""
+    problems = error.errors(include_url=False, include_input=False)
+    details = "; ".join(f"{_field_name(problem)}: {_rule(problem)}" for problem in problems)
+    return InvalidArgumentError(f"invalid argument: {details}")
+
+
+def path_argument(name: str, value: object) -> Path:
+    """``value`` (a ``str`` or ``os.PathLike``) as an absolute path: ``~`` expanded, a relative
+    path resolved against the current directory, ``..`` folded.
+
+    Raises :class:`~piwf.errors.InvalidArgumentError` for anything else (an empty string too).
+    """
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if isinstance(text, str) and text:
+            return Path(os.path.normpath(Path(text).expanduser().absolute()))
+    raise InvalidArgumentError(f"invalid argument: {name}: a path is a non-empty str or PathLike")
+
+
+def timeout_argument(name: str, value: object, *, zero_allowed: bool = False) -> float:
+    """``value`` as a number of seconds: a finite number above 0 (at least 0 with
+    ``zero_allowed``). Raises :class:`~piwf.errors.InvalidArgumentError` naming ``name``."""
+    least = "at least 0" if zero_allowed else "above 0"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+        if math.isfinite(seconds) and (seconds > 0 or (zero_allowed and seconds == 0)):
+            return seconds
+    raise InvalidArgumentError(f"invalid argument: {name}: a number of seconds {least}")
+
+
+def opaque_id_argument(name: str, value: object) -> str:
+    """``value`` when it is an id the protocol takes (1 to 256 printable ASCII characters, no
+    spaces); else :class:`~piwf.errors.InvalidArgumentError` naming ``name``."""
+    if isinstance(value, str) and re.fullmatch(OPAQUE_ID_PATTERN, value):
+        return value
+    raise InvalidArgumentError(f"invalid argument: {name}: {_PATTERN_RULES[OPAQUE_ID_PATTERN]}")
+
+
+def _field_name(problem: ErrorDetails) -> str:
+    parts = [str(part) for part in problem["loc"]]
+    return ".".join(_CAMEL_HUMP.sub("_", part).lower() for part in parts) or "arguments"
+
+
+def _rule(problem: ErrorDetails) -> str:
+    if problem["type"] == "string_pattern_mismatch":
+        pattern = (problem.get("ctx") or {}).get("pattern")
+        if pattern in _PATTERN_RULES:
+            return str(_PATTERN_RULES[pattern])
+    return problem["msg"]

@@ -1,0 +1,133 @@
+"""The run-control methods of :class:`piwf.client.Client`: start a run, and cancel, pause,
+resume, restart or fork one; resolve an ambiguous effect. Each is a durable command with an
+idempotency key (docs/PROTOCOL.md §6); ``Client`` inherits them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from piwf.client.arguments import build_payload
+from piwf.client.calls import ClientCalls, parse_receipt
+from piwf.client.runs import input_too_large, start_payload
+from piwf.errors import RequestTooLargeError
+from piwf.protocol import Operation
+from piwf.protocol.payloads import (
+    EffectInfo,
+    EffectReceipt,
+    EffectResolvePayload,
+    EmptyPayload,
+    RunForkPayload,
+    RunInfo,
+    RunReceipt,
+)
+
+
+class RunControlMethods(ClientCalls):
+    """``Client`` methods that change runs."""
+
+    def start_run(
+        self,
+        workflow: str | os.PathLike[str],
+        *,
+        input: Any = None,
+        project: str | os.PathLike[str] | None = None,
+        title: str | None = None,
+        idempotency_key: str | None = None,
+        agent_command: Sequence[str] | None = None,
+        session: str | None = None,
+    ) -> RunInfo:
+        """Commit a new run as queued and return it (``run.start``).
+
+        ``workflow`` is a path when it is an ``os.PathLike``, names an existing file,
+        contains ``/`` or ends with ``.py``; a path is sent absolute, resolved against the
+        current directory. Anything else is a workflow name the server discovers. ``project``
+        (default: the current directory) is sent absolute too. ``input`` must be JSON (``None``
+        sends no input). Pass ``idempotency_key`` to make a repeated call adopt the first run.
+        ``agent_command`` (argv, e.g. ``["claude", "-p"]``) is the run's headless agent command,
+        used before the node's and the server's (docs/AGENTS.md). Before anything is sent,
+        raises :class:`~piwf.errors.CanonicalJsonError` when ``input`` breaks the canonical
+        JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate),
+        :class:`~piwf.errors.RequestTooLargeError` for an ``input`` too large to send (a request
+        carries at most 1 MiB of JSON: pass a path to a file the workflow reads instead),
+        :class:`~piwf.errors.AgentCommandError` for a command that is no list of strings and
+        :class:`~piwf.errors.InvalidArgumentError` for another argument it cannot take.
+        ``session`` binds the run ``interactive`` to that origin session (docs/SESSIONS.md):
+        its steps go to the session's coordinator (:meth:`session`), and the run reserves the
+        session until it ends (another unfinished run there: :class:`~piwf.errors.ConflictError`
+        with code ``sessionBusy``).
+        """
+        wire = start_payload(
+            workflow,
+            input=input,
+            project=project,
+            title=title,
+            agent_command=agent_command,
+            session=session,
+        )
+        try:
+            response = self.request("run.start", wire, idempotency_key=idempotency_key)
+        except RequestTooLargeError:
+            raise RequestTooLargeError(input_too_large(input)) from None
+        return parse_receipt(RunReceipt, response).run
+
+    def cancel_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Cancel a run and return it (``run.cancel``); RejectedError if it is not cancellable."""
+        receipt = self._call(
+            "run.cancel",
+            EmptyPayload(),
+            RunReceipt,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+        )
+        return receipt.run
+
+    def pause_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Pause a run (``run.pause``): flag it, park it and stop its child."""
+        return self._run_control("run.pause", run_id, idempotency_key)
+
+    def resume_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Resume a paused or parked run (``run.resume``) from its last committed boundary."""
+        return self._run_control("run.resume", run_id, idempotency_key)
+
+    def restart_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
+        """Start a fresh run of a terminal run's workflow (``run.restart``); returns the new run."""
+        return self._run_control("run.restart", run_id, idempotency_key)
+
+    def fork_run(
+        self, run_id: str, *, from_node: str, idempotency_key: str | None = None
+    ) -> RunInfo:
+        """Start a new run of ``run_id``'s recorded sources at node ``from_node`` (its full
+        path) with the outputs recorded before it (``run.fork``); returns the new run. A refusal
+        (the run executes, has unsettled effects, never ran that node) is a RejectedError."""
+        payload = build_payload(RunForkPayload, from_node=from_node)
+        receipt = self._call(
+            "run.fork", payload, RunReceipt, run_id=run_id, idempotency_key=idempotency_key
+        )
+        return receipt.run
+
+    def resolve_effect(
+        self,
+        effect_id: str,
+        resolution: str,
+        *,
+        note: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> EffectInfo:
+        """Record that an ambiguous effect was ``applied`` or should be retried (``retry``)."""
+        receipt = self._call(
+            "effect.resolve",
+            build_payload(
+                EffectResolvePayload, effect_id=effect_id, resolution=resolution, note=note
+            ),
+            EffectReceipt,
+            idempotency_key=idempotency_key,
+        )
+        return receipt.effect
+
+    def _run_control(self, operation: Operation, run_id: str, key: str | None) -> RunInfo:
+        receipt = self._call(
+            operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=key
+        )
+        return receipt.run

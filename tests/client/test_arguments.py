@@ -1,0 +1,92 @@
+"""A client call refuses arguments it cannot take with one typed error, before anything is sent.
+
+No server runs here (``no_server_start``, no socket): every refusal must come before the client
+connects, as :class:`~piwf.errors.InvalidArgumentError` (a ``ValueError``) naming the argument
+and what it allows, never the value and never pydantic's dump.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from piwf.client import Client
+from piwf.errors import InvalidArgumentError, RequestTooLargeError, SessionError
+
+
+def test_home_may_be_a_relative_str_or_a_path_like(
+    short_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(short_home.parent)
+    assert Client(home="relhome").home == short_home.parent / "relhome"
+    assert Client(home=short_home).home == short_home
+    with pytest.raises(InvalidArgumentError, match="home: a path"):
+        Client(home=5)  # type: ignore[arg-type]
+
+
+CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
+    "workflow int": (lambda c: c.start_run(123), "workflow"),  # type: ignore[arg-type]
+    "workflow None": (lambda c: c.start_run(None), "workflow"),  # type: ignore[arg-type]
+    "workflow empty": (lambda c: c.start_run(""), "workflow"),
+    "title": (lambda c: c.start_run("noop", title=5), "title"),  # type: ignore[arg-type]
+    "run id int": (lambda c: c.get_run(5), "run_id"),  # type: ignore[arg-type]
+    "run id empty": (lambda c: c.get_run(""), "run_id: 1 to 256 printable ASCII"),
+    "limit": (lambda c: c.list_runs(limit=0), "limit: Input should be greater than or equal"),
+    "status": (lambda c: c.list_runs(status="bogus"), "status: Input should be 'queued'"),
+    "watch status": (lambda c: next(c.watch_runs(status="bogus")), "status"),
+    "watch idle": (lambda c: next(c.watch_runs(idle_timeout_s=-1)), "idle_timeout_s"),
+    "client id": (lambda c: Client(c.home, client_id="bad id").list_runs(), "client_id"),
+    "project": (lambda c: c.start_run("noop", project=7), "project"),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_refused_argument_is_one_typed_error_naming_it(
+    name: str, short_home: Path, no_server_start: None
+) -> None:
+    call, expected = CALLS[name]
+    with pytest.raises(InvalidArgumentError) as info:
+        call(Client(short_home))
+    message = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert message.startswith("invalid argument: ") and expected in message, message
+    assert "pydantic" not in message and "input_value" not in message and "bogus" not in message
+
+
+def test_a_malformed_session_id_is_a_session_error_as_start_run_says(
+    short_home: Path, no_server_start: None
+) -> None:
+    client = Client(short_home)
+    for call in (lambda: client.session("bad id"), lambda: client.start_run("n", session="a b")):
+        with pytest.raises(SessionError, match="a session id is 1 to 128 characters"):
+            call()
+
+
+@pytest.mark.parametrize(
+    "option", ["connect_timeout_s", "request_timeout_s", "start_timeout_s", "retry_timeout_s"]
+)
+@pytest.mark.parametrize("value", [0, -1, math.nan, math.inf, True, "5", None])
+def test_a_timeout_that_is_no_positive_number_is_refused_at_construction(
+    option: str, value: Any, short_home: Path
+) -> None:
+    if option == "retry_timeout_s" and value == 0:
+        assert Client(short_home, retry_timeout_s=0).retry_timeout_s == 0  # no retrying
+        return
+    with pytest.raises(InvalidArgumentError, match=f"{option}: a number of seconds"):
+        Client(short_home, **{option: value})
+
+
+def test_an_input_too_large_for_one_request_is_refused_before_sending(
+    short_home: Path, no_server_start: None
+) -> None:
+    with pytest.raises(RequestTooLargeError) as info:
+        Client(short_home).start_run("noop", input={"x": "a" * 2_000_000})
+    message = str(info.value)
+    assert "the run's input is 2,000,008 bytes of JSON" in message
+    assert "1,048,576 bytes (1 MiB)" in message and "a path to a file" in message
+    assert isinstance(info.value, InvalidArgumentError)
+    assert not short_home.exists()  # nothing connected, nothing started

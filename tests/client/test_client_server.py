@@ -1,0 +1,84 @@
+"""The client against real ``piwf server run`` processes: starting one on first use, and a wait
+that outlives the server it began on.
+
+Servers started by the harness are reaped by ``servers``; those a client starts on its own
+(autostart) by ``autostarted``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from piwf.client import Client
+from piwf.errors import NotFoundError
+from tests.server.conftest import servers  # noqa: F401 - a fixture used by name
+from tests.server.harness import ServerFactory, ServerProcess, wait_for
+from tests.server.test_execution import FAST
+
+CHECKPOINT = str(
+    Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "checkpoint_review.py"
+)
+
+#: wait_run's timeout in the kill test, and when in it the server goes.
+WAIT_S = 8.0
+KILL_AFTER_S = 3.0
+#: What the call may take beyond its timeout: asking once more after the reconnect.
+MARGIN_S = 2.5
+
+
+@pytest.mark.parametrize("watch", ["run", "runs"])
+def test_a_watch_starts_a_server_as_every_call_does(
+    watch: str, short_home: Path, autostarted: list[int]
+) -> None:
+    with Client(short_home) as client:
+        if watch == "run":
+            with pytest.raises(NotFoundError):
+                next(client.watch_run("run-missing"))
+        else:
+            assert next(client.watch_runs()) == []
+    assert len(autostarted) == 1
+
+
+@pytest.mark.parametrize("stop", ["SIGKILL", "SIGTERM"])
+def test_wait_run_honours_its_timeout_across_a_server_restart(
+    stop: str,
+    servers: ServerFactory,  # noqa: F811
+    autostarted: list[int],
+) -> None:
+    first = servers.start(env=FAST)
+    assert first.ready["ok"] is True, first.ready
+    stop_server: Callable[[], object] = first.kill if stop == "SIGKILL" else first.terminate
+    with Client(first.home) as client:
+        run = client.start_run(CHECKPOINT, input={"steps": ["a"]})
+        wait_for(lambda: client.get_run(run.run_id).run.status == "waiting", what="the checkpoint")
+
+        started = time.monotonic()
+        killer = threading.Thread(target=_stop_mid_wait, args=(client, first, stop_server, started))
+        killer.start()
+        try:
+            receipt = client.wait_run(run.run_id, timeout_s=WAIT_S)
+        finally:
+            killer.join()
+        elapsed = time.monotonic() - started
+    assert not first.alive() and len(autostarted) == 1  # the wait went on on a new server
+    assert receipt.timed_out is True and receipt.run.status == "waiting"
+    assert WAIT_S - 0.5 <= elapsed <= WAIT_S + MARGIN_S, f"wait_run took {elapsed:.1f} s"
+
+
+def _stop_mid_wait(
+    client: Client, server: ServerProcess, stop_server: Callable[[], object], started: float
+) -> None:
+    """Stop ``server`` once the ``run.wait`` is in flight and KILL_AFTER_S of it have passed."""
+
+    def mid_wait() -> bool:
+        connection = client._connection
+        in_flight = connection is not None and bool(connection._pending)
+        return in_flight and time.monotonic() - started >= KILL_AFTER_S
+
+    wait_for(mid_wait, timeout_s=WAIT_S, what="the run.wait in flight")
+    stop_server()
