@@ -156,6 +156,8 @@ class ResolvedWorkflow(_Payload):
     definition_digest: str = Field(min_length=64, max_length=64)
     snapshot: Any
     title: str | None = None
+    #: The title the child run is committed with (the source resolver's ``runTitle``).
+    run_title: str | None = None
     sources: dict[str, Any]
 
 

@@ -9,7 +9,8 @@ frames::
              (or a resource-manager request: :mod:`piwf.runner.resource_resolve`, or a
              settings check: :mod:`piwf.runner.settings_check`)
     reply    {"ok": true, "workflowName": str, "workflowRef": str, "definitionDigest": hex,
-              "snapshot": {...}, "title": str | null, "input": {"kind", ...},
+              "snapshot": {...}, "title": str | null, "runTitle": str | null,
+              "input": {"kind", ...},
               "sources": {"root": source, "mounted": [source, ...]}}
           or {"ok": false, "error": {"code": str, "message": str}}
     source   {"mountPath", "referenceKind", "reference", "location", "sha256", "piwfVersion"}
@@ -90,9 +91,20 @@ def resolve(request: JsonValue) -> dict[str, JsonValue]:
         "definitionDigest": loaded.compiled.digest,
         "snapshot": loaded.compiled.snapshot,
         "title": title if isinstance(title, str) else None,
+        "runTitle": run_title(loaded.definition.name, title),
         "input": input_contract(loaded.definition.input),
         "sources": loaded.sources.to_json(),
     }
+
+
+def run_title(name: str, title: object) -> str | None:
+    """The title a new run is committed with (``runTitle``): the declared string, or the
+    workflow's name when none is declared, which is what the run's first runner would record.
+    None for a callable title: it needs the input, so that runner resolves it. Committing the
+    title with the run keeps it on a run that never executes (cancelled while queued)."""
+    if title is None:
+        return name
+    return title if isinstance(title, str) else None
 
 
 def input_contract(parser: object) -> dict[str, JsonValue]:

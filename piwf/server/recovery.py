@@ -46,6 +46,10 @@ The seed's twelve steps, in order, and where piwf does each:
 12. *request a retention sweep once idle*: ``run_server`` calls
     :meth:`~piwf.server.maintenance.RetentionSweeper.request` after recovery.
 
+Before the seed's steps, :func:`repair_left_by_older_versions` mends rows an older piwf wrote
+in a shape this one no longer writes (today: a finished run still flagged ``paused``, which
+kept it out of every prune). Each repair is idempotent.
+
 Claim loss is a handoff, never a failure: the old owner writes nothing after it. Recovery is
 idempotent: a crash half-way (fault ``recovery.after_each_fix``) leaves rows the next start
 recovers the same way.
@@ -88,6 +92,7 @@ def recover_previous_server(
     """Recover the agent groups, the runs, then the reconciles, of older epochs, then expire
     the agent requests already due; return how many agent processes were reaped, runner rows
     closed, runs decided or requests expired."""
+    repair_left_by_older_versions(db)
     groups = recover_agent_groups(db)
     runs = recover_runs(
         db, epoch=epoch, previous_server_id=previous_server_id, owner_id=owner_id, lease_ms=lease_ms
@@ -97,6 +102,17 @@ def recover_previous_server(
     )
     expired = expire_due_agent_deadlines(db, owner_id=owner_id, lease_ms=lease_ms)
     return groups + runs + reconciles + expired
+
+
+def repair_left_by_older_versions(db: StateDatabase) -> int:
+    """Clear the pause flag an older piwf left on terminal runs (it cancelled a paused run
+    without clearing it, so prune kept the run as ``notTerminal`` for ever); return how many
+    runs were repaired. Idempotent; one write transaction."""
+    with db.write() as tx:
+        repaired = ex.clear_stale_pauses(tx)
+    if repaired:
+        log.info("recovery: cleared a stale pause flag on %d finished run(s)", repaired)
+    return repaired
 
 
 def expire_due_agent_deadlines(db: StateDatabase, *, owner_id: str, lease_ms: int) -> int:

@@ -139,7 +139,12 @@ def status_counts(tx: Transaction) -> dict[str, JsonValue]:
     return {
         "runs": runs,
         "queue": queue,
-        "pausedRuns": tx.scalar("SELECT count(*) FROM runs WHERE paused = 1"),
+        # A finished run is never paused (``runs.finish`` clears the flag); the status filter
+        # keeps this count equal to ``server_counts``'s, which sees unfinished runs only.
+        "pausedRuns": tx.scalar(
+            "SELECT count(*) FROM runs WHERE paused = 1"
+            " AND status NOT IN ('completed', 'failed', 'timed_out', 'cancelled')"
+        ),
         "activeLeases": tx.scalar(
             "SELECT count(*) FROM leases WHERE owner_id IS NOT NULL AND expires_at > ?",
             (tx.now,),

@@ -15,7 +15,7 @@ A tree is deleted only when no reason holds (codes in reports and receipts):
 ==============  ===========================================================================
 reason          what protects the tree
 ==============  ===========================================================================
-notTerminal     a run is not completed, failed, timed_out or cancelled (or is paused)
+notTerminal     a run is not completed, failed, timed_out or cancelled, or has no finish time
 recent          a run finished at or after the cutoff
 lineage         the root is not a root, or a run's parent is outside the tree
 queue           a queue row is queued, starting, running or parked
@@ -161,7 +161,7 @@ _PROTECTIONS: Mapping[str, str] = MappingProxyType(
         "notTerminal": """
             SELECT 1 FROM runs WHERE run_id IN (SELECT value FROM json_each(:runs))
               AND (status NOT IN ('completed', 'failed', 'timed_out', 'cancelled')
-                   OR finished_at IS NULL OR paused = 1)""",
+                   OR finished_at IS NULL)""",
         "recent": """
             SELECT 1 FROM runs WHERE run_id IN (SELECT value FROM json_each(:runs))
               AND finished_at >= :cutoff""",

@@ -511,7 +511,7 @@ def new_run_from(payload: RunStartPayload, result: dict[str, JsonValue]) -> run_
     sources = recorded_sources.rows_of(SourceIdentity.from_json(result["sources"]))
     digest = result["definitionDigest"]
     assert isinstance(digest, str)
-    title = payload.title if payload.title is not None else result.get("title")
+    title = payload.title if payload.title is not None else result.get("runTitle")
     return run_store.NewRun(
         workflow_ref=str(result["workflowRef"]),
         workflow_name=str(result["workflowName"]),

@@ -99,6 +99,7 @@ from piwf.state.execution.queue import ExpiredRun, expired_running_runs, next_du
 from piwf.state.execution.recovery import (
     RecoveryDecision,
     RunRecovery,
+    clear_stale_pauses,
     close_runner_and_recover,
     crash_backoff_ms,
     park_for_no_progress,
@@ -160,6 +161,7 @@ __all__ = [
     "apply_settle_effect",
     "cancel_run",
     "claim_next_run",
+    "clear_stale_pauses",
     "close_runner_and_recover",
     "count_open_agent_deadlines",
     "count_runnable",

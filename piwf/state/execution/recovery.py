@@ -3,7 +3,8 @@
 The server calls these after a runner exit (``recover_after_runner_exit``), when a runner reports
 a broken source identity (``park_for_source_change``), or to park a run whose runner made no
 progress (``park_for_no_progress``); startup recovery lists the runs a dead server left behind
-(``expired_running_runs``). Each call is one ``BEGIN IMMEDIATE`` transaction that takes authority
+(``expired_running_runs``) and clears the pause flag an older piwf left on finished runs
+(``clear_stale_pauses``). Each call is one ``BEGIN IMMEDIATE`` transaction that takes authority
 (the caller's still-live claim, or a new ``server`` claim with generation + 1 when the old one is
 absent or expired), records one run change and releases the claim.
 
@@ -52,6 +53,26 @@ from piwf.state.execution.runners import (
 from piwf.state.execution.runs import RunRow, require_run
 from piwf.state.leases import Claim, read_lease, release_claim
 from piwf.state.records import Actor
+
+_FINISHED_AND_PAUSED = """
+SELECT run_id FROM runs
+WHERE paused = 1 AND status IN ('completed', 'failed', 'timed_out', 'cancelled')
+ORDER BY run_id
+"""
+
+
+def clear_stale_pauses(tx: Transaction) -> int:
+    """Clear the pause flag an older piwf left on finished runs; return how many were cleared.
+
+    Before :func:`~piwf.state.execution.runs.finish` cleared it, cancelling a paused run kept
+    ``paused = 1``: the run showed and counted as paused and prune kept it as ``notTerminal``.
+    Nothing else of the run changes, so no change is recorded. Idempotent (a second call
+    clears nothing). Expects a write transaction.
+    """
+    stale = [str(row[0]) for row in tx.all(_FINISHED_AND_PAUSED)]
+    for run_id in stale:
+        runs.set_paused(tx, run_id, False)
+    return len(stale)
 
 
 def crash_backoff_ms(consecutive_crashes: int) -> int:

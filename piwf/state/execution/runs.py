@@ -143,7 +143,8 @@ _SET_TITLE = "UPDATE runs SET title = ?, updated_at = ? WHERE run_id = ?"
 _SET_PAUSED = "UPDATE runs SET paused = ?, updated_at = ? WHERE run_id = ?"
 
 _FINISH = """
-UPDATE runs SET status = ?, final_output_hash = ?, error_hash = ?, finished_at = ?, updated_at = ?
+UPDATE runs SET status = ?, final_output_hash = ?, error_hash = ?, finished_at = ?, updated_at = ?,
+                paused = 0
 WHERE run_id = ? AND status NOT IN ('completed', 'failed', 'timed_out', 'cancelled')
 """
 
@@ -549,7 +550,8 @@ def finish(
     output_hash: bytes | None = None,
     error_hash: bytes | None = None,
 ) -> None:
-    """Give a non-terminal run its terminal ``status``, final output or error and finish time."""
+    """Give a non-terminal run its terminal ``status``, final output or error and finish time;
+    clear its pause flag (a finished run is never paused: nothing is left to hold back)."""
     if status not in TERMINAL_RUN_STATUSES:
         raise ValueError(f"{status.value} is not a terminal status")
     tx.execute(_FINISH, (status.value, output_hash, error_hash, tx.now, tx.now, run_id))

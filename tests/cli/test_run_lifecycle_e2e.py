@@ -1,0 +1,97 @@
+"""A run's lifecycle ends where the docs say, driven through the installed script.
+
+A run cancelled while paused is terminal in every respect (not paused, counted alike by both
+status commands, prunable, titled); a server started on a database where an older piwf left
+such a run flagged paused repairs it. The fixture of tests/cli/test_cli_e2e.py gives each test
+a private ``PIWF_HOME``; the first command autostarts the server and the fixture reaps it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from piwf.state import StateDatabase
+from tests.cli.test_cli_e2e import HOLD, Piwf, piwf  # noqa: F401 - a fixture used by name
+from tests.server.harness import wait_for
+
+CHECKPOINT = "fixtures/workflows/checkpoint_review.py"
+#: A cutoff after every run of the test: only a protection keeps a tree from the prune.
+FAR_FUTURE = "2030-01-01"
+
+
+def start(cli: Piwf, workflow: str, *args: str) -> str:
+    return str(cli.json("run", "start", workflow, *args)["run"]["runId"])
+
+
+def protected_reasons(cli: Piwf) -> dict[str, list[str]]:
+    preview = cli.json("state", "prune", "--before", FAR_FUTURE, "--dry-run")
+    return {tree["rootRunId"]: tree["reasons"] for tree in preview["protected"]}
+
+
+def test_a_run_cancelled_while_paused_is_finished_prunable_and_not_paused(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    run_id = start(piwf, CHECKPOINT, "--input", '{"steps": [1]}')
+    wait_for(
+        lambda: piwf.json("run", "show", run_id)["run"]["status"] == "waiting",
+        30,
+        "the run waiting at its checkpoint",
+    )
+    assert piwf.json("run", "pause", run_id)["run"]["paused"] is True
+
+    cancelled = piwf.json("run", "cancel", run_id)["run"]
+    assert (cancelled["status"], cancelled["paused"]) == ("cancelled", False)
+    assert cancelled["finishedAt"] is not None
+    assert piwf.run("run", "cancel", run_id).stdout.strip().endswith("cancelled  checkpoint_review")
+    refused = piwf.json("run", "resume", run_id, exit_code=1)
+    assert "is cancelled" in refused["error"]["message"]
+
+    assert piwf.json("server", "status")["pausedRuns"] == 0
+    assert piwf.json("state", "status")["pausedRuns"] == 0
+    assert protected_reasons(piwf) == {}
+    preview = piwf.json("state", "prune", "--before", FAR_FUTURE, "--dry-run")
+    assert [tree["rootRunId"] for tree in preview["trees"]] == [run_id]
+
+
+def test_a_run_cancelled_while_paused_and_queued_keeps_its_title(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    assert piwf.json("server", "start", "--max-workers", "1")["started"] is True
+    hold = tmp_path / "hold.py"
+    hold.write_text(HOLD)
+    holding = start(piwf, str(hold))
+    queued = start(piwf, CHECKPOINT, "--input", '{"steps": [1]}')
+    titled = start(piwf, CHECKPOINT, "--input", '{"steps": [2]}', "--title", "mine")
+    for run_id in (queued, titled):
+        assert piwf.json("run", "pause", run_id)["run"]["queueStatus"] == "parked"
+        assert piwf.json("run", "cancel", run_id)["run"]["paused"] is False
+    piwf.json("run", "cancel", holding)
+
+    listed = {run["runId"]: run for run in piwf.json("run", "list")["runs"]}
+    assert listed[queued]["title"] == "checkpoint_review", "an untitled workflow's name"
+    assert listed[titled]["title"] == "mine"
+    assert "cancelled  checkpoint_review" in piwf.run("run", "list").stdout
+    table = piwf.run("run", "list").stdout.splitlines()
+    assert any(line.startswith(queued) and line.endswith("checkpoint_review") for line in table)
+
+
+def test_a_server_start_clears_the_pause_an_older_piwf_left_on_a_cancelled_run(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    run_id = start(piwf, CHECKPOINT, "--input", '{"steps": [1]}')
+    piwf.json("run", "pause", run_id)
+    piwf.json("run", "cancel", run_id)
+    assert piwf.json("server", "stop")["wasRunning"] is True
+    # What an older piwf's cancel of a paused run wrote: terminal, finished and still paused.
+    with StateDatabase(piwf.home / "state.sqlite") as db, db.write() as tx:
+        tx.execute("UPDATE runs SET paused = 1 WHERE run_id = ?", (run_id,))
+        finished_at = tx.scalar("SELECT finished_at FROM runs WHERE run_id = ?", (run_id,))
+
+    run = piwf.json("run", "show", run_id)["run"]
+    assert (run["status"], run["paused"], run["finishedAt"]) == ("cancelled", False, finished_at)
+    assert piwf.json("state", "status")["pausedRuns"] == 0
+    assert protected_reasons(piwf) == {}
+    assert piwf.json("server", "stop")["wasRunning"] is True
+    run = piwf.json("run", "show", run_id)["run"]
+    assert run["paused"] is False, "a second start repairs nothing and breaks nothing"
