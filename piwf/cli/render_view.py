@@ -7,6 +7,7 @@ current node or request, reason and controls are never worked out here from othe
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -122,7 +123,7 @@ def explain(view: RunView) -> Explanation:
             (),
         )
     if display.activity == "blocked":
-        return _parked(display, run_id)
+        return _parked(display, run_id, view.detail.run.workflow_ref)
     if display.activity == "waitingForSlot" and display.capacity is not None:
         capacity = display.capacity
         return Explanation(
@@ -174,8 +175,9 @@ def _terminal(view: RunView) -> Explanation:
 
 _PARKED: dict[str, str] = {
     "sourceChanged": (
-        "a recorded source file changed since the run started ({reason}); the changed code "
-        "never runs. Restore the file, then resume, or restart to run the current sources."
+        "a recorded source file is not what the run started with ({reason}); the changed code "
+        "never runs. Restore the file, then resume; or cancel the run and start a new one of "
+        "the current sources (a restart would run the recorded sources too)."
     ),
     "protocolRejected": (
         "its runner broke the runner protocol ({reason}) and was stopped; resume to try again."
@@ -188,13 +190,13 @@ _PARKED: dict[str, str] = {
 }
 
 
-def _parked(display: Display, run_id: str) -> Explanation:
+def _parked(display: Display, run_id: str, workflow_ref: str) -> Explanation:
     code = display.reason_code or "parked"
     reason = display.reason or code
     text = _PARKED.get(code, "the run is parked ({reason}); fix the cause, then resume.")
     commands: tuple[str, ...] = (f"piwf run resume {run_id}",)
     if code == "sourceChanged":
-        commands += (f"piwf run restart {run_id}",)
+        commands += (f"piwf run cancel {run_id}", f"piwf run start {shlex.quote(workflow_ref)}")
     return Explanation(code, text.format(reason=reason), commands)
 
 

@@ -8,7 +8,9 @@ One ``multiprocessing.connection`` pipe per child; every message is canonical JS
                                 definitionDigest, protocolVersion: 1, executionMode,
                                 runAgentCommand?, serverAgentCommand?, stateHome?}
     child → server   ready     {schema, kind: "ready", runId, generation, runnerEpoch}
-                  or sourceChanged {..., kind: "sourceChanged", files: [location, ...]}
+                  or sourceChanged {..., kind: "sourceChanged", files: [location, ...],
+                                    missing: [location, ...]}  (files: changed bytes;
+                                    missing: unreadable)
     server → child   command   {schema, kind: "command", command: {command, runId, ...},
                                 revision}
     child → server   call      {schema, kind: "call", runId, generation, runnerEpoch,
@@ -318,6 +320,7 @@ class ChildMessage(_Model):
     operation: str | None = Field(default=None, max_length=64)
     payload: dict[str, Any] | None = None
     files: list[str] | None = None
+    missing: list[str] | None = None
     status: str | None = Field(default=None, max_length=64)
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)

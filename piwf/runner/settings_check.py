@@ -35,7 +35,7 @@ def check_settings(request: dict[str, JsonValue]) -> dict[str, JsonValue]:
     loaded = load_verified_workflow(source, digest)
     if isinstance(loaded, SourcesChanged):
         raise WorkflowLoadError(
-            f"the workflow source changed since the run started ({', '.join(loaded.files)});"
+            f"the workflow source is not what the run started with ({loaded.drift.describe()});"
             " its settings cannot be checked, so none can be changed: restore the file"
         )
     compiled = loaded.compiled

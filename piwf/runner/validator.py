@@ -72,10 +72,10 @@ def _verdict(request: Validate, context: dict[str, JsonValue]) -> Verdict:
             bounded(f"the workflow could not be loaded: {type(error).__name__}: {error}")
         )
     if isinstance(loaded, SourcesChanged):
-        files = ", ".join(loaded.files)
         return Rejected(
             bounded(
-                f"the workflow source changed since the run started ({files}); restore it, or "
+                "the workflow source is not what the run started with"
+                f" ({loaded.drift.describe()}); restore it, or "
                 "cancel the run: nothing can be submitted to it until then"
             )
         )

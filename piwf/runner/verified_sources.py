@@ -19,14 +19,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from piwf.workflow.sources import LoadedWorkflow
+    from piwf.workflow.sources import LoadedWorkflow, SourceDrift
 
 
 @dataclass(frozen=True)
 class SourcesChanged:
-    """The recorded sources differ from the files now on disk (``files``: their locations)."""
+    """The recorded sources differ from the files now on disk: which changed, which are
+    missing."""
 
-    files: list[str]
+    drift: SourceDrift
 
 
 def load_verified_workflow(
@@ -38,16 +39,21 @@ def load_verified_workflow(
     own import) once the hashes matched.
     """
     # Imported here so that a broken environment shows up as a crash of this child only.
-    from piwf.workflow.sources import SourceIdentity, load_recorded_workflow, verify_sources
+    from piwf.workflow.sources import (
+        SourceDrift,
+        SourceIdentity,
+        load_recorded_workflow,
+        verify_sources,
+    )
 
     identity = SourceIdentity.from_json(workflow_source)
-    changed = verify_sources(identity)
-    if changed:
-        return SourcesChanged([source.location for source in changed])
+    drift = verify_sources(identity)
+    if drift:
+        return SourcesChanged(drift)
     loaded = load_recorded_workflow(identity)
     if loaded.sources != identity or loaded.compiled.digest != definition_digest:
         differing = {s.location for s in (loaded.sources.root, *loaded.sources.mounted)} ^ {
             s.location for s in (identity.root, *identity.mounted)
         }
-        return SourcesChanged(sorted(differing) or [identity.root.location])
+        return SourcesChanged(SourceDrift(tuple(sorted(differing)) or (identity.root.location,)))
     return loaded

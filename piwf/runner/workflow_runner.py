@@ -376,7 +376,7 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
 
     loaded = load_verified_workflow(launch.workflow_source, launch.definition_digest)
     if isinstance(loaded, SourcesChanged):
-        send("sourceChanged", files=loaded.files)
+        send("sourceChanged", files=list(loaded.drift.changed), missing=list(loaded.drift.missing))
         return EXIT_OK
     send("ready")
     faults.point("child.after_ready")

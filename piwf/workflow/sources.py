@@ -250,21 +250,44 @@ def load_recorded_workflow(identity: SourceIdentity) -> LoadedWorkflow:
     return _load(loader, location_path(root.location), root.kind, root.reference)
 
 
-def verify_sources(identity: SourceIdentity) -> tuple[SourceFile, ...]:
-    """Return the recorded files whose current bytes are missing or hash differently.
+@dataclass(frozen=True)
+class SourceDrift:
+    """How the files on disk differ from a run's recorded sources (locations, in record order).
 
-    An empty tuple means every file still matches; call this before loading a run's workflow.
+    False when nothing differs. ``changed``: the file is there with other bytes; ``missing``:
+    it cannot be read (deleted, moved, unreadable).
     """
-    changed: list[SourceFile] = []
+
+    changed: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.changed or self.missing)
+
+    def describe(self) -> str:
+        """``changed: A, B; missing: C``: the parts that apply, for messages and park details."""
+        parts = [
+            f"{label}: {', '.join(locations)}"
+            for label, locations in (("changed", self.changed), ("missing", self.missing))
+            if locations
+        ]
+        return "; ".join(parts)
+
+
+def verify_sources(identity: SourceIdentity) -> SourceDrift:
+    """Return how the recorded files differ from their current bytes (falsy: every file still
+    matches); call this before loading a run's workflow."""
+    changed: list[str] = []
+    missing: list[str] = []
     for source in identity.files():
         try:
             data = location_path(source.location).read_bytes()
         except OSError:
-            changed.append(source)
+            missing.append(source.location)
             continue
         if hashlib.sha256(data).hexdigest() != source.sha256:
-            changed.append(source)
-    return tuple(changed)
+            changed.append(source.location)
+    return SourceDrift(tuple(changed), tuple(missing))
 
 
 def names_still_resolve(identity: SourceIdentity, project: Path | None, home: Path | None) -> bool:

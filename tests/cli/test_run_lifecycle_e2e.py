@@ -95,3 +95,80 @@ def test_a_server_start_clears_the_pause_an_older_piwf_left_on_a_cancelled_run(
     assert piwf.json("server", "stop")["wasRunning"] is True
     run = piwf.json("run", "show", run_id)["run"]
     assert run["paused"] is False, "a second start repairs nothing and breaks nothing"
+
+
+CHANGING = """
+from piwf.workflow import compute, define_workflow
+
+workflow = define_workflow(
+    name="chg", start_at="a", nodes={"a": compute(lambda ctx: {"v": "ORIGINAL"})}, edges=[]
+)
+"""
+
+GATED = """
+import pathlib, time
+from piwf.workflow import compute, define_workflow
+
+def hold(ctx):
+    pathlib.Path(ctx.input["entered"]).touch()
+    deadline = time.monotonic() + 60
+    while not pathlib.Path(ctx.input["gate"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {}
+
+workflow = define_workflow(name="gated", start_at="hold", nodes={"hold": compute(hold)}, edges=[])
+"""
+
+
+def test_a_restart_after_a_source_change_is_refused_with_the_command_for_the_current_sources(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    workflow = tmp_path / "c.py"
+    workflow.write_text(CHANGING)
+    run = piwf.json("run", "start", str(workflow), "--wait")["run"]
+    assert run["status"] == "completed"
+
+    workflow.write_text(CHANGING.replace("ORIGINAL", "CHANGED"))
+    refused = piwf.json("run", "restart", run["runId"], exit_code=1)["error"]
+    assert refused["code"] == "runCommand"
+    assert f"changed: {workflow}" in refused["message"]
+    assert refused["message"].endswith(f"piwf run start {workflow}")
+    workflow.unlink()
+    refused = piwf.json("run", "restart", run["runId"], exit_code=1)["error"]
+    assert f"missing: {workflow}" in refused["message"], "a deleted file is missing, not changed"
+    assert [item["runId"] for item in piwf.json("run", "list")["runs"]] == [run["runId"]]
+
+    workflow.write_text(CHANGING)
+    restarted = piwf.json("run", "restart", run["runId"])["run"]
+    waited = piwf.json("run", "wait", restarted["runId"], "--timeout", "30")
+    assert waited["run"]["status"] == "completed", "the restored recorded source restarts"
+
+
+def test_a_run_parked_for_a_missing_source_says_missing_and_how_to_run_the_current_sources(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    workflow, entered, gate = tmp_path / "gated.py", tmp_path / "entered", tmp_path / "gate"
+    workflow.write_text(GATED)
+    gates = f'{{"entered": "{entered}", "gate": "{gate}"}}'
+    run_id = start(piwf, str(workflow), "--input", gates)
+    wait_for(entered.exists, 30, "the hold node")
+    piwf.json("run", "pause", run_id)
+    workflow.unlink()
+    gate.touch()
+    piwf.json("run", "resume", run_id)
+    wait_for(
+        lambda: piwf.json("run", "explain", run_id)["cause"] == "sourceChanged",
+        30,
+        "the run parked sourceChanged",
+    )
+    explained = piwf.json("run", "explain", run_id)
+    assert f"missing: {workflow}" in explained["explanation"]
+    assert "changed:" not in explained["explanation"]
+    assert explained["commands"] == [
+        f"piwf run resume {run_id}",
+        f"piwf run cancel {run_id}",
+        f"piwf run start {workflow}",
+    ]
+    assert not any("restart" in command for command in explained["commands"])

@@ -18,6 +18,7 @@ from piwf.workflow.sources import (
     BUILTIN_DIR,
     MountSource,
     ReferenceKind,
+    SourceDrift,
     SourceIdentity,
     load_recorded_workflow,
     load_workflow,
@@ -235,7 +236,7 @@ def test_a_recorded_identity_loads_the_recorded_file_after_a_new_one_shadows_its
 
     write(project_file(project, "child"), CHILD.format(who="project"))
     assert not names_still_resolve(recorded.sources, project, home)
-    assert verify_sources(recorded.sources) == (), "no recorded file changed"
+    assert verify_sources(recorded.sources) == SourceDrift(), "no recorded file changed"
     again = load_recorded_workflow(recorded.sources)
     assert again.sources == recorded.sources
     assert again.sources.mounted[0].location == str(home_child)
@@ -250,7 +251,7 @@ def test_a_recorded_identity_loads_the_recorded_file_after_a_new_one_shadows_its
 
     home_child.write_text(home_child.read_text() + "# edited\n")
     changed = load_verified_workflow(identity_json, recorded.compiled.digest)
-    assert changed == SourcesChanged([str(home_child)])
+    assert changed == SourcesChanged(SourceDrift(changed=(str(home_child),)))
 
 
 def test_a_record_without_the_name_is_refused_not_discovered(

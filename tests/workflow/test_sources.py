@@ -11,6 +11,7 @@ import pytest
 from piwf.errors import WorkflowLoadError
 from piwf.workflow.sources import (
     BUILTIN_DIR,
+    SourceDrift,
     SourceIdentity,
     WorkflowOrigin,
     discover_workflows,
@@ -154,17 +155,23 @@ def test_source_identity_records_root_and_every_mounted_file() -> None:
     for item in sources.mounted:
         assert item.sha256 == hashlib.sha256(Path(item.location).read_bytes()).hexdigest()
     assert SourceIdentity.from_json(sources.to_json()) == sources
-    assert verify_sources(sources) == ()
+    assert verify_sources(sources) == SourceDrift()
 
 
 def test_verify_sources_reports_a_changed_mounted_file(tmp_path: Path) -> None:
     for name in ("composition", "docs", "workspace"):
         write(tmp_path, f"{name}.py", (FIXTURES / f"{name}.py").read_text())
     loaded = load_workflow(tmp_path / "composition.py")
-    assert verify_sources(loaded.sources) == ()
+    assert verify_sources(loaded.sources) == SourceDrift()
     (tmp_path / "workspace.py").write_text((FIXTURES / "workspace.py").read_text() + "\n# edit\n")
-    changed = verify_sources(loaded.sources)
-    assert [item.location for item in changed] == [str((tmp_path / "workspace.py").resolve())]
+    workspace = str((tmp_path / "workspace.py").resolve())
+    assert verify_sources(loaded.sources) == SourceDrift(changed=(workspace,))
+    (tmp_path / "docs.py").unlink()
+    docs = str((tmp_path / "docs.py").resolve())
+    drift = verify_sources(loaded.sources)
+    assert drift == SourceDrift(changed=(workspace,), missing=(docs,)), "a deleted file is missing"
+    assert drift.describe() == f"changed: {workspace}; missing: {docs}"
+    write(tmp_path, "docs.py", (FIXTURES / "docs.py").read_text())
     reloaded = load_workflow(tmp_path / "composition.py")
     assert reloaded.sources != loaded.sources
     assert reloaded.compiled.digest == loaded.compiled.digest
@@ -192,7 +199,7 @@ def test_find_workflow_by_name_or_path(tmp_path: Path) -> None:
     assert noop.path == BUILTIN_DIR / "noop.py"
     loaded = load_workflow(noop.path)
     assert loaded.sources.root.location == "builtin:noop"
-    assert verify_sources(loaded.sources) == ()
+    assert verify_sources(loaded.sources) == SourceDrift()
     path = write(tmp_path, "direct.py", GOOD.replace("NAME", "direct"))
     assert find_workflow(str(path)).origin is WorkflowOrigin.PATH
     assert find_workflow("direct.py", tmp_path).path == path

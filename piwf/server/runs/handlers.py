@@ -303,13 +303,19 @@ class RunHandlers:
         self.context.wake_scheduler()
 
     def run_restart(self, request: Request, reply: Reply) -> None:
-        """Queue a fresh run of a terminal run's workflow from its first node."""
+        """Queue a fresh run of a terminal run's workflow from its first node, with the
+        definition and sources the run recorded; refused up front when a recorded file changed
+        or is gone (the restart could only park ``sourceChanged``)."""
         payload_of(request, EmptyPayload)
         run_id = run_id_of(request)
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.load_run(tx, run_id) is None:
+            parent = run_store.load_run(tx, run_id)
+            if parent is None:
                 return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
+            refusal = sources_refuse_restart(tx, parent)
+            if refusal is not None:
+                return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = ex.restart_run(
                 tx, run_id, new_run_id=run_store.new_run_id(), actor=Actor(ActorType.CLIENT)
             )
@@ -503,6 +509,26 @@ def wait_receipt(tx: Transaction, view: run_store.RunRow, *, timed_out: bool) ->
         error=error.value,
         error_ref=error.ref,
         failure=run_failure(tx, view),
+    )
+
+
+def sources_refuse_restart(tx: Transaction, parent: run_store.RunRow) -> RunCommandError | None:
+    """Why a restart of ``parent`` cannot run its recorded sources, or None when it can (or
+    when the restart is refused or adopted for another reason, which ``restart_run`` answers).
+
+    A restart runs the parent's recorded files; a file that changed or is gone would park the
+    new run ``sourceChanged`` at once. The error says which and how to run the current sources.
+    """
+    if not parent.terminal or run_store.restart_child_of(tx, parent.run_id) is not None:
+        return None
+    drift = recorded_sources.drift_of(tx, parent.run_id)
+    if not drift:
+        return None
+    return RunCommandError(
+        f"run {parent.run_id} cannot restart: a restart runs the workflow sources the run"
+        f" recorded, and they are not on disk as recorded ({drift.describe()}). Restore the"
+        " recorded file to restart it, or start a new run of the current sources:"
+        f" {recorded_sources.start_command(parent.workflow_ref)}"
     )
 
 

@@ -14,6 +14,7 @@ shipped it. A runner gets the recorded identity back and loads exactly those fil
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,7 +22,7 @@ from piwf.protocol.payloads import RunSource
 from piwf.state import Transaction
 from piwf.state.enums import SourceType
 from piwf.state.execution import runs as run_store
-from piwf.workflow.sources import MountSource, SourceIdentity
+from piwf.workflow.sources import MountSource, SourceDrift, SourceIdentity, verify_sources
 
 
 def rows_of(identity: SourceIdentity) -> list[run_store.SourceFile]:
@@ -73,3 +74,18 @@ def workflow_source(tx: Transaction, run_id: str) -> dict[str, Any]:
     and loads it without discovering anything again (a runner's launch, a validation):
     ``{"root": source, "mounted": [...]}``, (:func:`identity_of`)."""
     return identity_of(run_store.list_run_sources(tx, run_id)).to_json()
+
+
+def drift_of(tx: Transaction, run_id: str) -> SourceDrift:
+    """How the run's recorded files differ from the files on disk now (falsy: they match).
+
+    Reads and hashes each recorded file (never imports it). Raises ``ValueError`` for a run
+    with no recorded root.
+    """
+    return verify_sources(identity_of(run_store.list_run_sources(tx, run_id)))
+
+
+def start_command(workflow_ref: str) -> str:
+    """The command that starts a new run of the current sources of ``workflow_ref`` (the
+    reference as the run was started with: a path, a name or ``builtin:NAME``)."""
+    return f"piwf run start {shlex.quote(workflow_ref)}"

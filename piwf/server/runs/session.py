@@ -74,6 +74,7 @@ from piwf.state.records import Actor
 from piwf.workflow import port
 from piwf.workflow.commands import RestartCommand, ResumeCommand, StartCommand, command_to_json
 from piwf.workflow.port_codec import from_json, to_json
+from piwf.workflow.sources import SourceDrift
 
 log = logging.getLogger("piwf.server")
 
@@ -284,7 +285,9 @@ class RunnerSession:
         if message.kind == "ready":
             self._ready()
         elif message.kind == "sourceChanged":
-            self._source_changed(message.files or [])
+            self._source_changed(
+                SourceDrift(tuple(message.files or ()), tuple(message.missing or ()))
+            )
         elif message.kind == "call":
             self._call(message)
         elif message.kind == "exiting":
@@ -335,8 +338,13 @@ class RunnerSession:
         log.warning("run %s: marking its runner ready failed: %s", self.run_id, error)
         self.host.stop(self, RunnerStatus.CRASHED)
 
-    def _source_changed(self, files: list[str]) -> None:
-        log.warning("run %s: %d source file(s) changed; parked", self.run_id, len(files))
+    def _source_changed(self, drift: SourceDrift) -> None:
+        log.warning(
+            "run %s: %d source file(s) changed, %d missing; parked",
+            self.run_id,
+            len(drift.changed),
+            len(drift.missing),
+        )
         try:
             with self.host.db.write() as tx:
                 ex.park_for_source_change(
@@ -347,7 +355,7 @@ class RunnerSession:
                     owner_id=self.host.owner_id,
                     lease_ms=self.host.lease_ms,
                     claim=self.claim,
-                    detail=", ".join(files),
+                    detail=drift.describe(),
                 )
         except PiwfError as error:
             log.warning("run %s: parking for a source change failed: %s", self.run_id, error)
