@@ -128,6 +128,28 @@ def is_alive(identity: str) -> bool:
         return False
 
 
+def has_file_open(identity: str, path: Path) -> bool:
+    """Whether the exact process recorded as ``identity`` has the file at ``path`` open (the
+    same file: device and inode, whatever name it was opened by). A process whose files cannot
+    be listed (another user's) counts as having it open: only a proof of absence is False."""
+    try:
+        wanted = path.stat()
+        process = process_of(identity)
+        if process is None:
+            return False
+        opened = process.open_files()
+    except psutil.AccessDenied:
+        return True
+    except (OSError, psutil.Error):
+        return False
+    for entry in opened:
+        with contextlib.suppress(OSError):
+            found = Path(entry.path).stat()
+            if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
+                return True
+    return False
+
+
 def kill_orphan_groups(pids: list[int], timeout_s: float = 2.0) -> None:
     """SIGKILL each process group, then wait (bounded, for all at once) until each is gone.
 

@@ -29,7 +29,7 @@ from piwf._version import __version__
 from piwf.config import ensure_private_dir
 from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
 from piwf.lifecycle import Applied
-from piwf.processes import is_alive, own_identity
+from piwf.processes import has_file_open, is_alive, own_identity
 from piwf.protocol.client_v1 import Hello
 from piwf.server.channels.adapters import ChannelAdapters, ChannelSettings
 from piwf.server.children.resolvers import ResolverJobs
@@ -420,9 +420,13 @@ def _take_epoch(
     with db.write() as tx:
         owner = read_server_owner(tx)
         # We hold the instance lock, so a recorded owner whose exact process is gone is dead
-        # even if its lease has not expired yet; a live recorded process is another server.
-        previous_dead = owner.process_start_identity is None or not is_alive(
-            owner.process_start_identity
+        # even if its lease has not expired yet. A live recorded process that does not have
+        # this database open is the server of another home this file was copied from (a backup
+        # restored here while that server runs): it owns that home's copy, not this one. A live
+        # process with this file open is another server of it.
+        recorded = owner.process_start_identity
+        previous_dead = (
+            recorded is None or not is_alive(recorded) or not has_file_open(recorded, db.path)
         )
         result = acquire_server_claim(
             tx,

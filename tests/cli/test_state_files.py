@@ -504,3 +504,20 @@ def test_a_restore_interrupted_after_moving_the_database_is_finished_by_running_
     assert database.read_bytes() == (source / "state.sqlite").read_bytes()
     assert cli.json("server", "start")["started"] is True
     assert cli.json("state", "verify") == {"valid": True, "violations": []}
+
+
+def test_a_backup_restored_into_another_home_starts_while_its_source_server_runs(
+    cli: Piwf, tmp_path: Path
+) -> None:
+    start_hello(cli, "Ada")  # its server runs, and is recorded as the owner in every backup
+    backup = tmp_path / "backup.sqlite"
+    cli.json("state", "backup", str(backup))
+    with piwf_home() as other:
+        other.json("state", "restore", str(backup))
+        # The recorded owner is alive but serves the source home's file, not this copy.
+        started = other.json("run", "start", HELLO, "--input", '{"who": "Bo"}', "--wait")
+        assert started["run"]["status"] == "completed"
+        listed = {run["runId"] for run in other.json("run", "list")["runs"]}
+        assert listed >= {r["runId"] for r in cli.json("run", "list")["runs"]}
+    # The source home's server was left alone and still answers.
+    assert cli.json("server", "status")["state"] == "running"
