@@ -16,6 +16,7 @@ A command body raises; :func:`command` turns the error into the exit-code protoc
 from __future__ import annotations
 
 import functools
+import math
 import re
 import uuid
 from collections.abc import Callable
@@ -96,6 +97,22 @@ def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
     else:
         click.echo(f"Error: {error}", err=True)
     raise click.exceptions.Exit(1)
+
+
+class Seconds(click.FloatRange):
+    """A finite, non-negative number of seconds: ``nan`` and ``inf`` are usage errors (a wait
+    or an idle exit that never ends is no number of seconds)."""
+
+    name = "seconds"
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
+        return number
 
 
 def run_id_argument(function: _F) -> _F:

@@ -183,8 +183,8 @@ _PARKED: dict[str, str] = {
         "its runner broke the runner protocol ({reason}) and was stopped; resume to try again."
     ),
     "runnerNoProgress": (
-        "its runners ended again and again without progress ({reason}); fix the cause (a node "
-        "that hangs or kills its process), then resume."
+        "it made no progress and is not retried by itself: {reason}. Fix the cause (a node "
+        "that kills its process, overruns or floods its output), then resume."
     ),
     "runnerCrashed": ("its runner crashed repeatedly ({reason}); fix the cause, then resume."),
 }

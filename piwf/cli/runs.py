@@ -11,6 +11,7 @@ import click
 from piwf.cli import render
 from piwf.cli.common import (
     INTERRUPTED_EXIT,
+    Seconds,
     command,
     json_option,
     open_client,
@@ -20,7 +21,7 @@ from piwf.cli.common import (
 from piwf.cli.progress import RunProgress
 from piwf.client import Client
 from piwf.config import split_agent_command
-from piwf.protocol.payloads import RunDisplayStatus
+from piwf.protocol.payloads import RunDisplayStatus, RunWaitReceipt
 
 #: The display statuses ``run list --status`` accepts (the closed set).
 DISPLAY_STATUSES = get_args(RunDisplayStatus)
@@ -74,7 +75,7 @@ def run_group() -> None:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0),
+    type=Seconds(),
     metavar="SECONDS",
     help=f"With --wait: give up after this long (default {DEFAULT_WAIT_TIMEOUT_S:g}).",
 )
@@ -97,7 +98,8 @@ def run_start(
 
     The run is committed as queued before this returns; a server is started if none runs.
     With --wait, waits for the run to end and exits 0 only if it completed; a run that is
-    still not terminal after --timeout seconds exits 1.
+    still not terminal after --timeout seconds exits 1, and so does one that stops until
+    someone acts (paused, or parked: the error names why and `piwf run explain`).
 
     \b
     Example:
@@ -275,7 +277,7 @@ def run_explain(run_id: str, as_json: bool) -> None:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0),
+    type=Seconds(),
     default=DEFAULT_WAIT_TIMEOUT_S,
     show_default=True,
     metavar="SECONDS",
@@ -286,9 +288,12 @@ def run_explain(run_id: str, as_json: bool) -> None:
 def run_wait(run_id: str, timeout_s: float, as_json: bool) -> None:
     """Wait until a run is terminal; exit 0 only if it completed.
 
-    A run that ended otherwise (failed, timed out, cancelled) or is still not terminal after
-    --timeout seconds exits 1; with --json the document is {"run": ..., "timedOut": ...} in
-    every one of these cases, with the complete "output" or "error" of a terminal run.
+    A run that ended otherwise (failed, timed out, cancelled), is still not terminal after
+    --timeout seconds, or stops until someone acts (paused, or parked runnerNoProgress,
+    sourceChanged, effectAmbiguous ...: the wait ends at once, naming the reason and `piwf run
+    explain`) exits 1; with --json the document is {"run": ..., "timedOut": ...} in every one
+    of these cases, with the complete "output" or "error" of a terminal run and the
+    "parkedReason" of a parked one. A run waiting on a request or a timer is waited for.
 
     \b
     Example:
@@ -456,6 +461,10 @@ def _wait_and_report(
                 err=True,
             )
         raise click.exceptions.Exit(1)
+    if run.needs_action:  # not timed out, not terminal: it waits for an operator
+        if not as_json:
+            click.echo(f"Error: {_needs_action_text(receipt)}", err=True)
+        raise click.exceptions.Exit(1)
     if run.status != _SUCCESS_STATUS:
         if not as_json:
             detail = f" ({run.error_code})" if run.error_code else ""
@@ -464,3 +473,14 @@ def _wait_and_report(
             if receipt.failure is not None:
                 click.echo(f"The failed node's record: piwf run show {run.run_id}", err=True)
         raise click.exceptions.Exit(1)
+
+
+def _needs_action_text(receipt: RunWaitReceipt) -> str:
+    """Why a waited-for run stopped short of its end, and the command that says what to do."""
+    run = receipt.run
+    why = "is paused" if run.paused else f"is parked {run.error_code or ''}".rstrip()
+    reason = f": {receipt.parked_reason}" if receipt.parked_reason else ""
+    return (
+        f"run {run.run_id} {why}{reason}; it will not go on until someone acts "
+        f"(what to do: piwf run explain {run.run_id})"
+    )

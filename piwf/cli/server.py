@@ -9,7 +9,7 @@ import sys
 import click
 
 from piwf import canonical
-from piwf.cli.common import command, emit_json, json_option, open_client
+from piwf.cli.common import Seconds, command, emit_json, json_option, open_client
 from piwf.config import state_home
 from piwf.errors import ServerNotRunningError, ServerStartError
 
@@ -34,7 +34,7 @@ _MAX_WORKERS = click.option(
 _IDLE_EXIT = click.option(
     "--idle-exit",
     "idle_exit_s",
-    type=click.FloatRange(min=0),
+    type=Seconds(),
     default=None,
     metavar="SECONDS",
     help="Exit after this long with no clients and no work (default: $PIWF_IDLE_EXIT_S or 300).",

@@ -230,15 +230,21 @@ class RunReadMethods(ClientCalls):
     def wait_run(
         self, run_id: str, timeout_s: float | None = None, *, content_limit: int | None = None
     ) -> RunWaitReceipt:
-        """Wait until the run is terminal, or ``timeout_s`` seconds pass (None: no limit).
+        """Wait until the run is terminal or needs an operator, or ``timeout_s`` seconds pass
+        (None: no limit).
 
         Sends ``run.wait`` requests of at most 30 s each; one resent after a lost connection
         (the server restarted, say) waits only for what is left of ``timeout_s``, so the call
         ends by then plus the time reconnecting took, with the same timed-out receipt as
         without a reconnect. Returns the last receipt: its ``run``
         is the run's latest state and ``timed_out`` says whether the wait ended before the run
-        became terminal; a terminal run's ``output`` or ``error`` comes complete (referenced
-        values read as :meth:`get_run` reads them, ``content_limit`` likewise). A non-positive
+        became terminal or stopped for an operator; a terminal run's ``output`` or ``error``
+        comes complete (referenced values read as :meth:`get_run` reads them,
+        ``content_limit`` likewise). A run that will not go on until someone acts (paused, or
+        parked ``runnerNoProgress``, ``sourceChanged``, ``effectAmbiguous`` …) is returned at
+        once, not raised: ``timed_out`` is False, ``run.needs_action`` True, ``run.error_code``
+        and ``parked_reason`` say why (``piwf run explain`` says what to do). A run that waits
+        on a request or a timer goes on by itself and is waited for. A non-positive
         ``timeout_s`` asks once without waiting.
         """
         deadline = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)

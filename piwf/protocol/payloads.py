@@ -163,6 +163,7 @@ RunDisplayStatus = Literal[
     "running",
     "waiting",
     "paused",
+    "parked",
     "completed",
     "failed",
     "timed_out",
@@ -550,10 +551,13 @@ class RunPage(WireModel):
 class RunWaitReceipt(WireModel):
     """Receipt of run.wait: the run and, once it is terminal, its final output or error (or
     their references, as in :class:`RunDetail`) and the ``failure`` of the node that ended
-    it."""
+    it. A run that needs an operator (``run.needsAction``: paused, or parked until someone
+    acts) ends the wait too, with ``timedOut`` false and ``parkedReason`` saying why (its
+    stored reason, when it has one)."""
 
     run: RunInfo
     timed_out: bool
+    parked_reason: str | None = None
     output: Any = None
     output_ref: ContentRef | None = None
     error: str | None = None

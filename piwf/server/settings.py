@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -38,9 +39,12 @@ def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     if value is None or value == "":
         return default
-    number = float(value)
-    if number < 0:
-        raise ValueError(f"{name} must not be negative, not {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{name} must be a finite number of seconds, 0 or more, not {value!r}")
     return number
 
 

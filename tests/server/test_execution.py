@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import stat
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,12 @@ def test_an_interrupted_manual_effect_parks_ambiguous_and_is_not_retried(
     assert attempts.read_text() == "attempt\n", "the manual action ran exactly once"
 
 
+def never(condition: Callable[[], object], what: str, for_s: float = 1.0) -> None:
+    """Fail if ``condition`` becomes true within ``for_s`` (polled, many scheduling rounds)."""
+    with pytest.raises(AssertionError, match="timed out"):
+        wait_for(condition, timeout_s=for_s, what=what)
+
+
 # conformance: X9
 def test_a_runner_that_dies_before_progress_is_parked_and_not_relaunched(
     fast_server: ServerProcess, tmp_path: Path
@@ -264,11 +271,14 @@ def test_a_runner_that_dies_before_progress_is_parked_and_not_relaunched(
             timeout_s=30,
             what="the no-progress park",
         )
-        # Many scheduling rounds pass (poll 0.05 s): the run is never claimed again.
-        response = client.request("run.wait", {"timeoutMs": 1000}, run_id=run_id)
+        # The run needs an operator: a wait on it is answered at once, saying why.
+        response = client.request("run.wait", {"timeoutMs": 60_000}, run_id=run_id)
     assert response.receipt is not None
-    assert response.receipt["timedOut"] is True
-    assert len(query(fast_server, "SELECT runner_epoch FROM run_runners")) == 1
+    assert response.receipt["timedOut"] is False
+    assert response.receipt["run"]["needsAction"] is True
+    assert "exited with code 1 while no node was running" in response.receipt["parkedReason"]
+    # Many scheduling rounds pass (poll 0.05 s): the run is never claimed again.
+    never(lambda: len(query(fast_server, "SELECT runner_epoch FROM run_runners")) > 1, "a relaunch")
 
 
 # conformance: X9
@@ -302,10 +312,12 @@ def test_a_node_that_kills_every_runner_is_retried_once_then_parked(
             timeout_s=30,
             what="the no-progress park",
         )
-        response = client.request("run.wait", {"timeoutMs": 1000}, run_id=run_id)
+        response = client.request("run.wait", {"timeoutMs": 60_000}, run_id=run_id)
     assert response.receipt is not None
-    assert response.receipt["timedOut"] is True, "it was not relaunched a third time"
-    assert attempts.read_text() == "attempt\n" * 2
+    assert response.receipt["timedOut"] is False, "a run parked until someone acts ends a wait"
+    reason = response.receipt["parkedReason"]
+    assert 'exited with code 23 while node "die" (visit 1, attempt 2) ran' in reason
+    never(lambda: attempts.read_text() != "attempt\n" * 2, "a third relaunch")
     assert runner_statuses(fast_server) == ["crashed", "crashed"]
 
 

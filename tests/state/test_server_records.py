@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import stat
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -11,6 +13,7 @@ from piwf import canonical
 from piwf.clock import FakeClock
 from piwf.errors import ClaimLostError
 from piwf.lifecycle import Adopted, Applied, Conflict, RunStatus
+from piwf.protocol.payloads import RunDisplayStatus
 from piwf.state import StateDatabase
 from piwf.state.backup import BackupError, backup_database
 from piwf.state.commands import Fresh, Replay, Reused, lookup_command, store_command
@@ -150,6 +153,27 @@ def new_run(definition: dict[str, object] | None = None) -> run_store.NewRun:
         ],
         project_path="/w",
     )
+
+
+def test_every_display_status_is_one_of_the_protocols_closed_set() -> None:
+    """The one derivation gives only what clients may filter on; a blocking park is
+    ``parked`` (never ``queued``) unless an ambiguous effect or a pause says more."""
+    derived = set()
+    for status, paused, ambiguous, pending, queue, needs_action in itertools.product(
+        RunStatus, (False, True), (False, True), (False, True), (None, *QueueStatus), (False, True)
+    ):
+        shown = run_store.display_status(
+            status,
+            paused=paused,
+            has_ambiguous_effect=ambiguous,
+            has_pending_request=pending,
+            queue_status=queue,
+            needs_action=needs_action,
+        )
+        derived.add(shown)
+        if needs_action and not (paused or ambiguous) and shown not in {s.value for s in RunStatus}:
+            assert shown == "parked"
+    assert derived == set(get_args(RunDisplayStatus))
 
 
 def test_a_created_run_is_queued_with_its_queue_row_and_event(db: StateDatabase) -> None:

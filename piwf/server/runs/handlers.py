@@ -1,7 +1,8 @@
 """Handlers of the run operations: start, list, get, wait, and the controls.
 
 ``run.start`` waits for a resolver child before it commits; ``run.wait`` parks until the run is
-terminal. Controls (cancel, pause) commit with their receipt and only then stop the run's child.
+terminal or needs an operator (paused, or parked until someone acts: it will not go on by
+itself). Controls (cancel, pause) commit with their receipt and only then stop the run's child.
 The deferred answers (a resolver's reply, a ``run.wait`` timer) are guarded like the handlers:
 a failure is answered with a typed error (:mod:`piwf.server.failures`), never left waiting.
 """
@@ -351,8 +352,8 @@ class RunHandlers:
         answer_now = None
         with self.context.db.read() as tx:
             view = run_store.load_run(tx, run_id)
-            if view is not None and (view.finished_at is not None or payload.timeout_ms == 0):
-                answer_now = wait_receipt(tx, view, timed_out=view.finished_at is None)
+            if view is not None and (_wait_ends(view) or payload.timeout_ms == 0):
+                answer_now = wait_receipt(tx, view, timed_out=not _wait_ends(view))
         if view is None:
             reply(not_found(request, run_id))
             return
@@ -371,7 +372,8 @@ class RunHandlers:
         waiters.append(Waiter(reply, request.request_id, timer))
 
     def notify_run_changed(self, run_id: str) -> None:
-        """Answer every ``run.wait`` on ``run_id`` if the run is now terminal.
+        """Answer every ``run.wait`` on ``run_id`` if the run is now terminal or needs an
+        operator.
 
         Never raises for a database that cannot be read: the waiters are then answered by their
         own timers, and the caller (a runner's exit) goes on.
@@ -382,7 +384,7 @@ class RunHandlers:
         try:
             with self.context.db.read() as tx:
                 view = run_store.load_run(tx, run_id)
-                if view is None or view.finished_at is None:
+                if view is None or not _wait_ends(view):
                     return
                 receipt = wait_receipt(tx, view, timed_out=False).to_wire()
         except StateUnavailableError:
@@ -492,11 +494,18 @@ def _agent_process(tx: Transaction, run_id: str) -> AgentProcessInfo | None:
     )
 
 
+def _wait_ends(view: run_store.RunRow) -> bool:
+    """Whether a ``run.wait`` on ``view`` is answered now: the run is terminal, or it will not
+    go on until an operator acts (waiting on a request or a timer is not that)."""
+    return view.finished_at is not None or view.needs_action
+
+
 def wait_receipt(tx: Transaction, view: run_store.RunRow, *, timed_out: bool) -> RunWaitReceipt:
-    """The ``run.wait`` answer: the run and, once terminal, its output or error (inline or by
-    content reference)."""
+    """The ``run.wait`` answer: the run; once terminal, its output or error (inline or by
+    content reference); while it needs an operator, its stored parked reason."""
     if view.finished_at is None:
-        return RunWaitReceipt(run=run_info(view), timed_out=timed_out)
+        reason = run_queue.read_queue_reason(tx, view.run_id) if view.needs_action else None
+        return RunWaitReceipt(run=run_info(view), timed_out=timed_out, parked_reason=reason)
     offer = ContentOffer(tx)
     values = content_owners.run_values(tx, view.run_id)
     output = offer.json("run", view.run_id, values.output)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,7 @@ from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
 from piwf.server.replies import error_response, ok, payload_of, run_id_of
 from piwf.state import blobs
+from piwf.state.enums import AttemptStatus
 from piwf.state.execution import attempt_logs
 from piwf.state.execution import runs as run_store
 from piwf.workflow.compiler import join_path
@@ -89,6 +91,11 @@ class RunLogReads:
             )
             terminal = run.terminal
             status = run.status.value
+            # An attempt still `running` while no runner executes its run lost its runner (a
+            # crash, a park): it never goes on, the next runner reopens its visit as the next
+            # attempt. Shown as what it is, `interrupted`.
+            if not run.executing:
+                rows = [_interrupted_if_running(row) for row in rows]
         try:
             receipt = self._page(run_id, status, terminal, rows, cursor, payload.max_bytes)
         except LogCursorError as error:
@@ -156,6 +163,12 @@ def node_paths(snapshot: JsonValue, prefix: str | None = None) -> list[str]:
             if isinstance(mount, dict):
                 paths += node_paths(mount.get("workflow"), join_path(prefix, name))
     return paths
+
+
+def _interrupted_if_running(row: attempt_logs.AttemptLogRow) -> attempt_logs.AttemptLogRow:
+    if row.status is not AttemptStatus.RUNNING:
+        return row
+    return dataclasses.replace(row, status=AttemptStatus.INTERRUPTED)
 
 
 def _unknown_node(run_id: str, node: str, nodes: list[str]) -> NodeNotInRunError:

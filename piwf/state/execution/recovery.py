@@ -28,6 +28,7 @@ needs an explicit resume.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 from piwf.lifecycle import Adopted, Applied, Conflict, EffectStatus, RunStatus, StrEnum
@@ -49,6 +50,7 @@ from piwf.state.execution.runners import (
     get_runner,
     latest_runner_of_generation,
     record_runner_exit,
+    runner_diagnostic,
 )
 from piwf.state.execution.runs import RunRow, require_run
 from piwf.state.leases import Claim, read_lease, release_claim
@@ -156,8 +158,10 @@ def recover_after_runner_exit(
     if isinstance(authority, Conflict):
         return authority
     if protocol_rejection is None and _made_no_progress(run, runner):
+        assert runner is not None  # no runner, no baseline to compare
+        reason = _no_progress_reason(tx, run, runner)
         return _park_blocked(
-            tx, run, authority, actor, FailureClass.RUNNER_NO_PROGRESS, runner, None
+            tx, run, authority, actor, FailureClass.RUNNER_NO_PROGRESS, runner, reason
         )
     effects = fx.list_effects(tx, run.resource_id)
     applying = [effect for effect in effects if effect.status is EffectStatus.APPLYING]
@@ -409,6 +413,41 @@ def _made_no_progress(run: RunRow, runner: RunnerRecord | None) -> bool:
     if runner is None or runner.status in _STOPPED_BY_SERVER:
         return False
     return run.revision <= runner.progress_baseline
+
+
+def _no_progress_reason(tx: Transaction, run: RunRow, runner: RunnerRecord) -> str:
+    """The stored reason of a ``runnerNoProgress`` park: how the runner ended (exit code,
+    signal, the server's diagnostic) and the node attempt that was active. Bounded, no
+    payload: the node path is the workflow's own name for it."""
+    how = _how_runner_ended(runner, runner_diagnostic(tx, runner.runner_epoch))
+    active = attempts.active_attempt(tx, run.run_id)
+    where = (
+        "while no node was running"
+        if active is None
+        else f'while node "{active.path}" (visit {active.visit}, attempt {active.attempt}) ran'
+    )
+    return f"its runner {how} {where}, with no progress since it started"
+
+
+def _how_runner_ended(runner: RunnerRecord, diagnostic: str | None) -> str:
+    if diagnostic is not None:
+        return f"was killed by the server ({diagnostic})"
+    if runner.status is RunnerStatus.TIMED_OUT:
+        return "timed out and was killed"
+    if runner.signal is not None:
+        return f"was killed by {_signal_name(runner.signal)}"
+    if runner.exit_code is not None:
+        return f"exited with code {runner.exit_code}"
+    return "ended"
+
+
+def _signal_name(stored: str) -> str:
+    """``signal 9`` as ``signal 9 (SIGKILL)``; any other text as it is."""
+    number = stored.removeprefix("signal ")
+    try:
+        return f"{stored} ({signal.Signals(int(number)).name})"
+    except ValueError:
+        return stored
 
 
 def _exit_failure(runner: RunnerRecord | None) -> FailureClass | None:

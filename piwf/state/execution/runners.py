@@ -50,6 +50,8 @@ SELECT runner_epoch, run_id, generation, server_epoch, command, launch_envelope_
 FROM run_runners
 """
 
+_SELECT_DIAGNOSTIC = "SELECT diagnostic_hash FROM run_runners WHERE runner_epoch = ?"
+
 _SELECT_ORPHANED = (
     _SELECT_RUNNER
     + " WHERE status IN ('starting', 'ready', 'running') AND server_epoch < ? ORDER BY started_at"
@@ -160,6 +162,13 @@ def get_runner(tx: Transaction, runner_epoch: str) -> RunnerRecord | None:
     """Return one runner row, or None."""
     row = tx.one(_SELECT_RUNNER + " WHERE runner_epoch = ?", (runner_epoch,))
     return None if row is None else _runner_from_row(row)
+
+
+def runner_diagnostic(tx: Transaction, runner_epoch: str) -> str | None:
+    """Return the diagnostic text a closed runner row keeps (the broken rule, an output
+    flood), or None when it has none."""
+    digest = tx.scalar(_SELECT_DIAGNOSTIC, (runner_epoch,))
+    return None if digest is None else blobs.read_text(tx, bytes(digest))
 
 
 def list_runners(tx: Transaction, run_id: str) -> list[RunnerRecord]:

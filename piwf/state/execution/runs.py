@@ -12,8 +12,10 @@ transitions of :mod:`piwf.state.execution` compose them with the revision, event
 one change. Each writer states its precondition in its ``WHERE`` clause.
 
 Display status is derived in one place (:func:`display_status`) with the seed's precedence:
-terminal > ambiguous effect > durable pause > pending request (``waiting``) > active work
-(``running``) > parked or admitted (``queued``).
+terminal > ambiguous effect > durable pause > parked until someone acts (``parked``: a blocking
+park, :attr:`RunRow.needs_action`) > pending request (``waiting``) > active work (``running``) >
+admitted or parked to go on by itself (``queued``); the closed set is the protocol's
+``RunDisplayStatus``.
 """
 
 from __future__ import annotations
@@ -41,18 +43,6 @@ from piwf.state.enums import (
 from piwf.state.execution import queue
 from piwf.state.records import Actor, ensure_resource, record_change, resource_id_for
 from piwf.workflow.sources import ReferenceKind
-
-DISPLAY_STATUSES = (
-    "queued",
-    "running",
-    "waiting",
-    "paused",
-    "completed",
-    "failed",
-    "timed_out",
-    "cancelled",
-    "ambiguous",
-)
 
 _SELECT_RUN = """
 SELECT r.run_id, r.resource_id, r.workflow_ref, d.workflow_name, r.title, r.status, r.paused,
@@ -241,6 +231,7 @@ class RunRow:
             has_ambiguous_effect=self.has_ambiguous_effect,
             has_pending_request=False,
             queue_status=self.queue_status,
+            needs_action=self.needs_action,
         )
 
     @property
@@ -296,14 +287,21 @@ def display_status(
     has_ambiguous_effect: bool,
     has_pending_request: bool,
     queue_status: QueueStatus | None,
+    needs_action: bool = False,
 ) -> str:
-    """Derive the one display status every renderer shows (seed precedence)."""
+    """Derive the one display status every renderer shows (seed precedence).
+
+    ``needs_action``: the run is stopped until an operator acts (:attr:`RunRow.needs_action`);
+    unless an ambiguous effect or a pause says more, it shows ``parked``, never ``queued``.
+    """
     if status in TERMINAL_RUN_STATUSES:
         return str(status.value)
     if has_ambiguous_effect:
         return "ambiguous"
     if paused:
         return "paused"
+    if needs_action:
+        return "parked"
     if has_pending_request or status is RunStatus.WAITING:
         return "waiting"
     if status is RunStatus.RUNNING and queue_status in (QueueStatus.STARTING, QueueStatus.RUNNING):

@@ -1,0 +1,275 @@
+"""Runs parked until someone acts, through the installed script against a real server.
+
+A run parked ``runnerNoProgress``, ``sourceChanged`` or ``effectAmbiguous`` never goes on by
+itself: ``run start --wait`` and ``run wait`` end as soon as it parks (exit 1, the reason and
+``piwf run explain``), every view shows it ``parked`` (or ``ambiguous``) and ``run list
+--status parked`` finds it. A run that merely waits (a request, a timer) is still waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from piwf.client import Client
+from tests.cli.test_cli import COMMANDS
+from tests.cli.test_cli_e2e import PIWF, REPO, Piwf, piwf  # noqa: F401 (the fixture)
+from tests.server.harness import wait_for
+
+#: What each wait below is given: far longer than a park takes.
+WAIT_TIMEOUT_S = 120
+#: A wait on a run that needs an operator must end well within this.
+ENDS_WITHIN_S = 30.0
+
+CRASH = """
+    import os
+    from piwf.workflow import compute, define_workflow
+
+    def die(ctx):
+        print("about to die", flush=True)
+        os._exit(3)
+
+    workflow = define_workflow(
+        name="crash", start_at="a",
+        nodes={"a": compute(lambda ctx: 1), "b": compute(die)},
+        edges=[{"from": "a", "to": "b"}],
+    )
+    """
+
+FLOOD = """
+    import sys, time
+    from piwf.workflow import compute, define_workflow
+
+    def flood(ctx):
+        for _ in range(2048):
+            sys.stdout.write("x" * 1023 + "\\n")
+        sys.stdout.flush()
+        time.sleep(60)
+
+    workflow = define_workflow(name="flood", start_at="f", nodes={"f": compute(flood)}, edges=[])
+    """
+
+NAP = """
+    from piwf.workflow import compute, define_workflow, sleep
+
+    workflow = define_workflow(
+        name="nap", start_at="nap",
+        nodes={"nap": sleep(2000), "after": compute(lambda ctx: 1)},
+        edges=[{"from": "nap", "to": "after"}],
+    )
+    """
+
+MANUAL = """
+    import os
+    from piwf.workflow import action, define_workflow, manual_effect
+
+    def post(ctx):
+        os._exit(23)
+
+    workflow = define_workflow(
+        name="manual", start_at="post",
+        nodes={"post": action(effect=manual_effect("chat.post"), run=post)}, edges=[],
+    )
+    """
+
+CHECKPOINT = """
+    from piwf.workflow import checkpoint, define_workflow
+
+    workflow = define_workflow(
+        name="ask", start_at="ask", nodes={"ask": checkpoint(summary="ok?")}, edges=[],
+    )
+    """
+
+
+def write(path: Path, source: str) -> Path:
+    path.write_text(textwrap.dedent(source).lstrip())
+    return path
+
+
+def timed(cli: Piwf, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the script (its own bound is above every wait given) and how long it took."""
+    began = time.monotonic()
+    result = subprocess.run(
+        [str(PIWF), *args],
+        env=cli.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_TIMEOUT_S + 30,
+        check=False,
+    )
+    return result, time.monotonic() - began
+
+
+def one_document(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.stdout.count("\n") == 1, (result.stdout, result.stderr)
+    return json.loads(result.stdout)
+
+
+def test_a_wait_ends_when_its_run_parks_without_progress(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    flow = write(tmp_path / "crash.py", CRASH)
+    started, took = timed(piwf, "run", "start", str(flow), "--wait", "--timeout", "120")
+    assert took < ENDS_WITHIN_S, f"run start --wait sat out {took:.0f} s on a parked run"
+    assert started.returncode == 1, (started.stdout, started.stderr)
+    run_id = started.stdout.split()[1]
+    assert "runnerNoProgress" in started.stderr
+    assert f"piwf run explain {run_id}" in started.stderr
+
+    waited, took = timed(piwf, "run", "wait", run_id, "--timeout", "120", "--json")
+    assert took < ENDS_WITHIN_S, f"run wait sat out {took:.0f} s on a parked run"
+    assert waited.returncode == 1, (waited.stdout, waited.stderr)
+    document = one_document(waited)
+    assert document["timedOut"] is False
+    assert document["run"]["needsAction"] is True
+    assert document["run"]["errorCode"] == "runnerNoProgress"
+    assert document["run"]["displayStatus"] == "parked"
+    # What the server knows: how the runner ended and the attempt that was active.
+    reason = document["parkedReason"]
+    assert "exited with code 3" in reason and 'node "b" (visit 1, attempt 2)' in reason
+
+
+def test_a_parked_run_shows_parked_everywhere_with_its_cause(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    flow = write(tmp_path / "crash.py", CRASH)
+    run_id = piwf.json("run", "start", str(flow))["run"]["runId"]
+    with Client(home=piwf.home) as client:
+        wait_for(lambda: client.get_run(run_id).run.needs_action, 30, "the no-progress park")
+
+    listed = piwf.json("run", "list", "--status", "parked")["runs"]
+    assert [run["runId"] for run in listed] == [run_id]
+    assert piwf.json("run", "list", "--status", "queued")["runs"] == []
+    assert piwf.json("run", "list")["runs"][0]["displayStatus"] == "parked"
+    shown = piwf.json("run", "show", run_id)
+    assert (shown["run"]["displayStatus"], shown["display"]["status"]) == ("parked", "parked")
+    assert "exited with code 3" in shown["parkedReason"]
+    explained = piwf.json("run", "explain", run_id)
+    assert (explained["status"], explained["cause"]) == ("parked", "runnerNoProgress")
+    text = piwf.run("run", "explain", run_id).stdout
+    assert 'exited with code 3 while node "b" (visit 1, attempt 2) ran' in text
+    assert "status      running (queue: parked)" in piwf.run("run", "show", run_id).stdout
+    # Both attempts of "b" lost their runner: neither is shown running.
+    logs = piwf.json("run", "logs", run_id)
+    assert [(a["nodePath"], a["attempt"], a["status"]) for a in logs["attempts"]] == [
+        ("a", 1, "completed"),
+        ("b", 1, "interrupted"),
+        ("b", 2, "interrupted"),
+    ]
+    assert piwf.json("server", "status")["parkedByReason"] == {"runnerNoProgress": 1}
+
+
+def test_a_runner_killed_for_its_output_flood_says_so(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    flow = write(tmp_path / "flood.py", FLOOD)
+    started, took = timed(piwf, "run", "start", str(flow), "--wait", "--timeout", "120", "--json")
+    assert took < ENDS_WITHIN_S
+    assert started.returncode == 1, (started.stdout, started.stderr)
+    document = one_document(started)
+    assert document["run"]["errorCode"] == "runnerNoProgress"
+    reason = document["parkedReason"]
+    assert "killed by the server (output flood" in reason, reason
+    assert 'node "f" (visit 1, attempt 2)' in reason
+
+
+def test_a_wait_ends_when_its_run_parks_on_a_changed_source(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    flow = write(tmp_path / "nap.py", NAP)
+    run_id = piwf.json("run", "start", str(flow))["run"]["runId"]
+    with Client(home=piwf.home) as client:
+        wait_for(lambda: client.run_view(run_id).display.activity == "sleeping", 30, "the timer")
+    flow.write_text(flow.read_text() + "\n# changed\n")
+    waited, took = timed(piwf, "run", "wait", run_id, "--timeout", "120")
+    assert took < ENDS_WITHIN_S, f"run wait sat out {took:.0f} s on a parked run"
+    assert waited.returncode == 1, (waited.stdout, waited.stderr)
+    assert f"{run_id}  parked  nap" in waited.stdout
+    assert "sourceChanged" in waited.stderr and str(flow) in waited.stderr
+    assert f"piwf run explain {run_id}" in waited.stderr
+
+
+def test_a_wait_ends_when_its_run_has_an_ambiguous_effect(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    flow = write(tmp_path / "manual.py", MANUAL)
+    started, took = timed(piwf, "run", "start", str(flow), "--wait", "--timeout", "120", "--json")
+    assert took < ENDS_WITHIN_S, f"run start --wait sat out {took:.0f} s on a parked run"
+    assert started.returncode == 1, (started.stdout, started.stderr)
+    run = one_document(started)["run"]
+    assert (run["displayStatus"], run["errorCode"], run["needsAction"]) == (
+        "ambiguous",
+        "effectAmbiguous",
+        True,
+    )
+
+
+def test_a_run_that_waits_on_a_request_is_still_waited_for(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    flow = write(tmp_path / "ask.py", CHECKPOINT)
+    run_id = piwf.json("run", "start", str(flow))["run"]["runId"]
+    with Client(home=piwf.home) as client:
+        wait_for(lambda: client.get_run(run_id).waiting_on is not None, 30, "the checkpoint")
+    waited, took = timed(piwf, "run", "wait", run_id, "--timeout", "1", "--json")
+    assert waited.returncode == 1
+    document = one_document(waited)
+    assert (document["timedOut"], document["run"]["displayStatus"]) == (True, "waiting")
+    assert took >= 1.0
+
+
+@pytest.mark.parametrize("number", ["nan", "inf", "Infinity"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "wait", "run-0123456789", "--timeout"),
+        ("run", "start", "x.py", "--wait", "--timeout"),
+        ("server", "start", "--idle-exit"),
+        ("server", "run", "--idle-exit"),
+    ],
+)
+def test_a_number_of_seconds_that_is_not_finite_is_a_usage_error(
+    piwf: Piwf,  # noqa: F811
+    args: tuple[str, ...],
+    number: str,
+) -> None:
+    result = piwf.run(*args, number)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "is not a finite number of seconds" in result.stderr, result.stderr
+    assert piwf.json("server", "status") == {"state": "stopped"}
+
+
+def test_every_float_option_of_the_cli_refuses_what_is_not_finite() -> None:
+    """Every option that takes a float, found by walking the command tree."""
+    found = []
+    for path, command in COMMANDS.items():
+        for param in command.params:
+            if isinstance(param.type, click.types.FloatParamType):
+                found.append(f"{path} {param.name}")
+                for number in ("nan", "inf"):
+                    with pytest.raises(click.BadParameter):
+                        param.type.convert(number, param, None)
+    assert len(found) >= 4, found
+
+
+def test_a_server_refuses_an_idle_exit_that_is_not_finite(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    piwf.env["PIWF_IDLE_EXIT_S"] = "nan"
+    result = piwf.run("server", "start")
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "PIWF_IDLE_EXIT_S must be a finite number of seconds" in result.stderr
