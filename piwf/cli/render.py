@@ -86,8 +86,17 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def run_status(run: RunInfo) -> str:
-    """The run's display status, marked when paused."""
-    return f"{run.display_status} (paused)" if run.paused else run.display_status
+    """The run's display status, marked when paused, or when it is parked until someone acts
+    (``queued`` in the seed's closed set of statuses; the server says it needs action)."""
+    if run.paused:
+        return f"{run.display_status} (paused)"
+    if run.needs_action and run.display_status == "queued":
+        return (
+            f"queued (needs action: {run.error_code})"
+            if run.error_code
+            else "queued (needs action)"
+        )
+    return run.display_status
 
 
 def run_line(run: RunInfo) -> str:

@@ -163,7 +163,6 @@ RunDisplayStatus = Literal[
     "running",
     "waiting",
     "paused",
-    "parked",
     "completed",
     "failed",
     "timed_out",

@@ -13,10 +13,9 @@ Display status (closed set, the seed's precedence)::
     completed | failed | timed_out | cancelled   a terminal run (keeps its label)
     ambiguous                                    an effect piwf could not prove
     paused                                       a durable pause
-    parked                                       stopped until someone acts (``reasonCode``)
     waiting                                      a pending request
     running                                      a runner executes it
-    queued                                       admitted, or parked to go on by itself
+    queued                                       admitted or parked, not executing
 
 ``activity`` says what is happening independently of the status: ``idle``, ``executing`` (a
 node runs: ``currentNode``), ``agentCommand`` (a headless agent command works on the request),

@@ -195,7 +195,7 @@ def test_a_run_parked_on_a_changed_source_names_the_file(
             what="the run to park sourceChanged",
         )
     view, explained = every_renderer(server, run_id)
-    assert (view.display.status, view.display.activity) == ("parked", "blocked")
+    assert (view.display.status, view.display.activity) == ("queued", "blocked")
     assert view.display.reason is not None and workflow in view.display.reason
     assert explained["cause"] == "sourceChanged"
     assert workflow in explained["explanation"]
@@ -665,7 +665,7 @@ def test_explain_names_a_runner_that_made_no_progress(
             what="the no-progress park",
         )
     view, explained = every_renderer(server, run_id)
-    assert (view.display.status, view.display.activity) == ("parked", "blocked")
+    assert (view.display.status, view.display.activity) == ("queued", "blocked")
     assert view.display.controls == ["resume", "cancel"]
     assert explained["cause"] == "runnerNoProgress"
     assert explained["commands"] == [f"piwf run resume {run_id}"]
@@ -701,7 +701,7 @@ def test_explain_names_a_crash_loop_and_the_resume_that_ends_it(
             what="the crash-loop park",
         )
     view, explained = every_renderer(server, run_id)
-    assert (view.display.status, view.display.activity) == ("parked", "blocked")
+    assert (view.display.status, view.display.activity) == ("queued", "blocked")
     assert view.display.reason is not None and "crashed 5 times in a row" in view.display.reason
     assert explained["cause"] == "runnerCrashed"
     assert view.display.reason in explained["explanation"]

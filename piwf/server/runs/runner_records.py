@@ -129,4 +129,3 @@ class ExitRecord:
     def _recorded(self) -> None:
         faults.point("runner.after_exit_commit")
         self.session.host.ended(self.session)
-

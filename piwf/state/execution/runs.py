@@ -12,10 +12,10 @@ transitions of :mod:`piwf.state.execution` compose them with the revision, event
 one change. Each writer states its precondition in its ``WHERE`` clause.
 
 Display status is derived in one place (:func:`display_status`) with the seed's precedence:
-terminal > ambiguous effect > durable pause > parked until someone acts (``parked``: a blocking
-park, :attr:`RunRow.needs_action`) > pending request (``waiting``) > active work (``running``) >
-admitted or parked to go on by itself (``queued``); the closed set is the protocol's
-``RunDisplayStatus``.
+terminal > ambiguous effect > durable pause > pending request (``waiting``) > active work
+(``running``) > parked or admitted (``queued``); the closed set is the protocol's
+``RunDisplayStatus`` (the seed's). A run parked until someone acts is ``queued`` with the
+activity ``blocked`` and its reason in the view.
 """
 
 from __future__ import annotations
@@ -231,7 +231,6 @@ class RunRow:
             has_ambiguous_effect=self.has_ambiguous_effect,
             has_pending_request=False,
             queue_status=self.queue_status,
-            needs_action=self.needs_action,
         )
 
     @property
@@ -287,21 +286,14 @@ def display_status(
     has_ambiguous_effect: bool,
     has_pending_request: bool,
     queue_status: QueueStatus | None,
-    needs_action: bool = False,
 ) -> str:
-    """Derive the one display status every renderer shows (seed precedence).
-
-    ``needs_action``: the run is stopped until an operator acts (:attr:`RunRow.needs_action`);
-    unless an ambiguous effect or a pause says more, it shows ``parked``, never ``queued``.
-    """
+    """Derive the one display status every renderer shows (seed precedence)."""
     if status in TERMINAL_RUN_STATUSES:
         return str(status.value)
     if has_ambiguous_effect:
         return "ambiguous"
     if paused:
         return "paused"
-    if needs_action:
-        return "parked"
     if has_pending_request or status is RunStatus.WAITING:
         return "waiting"
     if status is RunStatus.RUNNING and queue_status in (QueueStatus.STARTING, QueueStatus.RUNNING):
