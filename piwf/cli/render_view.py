@@ -184,7 +184,7 @@ _PARKED: dict[str, str] = {
     ),
     "runnerNoProgress": (
         "it made no progress and is not retried by itself: {reason}. Fix the cause (a node "
-        "that kills its process, overruns or floods its output), then resume."
+        "that kills its process or overruns its deadline), then resume."
     ),
     "runnerCrashed": ("its runner crashed repeatedly ({reason}); fix the cause, then resume."),
 }

@@ -165,8 +165,8 @@ def get_runner(tx: Transaction, runner_epoch: str) -> RunnerRecord | None:
 
 
 def runner_diagnostic(tx: Transaction, runner_epoch: str) -> str | None:
-    """Return the diagnostic text a closed runner row keeps (the broken rule, an output
-    flood), or None when it has none."""
+    """Return the diagnostic text a closed runner row keeps (the protocol rule it broke), or
+    None when it has none."""
     digest = tx.scalar(_SELECT_DIAGNOSTIC, (runner_epoch,))
     return None if digest is None else blobs.read_text(tx, bytes(digest))
 
