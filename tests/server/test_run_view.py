@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from piwf import Client
+from piwf.cli.effects import effect_resolve
 from piwf.protocol.view_payloads import STEP_PAGE_BYTES, RunView
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_agent_deadlines import PIWF, piwf
@@ -331,7 +332,10 @@ def test_an_ambiguous_effect_is_named_with_the_command_that_resolves_it(
     assert "resolve" in view.display.controls
     assert explained["cause"] == "effectAmbiguous"
     assert explained["commands"][0] == effect.command
-    assert effect.effect_id in effect.command
+    program, options = effect.command.rsplit(" ", 1)
+    assert program == f"piwf effect resolve {effect.effect_id}"
+    for option in options.split("|"):  # each one the command really has (click raises if not)
+        effect_resolve.make_context("resolve", [effect.effect_id, option])
 
 
 def test_a_failed_run_names_its_node_and_how_to_run_it_again(

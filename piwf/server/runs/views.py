@@ -155,7 +155,7 @@ def display_of(
         EffectToResolve(
             effect_id=effect.effect_id,
             effect_type=effect.effect_type,
-            command=f"piwf effect resolve {effect.effect_id} --applied|--not-applied",
+            command=f"piwf effect resolve {effect.effect_id} --applied|--retry",
         )
         for effect in detail.effects
         if effect.status == "ambiguous"
