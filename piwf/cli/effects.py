@@ -24,22 +24,25 @@ def effect_group() -> None:
 
 @effect_group.command("resolve")
 @click.argument("effect_id")
-@click.option("--applied", "resolution", flag_value="applied", help="It did happen: settle it.")
-@click.option("--retry", "resolution", flag_value="retry", help="It did not: run it again.")
+@click.option("--applied", is_flag=True, help="It did happen: settle it.")
+@click.option("--retry", is_flag=True, help="It did not: run it again.")
 @click.option("--note", default=None, help="Why (kept in the effect's audit event).")
 @json_option
 @command
-def effect_resolve(effect_id: str, resolution: str | None, note: str | None, as_json: bool) -> None:
+def effect_resolve(
+    effect_id: str, applied: bool, retry: bool, note: str | None, as_json: bool
+) -> None:
     """Settle an ambiguous effect as applied, or send it back to pending for a retry.
 
-    Then resume its run with `piwf run resume RUN_ID`.
+    Exactly one of --applied and --retry. Then resume its run with `piwf run resume RUN_ID`.
 
     \b
     Example:
       piwf effect resolve effect-3f2a --retry
     """
-    if resolution is None:
-        raise click.UsageError("choose --applied or --retry")
+    if applied == retry:
+        raise click.UsageError("choose exactly one of --applied (it happened) and --retry")
+    resolution = "applied" if applied else "retry"
     with open_client() as client:
         effect = client.resolve_effect(effect_id, resolution, note=note)
     if as_json:
