@@ -31,6 +31,11 @@ MAX_SOCKET_PATH_BYTES = 107
 #: argv list of at most this many parts, each 1..MAX_AGENT_COMMAND_PART_CHARS characters.
 MAX_AGENT_COMMAND_PARTS = 256
 MAX_AGENT_COMMAND_PART_CHARS = 4096
+#: Why ``run.start`` refuses a session together with an agent command.
+SESSION_OR_AGENT_COMMAND = (
+    "a run takes a session or an agent command, not both: an interactive run's agent steps go "
+    "to its session's coordinator, a headless run's to its agent command"
+)
 #: How long a client waits for a server it starts to report ready: long enough for startup
 #: recovery of a large backlog (it runs before the server listens); a server that has not
 #: reported by then is stopped rather than left half-started (:mod:`piwf.client.launcher`).

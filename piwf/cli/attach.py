@@ -25,7 +25,7 @@ import click
 
 from piwf import canonical
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client
+from piwf.cli.common import check_session_id, command, json_option, open_client
 from piwf.cli.sessions import session_group
 from piwf.client.sessions import SessionCoordinator
 from piwf.errors import (
@@ -39,7 +39,7 @@ from piwf.protocol.session_payloads import TurnInfo, WorkflowMessageInfo
 
 
 @session_group.command("attach")
-@click.argument("session_id")
+@click.argument("session_id", callback=check_session_id)
 @click.option(
     "--exit-when-done",
     is_flag=True,

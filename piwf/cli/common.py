@@ -126,6 +126,15 @@ def _check_run_id(_ctx: click.Context, _param: click.Parameter, value: str) -> s
     return value
 
 
+def check_session_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: a session id of the protocol's shape, or a usage error (exit 2)."""
+    from piwf.protocol.session_payloads import session_id_problem
+
+    if value is not None and (problem := session_id_problem(value)) is not None:
+        raise click.BadParameter(problem)
+    return value
+
+
 def parse_json(data: str | bytes, param_hint: str) -> canonical.JsonValue:
     """Parse user JSON text under the canonical value rules, or raise a usage error (exit 2).
 

@@ -12,6 +12,7 @@ from piwf.cli import render
 from piwf.cli.common import (
     INTERRUPTED_EXIT,
     Seconds,
+    check_session_id,
     command,
     json_option,
     open_client,
@@ -20,7 +21,7 @@ from piwf.cli.common import (
 )
 from piwf.cli.progress import RunProgress
 from piwf.client import Client
-from piwf.config import split_agent_command
+from piwf.config import SESSION_OR_AGENT_COMMAND, split_agent_command
 from piwf.protocol.payloads import RunDisplayStatus, RunWaitReceipt
 
 #: The display statuses ``run list --status`` accepts (the closed set).
@@ -68,8 +69,9 @@ def run_group() -> None:
     "--session",
     "session_id",
     metavar="SESSION_ID",
+    callback=check_session_id,
     help="Bind the run interactive to this origin session: its steps go to the session's "
-    "coordinator (docs/SESSIONS.md); one unfinished run per session.",
+    "coordinator (docs/SESSIONS.md); one unfinished run per session. Not with --agent-command.",
 )
 @click.option("--wait", is_flag=True, help="Wait until the run is terminal.")
 @click.option(
@@ -110,6 +112,8 @@ def run_start(
     run_input = _read_input(input_text, input_file)
     if timeout_s is not None and not wait:
         raise click.UsageError("--timeout only applies with --wait")
+    if session_id is not None and agent_command_text is not None:
+        raise click.UsageError(f"--session and --agent-command: {SESSION_OR_AGENT_COMMAND}")
     agent_command = None
     if agent_command_text is not None:
         try:

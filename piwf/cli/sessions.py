@@ -8,7 +8,7 @@ import click
 
 from piwf import canonical
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client
+from piwf.cli.common import check_session_id, command, json_option, open_client
 from piwf.client.session_capture import CapturedTurn
 from piwf.protocol.session_payloads import SessionInfo, SessionView, WorkflowMessageInfo
 
@@ -54,7 +54,7 @@ def session_list(limit: int, as_json: bool) -> None:
 
 
 @session_group.command("show")
-@click.argument("session_id")
+@click.argument("session_id", callback=check_session_id)
 @json_option
 @command
 def session_show(session_id: str, as_json: bool) -> None:

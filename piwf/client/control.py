@@ -56,7 +56,8 @@ class RunControlMethods(ClientCalls):
         ``session`` binds the run ``interactive`` to that origin session (docs/SESSIONS.md):
         its steps go to the session's coordinator (:meth:`session`), and the run reserves the
         session until it ends (another unfinished run there: :class:`~piwf.errors.ConflictError`
-        with code ``sessionBusy``).
+        with code ``sessionBusy``). ``session`` and ``agent_command`` are exclusive: both is a
+        :class:`~piwf.errors.SessionError` before anything is sent.
         """
         wire = start_payload(
             workflow,

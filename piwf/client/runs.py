@@ -26,7 +26,7 @@ from piwf.canonical import JsonValue
 from piwf.client.arguments import build_payload, path_argument, timeout_argument
 from piwf.client.calls import ClientCalls
 from piwf.client.content import read_content, resolve_references
-from piwf.config import MAX_FRAME_BYTES, agent_command_problem
+from piwf.config import MAX_FRAME_BYTES, SESSION_OR_AGENT_COMMAND, agent_command_problem
 from piwf.errors import AgentCommandError, InvalidArgumentError, PiwfError, SessionError
 from piwf.protocol import Operation
 from piwf.protocol.payloads import (
@@ -305,7 +305,8 @@ def start_payload(
     Raises :class:`~piwf.errors.CanonicalJsonError` for an ``input`` that is not canonical
     JSON, :class:`~piwf.errors.AgentCommandError` for an ``agent_command`` that is not a
     list of non-empty strings, :class:`~piwf.errors.SessionError` for a malformed
-    ``session`` id and :class:`~piwf.errors.InvalidArgumentError` for another argument.
+    ``session`` id or a ``session`` together with an ``agent_command`` (they are exclusive)
+    and :class:`~piwf.errors.InvalidArgumentError` for another argument.
     """
     canonical.check_value(input, "input")
     command = None if agent_command is None else list(agent_command)
@@ -317,6 +318,8 @@ def start_payload(
 
         if (session_problem := session_id_problem(session)) is not None:
             raise SessionError(session_problem)
+        if command is not None:
+            raise SessionError(SESSION_OR_AGENT_COMMAND)
     payload = build_payload(
         RunStartPayload,
         workflow=workflow_reference(workflow),

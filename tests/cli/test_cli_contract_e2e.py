@@ -7,7 +7,14 @@ tests/cli/test_cli_e2e.py, which reaps every process of that home).
 
 from __future__ import annotations
 
-from tests.cli.test_cli_e2e import Piwf, piwf  # noqa: F401 - a fixture used by name
+from pathlib import Path
+
+import pytest
+
+from piwf import Client
+from piwf.client.runs import start_payload
+from piwf.errors import CommandError, PiwfError, SessionError
+from tests.cli.test_cli_e2e import HELLO, REPO, Piwf, piwf  # noqa: F401 - a fixture used by name
 
 
 def test_effect_resolve_takes_exactly_one_of_applied_and_retry(piwf: Piwf) -> None:  # noqa: F811
@@ -16,3 +23,44 @@ def test_effect_resolve_takes_exactly_one_of_applied_and_retry(piwf: Piwf) -> No
         assert refused["error"]["code"] == "usage"
         assert "exactly one of --applied" in refused["error"]["message"]
     assert piwf.json("server", "status") == {"state": "stopped"}, "a usage error starts nothing"
+
+
+def test_a_session_and_an_agent_command_are_exclusive_everywhere(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    both = ["--session", "chat-1", "--agent-command", "echo hi"]
+    refused = piwf.json("run", "start", HELLO, *both, exit_code=2)
+    assert refused["error"]["code"] == "usage"
+    assert "a session or an agent command, not both" in refused["error"]["message"]
+    assert piwf.json("server", "status") == {"state": "stopped"}, "a usage error starts nothing"
+
+    with Client(piwf.home) as client:
+        with pytest.raises(SessionError, match="not both"):
+            client.start_run(HELLO, session="chat-1", agent_command=["echo"])
+        # Any client, not only this one: the server refuses the combination as a bad payload.
+        wire = start_payload(
+            REPO / HELLO, input=None, project=REPO, title=None, agent_command=["echo"]
+        )
+        with pytest.raises(PiwfError) as raised:
+            client.request("run.start", {**wire, "session": "chat-1"})
+        assert raised.value.code == "invalidPayload" or (
+            isinstance(raised.value, CommandError) and raised.value.error_code == "invalidPayload"
+        )
+        assert "not both" in str(raised.value)
+        assert client.list_runs().runs == []
+
+
+@pytest.mark.parametrize("session", ["", "a b", "x" * 129])
+def test_a_malformed_session_id_is_a_usage_error_in_every_command(
+    piwf: Piwf,  # noqa: F811
+    session: str,
+) -> None:
+    for args in (
+        ["run", "start", HELLO, "--session", session],
+        ["session", "show", session],
+        ["session", "attach", session],
+    ):
+        refused = piwf.json(*args, exit_code=2)
+        assert refused["error"]["code"] == "usage"
+        assert "a session id is 1 to 128 characters" in refused["error"]["message"]

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from piwf.canonical import JsonValue
+from piwf.config import SESSION_OR_AGENT_COMMAND
 from piwf.errors import (
     PiwfError,
     RunCommandError,
@@ -95,6 +96,8 @@ class RunHandlers:
         for it, so a pipelined start + cancel cancels the run before any runner starts.
         """
         payload = payload_of(request, RunStartPayload)
+        if payload.session is not None and payload.agent_command is not None:
+            raise InvalidPayloadError(f"run.start payload: {SESSION_OR_AGENT_COMMAND}")
         if request.run_id is not None and not _CLIENT_RUN_ID.fullmatch(request.run_id):
             raise InvalidPayloadError("runId must be 'run-' and 8..64 of [A-Za-z0-9_-]")
         earlier = self.context.commands.lookup(request)
