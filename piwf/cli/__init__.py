@@ -166,6 +166,8 @@ class PiwfGroup(click.Group):
         **extra: Any,
     ) -> click.Context:
         wants_json = "--json" in args
+        if parent is None and sorted(args) == ["--json", "--version"]:
+            _version_as_json()
         try:
             ctx = super().make_context(info_name, args, parent, **extra)
         except click.UsageError as error:
@@ -182,6 +184,14 @@ class PiwfGroup(click.Group):
             if ctx.meta.get(_JSON_REQUESTED):
                 _usage_error_as_json(error)
             raise
+
+
+def _version_as_json() -> None:
+    """``piwf --version --json``: print ``{"version": "X.Y.Z"}`` and exit 0."""
+    import json  # canonical for this one string key; piwf.canonical is not needed here
+
+    click.echo(json.dumps({"version": __version__}, separators=(",", ":")))
+    raise click.exceptions.Exit(0)
 
 
 def _usage_error_as_json(error: click.UsageError) -> None:

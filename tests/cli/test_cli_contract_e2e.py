@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from piwf import Client
+from piwf._version import __version__
 from piwf.client.runs import start_payload
 from piwf.errors import CommandError, PiwfError, SessionError
 from tests.cli.test_cli_e2e import HELLO, REPO, Piwf, piwf  # noqa: F401 - a fixture used by name
@@ -64,3 +65,8 @@ def test_a_malformed_session_id_is_a_usage_error_in_every_command(
         refused = piwf.json(*args, exit_code=2)
         assert refused["error"]["code"] == "usage"
         assert "a session id is 1 to 128 characters" in refused["error"]["message"]
+
+
+def test_version_with_json_is_one_document(piwf: Piwf) -> None:  # noqa: F811
+    assert piwf.json("--version") == {"version": __version__}
+    assert piwf.run("--version").stdout == f"piwf {__version__}\n"

@@ -86,16 +86,20 @@ def help_width(columns: int) -> int:
     return max(min(columns, 80) - 2, 50)
 
 
-@pytest.mark.parametrize("flag", ["--version", "--help", "-h"])
+@pytest.mark.parametrize(
+    "flag", ["--version", "--version --json", "--json --version", "--help", "-h"]
+)
 def test_version_and_help_import_no_command_module_client_or_protocol(
     flag: str, tmp_path: Path
 ) -> None:
-    found, stdout = probe([flag], tmp_path)
+    found, stdout = probe(flag.split(), tmp_path)
     assert found["status"] == 0
     assert found["piwf"] == LIGHT, "an eager import came back into piwf --version / --help"
     assert found["heavy"] == []
     if flag == "--version":
         assert stdout == f"piwf {__version__}\n"
+    elif "--version" in flag:
+        assert stdout == f'{{"version":"{__version__}"}}\n'
     else:
         listed = [line.split()[0] for line in stdout.split("Commands:\n")[1].splitlines()]
         assert listed == sorted(COMMANDS)
