@@ -18,13 +18,19 @@ DEFAULT_IDLE_EXIT_S = 300.0
 
 
 def _env_int(name: str, default: int, *, minimum: int = 1) -> int:
+    """``$name`` as an integer of at least ``minimum`` (unset or empty: ``default``); raise
+    ``ValueError`` naming the variable and what it takes otherwise."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
-    number = int(value)
+    what = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
+    problem = f"{name} must be {what}, not {value!r}; set it so, or unset it"
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(problem) from None
     if number < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
-        raise ValueError(f"{name} must be {what}, not {value!r}")
+        raise ValueError(problem)
     return number
 
 
@@ -36,15 +42,21 @@ def _env_start_method() -> StartMethod:
 
 
 def _env_float(name: str, default: float) -> float:
+    """``$name`` as a finite number of seconds, 0 or more (unset or empty:
+    ``default``); raise ``ValueError`` naming the variable and what it takes otherwise."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
+    problem = (
+        f"{name} must be a finite number of seconds, 0 or more, not {value!r};"
+        " set it so, or unset it"
+    )
     try:
         number = float(value)
     except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"{name} must be a finite number of seconds, 0 or more, not {value!r}")
+        raise ValueError(problem) from None
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(problem)
     return number
 
 

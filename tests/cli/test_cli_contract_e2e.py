@@ -70,3 +70,23 @@ def test_a_malformed_session_id_is_a_usage_error_in_every_command(
 def test_version_with_json_is_one_document(piwf: Piwf) -> None:  # noqa: F811
     assert piwf.json("--version") == {"version": __version__}
     assert piwf.run("--version").stdout == f"piwf {__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "rule"),
+    [
+        ("PIWF_MAX_WORKERS", "abc", "a positive integer"),
+        ("PIWF_IDLE_EXIT_S", "xyz", "a finite number of seconds, 0 or more"),
+    ],
+)
+def test_a_bad_environment_variable_is_named_with_what_it_takes(
+    piwf: Piwf,  # noqa: F811
+    variable: str,
+    value: str,
+    rule: str,
+) -> None:
+    piwf.env[variable] = value
+    refused = piwf.run("server", "start")
+    assert refused.returncode == 1
+    assert f"{variable} must be {rule}, not '{value}'" in refused.stderr
+    assert "invalid literal" not in refused.stderr and "could not convert" not in refused.stderr
