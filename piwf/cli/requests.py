@@ -48,7 +48,8 @@ def requests_command(run_id: str | None, as_json: bool) -> None:
 def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
     """Answer one exact pending request as a person (decision.answer).
 
-    RESPONSE_JSON is the answer as JSON text; a decision takes {"choice": NAME, ...} with one
+    RESPONSE_JSON is the answer as JSON text ('-' reads it from stdin); a decision takes
+    {"choice": NAME, ...} with one
     of its declared choices, plus the text input that choice carries, if any (piwf requests
     shows it). An agent step's request is not answered but submitted to (`piwf submit`). The
     first valid answer wins; a later different answer reports the recorded winner
@@ -58,8 +59,10 @@ def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
     Example:
       piwf answer req-5d1e '{"choice": "ship"}'
       piwf answer req-5d1e '{"choice": "replan", "instructions": "split step 2"}'
+      echo '{"choice": "ship"}' | piwf answer req-5d1e -
     """
-    response = parse_json(response_json, "RESPONSE_JSON")
+    text = sys.stdin.buffer.read() if response_json == "-" else response_json
+    response = parse_json(text, "RESPONSE_JSON")
     with open_client() as client:
         receipt = client.answer(request_id, response)
     if as_json:

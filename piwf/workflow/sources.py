@@ -359,6 +359,10 @@ def find_workflow(
         if not path.is_absolute():
             path = (project or Path.cwd()) / path
         if not path.is_file():
+            if path.exists():  # a directory, a device, a FIFO: nothing to read a workflow from
+                raise WorkflowLoadError(
+                    f"{path}: is not a regular file; a workflow is a Python file"
+                )
             raise WorkflowLoadError(f"{path}: no such workflow file")
         return DiscoveredWorkflow(path.stem, path.absolute(), WorkflowOrigin.PATH)
     found = _discover_name(reference, project, home)

@@ -7,6 +7,9 @@ tests/cli/test_cli_e2e.py, which reaps every process of that home).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,10 @@ from piwf import Client
 from piwf._version import __version__
 from piwf.client.runs import start_payload
 from piwf.errors import CommandError, PiwfError, SessionError
-from tests.cli.test_cli_e2e import HELLO, REPO, Piwf, piwf  # noqa: F401 - a fixture used by name
+from tests.cli.test_cli_e2e import HELLO, PIWF, REPO, Piwf, piwf  # noqa: F401 - a fixture used by name
+from tests.server.harness import wait_for
+
+CHECKPOINT = "fixtures/workflows/checkpoint_review.py"
 
 
 def test_effect_resolve_takes_exactly_one_of_applied_and_retry(piwf: Piwf) -> None:  # noqa: F811
@@ -90,3 +96,41 @@ def test_a_bad_environment_variable_is_named_with_what_it_takes(
     assert refused.returncode == 1
     assert f"{variable} must be {rule}, not '{value}'" in refused.stderr
     assert "invalid literal" not in refused.stderr and "could not convert" not in refused.stderr
+
+
+def test_a_workflow_path_that_is_no_regular_file_says_so(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "flow.py"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo), str(tmp_path)):
+        refused = piwf.json("run", "start", path, exit_code=1)
+        assert refused["error"]["message"].startswith(f"{path}: is not a regular file")
+    missing = piwf.json("run", "start", str(tmp_path / "nope.py"), exit_code=1)
+    assert "no such workflow file" in missing["error"]["message"]
+
+
+def test_answer_reads_its_response_from_stdin_with_a_dash(piwf: Piwf) -> None:  # noqa: F811
+    started = piwf.json("run", "start", CHECKPOINT, "--input", '{"steps": ["a"]}')
+    run_id = started["run"]["runId"]
+    request = wait_for(
+        lambda: (piwf.json("requests", "--run", run_id)["requests"] or [None])[0],
+        timeout_s=30,
+        what="the checkpoint's request",
+    )
+    answered = subprocess.run(
+        [str(PIWF), "answer", request["requestId"], "-", "--json"],
+        env=piwf.env,
+        cwd=REPO,
+        input='{"ok": true}',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert answered.returncode == 0, answered.stderr
+    assert json.loads(answered.stdout)["outcome"] == "won"
+    done = piwf.json("run", "wait", run_id, "--timeout", "60")
+    assert done["run"]["status"] == "completed"
+    assert piwf.json("run", "show", run_id)["output"]["note"] == {"ok": True}
