@@ -266,8 +266,9 @@ class CommandDriver:
                     close_fds=True,
                 )
             except OSError as error:
+                # Named as given (before $VARIABLES expand: their values stay out of errors).
                 return AgentFailed(
-                    f"{AgentCommandError.code}: the agent command {Path(argv[0]).name!r} could "
+                    f"{AgentCommandError.code}: the agent command {command[0]!r} could "
                     f"not be started ({error.strerror or type(error).__name__}); install it or "
                     "fix --agent-command, agent(command=...) or PIWF_AGENT_COMMAND"
                 )

@@ -101,7 +101,10 @@ def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
         _cleanup(db, claim, lock, socket_path=None)
         return EXIT_FAILED
     except OSError as error:
-        message = f"server did not start: {error.strerror or error}"
+        named = error.filename not in (None, str(paths.home))
+        where = f"{error.filename}: " if named else ""
+        reason = f"{where}{error.strerror or error}"
+        message = f"server did not start for the state home {paths.home}: {reason}"
         log.error("%s", message)
         _report(ready_fd, {"ok": False, "error": {"code": "serverStart", "message": message}})
         _cleanup(db, claim, lock, socket_path=None)

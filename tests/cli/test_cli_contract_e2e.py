@@ -134,3 +134,15 @@ def test_answer_reads_its_response_from_stdin_with_a_dash(piwf: Piwf) -> None:  
     done = piwf.json("run", "wait", run_id, "--timeout", "60")
     assert done["run"]["status"] == "completed"
     assert piwf.json("run", "show", run_id)["output"]["note"] == {"ok": True}
+
+
+def test_a_state_home_that_cannot_be_a_directory_is_named(tmp_path: Path) -> None:
+    plain_file = tmp_path / "f"
+    plain_file.write_text("")
+    home = plain_file / "sub"
+    cli = Piwf(home)
+    refused = cli.json("run", "list", exit_code=1)
+    assert f"state home {home}: Not a directory" in refused["error"]["message"]
+    with pytest.raises(PiwfError, match=f"state home {home}: Not a directory"):
+        with Client(home) as client:
+            client.server_status()

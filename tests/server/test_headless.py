@@ -342,7 +342,7 @@ def test_a_command_that_cannot_be_started_fails_the_attempt_without_reminders(
         run_id = start(client, workflow, missing, "missing")
         assert wait_run(client, run_id)["status"] == "completed"  # the failed route
         error = run_view(client, run_id)["output"]["error"]
-    assert error.startswith("agentCommand: ") and "no-such-agent" in error
+    assert error.startswith("agentCommand: ") and repr(missing[0]) in error  # the path as given
     assert processes(agent_server, run_id) == []
 
 
