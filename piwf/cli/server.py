@@ -142,7 +142,8 @@ def server_run(
 
     `piwf server start` and the client run this command in the background. The server logs
     to $PIWF_HOME/server/server.log. With --json, one document {"exitCode": N} is printed
-    when the server exits.
+    when the server exits. A server that cannot start (one already runs for this home, say)
+    exits 1 and says why, on stderr or as the JSON error.
 
     \b
     Example:

@@ -27,7 +27,7 @@ from pathlib import Path
 from piwf import canonical, faults
 from piwf._version import __version__
 from piwf.config import ensure_private_dir
-from piwf.errors import ClaimLostError, PiwfError, ServerRunningError
+from piwf.errors import ClaimLostError, PiwfError, ServerRunningError, ServerStartError
 from piwf.lifecycle import Applied
 from piwf.processes import has_file_open, is_alive, own_identity
 from piwf.protocol.client_v1 import Hello
@@ -70,7 +70,13 @@ EXIT_FAILED = 1
 
 
 def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
-    """Run a server until it is stopped; return the process exit code."""
+    """Run a server until it is stopped; return the process exit code.
+
+    A server that does not start (another one runs for the home, the home is unusable, the
+    socket cannot be bound) logs why, reports it on ``ready_fd`` and raises it, as the typed
+    error (:class:`~piwf.errors.ServerRunningError`, ...) or a
+    :class:`~piwf.errors.ServerStartError`, so the caller says why too.
+    """
     paths = settings.paths
     lock: InstanceLock | None = None
     db: StateDatabase | None = None
@@ -99,7 +105,7 @@ def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
         log.error("server did not start: %s", error)
         _report(ready_fd, {"ok": False, "error": {"code": error.code, "message": str(error)}})
         _cleanup(db, claim, lock, socket_path=None)
-        return EXIT_FAILED
+        raise
     except OSError as error:
         named = error.filename not in (None, str(paths.home))
         where = f"{error.filename}: " if named else ""
@@ -108,7 +114,7 @@ def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
         log.error("%s", message)
         _report(ready_fd, {"ok": False, "error": {"code": "serverStart", "message": message}})
         _cleanup(db, claim, lock, socket_path=None)
-        return EXIT_FAILED
+        raise ServerStartError(message) from None
     log.info("server started: epoch %d, pid %d", claim.epoch, os.getpid())
     server = Server(settings, db, claim, listener)
     server.retention.request()  # recovery is done: the sweep runs once the server is idle

@@ -33,7 +33,8 @@ class InstanceLock:
             holder = _read_holder(descriptor)
             os.close(descriptor)
             raise ServerRunningError(
-                f"a piwf server{holder} is already running for this state home"
+                f"a piwf server{holder} is already running for this state home; use it, or"
+                " stop it first (piwf server stop)"
             ) from None
         os.ftruncate(descriptor, 0)
         record = json.dumps({"pid": os.getpid(), "startIdentity": identity}).encode()

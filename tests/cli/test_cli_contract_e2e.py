@@ -146,3 +146,19 @@ def test_a_state_home_that_cannot_be_a_directory_is_named(tmp_path: Path) -> Non
     with pytest.raises(PiwfError, match=f"state home {home}: Not a directory"):
         with Client(home) as client:
             client.server_status()
+
+
+def test_server_run_says_why_it_cannot_start_when_a_server_already_runs(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    started = piwf.json("server", "start")
+    second = piwf.run("server", "run")
+    assert second.returncode == 1
+    assert second.stderr.startswith(
+        f"Error: a piwf server (pid {started['pid']}) is already running for this state home"
+    )
+    assert "piwf server stop" in second.stderr
+    refused = piwf.json("server", "run", exit_code=1)
+    assert refused["error"]["code"] == "serverRunning"
+    assert f"(pid {started['pid']}) is already running" in refused["error"]["message"]
+    assert piwf.json("server", "status")["state"] == "running", "the first server is untouched"
