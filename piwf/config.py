@@ -91,6 +91,17 @@ def state_path(home: Path | None = None) -> Path:
     return (home or state_home()) / STATE_FILE_NAME
 
 
+def socket_path_problem(path: Path) -> str | None:
+    """Why no server can listen at ``path`` (longer than ``sun_path`` holds), or None."""
+    length = len(os.fsencode(path))
+    if length <= MAX_SOCKET_PATH_BYTES:
+        return None
+    return (
+        f"the socket path {path} is {length} bytes, over the OS limit of"
+        f" {MAX_SOCKET_PATH_BYTES}; set PIWF_HOME to a shorter directory"
+    )
+
+
 def ensure_private_dir(path: Path) -> Path:
     """Create ``path`` with mode ``0700`` if missing, then verify it is safe to use.
 

@@ -10,7 +10,7 @@ import click
 
 from piwf import canonical
 from piwf.cli.common import Seconds, command, emit_json, json_option, open_client
-from piwf.config import state_home
+from piwf.config import ServerPaths, socket_path_problem, state_home
 from piwf.errors import ServerNotRunningError, ServerStartError
 
 
@@ -79,12 +79,20 @@ def server_start(max_workers: int | None, idle_exit_s: float | None, as_json: bo
 def server_stop(as_json: bool) -> None:
     """Stop the server after its in-flight commands finish; never starts one.
 
-    Returns once the server has closed its connections. Exits 0 when no server runs.
+    Returns once the server has closed its connections. Exits 0 when no server runs (also
+    when none can: a state home whose socket path is too long for the OS).
 
     \b
     Example:
       piwf server stop
     """
+    cannot_run = _why_no_server_can_run()
+    if cannot_run is not None:
+        if as_json:
+            emit_json({"state": "stopped", "wasRunning": False, "note": cannot_run})
+        else:
+            click.echo(f"no piwf server can run for {state_home()}: {cannot_run}")
+        return
     try:
         with open_client(autostart=False) as client:
             client.stop_server()
@@ -105,12 +113,20 @@ def server_stop(as_json: bool) -> None:
 def server_status(as_json: bool) -> None:
     """Show whether the server runs, with its counts; never starts one.
 
-    Exits 0 in both cases; with --json a stopped server is {"state":"stopped"}.
+    Exits 0 in both cases; with --json a stopped server is {"state":"stopped"}. A state home
+    whose socket path is too long for the OS can have no server: stopped, with a "note" why.
 
     \b
     Example:
       piwf server status --json
     """
+    cannot_run = _why_no_server_can_run()
+    if cannot_run is not None:
+        if as_json:
+            emit_json({"state": "stopped", "note": cannot_run})
+        else:
+            click.echo(f"no piwf server can run for {state_home()}: {cannot_run}")
+        return
     try:
         with open_client(autostart=False) as client:
             status = client.server_status()
@@ -126,6 +142,11 @@ def server_status(as_json: bool) -> None:
         from piwf.cli import render  # not at import: it loads the protocol's models
 
         click.echo(render.server_status(status))
+
+
+def _why_no_server_can_run() -> str | None:
+    """Why no server can listen for ``$PIWF_HOME`` (its socket path is too long), or None."""
+    return socket_path_problem(ServerPaths(state_home()).socket)
 
 
 @server_group.command("run")

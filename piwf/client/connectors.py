@@ -7,12 +7,11 @@ started (:func:`~piwf.client.launcher.ensure_server`) if the client allows it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from piwf.client.connection import NotListeningError, TransportError, connect_socket
 from piwf.client.transport import SocketTransport
-from piwf.config import MAX_SOCKET_PATH_BYTES, ServerPaths
+from piwf.config import ServerPaths, socket_path_problem
 from piwf.errors import ServerNotRunningError, ServerUnavailableError
 
 
@@ -33,11 +32,9 @@ class UnixSocketConnector:
         missing server is started first. Raises :class:`ServerNotRunningError` when none runs
         and ``autostart`` is off."""
         path = self.socket_path
-        if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
-            raise ServerUnavailableError(
-                f"the socket path {path} is longer than {MAX_SOCKET_PATH_BYTES} bytes; "
-                "choose a shorter PIWF_HOME"
-            )
+        problem = socket_path_problem(path)
+        if problem is not None:
+            raise ServerUnavailableError(problem)
         try:
             sock = connect_socket(path, timeout_s)
         except NotListeningError:

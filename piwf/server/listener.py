@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Literal
 
-from piwf.config import FILE_MODE, MAX_SOCKET_PATH_BYTES
+from piwf.config import FILE_MODE, socket_path_problem
 from piwf.errors import ServerRunningError, ServerStartError, TooManyConnectionsError
 from piwf.protocol.client_v1 import ErrorInfo, Response, encode_message
 
@@ -99,12 +99,9 @@ class AcceptBackoff:
 
 def check_socket_path(path: Path) -> None:
     """Raise :class:`ServerStartError` when ``path`` does not fit in ``sun_path``."""
-    length = len(os.fsencode(path))
-    if length > MAX_SOCKET_PATH_BYTES:
-        raise ServerStartError(
-            f"the socket path is {length} bytes, over the OS limit of {MAX_SOCKET_PATH_BYTES};"
-            " set PIWF_HOME to a shorter directory"
-        )
+    problem = socket_path_problem(path)
+    if problem is not None:
+        raise ServerStartError(problem)
 
 
 def bind_listener(path: Path, backlog: int = 128) -> socket.socket:

@@ -162,3 +162,21 @@ def test_server_run_says_why_it_cannot_start_when_a_server_already_runs(
     assert refused["error"]["code"] == "serverRunning"
     assert f"(pid {started['pid']}) is already running" in refused["error"]["message"]
     assert piwf.json("server", "status")["state"] == "running", "the first server is untouched"
+
+
+def test_a_home_whose_socket_path_cannot_exist_has_no_server_running(tmp_path: Path) -> None:
+    home = tmp_path / ("h" * 120)
+    cli = Piwf(home)
+    status = cli.json("server", "status")
+    assert status["state"] == "stopped"
+    assert "over the OS limit of 107; set PIWF_HOME to a shorter directory" in status["note"]
+    text = cli.run("server", "status")
+    assert text.returncode == 0
+    assert text.stdout.startswith(f"no piwf server can run for {home}: the socket path")
+    stopped = cli.json("server", "stop")
+    assert (stopped["state"], stopped["wasRunning"]) == ("stopped", False)
+    assert "shorter directory" in stopped["note"]
+    # A command that needs a server still fails, naming the same cause.
+    refused = cli.json("run", "list", exit_code=1)
+    assert refused["error"]["code"] == "serverUnavailable"
+    assert "set PIWF_HOME to a shorter directory" in refused["error"]["message"]

@@ -310,7 +310,10 @@ def test_autostart_starts_a_server_once_and_connects(
 
 def test_socket_path_too_long_is_a_clear_error(tmp_path: Path) -> None:
     home = tmp_path / ("x" * 120)
-    with Client(home) as client, pytest.raises(ServerUnavailableError, match="shorter PIWF_HOME"):
+    with (
+        Client(home) as client,
+        pytest.raises(ServerUnavailableError, match="shorter directory"),
+    ):
         client.server_status()
 
 
