@@ -21,7 +21,8 @@ from pydantic import Field
 
 from piwf.protocol.payloads import ContentRef, EffectInfo, WireModel
 
-_MANAGER = Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9-]*$")
+_MANAGER_NAME = r"^[a-z][a-z0-9-]*$"
+_MANAGER = Field(min_length=1, max_length=64, pattern=_MANAGER_NAME)
 _KEY = Field(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")
 
 
@@ -44,7 +45,7 @@ class ResourceRefPayload(WireModel):
 class ResourceListPayload(WireModel):
     """List resources, optionally of one manager."""
 
-    manager: str | None = Field(default=None, min_length=1, max_length=64)
+    manager: str | None = Field(default=None, min_length=1, max_length=64, pattern=_MANAGER_NAME)
     limit: int = Field(default=100, ge=1, le=100)
 
 

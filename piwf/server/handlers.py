@@ -57,8 +57,10 @@ from piwf.server.replies import (
     as_int_map,
     effect_info,
     error_response,
+    not_found,
     ok,
     payload_of,
+    unknown_effect,
 )
 from piwf.server.resources.handlers import ResourceHandlers
 from piwf.server.runs import answers
@@ -241,7 +243,7 @@ class Handlers:
                 reply(refusal)
                 return
         response = self.context.commands.execute(
-            request, answers.answer_change(request, payload, source)
+            request, answers.answer_change(request, payload, source, self.context.home)
         )
         reply(response)
         if response.outcome in ("accepted", "adopted"):
@@ -249,7 +251,12 @@ class Handlers:
 
     def requests_list(self, request: Request, reply: Reply) -> None:
         payload = payload_of(request, RequestsListPayload)
-        reply(ok(request, answers.list_requests(self.context.db, payload)))
+        found = answers.list_requests(self.context.db, payload)
+        if found is None:
+            assert payload.run_id is not None  # only an unknown run leaves nothing to list
+            reply(not_found(request, payload.run_id, self.context.home))
+            return
+        reply(ok(request, found))
 
     # -- effects --------------------------------------------------------------------------
 
@@ -260,9 +267,8 @@ class Handlers:
         def change(tx: Transaction) -> CommandResult:
             effect = fx.get_effect(tx, payload.effect_id)
             if effect is None:
-                return CommandResult.failed(
-                    "notFound", UnknownEffectError(f"no effect {payload.effect_id}")
-                )
+                unknown = UnknownEffectError(unknown_effect(payload.effect_id, self.context.home))
+                return CommandResult.failed("notFound", unknown)
             result = fx.resolve_ambiguous(
                 tx,
                 payload.effect_id,

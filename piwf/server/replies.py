@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TypeVar
 
 from pydantic import ValidationError
@@ -101,9 +102,35 @@ def error_response(request: Request, outcome: str, code: str, message: str) -> R
     )
 
 
-def not_found(request: Request, run_id: str) -> Response:
-    """The ``notFound`` answer for an unknown run."""
-    return error_response(request, "notFound", "runNotFound", f"no run {run_id}")
+def not_found(request: Request, run_id: str, home: Path) -> Response:
+    """The ``notFound`` answer for an unknown run of the state home ``home``."""
+    return error_response(request, "notFound", "runNotFound", unknown_run(run_id, home))
+
+
+def no_run(run_id: str, home: Path) -> CommandResult:
+    """The ``notFound`` outcome of a command naming a run the state home ``home`` lacks."""
+    return CommandResult.failed("notFound", UnknownRunError(unknown_run(run_id, home)))
+
+
+def unknown_run(run_id: str, home: Path) -> str:
+    """What to say about a run id the state home ``home`` does not have, and where to look."""
+    return f"no run {run_id} (piwf run list shows the runs of this state home, PIWF_HOME={home})"
+
+
+def unknown_request(request_id: str, home: Path) -> str:
+    """What to say about a request id the state home ``home`` does not have."""
+    return (
+        f"no request {request_id} (piwf requests lists the pending requests of this state home,"
+        f" PIWF_HOME={home})"
+    )
+
+
+def unknown_effect(effect_id: str, home: Path) -> str:
+    """What to say about an effect id the state home ``home`` does not have."""
+    return (
+        f"no effect {effect_id} (piwf run show RUN_ID lists the effects of a run of this state"
+        f" home, PIWF_HOME={home})"
+    )
 
 
 def as_int(value: JsonValue) -> int:

@@ -103,7 +103,7 @@ class CaptureHandlers:
         run_id = payload.run_id
         with self.context.db.read() as tx:
             if runs.load_run(tx, run_id) is None:
-                reply(not_found(request, run_id))
+                reply(not_found(request, run_id, self.context.home))
                 return
             rows, total = session_capture.segments_of_run(
                 tx, run_id, attempt_id=payload.attempt_id, limit=MAX_READ_SEGMENTS

@@ -101,7 +101,7 @@ class Subscriptions:
             with self.context.db.read() as tx:
                 view = run_store.load_run(tx, run_id)
             if view is None:
-                reply(not_found(request, run_id))
+                reply(not_found(request, run_id, self.context.home))
                 return
             subscription = Subscription(
                 connection,

@@ -180,3 +180,42 @@ def test_a_home_whose_socket_path_cannot_exist_has_no_server_running(tmp_path: P
     refused = cli.json("run", "list", exit_code=1)
     assert refused["error"]["code"] == "serverUnavailable"
     assert "set PIWF_HOME to a shorter directory" in refused["error"]["message"]
+
+
+def test_an_unknown_id_says_where_to_look_in_every_command(piwf: Piwf) -> None:  # noqa: F811
+    no_run = (
+        f"no run run-nope (piwf run list shows the runs of this state home, PIWF_HOME={piwf.home})"
+    )
+    for args in (
+        ["run", "show", "run-nope"],
+        ["run", "steps", "run-nope"],
+        ["run", "explain", "run-nope"],
+        ["run", "wait", "run-nope", "--timeout", "1"],
+        ["run", "logs", "run-nope"],
+        ["run", "pause", "run-nope"],
+        ["run", "resume", "run-nope"],
+        ["run", "cancel", "run-nope"],
+        ["run", "restart", "run-nope"],
+        ["run", "fork", "run-nope", "--from", "a"],
+        ["run", "settings", "run-nope"],
+        ["requests", "--run", "run-nope"],
+    ):
+        refused = piwf.json(*args, exit_code=1)
+        assert refused["error"] == {"code": "runNotFound", "message": no_run}, args
+    for args in (
+        ["answer", "request-nope", "{}"],
+        ["submit", "request-nope", "{}"],
+        ["update", "request-nope", "{}"],
+    ):
+        refused = piwf.json(*args, exit_code=1)
+        assert refused["error"]["message"].startswith(
+            "no request request-nope (piwf requests lists the pending requests of this state"
+        ), args
+        assert f"PIWF_HOME={piwf.home})" in refused["error"]["message"]
+    refused = piwf.json("effect", "resolve", "effect-nope", "--applied", exit_code=1)
+    assert refused["error"]["code"] == "effectNotFound"
+    assert refused["error"]["message"].startswith("no effect effect-nope (piwf run show RUN_ID")
+    assert f"PIWF_HOME={piwf.home})" in refused["error"]["message"]
+
+    malformed = piwf.json("resource", "list", "--manager", "bad name", exit_code=2)
+    assert malformed["error"]["code"] == "usage" and "manager" in malformed["error"]["message"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from piwf.errors import AnswerRejectedError, PiwfError, RunCommandError, RunPausedError
 from piwf.lifecycle import Adopted, Conflict
@@ -42,11 +43,13 @@ from piwf.protocol.payloads import (
 from piwf.server.commands import CommandResult
 from piwf.server.content_offer import ContentOffer
 from piwf.server.loop import EventLoop, Timer
+from piwf.server.replies import unknown_request
 from piwf.state import StateDatabase, Transaction
 from piwf.state import decisions as decision_store
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType, SubmissionOutcome, SubmissionSource
 from piwf.state.execution import messages
+from piwf.state.execution import runs as run_store
 from piwf.state.execution.submissions import submission_count
 from piwf.state.records import Actor
 
@@ -60,9 +63,10 @@ class UnknownRequestError(PiwfError):
 
 
 def answer_change(
-    request: Request, payload: AnswerPayload, source: SubmissionSource
+    request: Request, payload: AnswerPayload, source: SubmissionSource, home: Path
 ) -> Callable[[Transaction], CommandResult]:
-    """Return the durable change of one answer (run inside the command's transaction)."""
+    """Return the durable change of one answer (run inside the command's transaction);
+    ``home`` is the state home, named when the request does not exist."""
     actor_type = ActorType.HUMAN if source is SubmissionSource.HUMAN else ActorType.CLIENT
     actor = Actor(actor_type, request.client_id)
     submission_id = f"{request.client_id}:{request.idempotency_key}"
@@ -84,7 +88,7 @@ def answer_change(
             submission_id=submission_id,
         )
         if result is None:
-            error = UnknownRequestError(f"no request {payload.request_id}")
+            error = UnknownRequestError(unknown_request(payload.request_id, home))
             return CommandResult.failed("notFound", error)
         if isinstance(result, Conflict):
             return CommandResult.failed("rejected", RunCommandError(result.evidence))
@@ -110,9 +114,12 @@ def answer_change(
     return change
 
 
-def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestList:
-    """Return the pending requests of every kind for ``requests.list``."""
+def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestList | None:
+    """Return the pending requests of every kind for ``requests.list``; None when the payload
+    names a run that does not exist (an unknown run is not a run with no requests)."""
     with db.read() as tx:
+        if payload.run_id is not None and run_store.load_run(tx, payload.run_id) is None:
+            return None
         found = ex.list_open_requests(tx, payload.run_id)
         offer = ContentOffer(tx)
         return RequestList(requests=[open_request_info(item, offer) for item in found])

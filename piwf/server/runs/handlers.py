@@ -48,9 +48,9 @@ from piwf.server.failures import answering, failure_response
 from piwf.server.loop import Reply
 from piwf.server.replies import (
     InvalidPayloadError,
-    UnknownRunError,
     effect_info,
     error_response,
+    no_run,
     not_found,
     ok,
     payload_of,
@@ -239,7 +239,7 @@ class RunHandlers:
             view = run_store.load_run(tx, run_id)
             detail = None if view is None else run_detail(tx, view)
         if view is None or detail is None:
-            reply(not_found(request, run_id))
+            reply(not_found(request, run_id, self.context.home))
             return
         reply(ok(request, detail, revision=view.revision))
 
@@ -269,7 +269,7 @@ class RunHandlers:
 
         def change(tx: Transaction) -> CommandResult:
             if run_store.load_run(tx, run_id) is None:
-                return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
+                return no_run(run_id, self.context.home)
             result = transition(
                 tx,
                 run_id,
@@ -294,7 +294,7 @@ class RunHandlers:
 
         def change(tx: Transaction) -> CommandResult:
             if run_store.load_run(tx, run_id) is None:
-                return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
+                return no_run(run_id, self.context.home)
             result = ex.resume_run(
                 tx,
                 run_id,
@@ -316,7 +316,7 @@ class RunHandlers:
         def change(tx: Transaction) -> CommandResult:
             parent = run_store.load_run(tx, run_id)
             if parent is None:
-                return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
+                return no_run(run_id, self.context.home)
             refusal = sources_refuse_restart(tx, parent)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
@@ -336,7 +336,7 @@ class RunHandlers:
 
         def change(tx: Transaction) -> CommandResult:
             if run_store.load_run(tx, run_id) is None:
-                return CommandResult.failed("notFound", UnknownRunError(f"no run {run_id}"))
+                return no_run(run_id, self.context.home)
             result = forks.fork_run(
                 tx,
                 run_id,
@@ -358,7 +358,7 @@ class RunHandlers:
             if view is not None and (_wait_ends(view) or payload.timeout_ms == 0):
                 answer_now = wait_receipt(tx, view, timed_out=not _wait_ends(view))
         if view is None:
-            reply(not_found(request, run_id))
+            reply(not_found(request, run_id, self.context.home))
             return
         if answer_now is not None:
             reply(ok(request, answer_now))
@@ -403,7 +403,7 @@ class RunHandlers:
             view = run_store.load_run(tx, run_id)
             receipt = None if view is None else wait_receipt(tx, view, timed_out=timed_out)
         if receipt is None:
-            reply(not_found(request, run_id))
+            reply(not_found(request, run_id, self.context.home))
             return
         reply(ok(request, receipt))
 

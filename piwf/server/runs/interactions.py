@@ -46,7 +46,7 @@ from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext
 from piwf.server.failures import failure_response
 from piwf.server.loop import Reply
-from piwf.server.replies import error_response, payload_of
+from piwf.server.replies import error_response, payload_of, unknown_request
 from piwf.server.runs.answers import UnknownRequestError
 from piwf.server.sessions import refuse_without_authority
 from piwf.state import Transaction
@@ -85,7 +85,7 @@ class InteractionHandlers:
                 tx, payload.request_id, payload.output, idempotency_key=key, run_id=request.run_id
             )
             if found is None:
-                message = f"no request {payload.request_id}; list them with: piwf requests"
+                message = unknown_request(payload.request_id, self.context.home)
                 answer = error_response(request, "notFound", "requestNotFound", message)
             elif isinstance(found, sub.SubmitRefused):
                 answer = refusal(request, found.error)
@@ -132,7 +132,7 @@ class InteractionHandlers:
         def change(tx: Transaction) -> CommandResult:
             found = sub.update_request(tx, payload.request_id, payload.data, run_id=request.run_id)
             if found is None:
-                message = f"no request {payload.request_id}; list them with: piwf requests"
+                message = unknown_request(payload.request_id, self.context.home)
                 return CommandResult.failed("notFound", UnknownRequestError(message))
             if isinstance(found, sub.SubmitRefused):
                 outcome = _REFUSAL_OUTCOMES.get(found.error.code, "rejected")

@@ -40,7 +40,7 @@ from piwf.protocol.log_payloads import (
 )
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
-from piwf.server.replies import error_response, ok, payload_of, run_id_of
+from piwf.server.replies import error_response, ok, payload_of, run_id_of, unknown_run
 from piwf.state import blobs
 from piwf.state.enums import AttemptStatus
 from piwf.state.execution import attempt_logs
@@ -64,7 +64,7 @@ class RunLogReads:
         with self.context.db.read() as tx:
             run = run_store.load_run(tx, run_id)
             if run is None:
-                message = f"no run {run_id}; `piwf run list` shows the runs there are"
+                message = unknown_run(run_id, self.context.home)
                 reply(error_response(request, "notFound", "runNotFound", message))
                 return
             if payload.node is not None:

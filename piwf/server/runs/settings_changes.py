@@ -84,7 +84,7 @@ class SettingsHandlers:
         with self.context.db.read() as tx:
             run = run_store.load_run(tx, run_id)
             if run is None:
-                reply(not_found(request, run_id))
+                reply(not_found(request, run_id, self.context.home))
                 return
             snapshot = blobs.read_json(tx, run.definition_digest)
             scopes = [
@@ -115,7 +115,7 @@ class SettingsHandlers:
             reply(self._refuse(request, "rejected", error))
             return
         except LookupError:
-            reply(not_found(request, run_id))
+            reply(not_found(request, run_id, self.context.home))
             return
         if proposal.check is None:
             self._commit(request, reply, proposal, proposal.value)

@@ -84,7 +84,7 @@ class RunViews:
             view = run_store.load_run(tx, run_id)
             document = None if view is None else self.run_view(tx, view, payload.step_limit)
         if view is None or document is None:
-            reply(not_found(request, run_id))
+            reply(not_found(request, run_id, self.context.home))
             return
         reply(ok(request, document, revision=view.revision))
 
@@ -97,7 +97,7 @@ class RunViews:
             view = run_store.load_run(tx, run_id)
             page = None if view is None else steps_page(tx, run_id, after, payload.limit)
         if view is None or page is None:
-            reply(not_found(request, run_id))
+            reply(not_found(request, run_id, self.context.home))
             return
         reply(ok(request, page, revision=view.revision))
 
