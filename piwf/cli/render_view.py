@@ -169,7 +169,17 @@ def _terminal(view: RunView) -> Explanation:
     else:
         error = (view.detail.error or run.error_code or "").split("\n", 1)[0]
         text = f"the run ended {run.status}" + (f": {error}" if error else "")
-    text += f" (the whole record: piwf run show {run.run_id}). Restart to run it again."
+    text += f" (the whole record: piwf run show {run.run_id})."
+    unsettled = view.display.effects_to_resolve
+    if unsettled:
+        # A restart is refused until every effect is settled: the resolve comes first.
+        named = ", ".join(f"{effect.effect_id} ({effect.effect_type})" for effect in unsettled)
+        text += (
+            f" Effect {named} may or may not have been applied; check the outside system and "
+            "settle it (--applied if it happened, else --retry), then restart to run it again."
+        )
+        return Explanation(run.status, text, tuple(effect.command for effect in unsettled))
+    text += " Restart to run it again."
     return Explanation(run.status, text, (f"piwf run restart {run.run_id}",))
 
 

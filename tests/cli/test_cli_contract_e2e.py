@@ -219,3 +219,62 @@ def test_an_unknown_id_says_where_to_look_in_every_command(piwf: Piwf) -> None: 
 
     malformed = piwf.json("resource", "list", "--manager", "bad name", exit_code=2)
     assert malformed["error"]["code"] == "usage" and "manager" in malformed["error"]["message"]
+
+
+POST_AND_HANG = """
+import pathlib, time
+from piwf.workflow import action, define_workflow, manual_effect
+
+def post(ctx):
+    pathlib.Path({entered!r}).touch()
+    time.sleep(120)  # cancelled while the manual effect applies: its outcome is unknown
+
+workflow = define_workflow(
+    name="post_and_hang",
+    start_at="post",
+    nodes={{"post": action(effect=manual_effect("chat.post"), run=post)}},
+    edges=[],
+)
+"""
+
+
+def test_a_cancelled_run_with_an_ambiguous_effect_asks_for_the_resolve_before_a_restart(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    entered = tmp_path / "entered"
+    workflow = tmp_path / "post_and_hang.py"
+    workflow.write_text(POST_AND_HANG.format(entered=str(entered)))
+    run_id = piwf.json("run", "start", str(workflow))["run"]["runId"]
+    wait_for(entered.exists, timeout_s=30, what="the effect's action to start")
+    piwf.json("run", "cancel", run_id)
+    (effect,) = wait_for(
+        lambda: [
+            e for e in piwf.json("run", "show", run_id)["effects"] if e["status"] == "ambiguous"
+        ],
+        timeout_s=30,
+        what="the cancelled effect to be ambiguous",
+    )
+    effect_id = effect["effectId"]
+    resolve = f"piwf effect resolve {effect_id} --applied|--retry"
+
+    shown = piwf.json("run", "show", run_id)
+    assert shown["run"]["status"] == "cancelled"
+    assert shown["display"]["controls"] == ["resolve"], "no restart while an effect is unsettled"
+    explained = piwf.json("run", "explain", run_id)
+    assert explained["commands"] == [resolve]
+    assert effect_id in explained["explanation"]
+    text = piwf.run("run", "explain", run_id).stdout
+    assert resolve in text and f"piwf run restart {run_id}" not in text
+
+    refused = piwf.json("run", "restart", run_id, exit_code=1)
+    message = refused["error"]["message"]
+    assert f"{effect_id} (ambiguous)" in message
+    assert "piwf effect resolve EFFECT_ID --applied | --retry" in message
+    assert message.endswith("then restart it")
+
+    piwf.json("effect", "resolve", effect_id, "--applied")
+    assert piwf.json("run", "explain", run_id)["commands"] == [f"piwf run restart {run_id}"]
+    restarted = piwf.json("run", "restart", run_id)
+    assert restarted["run"]["runId"] != run_id
+    piwf.json("run", "cancel", restarted["run"]["runId"])

@@ -161,7 +161,8 @@ def display_of(
         if effect.status == "ambiguous"
     ]
     if view.status in TERMINAL_RUN_STATUSES:
-        controls: list[Control] = ["restart", "resolve"] if ambiguous else ["restart"]
+        # A restart is refused while an effect is unsettled: resolve it first.
+        controls: list[Control] = ["resolve"] if ambiguous else ["restart"]
         return Display(
             status=status,  # type: ignore[arg-type]  # the closed set, by construction
             activity="idle",

@@ -29,14 +29,12 @@ from piwf.lifecycle import (
     Applied,
     CommandKind,
     Conflict,
-    EffectStatus,
     InteractionKind,
     Lineage,
     RecoveryRequired,
     RunStatus,
 )
 from piwf.state import blobs, decisions
-from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import (
     AttemptStatus,
@@ -51,11 +49,10 @@ from piwf.state.execution.core import (
     close_run_dependents,
     record_run_change,
     take_run_authority,
+    unsettled_effects_refusal,
 )
 from piwf.state.leases import Claim, read_lease, release_claim
 from piwf.state.records import Actor, claim_resource, ensure_resource, record_change
-
-_UNSETTLED = (EffectStatus.PENDING, EffectStatus.APPLYING, EffectStatus.AMBIGUOUS)
 
 
 def claim_next_run(
@@ -271,8 +268,9 @@ def restart_run(
         return Adopted(runs.require_run(tx, child_id))
     if not parent.terminal:
         return Conflict(f"run {run_id} is {parent.status.value}; only a terminal run restarts")
-    if fx.count_effects(tx, parent.resource_id, _UNSETTLED):
-        return Conflict(f"run {run_id} has unsettled effects")
+    unsettled = unsettled_effects_refusal(tx, parent, then="restart it")
+    if unsettled is not None:
+        return Conflict(unsettled)
     if runs.load_run(tx, new_run_id) is not None:
         return Conflict(f"run {new_run_id} already exists")
     session = messages.session_of(tx, run_id)

@@ -147,6 +147,30 @@ def close_run_dependents(
             fx.cancel_effect(tx, effect.effect_id, actor=actor, claim=claim)
 
 
+#: Effects that may still change: a restart or a fork waits until none of the run's is.
+UNSETTLED_EFFECTS = (EffectStatus.PENDING, EffectStatus.APPLYING, EffectStatus.AMBIGUOUS)
+#: At most this many effects are named in a refusal.
+_LISTED_EFFECTS = 20
+
+
+def unsettled_effects_refusal(tx: Transaction, run: RunRow, *, then: str) -> str | None:
+    """Why ``run`` cannot be restarted or forked while an effect of it is unsettled, naming
+    each effect and the command that settles it, ending with ``then`` ("fork it"); None when
+    every effect is settled."""
+    unsettled = [e for e in fx.list_effects(tx, run.resource_id) if e.status in UNSETTLED_EFFECTS]
+    if not unsettled:
+        return None
+    named = ", ".join(f"{e.effect_id} ({e.status.value})" for e in unsettled[:_LISTED_EFFECTS])
+    steps = []
+    if any(e.status is EffectStatus.AMBIGUOUS for e in unsettled):
+        steps.append(
+            "resolve each ambiguous one (piwf effect resolve EFFECT_ID --applied | --retry)"
+        )
+    if any(e.status is not EffectStatus.AMBIGUOUS for e in unsettled):
+        steps.append(f"let the run settle its pending ones (piwf run resume {run.run_id})")
+    return f"run {run.run_id} has unsettled effects: {named}; {' and '.join(steps)}, then {then}"
+
+
 def executing_run(tx: Transaction, run_id: str) -> RunRow | Conflict:
     """Return the run when a runner generation holds it, else a ``Conflict``."""
     run = load_run(tx, run_id)

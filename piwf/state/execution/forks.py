@@ -38,16 +38,15 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from piwf.canonical import JsonValue
-from piwf.lifecycle import Applied, Conflict, EffectStatus, Lineage
+from piwf.lifecycle import Applied, Conflict, Lineage
 from piwf.state import blobs
-from piwf.state import effects as fx
 from piwf.state.database import Transaction
 from piwf.state.enums import QueueStatus, ResourceType
 from piwf.state.execution import attempts, messages, runs
+from piwf.state.execution.core import unsettled_effects_refusal
 from piwf.state.leases import read_lease
 from piwf.state.records import Actor, ensure_resource, record_change
 
-_UNSETTLED = (EffectStatus.PENDING, EffectStatus.APPLYING, EffectStatus.AMBIGUOUS)
 #: At most this many node paths are named in a refusal.
 _LISTED = 20
 
@@ -151,19 +150,9 @@ def _refusal(tx: Transaction, source: runs.RunRow) -> str | None:
             f"run {run_id} is {source.display_status}: a runner holds it or is about to; "
             f"pause it (piwf run pause {run_id}) or let it stop, then fork it"
         )
-    unsettled = [
-        effect for effect in fx.list_effects(tx, source.resource_id) if effect.status in _UNSETTLED
-    ]
-    if unsettled:
-        named = ", ".join(f"{e.effect_id} ({e.status.value})" for e in unsettled[:_LISTED])
-        steps = []
-        if any(e.status is EffectStatus.AMBIGUOUS for e in unsettled):
-            steps.append(
-                "resolve each ambiguous one (piwf effect resolve EFFECT_ID --applied | --retry)"
-            )
-        if any(e.status is not EffectStatus.AMBIGUOUS for e in unsettled):
-            steps.append(f"let the run settle its pending ones (piwf run resume {run_id})")
-        return f"run {run_id} has unsettled effects: {named}; {' and '.join(steps)}, then fork it"
+    unsettled = unsettled_effects_refusal(tx, source, then="fork it")
+    if unsettled is not None:
+        return unsettled
     session = messages.session_of(tx, run_id)
     holder = None if session is None else messages.session_holder(tx, session)
     if holder is not None:
