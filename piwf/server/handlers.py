@@ -77,7 +77,8 @@ from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.backup import backup_database
 from piwf.state.diagnostics import server_counts, status_counts, verify_database
-from piwf.state.enums import ActorType, SubmissionSource
+from piwf.state.enums import ActorType, ResourceType, SubmissionSource
+from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
 
 log = logging.getLogger("piwf.server")
@@ -275,6 +276,7 @@ class Handlers:
                 resolution=payload.resolution,
                 actor=Actor(ActorType.HUMAN, request.client_id),
                 note=payload.note,
+                owner_ended=_run_ended(tx, effect.source_resource_id),
             )
             if isinstance(result, Conflict):
                 return CommandResult.failed("rejected", RunCommandError(result.evidence))
@@ -386,3 +388,12 @@ class Handlers:
             return False
         with self.context.db.read() as tx:
             return ex.count_runnable(tx) == 0
+
+
+def _run_ended(tx: Transaction, source_resource_id: str) -> bool:
+    """Whether an effect's source is a run that has ended (no runner takes it up again)."""
+    kind, _, run_id = source_resource_id.partition(":")
+    if kind != ResourceType.RUN.value:
+        return False
+    run = run_store.load_run(tx, run_id)
+    return run is not None and run.terminal

@@ -370,24 +370,28 @@ def resolve_ambiguous(
     resolution: Literal["applied", "retry"],
     actor: Actor,
     note: str | None = None,
+    owner_ended: bool = False,
 ) -> Applied[Effect] | Adopted[Effect] | Conflict:
     """Apply an operator's decision to an ``ambiguous`` effect, recorded as an event.
 
     ``applied`` settles it as applied (the operator saw it happen); ``retry`` returns it to
-    ``pending`` so the next attempt runs under the same key. A repeat of the same resolution
-    is :class:`Adopted`; an effect that is not ambiguous is a :class:`Conflict`.
+    ``pending`` so the next attempt runs under the same key. When its owner has ended
+    (``owner_ended``: a finished run, which no runner will ever take up again) nothing would
+    make that attempt, so ``retry`` settles it ``cancelled`` instead: it did not happen, and a
+    restart or fork of the run does it anew. A repeat of the same resolution is
+    :class:`Adopted`; an effect that is not ambiguous is a :class:`Conflict`.
     """
     effect = _require(tx, effect_id)
+    retried = EffectStatus.CANCELLED if owner_ended else EffectStatus.PENDING
     if effect.status is not EffectStatus.AMBIGUOUS:
         if resolution == "applied" and effect.status is EffectStatus.APPLIED:
             return Adopted(effect)
-        if resolution == "retry" and effect.status in (
-            EffectStatus.PENDING,
-            EffectStatus.APPLYING,
-        ):
+        if resolution == "retry" and effect.status in (retried, EffectStatus.APPLYING):
             return Adopted(effect)
         return Conflict(f"effect is {effect.status.value}, not ambiguous")
     payload = {"resolution": resolution, "note": note}
+    if resolution == "retry" and owner_ended:
+        payload["settled"] = EffectStatus.CANCELLED.value
     record_change(
         tx,
         effect.resource_id,
@@ -399,6 +403,12 @@ def resolve_ambiguous(
     if resolution == "applied":
         tx.execute(
             "UPDATE effects SET status = 'applied', settled_at = ?, updated_at = ?"
+            " WHERE effect_id = ?",
+            (tx.now, tx.now, effect_id),
+        )
+    elif owner_ended:
+        tx.execute(
+            "UPDATE effects SET status = 'cancelled', settled_at = ?, updated_at = ?"
             " WHERE effect_id = ?",
             (tx.now, tx.now, effect_id),
         )

@@ -238,24 +238,30 @@ workflow = define_workflow(
 """
 
 
-def test_a_cancelled_run_with_an_ambiguous_effect_asks_for_the_resolve_before_a_restart(
-    piwf: Piwf,  # noqa: F811
-    tmp_path: Path,
-) -> None:
+def cancelled_while_applying(cli: Piwf, tmp_path: Path) -> tuple[str, str]:
+    """A run cancelled while its manual effect applies: the run's id and that (ambiguous)
+    effect's id."""
     entered = tmp_path / "entered"
     workflow = tmp_path / "post_and_hang.py"
     workflow.write_text(POST_AND_HANG.format(entered=str(entered)))
-    run_id = piwf.json("run", "start", str(workflow))["run"]["runId"]
+    run_id = cli.json("run", "start", str(workflow))["run"]["runId"]
     wait_for(entered.exists, timeout_s=30, what="the effect's action to start")
-    piwf.json("run", "cancel", run_id)
+    cli.json("run", "cancel", run_id)
     (effect,) = wait_for(
         lambda: [
-            e for e in piwf.json("run", "show", run_id)["effects"] if e["status"] == "ambiguous"
+            e for e in cli.json("run", "show", run_id)["effects"] if e["status"] == "ambiguous"
         ],
         timeout_s=30,
         what="the cancelled effect to be ambiguous",
     )
-    effect_id = effect["effectId"]
+    return run_id, str(effect["effectId"])
+
+
+def test_a_cancelled_run_with_an_ambiguous_effect_asks_for_the_resolve_before_a_restart(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    run_id, effect_id = cancelled_while_applying(piwf, tmp_path)
     resolve = f"piwf effect resolve {effect_id} --applied|--retry"
 
     shown = piwf.json("run", "show", run_id)
@@ -274,6 +280,24 @@ def test_a_cancelled_run_with_an_ambiguous_effect_asks_for_the_resolve_before_a_
     assert message.endswith("then restart it")
 
     piwf.json("effect", "resolve", effect_id, "--applied")
+    assert piwf.json("run", "explain", run_id)["commands"] == [f"piwf run restart {run_id}"]
+    restarted = piwf.json("run", "restart", run_id)
+    assert restarted["run"]["runId"] != run_id
+    piwf.json("run", "cancel", restarted["run"]["runId"])
+
+
+def test_a_retry_of_an_ended_runs_effect_settles_it_not_applied_so_a_restart_can_do_it(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    run_id, effect_id = cancelled_while_applying(piwf, tmp_path)
+    # No runner takes an ended run up again: a retry would leave the effect pending for ever
+    # and the restart refused for ever. It settles it cancelled: it did not happen.
+    resolved = piwf.json("effect", "resolve", effect_id, "--retry", "--note", "not in the chat")
+    assert resolved["effect"]["status"] == "cancelled"
+    again = piwf.json("effect", "resolve", effect_id, "--retry")
+    assert again["effect"]["status"] == "cancelled"  # the same decision again changes nothing
+    assert piwf.json("effect", "resolve", effect_id, "--applied", exit_code=1)["error"]
     assert piwf.json("run", "explain", run_id)["commands"] == [f"piwf run restart {run_id}"]
     restarted = piwf.json("run", "restart", run_id)
     assert restarted["run"]["runId"] != run_id
