@@ -8,16 +8,14 @@ screen; ``Client`` inherits them.
 
 from __future__ import annotations
 
-from typing import Final, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import Final
 
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.client.arguments import build_payload
-from piwf.client.calls import ClientCalls
+from piwf.client.calls import ClientCalls, parse_receipt
 from piwf.client.content import resolve_references
-from piwf.protocol import InvalidMessageError, Operation, Response
+from piwf.protocol import Operation
 from piwf.protocol.payloads import (
     AnswerPayload,
     AnswerReceipt,
@@ -28,8 +26,6 @@ from piwf.protocol.payloads import (
 #: A submit waits for its validation (at most 30 s of ``validate`` and its admission) on top of
 #: the request timeout; a longer wait retries under the same key and joins the same outcome.
 SUBMIT_EXTRA_WAIT_S: Final = 60.0
-
-_Receipt = TypeVar("_Receipt", bound=BaseModel)
 
 
 class InteractionMethods(ClientCalls):
@@ -86,7 +82,7 @@ class InteractionMethods(ClientCalls):
             idempotency_key=idempotency_key,
             timeout_s=self.request_timeout_s + SUBMIT_EXTRA_WAIT_S,
         )
-        return resolve_references(_parsed(SubmissionReceipt, response), self.read_content)
+        return resolve_references(parse_receipt(SubmissionReceipt, response), self.read_content)
 
     def update(
         self, request_id: str, data: JsonValue, *, idempotency_key: str | None = None
@@ -96,15 +92,4 @@ class InteractionMethods(ClientCalls):
         canonical.check_value(data, "data")
         payload = {"requestId": request_id, "data": data}
         response = self.request("interaction.update", payload, idempotency_key=idempotency_key)
-        return _parsed(UpdateReceipt, response)
-
-
-def _parsed(receipt_type: type[_Receipt], response: Response) -> _Receipt:
-    """The response's receipt as ``receipt_type`` (a server that sent another shape is a
-    protocol error, as for every typed method of the client)."""
-    try:
-        return receipt_type.model_validate(response.receipt or {})
-    except ValidationError:
-        raise InvalidMessageError(
-            "receipt", "invalidValue", f"the server sent an invalid {receipt_type.__name__}"
-        ) from None
+        return parse_receipt(UpdateReceipt, response)

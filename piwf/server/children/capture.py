@@ -118,9 +118,7 @@ class LogTarget:
             self.stderr += len(data)
         else:
             self.stdout += len(data)
-        room = max(self.cap - self.kept, 0)
-        kept = data[:room]
-        first_drop = len(data) > room and self.dropped == 0
+        kept, first_drop = _within_cap(data, self.cap, self.kept, self.dropped)
         self.kept += len(kept)
         self.dropped += len(data) - len(kept)
         if first_drop:
@@ -265,9 +263,7 @@ class OutputCapture:
     def _to_own_log(self, data: bytes) -> None:
         """Keep what fits under the cap in the capture's own log; count the rest as dropped
         (the first drop adds the marker line and one server log line, no bytes of it)."""
-        room = max(self.cap - self.kept, 0)
-        kept = data[:room]
-        first_drop = len(data) > room and self.dropped == 0
+        kept, first_drop = _within_cap(data, self.cap, self.kept, self.dropped)
         self.kept += len(kept)
         self.dropped += len(data) - len(kept)
         if first_drop:
@@ -292,6 +288,13 @@ class OutputCapture:
             )
             self.target = None
             self._to_own_log(data)
+
+
+def _within_cap(data: bytes, cap: int, kept: int, dropped: int) -> tuple[bytes, bool]:
+    """The part of ``data`` a log that already kept ``kept`` bytes (and dropped ``dropped``)
+    keeps under ``cap``, and whether this is its first drop (the one that adds the marker)."""
+    room = max(cap - kept, 0)
+    return data[:room], len(data) > room and dropped == 0
 
 
 def _append(path: Path, data: bytes, label: str) -> None:
