@@ -174,15 +174,19 @@ def server_run(
     # tests/unit/test_import_rules.py): its entry point, imported when this command runs so
     # that no other command loads the server.
     try:
+        from piwf.server.children.start_methods import start_helpers_early
         from piwf.server.settings import ServerSettings
 
         settings = ServerSettings.from_environment(max_workers=max_workers, idle_exit_s=idle_exit_s)
+        # The fork server imports the children's modules while this process imports the
+        # server's, on another core, instead of after them.
+        early_helpers = start_helpers_early(settings.start_method)
         from piwf.server import lifecycle
     except (ImportError, ValueError) as error:
         message = f"the piwf server cannot start: {error}"
         _report_start_failure(ready_fd, message)
         raise ServerStartError(message) from None
-    exit_code: int = lifecycle.run_server(settings, ready_fd=ready_fd)
+    exit_code: int = lifecycle.run_server(settings, ready_fd=ready_fd, early_helpers=early_helpers)
     if as_json:
         emit_json({"exitCode": exit_code})
     sys.exit(exit_code)

@@ -33,6 +33,7 @@ from piwf.processes import has_file_open, is_alive, own_identity
 from piwf.protocol.client_v1 import Hello
 from piwf.server.channels.adapters import ChannelAdapters, ChannelSettings
 from piwf.server.children.resolvers import ResolverJobs
+from piwf.server.children.start_methods import EarlyHelpers
 from piwf.server.children.supervisor import Supervisor
 from piwf.server.commands import DurableCommands
 from piwf.server.connection_services import ConnectionServices
@@ -69,8 +70,16 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 
 
-def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
+def run_server(
+    settings: ServerSettings,
+    ready_fd: int | None = None,
+    early_helpers: EarlyHelpers | None = None,
+) -> int:
     """Run a server until it is stopped; return the process exit code.
+
+    ``early_helpers`` are the start helpers ``piwf server run`` started before it imported
+    this module (:func:`~piwf.server.children.start_methods.start_helpers_early`); the
+    supervisor adopts them.
 
     A server that does not start (another one runs for the home, the home is unusable, the
     socket cannot be bound) logs why, reports it on ``ready_fd`` and raises it, as the typed
@@ -116,7 +125,7 @@ def run_server(settings: ServerSettings, ready_fd: int | None = None) -> int:
         _cleanup(db, claim, lock, socket_path=None)
         raise ServerStartError(message) from None
     log.info("server started: epoch %d, pid %d", claim.epoch, os.getpid())
-    server = Server(settings, db, claim, listener)
+    server = Server(settings, db, claim, listener, early_helpers)
     server.retention.request()  # recovery is done: the sweep runs once the server is idle
     _report(ready_fd, {"ok": True, "epoch": claim.epoch, "pid": os.getpid()})
     try:
@@ -132,7 +141,12 @@ class Server:
     """One running server: the loop, the client listener, the handlers and the timers."""
 
     def __init__(
-        self, settings: ServerSettings, db: StateDatabase, claim: ServerClaim, listener: object
+        self,
+        settings: ServerSettings,
+        db: StateDatabase,
+        claim: ServerClaim,
+        listener: object,
+        early_helpers: EarlyHelpers | None = None,
     ) -> None:
         import socket
 
@@ -147,10 +161,14 @@ class Server:
         self.commands = DurableCommands(db, claim, on_epoch_lost=self._epoch_lost)
         self.clients: ClientListener
         # Every child (runners, reconciles, resolvers) starts through the one supervisor, with
-        # the configured start method; its helpers (the fork server) start now, not with the
-        # first child, so that child does not wait for their imports.
+        # the configured start method; its helpers (the fork server) start now if `piwf server
+        # run` did not start them before its imports, not with the first child, so that child
+        # does not wait for their imports.
         supervisor = Supervisor(
-            self.loop, settings.paths.server_dir / "runners", method=settings.start_method
+            self.loop,
+            settings.paths.server_dir / "runners",
+            method=settings.start_method,
+            early_helpers=early_helpers,
         )
         supervisor.prepare()
         self.executor = Executor(

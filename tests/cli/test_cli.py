@@ -27,6 +27,7 @@ from piwf.cli import cli, render
 from piwf.cli.state import parse_timestamp
 from piwf.client import launcher
 from piwf.protocol import Request
+from piwf.server.children import start_methods
 from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
 from tests.unit.test_lazy_cli import run_probe
 
@@ -475,11 +476,19 @@ def test_state_commands(fake: FakeServer, tmp_path: Path, monkeypatch: pytest.Mo
 def test_server_run_passes_options_to_the_servers_entry_point(
     monkeypatch: pytest.MonkeyPatch, short_home: Path
 ) -> None:
-    calls: list[tuple[Any, int | None]] = []
+    calls: list[tuple[Any, int | None, Any]] = []
+    early = object()  # what start_helpers_early returned, handed on to the server
+    methods: list[Any] = []
 
-    def run_server(settings: Any, ready_fd: int | None) -> int:
-        calls.append((settings, ready_fd))
+    def run_server(settings: Any, ready_fd: int | None, early_helpers: Any) -> int:
+        calls.append((settings, ready_fd, early_helpers))
         return 0
+
+    def start_helpers_early(method: Any) -> object:
+        methods.append(method)  # no fork server in the test's own process
+        return early
+
+    monkeypatch.setattr(start_methods, "start_helpers_early", start_helpers_early)
 
     lifecycle = types.ModuleType("piwf.server.lifecycle")
     lifecycle.run_server = run_server  # type: ignore[attr-defined]
@@ -493,8 +502,10 @@ def test_server_run_passes_options_to_the_servers_entry_point(
     result = invoke(*argv, "--json")
     assert result.exit_code == 0, result.output
     assert one_json_document(result.stdout) == {"exitCode": 0}
-    ((settings, ready_fd),) = calls
+    ((settings, ready_fd, early_helpers),) = calls
     assert ready_fd == 9
+    assert early_helpers is early
+    assert methods == [settings.start_method]
     assert (settings.max_workers, settings.idle_exit_s) == (2, 1.5)
     assert settings.paths.home == short_home
 

@@ -574,3 +574,58 @@ def test_a_childs_output_is_captured_privately_and_capped_and_a_flood_kills_noth
     assert flooded_log.read_bytes() == (
         b"before the flood\n" + b"x" * (ATTEMPT_LOG_CAP - 17) + drop_marker(ATTEMPT_LOG_CAP)
     )
+
+
+def test_the_fork_server_runs_before_the_server_listens(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    # `piwf server run` starts it before importing the server's modules, so its imports run
+    # beside the server's; started with the server's loop, it would not exist before listening.
+    hits = tmp_path / "faults.log"
+    environment = {
+        **os.environ,
+        **FAST,
+        "PIWF_HOME": str(servers.home),
+        "PIWF_START_METHOD": "forkserver",
+        "PIWF_FAULTS": "server.before_listen@1=stop",
+        "PIWF_FAULTS_LOG": str(hits),
+    }
+    process = subprocess.Popen(
+        harness.SERVER_COMMAND,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: hits.exists() and "server.before_listen" in hits.read_text())
+        server = harness.ServerProcess(servers.home, process, {})
+        stopped = psutil.Process(process.pid)
+        wait_for(lambda: stopped.status() == psutil.STATUS_STOPPED, what="the stopped server")
+        assert not (servers.home / "server" / "server.sock").exists()
+        assert len(fork_servers(server)) == 1
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def test_a_server_that_does_not_start_leaves_no_fork_server(servers: ServerFactory) -> None:
+    first = start_server(servers, "forkserver")
+    refused = servers.start(env={**FAST, "PIWF_START_METHOD": "forkserver"})
+    assert refused.ready["ok"] is False
+    assert refused.process.wait(timeout=10) != 0
+
+    def fork_servers_of_home() -> list[psutil.Process]:
+        found = []
+        for process in psutil.process_iter():
+            with suppress(psutil.Error):
+                if any("multiprocessing.forkserver" in part for part in process.cmdline()) and (
+                    process.environ().get("PIWF_HOME") == str(servers.home)
+                ):
+                    found.append(process)
+        return found
+
+    # The refused server's fork server ends with it (end-of-file on its alive pipe).
+    wait_for(lambda: len(fork_servers_of_home()) == 1, what="only the first server's fork server")
+    assert [p.pid for p in fork_servers_of_home()] == [p.pid for p in fork_servers(first)]

@@ -115,6 +115,8 @@ CLI_TO_SERVER = frozenset(
     {
         ("piwf.cli.server", "piwf.server.lifecycle"),
         ("piwf.cli.server", "piwf.server.settings"),
+        # The fork server starts before the server's imports (start_helpers_early).
+        ("piwf.cli.server", "piwf.server.children.start_methods"),
     }
 )
 

@@ -86,6 +86,7 @@ from piwf.server.children.pipes import PipeChannel
 from piwf.server.children.start_methods import (
     ChildStarter,
     ChildStartError,
+    EarlyHelpers,
     StartMethod,
     default_start_method,
     timed_out,
@@ -180,11 +181,16 @@ class Supervisor:
         *,
         method: StartMethod | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        early_helpers: EarlyHelpers | None = None,
     ) -> None:
         self.loop = loop
         self.log_dir = log_dir
         self.output_cap = output_cap
         self.method = method or default_start_method()
+        #: Helpers started before the server's imports, adopted by :meth:`prepare`.
+        self._early_helpers = early_helpers
+        if early_helpers is not None and early_helpers.starter.method is not self.method:
+            raise ValueError("the early start helpers use another start method")
         #: The live children by name (their pid may not be known yet).
         self.children: dict[str, ChildHandle] = {}
         self._starter: ChildStarter | None = None
@@ -199,7 +205,11 @@ class Supervisor:
         if self._starter is not None:
             return
         ensure_private_dir(self.log_dir)
-        reader, writer = os.pipe()
+        early, self._early_helpers = self._early_helpers, None
+        if early is None:
+            reader, writer = os.pipe()
+        else:
+            reader, writer = early.output_reader, early.output_writer
         # One server's helpers' output, bounded like a child's: the file starts empty.
         self._helpers = OutputCapture(
             self.loop,
@@ -210,10 +220,14 @@ class Supervisor:
         )
         self._helpers.watch(reader)
         self._helpers_writer = writer
-        self._starter = ChildStarter(self.method, helpers_output=writer)
+        self._starter = (
+            ChildStarter(self.method, helpers_output=writer) if early is None else early.starter
+        )
         signal.signal(signal.SIGCHLD, self._record_child_signal)
         signal.siginterrupt(signal.SIGCHLD, False)
         self.loop.on_wake.append(self._reap_signalled)
+        if early is not None:
+            return  # started already
         try:
             self._starter.start_helpers()
         except OSError as error:  # the first start tries again, and fails on its own
