@@ -60,7 +60,8 @@ def view_command(run_id: str | None, remote: str | None, as_json: bool) -> None:
 
     The run list (Enter opens a run), or with RUN_ID that run: its status and what it is
     doing, its steps, the selected step's log (l: every log) and its controls: p pause,
-    r resume, c cancel (asks y/n), a shows the `piwf answer` command. Esc goes back, q quits.
+    r resume, c cancel (asks y/n), a answers the waiting checkpoint or decision in a form (an
+    agent step shows its `piwf submit` command). Esc goes back, q quits.
     Without the extra, `piwf run show RUN --follow` is a plain live view. --remote watches
     another machine's server through `piwf relay` and an SSH tunnel (docs/REMOTE.md).
 

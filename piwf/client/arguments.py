@@ -96,4 +96,6 @@ def _rule(problem: ErrorDetails) -> str:
         pattern = (problem.get("ctx") or {}).get("pattern")
         if pattern in _PATTERN_RULES:
             return str(_PATTERN_RULES[pattern])
+    if problem["type"] == "value_error":  # a model's own check: its message, without the prefix
+        return str((problem.get("ctx") or {}).get("error") or problem["msg"])
     return problem["msg"]

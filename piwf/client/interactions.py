@@ -20,6 +20,8 @@ from piwf.protocol.payloads import (
     AnswerPayload,
     AnswerReceipt,
     SubmissionReceipt,
+    SubmitPayload,
+    UpdatePayload,
     UpdateReceipt,
 )
 
@@ -72,9 +74,11 @@ class InteractionMethods(ClientCalls):
         :class:`~piwf.errors.ConflictError` for a key reused with another output. A repeat
         with the same ``idempotency_key`` (after a lost connection too) returns the same
         outcome. :class:`~piwf.errors.CanonicalJsonError` before anything is sent when
-        ``output`` breaks the canonical JSON rules.
+        ``output`` breaks the canonical JSON rules, and
+        :class:`~piwf.errors.InvalidArgumentError` when ``request_id`` is not a request id.
         """
         canonical.check_value(output, "output")
+        build_payload(SubmitPayload, request_id=request_id, output=output)  # checks, or raises
         payload = {"requestId": request_id, "output": output}
         response = self.request(
             "interaction.submit",
@@ -88,8 +92,11 @@ class InteractionMethods(ClientCalls):
         self, request_id: str, data: JsonValue, *, idempotency_key: str | None = None
     ) -> UpdateReceipt:
         """Record ``data`` as the latest progress update of the agent request ``request_id``
-        (``interaction.update``); the request stays pending. Refusals as :meth:`submit`."""
+        (``interaction.update``); the request stays pending. Refusals as :meth:`submit`, and
+        :class:`~piwf.errors.InvalidArgumentError` before anything is sent for ``data`` over
+        64 KiB of JSON (:data:`~piwf.protocol.payloads.MAX_UPDATE_DATA_BYTES`)."""
         canonical.check_value(data, "data")
+        build_payload(UpdatePayload, request_id=request_id, data=data)  # checks, or raises
         payload = {"requestId": request_id, "data": data}
         response = self.request("interaction.update", payload, idempotency_key=idempotency_key)
         return parse_receipt(UpdateReceipt, response)

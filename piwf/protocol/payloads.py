@@ -48,6 +48,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from piwf import canonical
 from piwf.config import CONTENT_PART_BYTES, agent_command_problem
 from piwf.protocol.content import MAX_CONTENT_BYTES
 
@@ -60,6 +61,8 @@ INLINE_CONTENT_BYTES = 16 * 1024
 RESPONSE_INLINE_BUDGET = 384 * 1024
 #: The suffix of a field that carries the reference of its sibling value (``output_ref``).
 REF_SUFFIX = "_ref"
+#: Canonical JSON bytes one agent progress update (``interaction.update``) may carry.
+MAX_UPDATE_DATA_BYTES = 64 * 1024
 
 ContentScope = Literal["run", "resource"]
 ContentMediaType = Literal["application/json", "text/plain"]
@@ -498,12 +501,23 @@ class SubmissionReceipt(WireModel):
 
 
 class UpdatePayload(WireModel):
-    """A non-completing progress update on one exact agent request (``interaction.update``)."""
+    """A non-completing progress update on one exact agent request (``interaction.update``);
+    ``data`` is at most :data:`MAX_UPDATE_DATA_BYTES` of canonical JSON."""
 
     request_id: str = Field(min_length=1, max_length=256)
     data: Any = None
     #: The origin session's active coordinator epoch (required for an interactive run).
     coordinator_epoch: str | None = Field(default=None, max_length=256)
+
+    @field_validator("data")
+    @classmethod
+    def _a_small_update(cls, value: Any) -> Any:
+        if len(canonical.encode(value)) > MAX_UPDATE_DATA_BYTES:
+            raise ValueError(
+                f"a progress update is at most {MAX_UPDATE_DATA_BYTES:,} bytes (64 KiB) of JSON;"
+                " send a shorter summary of the progress"
+            )
+        return value
 
 
 class UpdateReceipt(WireModel):

@@ -8,7 +8,7 @@ exact request it works on and how to complete it; nothing else ties its output t
     Workflow step contract (workflow: release, step: review, attempt: attempt-6f9d…)
     Complete this step by submitting your output for request request-2b1c… exactly once:
       piwf submit request-2b1c… '<your output as JSON>'
-    or call the `submit` tool of `piwf mcp` with {"requestId": "request-2b1c…", "output": …}.
+    or call the `submit` tool of `piwf mcp` with {"request_id": "request-2b1c…", "output": …}.
     If your output is refused, the error says why: fix it and submit again.
     Progress without completing: piwf update request-2b1c… '<JSON>'.
     Expected output: {"summary": "text"}
@@ -52,7 +52,7 @@ def step_contract(
             f"Complete this step by submitting your output for request {request_id} exactly once:",
             f"  piwf submit {request_id} '<your output as JSON>'",
             "or call the `submit` tool of `piwf mcp` with "
-            f'{{"requestId": "{request_id}", "output": <your output>}}.',
+            f'{{"request_id": "{request_id}", "output": <your output>}}.',
             "If your output is refused, the error says why: fix it and submit again.",
             f"Progress without completing: piwf update {request_id} '<JSON>'.",
             f"Expected output: {expected_output}",

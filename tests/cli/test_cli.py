@@ -697,3 +697,10 @@ def test_client_methods_import_their_models_and_tenacity_when_called(short_home:
         "capturedEntry": "piwf.protocol.session_capture_payloads",
     }
     assert [number for number, _ in server.requests] == [1, 2, 2]
+
+
+def test_view_help_says_a_answers_in_a_form_as_the_viewer_does() -> None:
+    """The run screen's ``a`` opens an answer form (docs/CLI.md); the help says the same."""
+    text = " ".join(invoke("view", "--help").stdout.split())
+    assert "a answers the waiting checkpoint or decision in a form" in text
+    assert "a shows the `piwf answer` command" not in text

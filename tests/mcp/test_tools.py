@@ -7,12 +7,16 @@ refusal that must happen before any client call is told apart by its text.
 
 from __future__ import annotations
 
+import inspect
+import json
+import re
 from pathlib import Path
 
 import pytest
 
 from piwf.client import Client
 from piwf.mcp.tools import DESCRIPTIONS, ToolCallError, WorkflowTools
+from piwf.workflow.contract import step_contract
 
 FULL = ("list", "status", "start", "pause", "resume", "cancel", "answer", "update", "submit")
 
@@ -70,3 +74,19 @@ def test_list_checks_its_limit(tmp_path: Path) -> None:
     for limit in (0, 201, True):
         with pytest.raises(ToolCallError, match="limit must be an integer in 1..200"):
             tools(tmp_path).list_all(limit)
+
+
+def test_the_step_contract_names_the_submit_tools_own_arguments() -> None:
+    """An agent that calls the tool exactly as its prompt's contract says is not refused."""
+    contract = step_contract(
+        workflow="w",
+        path="ask",
+        attempt_id="attempt-1",
+        request_id="request-9",
+        expected_output="x",
+    )
+    shown = re.search(r"`submit` tool of `piwf mcp` with (\{.*\})", contract)
+    assert shown is not None
+    arguments = json.loads(shown.group(1).replace("<your output>", "null"))
+    assert arguments["request_id"] == "request-9"
+    assert set(arguments) <= set(inspect.signature(WorkflowTools.submit).parameters)

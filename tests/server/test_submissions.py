@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from piwf.client import Client
-from piwf.errors import SubmissionRejectedCommandError
+from piwf.errors import InvalidArgumentError, SubmissionRejectedCommandError
+from piwf.protocol.payloads import MAX_UPDATE_DATA_BYTES
 from tests.server.harness import (
     RawClient,
     ServerFactory,
@@ -346,6 +347,12 @@ def test_an_update_is_recorded_on_the_attempt_and_completes_nothing(
             "interaction.update", {"requestId": request_id, "data": data}, key="u1"
         )
         assert again.outcome == "adopted"
+        too_big = {"status": "x" * MAX_UPDATE_DATA_BYTES}
+        refused = client.request(
+            "interaction.update", {"requestId": request_id, "data": too_big}, key="u2"
+        )
+        assert refused.outcome == "rejected" and "at most 65,536 bytes" in refused.error.message
+        assert "xxxx" not in refused.error.message
         assert run_view(client, run_id)["run"]["status"] == "waiting"
     rows = query(
         fast_server,
@@ -435,6 +442,14 @@ def test_the_python_client_submits_updates_and_raises_the_stored_rejection(
         request_id = waiting[0].request_id
         assert waiting[0].kind == "agent" and waiting[0].timeout_ms == 15 * 60_000
         assert client.update(request_id, {"step": 1}).request_id == request_id
+        with pytest.raises(
+            InvalidArgumentError,
+            match="invalid argument: data: a progress update is at most 65,536 bytes",
+        ):
+            client.update(request_id, "x" * MAX_UPDATE_DATA_BYTES)
+        for call in (lambda: client.update(None, 1), lambda: client.submit(7, 1)):  # type: ignore[arg-type]
+            with pytest.raises(InvalidArgumentError, match="request_id: Input should be a valid"):
+                call()
         with pytest.raises(SubmissionRejectedCommandError) as rejected:
             client.submit(request_id, {"n": None})
         assert str(rejected.value) == "ValueError: submit {'n': <an integer>}, for example {'n': 3}"

@@ -112,6 +112,6 @@ def test_the_prompt_ends_with_the_step_contract() -> None:
         "Workflow step contract (workflow: ask, step: ask, attempt: attempt-"
     )
     assert f"  piwf submit {request_id} '<your output as JSON>'" in lines
-    assert f'{{"requestId": "{request_id}", "output": <your output>}}' in prompt
+    assert f'{{"request_id": "{request_id}", "output": <your output>}}' in prompt
     assert lines[-1] == "Expected output: anything"
     assert content["expectedOutput"] == "anything"
