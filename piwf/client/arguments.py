@@ -89,14 +89,31 @@ def wait_timeout_argument(name: str, value: object) -> float | None:
     raise InvalidArgumentError(f"invalid argument: {name}: a number of seconds, or None")
 
 
+def whole_number_argument(
+    name: str,
+    value: object,
+    rule: str,
+    *,
+    least: int | None = 0,
+    most: int | None = None,
+    optional: bool = True,
+) -> int | None:
+    """``value`` when it is an integer (not a bool) from ``least`` to ``most`` (None:
+    unbounded), or None when ``optional``; else :class:`~piwf.errors.InvalidArgumentError`
+    naming ``name`` and ``rule``, the allowed values in words."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgumentError(f"invalid argument: {name}: {rule}")
+    if (least is None or value >= least) and (most is None or value <= most):
+        return value
+    raise InvalidArgumentError(f"invalid argument: {name}: {rule}")
+
+
 def content_limit_argument(value: object) -> int | None:
     """``value`` as a ``content_limit``: None (read every referenced value) or a number of
     bytes, 0 or more. Raises :class:`~piwf.errors.InvalidArgumentError` otherwise."""
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        return value
-    raise InvalidArgumentError(
-        "invalid argument: content_limit: a number of bytes, 0 or more, or None"
-    )
+    return whole_number_argument("content_limit", value, "a number of bytes, 0 or more, or None")
 
 
 def opaque_id_argument(name: str, value: object) -> str:

@@ -29,6 +29,7 @@ from piwf.client.arguments import (
     path_argument,
     timeout_argument,
     wait_timeout_argument,
+    whole_number_argument,
 )
 from piwf.client.calls import ClientCalls
 from piwf.client.content import read_content, resolve_references
@@ -111,9 +112,14 @@ class RunReadMethods(ClientCalls):
         duration, output or error, failure record, published updates), reading the view's
         pages (``view.page``) until the last; with ``after``, only the steps whose index is
         above it (the index of the last step a caller has; -1 or None: all)."""
-        from piwf.protocol.view_payloads import StepPage, ViewPagePayload
+        from piwf.protocol.view_payloads import MAX_STEP_PAGE_ITEMS, StepPage, ViewPagePayload
 
         content_limit = content_limit_argument(content_limit)
+        whole_number_argument("after", after, "a step index (a whole number), or None", least=None)
+        rule = f"a number of steps from 1 to {MAX_STEP_PAGE_ITEMS}"
+        whole_number_argument(
+            "page_limit", page_limit, rule, least=1, most=MAX_STEP_PAGE_ITEMS, optional=False
+        )
         if after is None or after < 0:
             page = self.run_view(run_id, step_limit=page_limit, content_limit=content_limit).steps
         else:

@@ -57,6 +57,26 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: c.wait_run("run-1", timeout_s=math.nan),
         "timeout_s: a number of seconds, or None",
     ),
+    "apply expected version": (
+        lambda c: c.apply_resource("m", "k", {}, expected_version="1"),  # type: ignore[arg-type]
+        "expected_version: a resource version",
+    ),
+    "delete expected version": (
+        lambda c: c.delete_resource("m", "k", expected_version=-1),
+        "expected_version: a resource version",
+    ),
+    "steps page limit": (
+        lambda c: c.run_steps("run-1", page_limit=0),
+        "page_limit: a number of steps from 1 to 200",
+    ),
+    "steps after": (
+        lambda c: c.run_steps("run-1", after="3"),  # type: ignore[arg-type]
+        "after: a step index",
+    ),
+    "follow interval": (
+        lambda c: next(c.follow_run_logs("run-1", interval_s="1")),  # type: ignore[arg-type]
+        "interval_s: a number of seconds at least 0",
+    ),
     **{
         f"content limit of {name}": (call, "content_limit: a number of bytes, 0 or more")
         for name, call in {
