@@ -30,6 +30,21 @@ def scope_structure(snapshot: JsonValue, mount_path: str) -> Mapping[str, JsonVa
     return settings if isinstance(settings, dict) else None
 
 
+def mount_paths(snapshot: JsonValue) -> list[str]:
+    """Every mount path (``mount`` or ``mount/inner``) of a definition snapshot's workflow
+    tree, in declaration order; empty for a workflow that mounts none."""
+    found: list[str] = []
+
+    def walk(tree: JsonValue, prefix: str) -> None:
+        includes = tree.get("includes") if isinstance(tree, dict) else None
+        for name, mount in includes.items() if isinstance(includes, dict) else ():
+            found.append(prefix + name)
+            walk(mount.get("workflow") if isinstance(mount, dict) else None, f"{prefix}{name}/")
+
+    walk(snapshot.get("workflow") if isinstance(snapshot, dict) else None, "")
+    return found
+
+
 def _grants(
     structure: Mapping[str, JsonValue], actor: str, *, writes: bool
 ) -> list[tuple[str, ...]]:

@@ -78,6 +78,44 @@ def timeout_argument(name: str, value: object, *, zero_allowed: bool = False) ->
     raise InvalidArgumentError(f"invalid argument: {name}: a number of seconds {least}")
 
 
+def wait_timeout_argument(name: str, value: object) -> float | None:
+    """``value`` as the seconds a wait may take: None (no limit) or a number that is not NaN (0
+    or less: ask once without waiting). Raises :class:`~piwf.errors.InvalidArgumentError`
+    naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+        return float(value)
+    raise InvalidArgumentError(f"invalid argument: {name}: a number of seconds, or None")
+
+
+def whole_number_argument(
+    name: str,
+    value: object,
+    rule: str,
+    *,
+    least: int | None = 0,
+    most: int | None = None,
+    optional: bool = True,
+) -> int | None:
+    """``value`` when it is an integer (not a bool) from ``least`` to ``most`` (None:
+    unbounded), or None when ``optional``; else :class:`~piwf.errors.InvalidArgumentError`
+    naming ``name`` and ``rule``, the allowed values in words."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgumentError(f"invalid argument: {name}: {rule}")
+    if (least is None or value >= least) and (most is None or value <= most):
+        return value
+    raise InvalidArgumentError(f"invalid argument: {name}: {rule}")
+
+
+def content_limit_argument(value: object) -> int | None:
+    """``value`` as a ``content_limit``: None (read every referenced value) or a number of
+    bytes, 0 or more. Raises :class:`~piwf.errors.InvalidArgumentError` otherwise."""
+    return whole_number_argument("content_limit", value, "a number of bytes, 0 or more, or None")
+
+
 def opaque_id_argument(name: str, value: object) -> str:
     """``value`` when it is an id the protocol takes (1 to 256 printable ASCII characters, no
     spaces); else :class:`~piwf.errors.InvalidArgumentError` naming ``name``."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from pydantic import BaseModel
 
-from piwf.client.arguments import build_payload
+from piwf.client.arguments import build_payload, timeout_argument
 from piwf.client.calls import ClientCalls
 
 if TYPE_CHECKING:
@@ -109,6 +109,7 @@ class RunLogMethods(ClientCalls):
         (no busy loop). An attempt is yielded with ``b""`` when it is first seen with nothing
         written yet, so a caller can show it started. Errors as :meth:`run_logs_page`.
         """
+        interval_s = timeout_argument("interval_s", interval_s, zero_allowed=True)
         cursor: LogCursor | None = None
         seen: set[int] = set()
         while True:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from piwf import canonical
-from piwf.client.arguments import build_payload, path_argument
+from piwf.client.arguments import build_payload, path_argument, whole_number_argument
 from piwf.client.calls import ClientCalls
 from piwf.client.content import resolve_references
 from piwf.protocol import InvalidMessageError, Response
@@ -69,7 +69,7 @@ class ResourceMethods(ClientCalls):
         response = self.request(
             "resource.apply",
             wire,
-            expected_revision=expected_version,
+            expected_revision=_version_argument(expected_version),
             idempotency_key=idempotency_key,
         )
         return _parsed(ResourceReceipt, response)
@@ -108,7 +108,7 @@ class ResourceMethods(ClientCalls):
         response = self.request(
             "resource.delete",
             payload.to_wire(),
-            expected_revision=expected_version,
+            expected_revision=_version_argument(expected_version),
             idempotency_key=idempotency_key,
         )
         return _parsed(ResourceDeleteReceipt, response)
@@ -124,6 +124,12 @@ class ResourceMethods(ClientCalls):
             "resource.reconcile", payload.to_wire(), idempotency_key=idempotency_key
         )
         return _parsed(ResourceReceipt, response)
+
+
+def _version_argument(value: object) -> int | None:
+    """An ``expected_version`` as the request's expected revision, checked before sending."""
+    rule = "a resource version (a whole number, 0 or more), or None"
+    return whole_number_argument("expected_version", value, rule)
 
 
 def _parsed(model: type[_R], response: Response) -> _R:

@@ -23,7 +23,14 @@ from pydantic import BaseModel
 
 from piwf import canonical
 from piwf.canonical import JsonValue
-from piwf.client.arguments import build_payload, path_argument, timeout_argument
+from piwf.client.arguments import (
+    build_payload,
+    content_limit_argument,
+    path_argument,
+    timeout_argument,
+    wait_timeout_argument,
+    whole_number_argument,
+)
 from piwf.client.calls import ClientCalls
 from piwf.client.content import read_content, resolve_references
 from piwf.config import MAX_FRAME_BYTES, SESSION_OR_AGENT_COMMAND, agent_command_problem
@@ -75,6 +82,7 @@ class RunReadMethods(ClientCalls):
         values. With ``content_limit``, values longer than that many bytes are left as their
         references (``output_ref`` and the like) and not read.
         """
+        content_limit = content_limit_argument(content_limit)
         detail = self._call("run.get", EmptyPayload(), RunDetail, run_id=run_id)
         return resolve_references(detail, self.read_content, content_limit=content_limit)
 
@@ -87,6 +95,7 @@ class RunReadMethods(ClientCalls):
         Referenced values are read as :meth:`get_run` reads them."""
         from piwf.protocol.view_payloads import RunView, ViewRunPayload
 
+        content_limit = content_limit_argument(content_limit)
         payload = build_payload(ViewRunPayload, step_limit=step_limit)
         view = self._call("view.run.get", payload, RunView, run_id=run_id)
         return resolve_references(view, self.read_content, content_limit=content_limit)
@@ -103,8 +112,14 @@ class RunReadMethods(ClientCalls):
         duration, output or error, failure record, published updates), reading the view's
         pages (``view.page``) until the last; with ``after``, only the steps whose index is
         above it (the index of the last step a caller has; -1 or None: all)."""
-        from piwf.protocol.view_payloads import StepPage, ViewPagePayload
+        from piwf.protocol.view_payloads import MAX_STEP_PAGE_ITEMS, StepPage, ViewPagePayload
 
+        content_limit = content_limit_argument(content_limit)
+        whole_number_argument("after", after, "a step index (a whole number), or None", least=None)
+        rule = f"a number of steps from 1 to {MAX_STEP_PAGE_ITEMS}"
+        whole_number_argument(
+            "page_limit", page_limit, rule, least=1, most=MAX_STEP_PAGE_ITEMS, optional=False
+        )
         if after is None or after < 0:
             page = self.run_view(run_id, step_limit=page_limit, content_limit=content_limit).steps
         else:
@@ -139,6 +154,7 @@ class RunReadMethods(ClientCalls):
         """
         from piwf.protocol.view_payloads import RunView, ViewRunWatchPayload
 
+        content_limit = content_limit_argument(content_limit)
         last: int | None = None
 
         def watch(subscription_id: str) -> WireModel:
@@ -247,6 +263,8 @@ class RunReadMethods(ClientCalls):
         on a request or a timer goes on by itself and is waited for. A non-positive
         ``timeout_s`` asks once without waiting.
         """
+        timeout_s = wait_timeout_argument("timeout_s", timeout_s)
+        content_limit = content_limit_argument(content_limit)
         deadline = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
 
         def wait_payload() -> RunWaitPayload:
@@ -276,6 +294,7 @@ class RunReadMethods(ClientCalls):
 
         Referenced content is read as :meth:`get_run` reads it (``content_limit`` likewise).
         """
+        content_limit = content_limit_argument(content_limit)
         payload = build_payload(RequestsListPayload, run_id=run_id)
         found = self._call("requests.list", payload, RequestList)
         return resolve_references(found, self.read_content, content_limit=content_limit).requests

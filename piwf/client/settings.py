@@ -56,7 +56,8 @@ class SettingsMethods(ClientCalls):
 
         payload = build_payload(
             RunChangeSettingsPayload,
-            patch=list(patch),
+            # A tuple is a list on the wire; anything else is refused by the model, named.
+            patch=list(patch) if isinstance(patch, (list, tuple)) else patch,
             mount_path=mount_path,
             expected_change=expected_change,
             coordinator_epoch=coordinator_epoch,

@@ -91,6 +91,8 @@ class ServerSettings:
     max_connections: int = 128
     max_inflight_per_connection: int = 32
     output_cap_bytes: int = 8 * 1024 * 1024
+    #: How long a resolver child may take to load a workflow or a resource manager (and
+    #: compute its initial status) before it is killed.
     resolver_timeout_s: float = 30.0
     run_lease_ms: int = 30_000
     run_renew_s: float = 10.0
@@ -122,7 +124,8 @@ class ServerSettings:
         ``FIRST_FRAME_DEADLINE_S`` and
         ``OUTPUT_STALL_DEADLINE_S`` (``0``: off), ``MAX_CONNECTIONS``, ``OUTPUT_CAP_BYTES``,
         ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
-        ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RETENTION_DAYS``, ``RETENTION_RETRY_S``,
+        ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RESOLVER_TIMEOUT_S``, ``RETENTION_DAYS``,
+        ``RETENTION_RETRY_S``,
         ``RETENTION_INTERVAL_S``, ``RETENTION_VACUUM_MIN_BYTES``, ``RECONCILE_GRACE_S``,
         ``START_METHOD`` (``forkserver`` or ``spawn``), ``QUICK_CHECK_S``, ``AGENT_COMMAND``
         (``'CMD ARGS'``, split like a shell would; empty: none)); ``overrides`` win.
@@ -144,6 +147,7 @@ class ServerSettings:
             "run_renew_s": _env_float("PIWF_RUN_RENEW_S", 10.0),
             "claim_poll_s": _env_float("PIWF_CLAIM_POLL_S", 2.0),
             "runner_ready_timeout_s": _env_float("PIWF_RUNNER_READY_TIMEOUT_S", 30.0),
+            "resolver_timeout_s": _env_float("PIWF_RESOLVER_TIMEOUT_S", 30.0),
             "reconcile_grace_s": _env_float("PIWF_RECONCILE_GRACE_S", 1.0),
             "validation_timeout_s": _env_float("PIWF_VALIDATION_TIMEOUT_S", 30.0),
             "retention_days": _env_int("PIWF_RETENTION_DAYS", 30),

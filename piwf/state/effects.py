@@ -388,7 +388,11 @@ def resolve_ambiguous(
             return Adopted(effect)
         if resolution == "retry" and effect.status in (retried, EffectStatus.APPLYING):
             return Adopted(effect)
-        return Conflict(f"effect is {effect.status.value}, not ambiguous")
+        return Conflict(
+            f"effect is {effect.status.value}, not ambiguous: there is nothing to resolve (only "
+            "an effect that may or may not have happened takes a resolution; piwf run show "
+            "RUN_ID lists a run's effects with their status)"
+        )
     payload = {"resolution": resolution, "note": note}
     if resolution == "retry" and owner_ended:
         payload["settled"] = EffectStatus.CANCELLED.value

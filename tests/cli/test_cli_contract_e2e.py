@@ -296,7 +296,12 @@ def test_a_retry_of_an_ended_runs_effect_settles_it_not_applied_so_a_restart_can
     assert resolved["effect"]["status"] == "cancelled"
     again = piwf.json("effect", "resolve", effect_id, "--retry")
     assert again["effect"]["status"] == "cancelled"  # the same decision again changes nothing
-    assert piwf.json("effect", "resolve", effect_id, "--applied", exit_code=1)["error"]
+    settled = piwf.json("effect", "resolve", effect_id, "--applied", exit_code=1)["error"]
+    assert settled["message"] == (
+        "effect is cancelled, not ambiguous: there is nothing to resolve (only an effect that may"
+        " or may not have happened takes a resolution; piwf run show RUN_ID lists a run's effects"
+        " with their status)"
+    ), settled
     assert piwf.json("run", "explain", run_id)["commands"] == [f"piwf run restart {run_id}"]
     restarted = piwf.json("run", "restart", run_id)
     assert restarted["run"]["runId"] != run_id

@@ -192,6 +192,12 @@ def test_refused_patches_say_why_and_change_nothing(
             assert error["code"] == "settingsRefused", error
             assert says in error["message"], error
         assert client.run_settings(run_id).scopes[0].change_number == 0
+        for change in ([], ["--patch", json.dumps(cases[0][0])]):
+            nowhere = refused(piwf, run_id, "--mount", "nowhere", *change)
+            assert nowhere["message"] == (
+                "the run's workflow mounts no workflow at that path (it mounts none); give one of"
+                " its mount paths, or none for the run's own workflow"
+            ), nowhere
 
         client.change_settings(run_id, [{"op": "replace", "path": "/route", "value": "careful"}])
         stale = json.dumps([{"op": "replace", "path": "/route", "value": "fast"}])

@@ -41,6 +41,53 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
     "watch idle": (lambda c: next(c.watch_runs(idle_timeout_s=-1)), "idle_timeout_s"),
     "client id": (lambda c: Client(c.home, client_id="bad id").list_runs(), "client_id"),
     "project": (lambda c: c.start_run("noop", project=7), "project"),  # type: ignore[arg-type]
+    "settings patch None": (
+        lambda c: c.change_settings("run-1", None),  # type: ignore[arg-type]
+        "patch: Input should be a valid list",
+    ),
+    "settings patch str": (
+        lambda c: c.change_settings("run-1", "[]"),  # type: ignore[arg-type]
+        "patch: Input should be a valid list",
+    ),
+    "wait timeout str": (
+        lambda c: c.wait_run("run-1", timeout_s="5"),  # type: ignore[arg-type]
+        "timeout_s: a number of seconds, or None",
+    ),
+    "wait timeout nan": (
+        lambda c: c.wait_run("run-1", timeout_s=math.nan),
+        "timeout_s: a number of seconds, or None",
+    ),
+    "apply expected version": (
+        lambda c: c.apply_resource("m", "k", {}, expected_version="1"),  # type: ignore[arg-type]
+        "expected_version: a resource version",
+    ),
+    "delete expected version": (
+        lambda c: c.delete_resource("m", "k", expected_version=-1),
+        "expected_version: a resource version",
+    ),
+    "steps page limit": (
+        lambda c: c.run_steps("run-1", page_limit=0),
+        "page_limit: a number of steps from 1 to 200",
+    ),
+    "steps after": (
+        lambda c: c.run_steps("run-1", after="3"),  # type: ignore[arg-type]
+        "after: a step index",
+    ),
+    "follow interval": (
+        lambda c: next(c.follow_run_logs("run-1", interval_s="1")),  # type: ignore[arg-type]
+        "interval_s: a number of seconds at least 0",
+    ),
+    **{
+        f"content limit of {name}": (call, "content_limit: a number of bytes, 0 or more")
+        for name, call in {
+            "get_run": lambda c: c.get_run("run-1", content_limit="x"),
+            "run_view": lambda c: c.run_view("run-1", content_limit=-1),
+            "run_steps": lambda c: c.run_steps("run-1", content_limit=1.5),
+            "watch_run": lambda c: next(c.watch_run("run-1", content_limit="x")),
+            "wait_run": lambda c: c.wait_run("run-1", content_limit=True),
+            "list_requests": lambda c: c.list_requests(content_limit="x"),
+        }.items()
+    },
 }
 
 
@@ -55,6 +102,14 @@ def test_a_refused_argument_is_one_typed_error_naming_it(
     assert isinstance(info.value, ValueError)
     assert message.startswith("invalid argument: ") and expected in message, message
     assert "pydantic" not in message and "input_value" not in message and "bogus" not in message
+
+
+def test_a_settings_patch_may_be_a_tuple_of_operations(
+    short_home: Path, no_server_start: None
+) -> None:
+    operation = {"op": "add", "path": "/x", "value": 1}
+    with pytest.raises(AssertionError, match="must not start a server"):  # so it was sent
+        Client(short_home).change_settings("run-1", (operation,))
 
 
 def test_a_malformed_session_id_is_a_session_error_as_start_run_says(

@@ -411,3 +411,41 @@ def test_bad_input_is_refused_with_a_typed_error_and_changes_nothing(
         deleted = raw.request("resource.delete", {"manager": "greeting", "key": "k"}, key="d")
         assert deleted.outcome == "notFound"
     assert query(server.home, "SELECT count(*) FROM managed_resources") == [(0,)]
+
+
+@pytest.mark.usefixtures("reaper")
+def test_a_load_that_blocks_is_stopped_at_the_resolver_deadline_and_names_what_it_loaded(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = start(servers, PIWF_RESOLVER_TIMEOUT_S="0.5")
+    project = project_with(
+        tmp_path,
+        stalls="""
+        import time
+        from piwf.resource import define_resource_manager, settled
+
+        manager = define_resource_manager(
+            name="stalls",
+            initial_status=lambda spec: time.sleep(3600),
+            reconcile=lambda ctx, resource: settled(),
+        )
+        """,
+    )
+    workflow = tmp_path / "stalls_at_import.py"
+    workflow.write_text("import time\ntime.sleep(3600)\n")
+    apply = {"manager": "stalls", "key": "k", "spec": {}, "projectPath": str(project)}
+    with raw_client(server) as client:
+        applied = client.request("resource.apply", apply, key="apply-stalls")
+        started = client.request("run.start", {"workflow": str(workflow), "input": {}}, key="s")
+    for answer, subject, blocks in (
+        (applied, "resource manager 'stalls'", "its module or initial_status"),
+        (started, str(workflow), "its module, when imported,"),
+    ):
+        assert answer.outcome == "unavailable", answer
+        assert answer.error is not None and answer.error.code == "resolverFailed"
+        assert answer.error.message == (
+            f"loading {subject} took longer than 0.5 s and was stopped; does {blocks} wait on "
+            "something (a network call, a sleep, a lock)? Fix that and try again, or give the "
+            "server more time with PIWF_RESOLVER_TIMEOUT_S"
+        )
+    assert query(server.home, "SELECT count(*) FROM managed_resources") == [(0,)]

@@ -193,9 +193,18 @@ class ResolverJobs:
                     self._broken(job, "closed")
 
     def _timed_out(self, job: _Job) -> None:
-        self._finish(
-            job, ResolverFailedError(f"loading the workflow took longer than {self.timeout_s:g} s")
+        subject, _ = _loading(job.request)
+        blocks = (
+            "its module or initial_status"
+            if job.request.get("kind") == "resourceManager"
+            else "its module, when imported,"
         )
+        message = (
+            f"loading {subject} took longer than {self.timeout_s:g} s and was stopped; does "
+            f"{blocks} wait on something (a network call, a sleep, a lock)? Fix that and try "
+            "again, or give the server more time with PIWF_RESOLVER_TIMEOUT_S"
+        )
+        self._finish(job, ResolverFailedError(message))
         # Also a child that answered but never exited: it is not left behind.
         if job.handle is not None and not job.handle.exited:
             self.supervisor.kill(job.handle)

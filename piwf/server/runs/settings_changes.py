@@ -45,7 +45,7 @@ from piwf.server.failures import answering, failure_response
 from piwf.server.loop import Reply
 from piwf.server.replies import error_response, not_found, ok, payload_of, run_id_of
 from piwf.server.runs.recorded_sources import workflow_source
-from piwf.settings_grants import patch_refusal, readable, scope_structure
+from piwf.settings_grants import mount_paths, patch_refusal, readable, scope_structure
 from piwf.state import Transaction, blobs
 from piwf.state.enums import ActorType
 from piwf.state.execution import messages, settings
@@ -93,7 +93,7 @@ class SettingsHandlers:
                 if scope.mount_path == payload.mount_path
             ]
         if not scopes and scope_structure(snapshot, payload.mount_path) is None:
-            error = SettingsChangeError(_no_settings(payload.mount_path))
+            error = SettingsChangeError(_no_settings(snapshot, payload.mount_path))
             reply(error_response(request, "notFound", error.code, str(error)))
             return
         reply(ok(request, RunSettings(run_id=run_id, scopes=scopes)))
@@ -150,7 +150,7 @@ class SettingsHandlers:
             snapshot = blobs.read_json(tx, run.definition_digest)
             structure = scope_structure(snapshot, payload.mount_path)
             if structure is None:
-                raise SettingsChangeError(_no_settings(payload.mount_path))
+                raise SettingsChangeError(_no_settings(snapshot, payload.mount_path))
             scope = settings.newest_scope(tx, run_id, payload.mount_path)
             if scope is None:
                 raise SettingsChangeError(
@@ -299,6 +299,15 @@ def _check_refusal(result: dict[str, JsonValue]) -> PiwfError:
     return WorkflowLoadError(text)
 
 
-def _no_settings(mount_path: str) -> str:
+def _no_settings(snapshot: JsonValue, mount_path: str) -> str:
+    """Why the workflow at ``mount_path`` has no settings: it declares none, or the run's
+    workflow mounts nothing there (then the message lists its mounts, not the path asked)."""
+    mounts = mount_paths(snapshot)
+    if mount_path and mount_path not in mounts:
+        known = f"its mounts: {', '.join(mounts)}" if mounts else "it mounts none"
+        return (
+            f"the run's workflow mounts no workflow at that path ({known}); give one of its "
+            "mount paths, or none for the run's own workflow"
+        )
     where = f"the workflow mounted at {mount_path!r}" if mount_path else "the run's workflow"
     return f"{where} declares no live settings (define_workflow(settings=workflow_settings(...)))"
