@@ -31,7 +31,7 @@ def workflows_group() -> None:
     \b
     Example:
       piwf workflows list
-      piwf workflows show hello
+      piwf workflows show noop
     """
 
 
@@ -70,7 +70,7 @@ def workflows_show(workflow: str, project: Path | None, as_json: bool) -> None:
 
     \b
     Example:
-      piwf workflows show hello
+      piwf workflows show noop
       piwf workflows show ./flows/review.py --json
     """
     with open_client() as client:

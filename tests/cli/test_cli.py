@@ -704,3 +704,18 @@ def test_view_help_says_a_answers_in_a_form_as_the_viewer_does() -> None:
     text = " ".join(invoke("view", "--help").stdout.split())
     assert "a answers the waiting checkpoint or decision in a form" in text
     assert "a shows the `piwf answer` command" not in text
+
+
+@pytest.mark.parametrize("args", [("workflows", "--help"), ("workflows", "show", "--help")])
+def test_the_workflows_help_examples_name_a_workflow_a_fresh_install_has(
+    args: tuple[str, ...],
+) -> None:
+    from piwf.workflow.sources import BUILTIN_DIR
+
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    named = re.findall(r"piwf workflows show (\S+)", result.output)
+    by_name = [name for name in named if "/" not in name and not name.endswith(".py")]
+    assert by_name, result.output
+    builtins = {path.stem for path in BUILTIN_DIR.glob("*.py")}
+    assert set(by_name) <= builtins, (by_name, builtins)
