@@ -7,12 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from piwf.cli.render import active_time_text, fields, timestamp, value_preview
-from piwf.protocol.payloads import (
-    AgentRequestInfo,
-    AgentSubmissionInfo,
-    OpenRequestInfo,
-    SubmissionReceipt,
-)
+from piwf.protocol.agent_payloads import SubmissionReceipt
+from piwf.protocol.payloads import AgentRequestInfo, AgentSubmissionInfo, OpenRequestInfo
 
 #: How many lines of an agent's prompt the human forms show.
 PROMPT_LINES = 3

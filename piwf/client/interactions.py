@@ -16,14 +16,13 @@ from piwf.client.arguments import build_payload
 from piwf.client.calls import ClientCalls, parse_receipt
 from piwf.client.content import resolve_references
 from piwf.protocol import Operation
-from piwf.protocol.payloads import (
-    AnswerPayload,
-    AnswerReceipt,
+from piwf.protocol.agent_payloads import (
     SubmissionReceipt,
     SubmitPayload,
     UpdatePayload,
     UpdateReceipt,
 )
+from piwf.protocol.payloads import AnswerPayload, AnswerReceipt
 
 #: A submit waits for its validation (at most 30 s of ``validate`` and its admission) on top of
 #: the request timeout; a longer wait retries under the same key and joins the same outcome.
@@ -94,7 +93,7 @@ class InteractionMethods(ClientCalls):
         """Record ``data`` as the latest progress update of the agent request ``request_id``
         (``interaction.update``); the request stays pending. Refusals as :meth:`submit`, and
         :class:`~piwf.errors.InvalidArgumentError` before anything is sent for ``data`` over
-        64 KiB of JSON (:data:`~piwf.protocol.payloads.MAX_UPDATE_DATA_BYTES`)."""
+        64 KiB of JSON (:data:`~piwf.protocol.agent_payloads.MAX_UPDATE_DATA_BYTES`)."""
         canonical.check_value(data, "data")
         build_payload(UpdatePayload, request_id=request_id, data=data)  # checks, or raises
         payload = {"requestId": request_id, "data": data}

@@ -39,7 +39,8 @@ from piwf.client.connection import ServerConnection
 from piwf.client.content import resolve_references
 from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
 from piwf.errors import SessionAuthorityCommandError, SessionError
-from piwf.protocol.payloads import AnswerReceipt, SubmissionReceipt, UpdateReceipt
+from piwf.protocol.agent_payloads import SubmissionReceipt, UpdateReceipt
+from piwf.protocol.payloads import AnswerReceipt
 
 if TYPE_CHECKING:
     from piwf.client.client import Client

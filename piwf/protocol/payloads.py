@@ -29,8 +29,8 @@ with the receipt model, so both sides agree on one shape::
     decision.answer  {requestId, response}                     AnswerReceipt
     requests.list    {runId?}                                  {"requests": [OpenRequestInfo]}
     interaction.submit {requestId, output}                     SubmissionReceipt (answered once
-                                                               the outcome is durable)
-    interaction.update {requestId, data}                       UpdateReceipt
+                                                               the outcome is durable; these
+    interaction.update {requestId, data}                       UpdateReceipt   two: agent_payloads)
     view.content     {ref: ContentRef, offset, length}         ContentPart
 
 Stored values (outputs, error texts, request content, answers, resource spec and status) travel
@@ -48,7 +48,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from piwf import canonical
 from piwf.config import CONTENT_PART_BYTES, agent_command_problem
 from piwf.protocol.content import MAX_CONTENT_BYTES
 
@@ -61,8 +60,6 @@ INLINE_CONTENT_BYTES = 16 * 1024
 RESPONSE_INLINE_BUDGET = 384 * 1024
 #: The suffix of a field that carries the reference of its sibling value (``output_ref``).
 REF_SUFFIX = "_ref"
-#: Canonical JSON bytes one agent progress update (``interaction.update``) may carry.
-MAX_UPDATE_DATA_BYTES = 64 * 1024
 
 ContentScope = Literal["run", "resource"]
 ContentMediaType = Literal["application/json", "text/plain"]
@@ -473,59 +470,6 @@ class AnswerReceipt(WireModel):
     run_id: str
     outcome: Literal["won", "adopted", "already_resolved"]
     resolution: ResolutionInfo
-
-
-class SubmitPayload(WireModel):
-    """An agent's output for one exact agent request (``interaction.submit``)."""
-
-    request_id: str = Field(min_length=1, max_length=256)
-    output: Any = None
-    #: The origin session's active coordinator epoch (required for an interactive run).
-    coordinator_epoch: str | None = Field(default=None, max_length=256)
-
-
-class SubmissionReceipt(WireModel):
-    """The durable outcome of one submission: ``accepted`` (``value`` is the output as
-    ``validate`` normalised it; the request is answered) or ``rejected`` (``error`` says what
-    to submit instead; the request stays pending)."""
-
-    submission_id: str
-    request_id: str
-    run_id: str
-    outcome: Literal["accepted", "rejected"]
-    value: Any = None
-    value_ref: ContentRef | None = None
-    error: str | None = None
-    submitted_at: int
-    settled_at: int
-
-
-class UpdatePayload(WireModel):
-    """A non-completing progress update on one exact agent request (``interaction.update``);
-    ``data`` is at most :data:`MAX_UPDATE_DATA_BYTES` of canonical JSON."""
-
-    request_id: str = Field(min_length=1, max_length=256)
-    data: Any = None
-    #: The origin session's active coordinator epoch (required for an interactive run).
-    coordinator_epoch: str | None = Field(default=None, max_length=256)
-
-    @field_validator("data")
-    @classmethod
-    def _a_small_update(cls, value: Any) -> Any:
-        if len(canonical.encode(value)) > MAX_UPDATE_DATA_BYTES:
-            raise ValueError(
-                f"a progress update is at most {MAX_UPDATE_DATA_BYTES:,} bytes (64 KiB) of JSON;"
-                " send a shorter summary of the progress"
-            )
-        return value
-
-
-class UpdateReceipt(WireModel):
-    """Receipt of an update: recorded as the latest update of the request's attempt."""
-
-    request_id: str
-    run_id: str
-    recorded_at: int
 
 
 class RequestsListPayload(WireModel):

@@ -7,13 +7,13 @@ import inspect
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from piwf.protocol import payloads, resource_payloads
+from piwf.protocol import agent_payloads, payloads, resource_payloads
 from piwf.protocol.payloads import REF_SUFFIX, ContentRef
 
 
 def models() -> list[type[BaseModel]]:
     found = []
-    for module in (payloads, resource_payloads):
+    for module in (payloads, agent_payloads, resource_payloads):
         for _, value in inspect.getmembers(module, inspect.isclass):
             if issubclass(value, BaseModel) and value.__module__ == module.__name__:
                 found.append(value)

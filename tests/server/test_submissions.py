@@ -18,7 +18,7 @@ import pytest
 
 from piwf.client import Client
 from piwf.errors import InvalidArgumentError, SubmissionRejectedCommandError
-from piwf.protocol.payloads import MAX_UPDATE_DATA_BYTES
+from piwf.protocol.agent_payloads import MAX_UPDATE_DATA_BYTES
 from tests.server.harness import (
     RawClient,
     ServerFactory,

@@ -32,15 +32,14 @@ from contextlib import contextmanager
 
 from piwf.errors import ClaimLostError, PiwfError, SubmissionRejectedError
 from piwf.lifecycle import InteractionKind
-from piwf.protocol.client_v1 import ErrorInfo, Outcome, Request, Response
-from piwf.protocol.payloads import (
-    AgentRequestInfo,
-    AgentSubmissionInfo,
+from piwf.protocol.agent_payloads import (
     SubmissionReceipt,
     SubmitPayload,
     UpdatePayload,
     UpdateReceipt,
 )
+from piwf.protocol.client_v1 import ErrorInfo, Outcome, Request, Response
+from piwf.protocol.payloads import AgentRequestInfo, AgentSubmissionInfo
 from piwf.server.commands import CommandResult
 from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext
