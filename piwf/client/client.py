@@ -319,7 +319,7 @@ class Client(
             first_frame = encode_message(first)
         except FrameTooLargeError:
             raise RequestTooLargeError(
-                f"invalid argument: payload: a {operation} request is larger than the "
+                f"invalid argument: payload: the {operation} request is larger than the "
                 f"{MAX_FRAME_BYTES:,} bytes (1 MiB) of JSON one request carries; nothing was "
                 "sent. Send large values as files the workflow reads instead"
             ) from None

@@ -15,6 +15,7 @@ from piwf.canonical import JsonValue
 from piwf.client.arguments import build_payload
 from piwf.client.calls import ClientCalls, parse_receipt
 from piwf.client.content import resolve_references
+from piwf.errors import InvalidArgumentError
 from piwf.protocol import Operation
 from piwf.protocol.agent_payloads import (
     SubmissionReceipt,
@@ -49,8 +50,11 @@ class InteractionMethods(ClientCalls):
         Raises :class:`~piwf.errors.RejectedError` (code ``answerRejected``) for an answer that
         does not fit, :class:`~piwf.errors.NotFoundError` for an unknown request, and
         :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``response``
-        breaks the canonical JSON rules.
+        breaks the canonical JSON rules, :class:`~piwf.errors.InvalidArgumentError` when
+        ``as_human`` is not a bool.
         """
+        if not isinstance(as_human, bool):  # "no" must never send a person's answer
+            raise InvalidArgumentError("invalid argument: as_human: True or False")
         canonical.check_value(response, "response")
         operation: Operation = "decision.answer" if as_human else "checkpoint.answer"
         payload = build_payload(AnswerPayload, request_id=request_id, response=response)

@@ -39,6 +39,10 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
     "status": (lambda c: c.list_runs(status="bogus"), "status: Input should be 'queued'"),
     "watch status": (lambda c: next(c.watch_runs(status="bogus")), "status"),
     "watch idle": (lambda c: next(c.watch_runs(idle_timeout_s=-1)), "idle_timeout_s"),
+    "answer as_human str": (
+        lambda c: c.answer("request-1", True, as_human="no"),  # type: ignore[arg-type]
+        "as_human: True or False",
+    ),
     "client id": (lambda c: Client(c.home, client_id="bad id").list_runs(), "client_id"),
     "project": (lambda c: c.start_run("noop", project=7), "project"),  # type: ignore[arg-type]
     "settings patch None": (
