@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.bench.common import scratch_dir
+from tests.bench.common import poll, scratch_dir
 from tests.bench.fig_runs import completed
 from tests.bench.piwf_side import PiwfServer, chain_workflow, two_node_workflow
 
@@ -81,10 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                 completed(client, run_id)
             elapsed = time.perf_counter() - began
             runs_cpu_s = _cpu_s(process) - before
-            # The last runners exit after their runs complete: wait until every one is reaped.
-            deadline = time.monotonic() + 10
-            while len(fork_server.children()) > 4 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            # The last runners exit after their runs complete: wait until every one is reaped
+            # (what stays is at most one spare runner per slot).
+            poll(lambda: len(fork_server.children()) <= 4, 10, "the last runners' exits")
             children_cpu_s = _reaped_cpu_s(fork_server) - children_before
     per_node_ms = 1000 * (long_s - short_s) / nodes
     print(f"per node ({args.chain}- against {_SHORT_CHAIN}-node chain): {per_node_ms:.3f} ms")
