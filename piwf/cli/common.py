@@ -18,17 +18,19 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sys
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
 
 import click
-from pydantic import ValidationError
 
 from piwf import canonical
 from piwf.errors import CanonicalJsonError, CommandError, InvalidArgumentError, PiwfError
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from piwf.client import Client
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -54,6 +56,14 @@ def emit_json(document: object) -> None:
     click.echo(canonical.encode_text(document))
 
 
+def _is_validation_error(error: Exception) -> TypeGuard[ValidationError]:
+    """Whether ``error`` is pydantic's ``ValidationError``. Only a command that loaded pydantic
+    can have raised one, and a command that did not (``run list``'s quick path) must not load
+    it just to ask."""
+    pydantic_core = sys.modules.get("pydantic_core")
+    return pydantic_core is not None and isinstance(error, pydantic_core.ValidationError)
+
+
 def command(function: _F) -> _F:
     """Run a command body under the exit-code protocol; the body takes ``as_json``."""
 
@@ -68,7 +78,9 @@ def command(function: _F) -> _F:
             raise click.UsageError(str(error)) from None
         except PiwfError as error:
             fail(error, as_json=as_json)
-        except ValidationError as error:
+        except Exception as error:
+            if not _is_validation_error(error):
+                raise
             from piwf.client.arguments import invalid_argument_error
 
             raise click.UsageError(str(invalid_argument_error(error))) from None

@@ -20,10 +20,9 @@ from piwf.cli.common import (
     run_id_argument,
 )
 from piwf.cli.runs import run_group
-from piwf.client import Client
-from piwf.client.logs import MISSING_LOG_NOTE
 
 if TYPE_CHECKING:
+    from piwf.client import Client
     from piwf.protocol.log_payloads import AttemptLogInfo
 
 
@@ -124,6 +123,8 @@ def header(info: AttemptLogInfo, *, final: bool = True) -> str:
         if info.dropped_bytes:
             line += f"; {info.dropped_bytes} B dropped past the cap"
     if info.missing:
+        from piwf.client.logs import MISSING_LOG_NOTE  # the client's module: loaded with it
+
         line += f"; {MISSING_LOG_NOTE}"
     return line + " =="
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from piwf.canonical import encode_text
 from piwf.cli.render import duration
-from piwf.client import Client
-from piwf.protocol.payloads import RunWaitReceipt
 
 if TYPE_CHECKING:
+    from piwf.client import Client
+    from piwf.protocol.payloads import RunWaitReceipt
     from piwf.protocol.view_payloads import RunView, Step
 
 #: The longest one ``run.wait`` request of the loop waits before the view is looked at again.

@@ -12,28 +12,59 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from piwf import canonical
 from piwf.cli.common import emit_json as emit_json  # commands print JSON through render
-from piwf.protocol.payloads import (
-    ActiveTimeInfo,
-    AnswerReceipt,
-    ChoiceInputInfo,
-    ContentRef,
-    DecisionInfo,
-    NodeFailureInfo,
-    OpenRequestInfo,
-    ResolutionInfo,
-    RunDetail,
-    RunInfo,
-    RunPage,
-    RunSource,
-    ServerStatus,
-)
 
 if TYPE_CHECKING:
+    from piwf.protocol.payloads import (
+        ActiveTimeInfo,
+        AnswerReceipt,
+        ChoiceInputInfo,
+        ContentRef,
+        DecisionInfo,
+        NodeFailureInfo,
+        OpenRequestInfo,
+        ResolutionInfo,
+        RunDetail,
+        RunSource,
+        ServerStatus,
+    )
     from piwf.protocol.state_payloads import BackupReceipt, PruneReport, StateStatus, VerifyReceipt
+
+
+class RunRow(Protocol):
+    """What the run list shows of a run: a :class:`~piwf.protocol.payloads.RunInfo`, or the
+    quick path's :class:`~piwf.cli.quick_list.ListedRun` read without the models."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def workflow_name(self) -> str: ...
+    @property
+    def title(self) -> str | None: ...
+    @property
+    def display_status(self) -> str: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def needs_action(self) -> bool: ...
+    @property
+    def error_code(self) -> str | None: ...
+    @property
+    def created_at(self) -> int: ...
+
+
+class RunRows(Protocol):
+    """A page of the run list (a :class:`~piwf.protocol.payloads.RunPage`, or the quick
+    path's): its runs and whether more exist (``next_cursor`` not None)."""
+
+    @property
+    def runs(self) -> Sequence[RunRow]: ...
+    @property
+    def next_cursor(self) -> object | None: ...
+
 
 #: Human output shows at most this many characters of one stored value.
 PREVIEW_CHARS = 2000
@@ -85,7 +116,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def run_status(run: RunInfo) -> str:
+def run_status(run: RunRow) -> str:
     """The run's display status, marked when paused, or when it is parked until someone acts
     (``queued`` in the seed's closed set of statuses; the server says it needs action)."""
     if run.paused:
@@ -99,12 +130,12 @@ def run_status(run: RunInfo) -> str:
     return run.display_status
 
 
-def run_line(run: RunInfo) -> str:
+def run_line(run: RunRow) -> str:
     """One line naming a run: id, status, workflow."""
     return f"{run.run_id}  {run_status(run)}  {run.workflow_name}"
 
 
-def run_page(page: RunPage) -> str:
+def run_page(page: RunRows) -> str:
     """The run list as a table, newest first."""
     if not page.runs:
         return "no runs"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO, Any, get_args
+from typing import IO, TYPE_CHECKING, Any, get_args
 
 import click
 
-from piwf.cli import render
+from piwf.cli import quick_list, render
 from piwf.cli.common import (
     INTERRUPTED_EXIT,
     Seconds,
@@ -20,9 +20,12 @@ from piwf.cli.common import (
     run_id_argument,
 )
 from piwf.cli.progress import RunProgress
-from piwf.client import Client
 from piwf.config import SESSION_OR_AGENT_COMMAND, split_agent_command
-from piwf.protocol.payloads import RunDisplayStatus, RunWaitReceipt
+from piwf.protocol.display_status import RunDisplayStatus
+
+if TYPE_CHECKING:
+    from piwf.client import Client
+    from piwf.protocol.payloads import RunWaitReceipt
 
 #: The display statuses ``run list --status`` accepts (the closed set).
 DISPLAY_STATUSES = get_args(RunDisplayStatus)
@@ -164,6 +167,11 @@ def run_list(limit: int, status: str | None, as_json: bool) -> None:
     Example:
       piwf run list --limit 10 --status waiting
     """
+    if not as_json:
+        listed = quick_list.list_runs(limit, status)
+        if listed is not None:
+            click.echo(render.run_page(listed))
+            return
     with open_client() as client:
         page = client.list_runs(limit=limit, status=status)
     if as_json:

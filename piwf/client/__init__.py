@@ -24,26 +24,32 @@ module              contents
 The client never opens the live database. ``offline`` and ``restore`` are the one exception
 DESIGN.md allows: they open an inactive file (a backup or its copy), never the live one, and
 nothing else here imports :mod:`piwf.state`.
+
+The package's names load on first use (``piwf.client.Client`` imports the client and the
+protocol's models then), so importing a module of the package, such as :mod:`.sockets` or
+:mod:`.quick_read`, loads only that module.
 """
 
+from __future__ import annotations
+
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from piwf.client.client import (
-    CODE_ERRORS,
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_REQUEST_TIMEOUT_S,
-    DEFAULT_RETRY_TIMEOUT_S,
-    DEFAULT_STOP_WAIT_S,
-    OUTCOME_ERRORS,
-    RETRY_BASE_S,
-    RETRY_MAX_ATTEMPTS,
-    RETRY_MAX_WAIT_S,
-    Client,
-)
-from piwf.client.runs import workflow_reference
-from piwf.client.session_capture import CapturedTurn
-
 if TYPE_CHECKING:
+    from piwf.client.client import (
+        CODE_ERRORS,
+        DEFAULT_CONNECT_TIMEOUT_S,
+        DEFAULT_REQUEST_TIMEOUT_S,
+        DEFAULT_RETRY_TIMEOUT_S,
+        DEFAULT_STOP_WAIT_S,
+        OUTCOME_ERRORS,
+        RETRY_BASE_S,
+        RETRY_MAX_ATTEMPTS,
+        RETRY_MAX_WAIT_S,
+        Client,
+    )
+    from piwf.client.runs import workflow_reference
+    from piwf.client.session_capture import CapturedTurn
     from piwf.protocol.session_capture_payloads import CapturedEntry, CapturedEvent
 
 __all__ = [
@@ -63,12 +69,26 @@ __all__ = [
     "workflow_reference",
 ]
 
+#: The module each exported name comes from.
+_MODULE_OF: dict[str, str] = {
+    **dict.fromkeys(
+        [name for name in __all__ if name.isupper() or name == "Client"], "piwf.client.client"
+    ),
+    "workflow_reference": "piwf.client.runs",
+    "CapturedTurn": "piwf.client.session_capture",
+    "CapturedEntry": "piwf.protocol.session_capture_payloads",
+    "CapturedEvent": "piwf.protocol.session_capture_payloads",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # The capture models come from their protocol module on first use: importing the client
-    # (every CLI command does) need not build them.
-    if name in ("CapturedEntry", "CapturedEvent"):
-        from piwf.protocol import session_capture_payloads
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'piwf.client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return getattr(session_capture_payloads, name)
-    raise AttributeError(f"module 'piwf.client' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

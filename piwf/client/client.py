@@ -54,7 +54,7 @@ from piwf.client.arguments import (
 )
 from piwf.client.calls import parse_receipt
 from piwf.client.channels import ChannelMethods
-from piwf.client.connection import ServerConnection, TransportError
+from piwf.client.connection import ServerConnection
 from piwf.client.connectors import UnixSocketConnector
 from piwf.client.control import RunControlMethods
 from piwf.client.interactions import InteractionMethods
@@ -64,6 +64,7 @@ from piwf.client.runs import RunReadMethods
 from piwf.client.session_capture import CaptureMethods
 from piwf.client.sessions import SessionMethods
 from piwf.client.settings import SettingsMethods
+from piwf.client.sockets import TransportError
 from piwf.client.transport import Connector
 from piwf.client.workflows import WorkflowMethods
 from piwf.config import DEFAULT_START_TIMEOUT_S, MAX_FRAME_BYTES, ServerPaths, state_home

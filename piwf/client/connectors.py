@@ -1,7 +1,7 @@
 """The default :class:`~piwf.client.transport.Connector`: the state home's own Unix socket.
 
 A :class:`~piwf.client.Client` without ``remote`` connects here: the socket path is checked
-(:func:`~piwf.client.connection.check_socket_path`), and when nothing listens a server is
+(:func:`~piwf.client.sockets.check_socket_path`), and when nothing listens a server is
 started (:func:`~piwf.client.launcher.ensure_server`) if the client allows it.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from piwf.client.connection import NotListeningError, TransportError, connect_socket
+from piwf.client.sockets import NotListeningError, TransportError, connect_socket
 from piwf.client.transport import SocketTransport
 from piwf.config import ServerPaths, socket_path_problem
 from piwf.errors import ServerNotRunningError, ServerUnavailableError

@@ -19,9 +19,9 @@ sleeping) and for at most ``timeout_s``; a server that has not answered by then 
 its process group, so no half-started server is ever left behind.
 
 Before anything is spawned, the socket path is checked as the client checks it
-(:func:`piwf.client.connection.check_socket_path`): a home, server directory or socket that is
+(:func:`piwf.client.sockets.check_socket_path`): a home, server directory or socket that is
 a symlink, another kind of file or another user's is refused with
-:class:`~piwf.client.connection.UnsafeSocketError`, so a start never ends with a client talking
+:class:`~piwf.client.sockets.UnsafeSocketError`, so a start never ends with a client talking
 to a server of another home.
 
 This module imports only the standard library, piwf's base modules and that check: the client
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Final
 
 from piwf import canonical
-from piwf.client.connection import NotListeningError, check_socket_path
+from piwf.client.sockets import NotListeningError, check_socket_path
 from piwf.config import DEFAULT_START_TIMEOUT_S, ServerPaths, state_home
 from piwf.errors import (
     CanonicalJsonError,
@@ -105,7 +105,7 @@ def start_server(
     :class:`~piwf.errors.ServerStartError` with the reason when the server failed to start, sent
     an invalid ready line, or did not report within ``timeout_s`` seconds; in every error case
     the new process has exited or been killed, together with its process group, and reaped.
-    Raises :class:`~piwf.client.connection.UnsafeSocketError`, before starting anything, when
+    Raises :class:`~piwf.client.sockets.UnsafeSocketError`, before starting anything, when
     the socket path is unsafe.
     """
     home = (home or state_home()).absolute()

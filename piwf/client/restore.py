@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from piwf.client.connection import NotListeningError, TransportError, connect_socket
 from piwf.client.offline import JOURNAL_SUFFIXES, verify_file
+from piwf.client.sockets import NotListeningError, TransportError, connect_socket
 from piwf.config import FILE_MODE, ServerPaths, ensure_private_dir
 from piwf.errors import (
     IncompatibleStateError,

@@ -20,7 +20,7 @@ import contextlib
 import socket
 from typing import Final, Protocol
 
-from piwf.protocol import FrameDecoder
+from piwf.protocol.framing import FrameDecoder
 
 _RECV_BYTES: Final = 64 * 1024
 
@@ -69,7 +69,7 @@ class Connector(Protocol):
     def connect(self, *, autostart: bool, timeout_s: float) -> Transport:
         """Open a new transport to the server (starting one if ``autostart`` and allowed).
 
-        Raises :class:`~piwf.client.connection.TransportError` for a failure worth a retry and
+        Raises :class:`~piwf.client.sockets.TransportError` for a failure worth a retry and
         a :class:`~piwf.errors.ServerError` (or :class:`~piwf.errors.MissingExtraError`) for
         one that is not.
         """

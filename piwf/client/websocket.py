@@ -16,8 +16,8 @@ import contextlib
 import urllib.parse
 from typing import TYPE_CHECKING, Final
 
-from piwf.client.connection import TransportError
 from piwf.client.loopback import TUNNEL_HINT, NotLoopbackError, loopback_addresses
+from piwf.client.sockets import TransportError
 from piwf.client.transport import PeerClosedError
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import MissingExtraError, ServerNotRunningError, ServerUnavailableError
@@ -127,7 +127,7 @@ class RemoteConnector:
         Raises :class:`~piwf.errors.MissingExtraError` without ``websockets``,
         :class:`ServerNotRunningError` when the relay reaches no server,
         :class:`ServerUnavailableError` when nothing listens or the relay refuses, and
-        :class:`~piwf.client.connection.TransportError` on a timeout.
+        :class:`~piwf.client.sockets.TransportError` on a timeout.
         """
         try:
             from websockets.exceptions import InvalidHandshake, InvalidStatus

@@ -52,9 +52,7 @@ from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
 from piwf.protocol.errors import FrameTooLargeError, InvalidMessageError, InvalidMessageReason
 from piwf.protocol.framing import NEWLINE, check_frame
-from piwf.protocol.operations import Operation, is_durable
-
-SCHEMA: Final = "piwf.client.v1"
+from piwf.protocol.operations import SCHEMA, Operation, is_durable
 
 MessageType = Literal["hello", "request", "response", "event"]
 MESSAGE_TYPES: tuple[MessageType, ...] = get_args(MessageType)

@@ -1,4 +1,4 @@
-"""The operations of ``piwf.client.v1`` and which of them are durable.
+"""The name (:data:`SCHEMA`) and the operations of ``piwf.client.v1``, and which are durable.
 
 ======================  =======  ==========================================================
 operation               kind     meaning
@@ -75,7 +75,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import Final, Literal, get_args
+
+#: The schema every ``piwf.client.v1`` message names.
+SCHEMA: Final = "piwf.client.v1"
 
 Operation = Literal[
     "channel.recover",

@@ -50,6 +50,7 @@ from pydantic.alias_generators import to_camel
 
 from piwf.config import CONTENT_PART_BYTES, agent_command_problem
 from piwf.protocol.content import MAX_CONTENT_BYTES
+from piwf.protocol.display_status import RunDisplayStatus as RunDisplayStatus
 
 MAX_WAIT_MS = 3_600_000
 
@@ -156,19 +157,6 @@ class RunCursor(WireModel):
 
     created_at: int = Field(ge=0)
     run_id: str = Field(min_length=1, max_length=256)
-
-
-RunDisplayStatus = Literal[
-    "queued",
-    "running",
-    "waiting",
-    "paused",
-    "completed",
-    "failed",
-    "timed_out",
-    "cancelled",
-    "ambiguous",
-]
 
 
 class RunListPayload(WireModel):

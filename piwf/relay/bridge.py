@@ -23,7 +23,7 @@ from typing import Final
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from piwf.client.connection import NotListeningError, check_socket_path
+from piwf.client.sockets import NotListeningError, check_socket_path
 from piwf.protocol.errors import FrameError, FrameTooLargeError
 from piwf.protocol.framing import NEWLINE, FrameDecoder, check_frame
 
@@ -65,8 +65,8 @@ class Upstream:
 async def open_upstream(socket_path: Path) -> Upstream:
     """Connect to the server socket, checked as every client checks it.
 
-    Raises :class:`~piwf.client.connection.NotListeningError` when no server listens,
-    :class:`~piwf.client.connection.UnsafeSocketError` for an unsafe path and
+    Raises :class:`~piwf.client.sockets.NotListeningError` when no server listens,
+    :class:`~piwf.client.sockets.UnsafeSocketError` for an unsafe path and
     :class:`OSError` for other failures.
     """
     check_socket_path(socket_path)

@@ -29,7 +29,7 @@ from typing import Final
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from piwf.client.connection import NotListeningError, UnsafeSocketError
+from piwf.client.sockets import NotListeningError, UnsafeSocketError
 from piwf.config import MAX_FRAME_BYTES, ServerPaths
 from piwf.errors import RelayError
 from piwf.relay.bridge import RELAY_STOPPING, Upstream, carry, close_quietly, open_upstream

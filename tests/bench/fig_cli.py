@@ -33,10 +33,12 @@ COMMANDS: dict[str, list[str]] = {
     "piwf --version": ["--version"],
     "piwf --help": ["--help"],
     "piwf run list": ["run", "list"],
+    "piwf run list --json": ["run", "list", "--json"],
 }
 #: What any command costs before piwf's own work, on the same interpreter: its start, and the
-#: imports of click and of pydantic (every command that talks to a server validates frames
-#: with pydantic models; --version and --help need neither). ``from pydantic import
+#: imports of click and of pydantic (a command that talks to a server through the full client
+#: validates frames with pydantic models; --version, --help and ``run list``'s quick path, its
+#: human output, need none). ``from pydantic import
 #: BaseModel`` loads pydantic's model machinery only in part: the first model class a process
 #: defines imports the rest (schema generation, the field types), so the last row, one model
 #: defined and one value validated, is the floor of any command that validates a frame.
@@ -143,7 +145,8 @@ def figure_cli(context: Context) -> Figure:
     figure.settings = {
         "entry point": "the installed piwf console script, run with subprocess (stdout a pipe)",
         "server": f"a running piwf server holding {runs} completed two-node runs",
-        "run list": "the default page (--limit 50), human output",
+        "run list": "the default page (--limit 50), human output (the quick read, no pydantic)",
+        "run list --json": "the same page through the full client, validated with the models",
         "CPU median": "user + system time of the process (steadier than wall time on a busy"
         " machine)",
     }

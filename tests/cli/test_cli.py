@@ -27,6 +27,7 @@ from piwf.cli import cli, render
 from piwf.cli.state import parse_timestamp
 from piwf.client import launcher
 from piwf.protocol import Request
+from piwf.protocol.payloads import RunPage
 from piwf.server.children import start_methods
 from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
 from tests.unit.test_lazy_cli import run_probe
@@ -395,6 +396,67 @@ def test_run_list_prints_a_table(fake: FakeServer) -> None:
     assert request.payload == {"limit": 2}
     listing = one_json_document(invoke("run", "list", "--json").stdout)
     assert [run["runId"] for run in listing["runs"]] == ["run-b", "run-a"]
+
+
+def test_run_list_reads_its_page_without_pydantic_and_prints_the_models_table(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    found, stdout = run_probe(
+        ["run", "list"], ["pydantic", "pydantic_core", "tenacity"], tmp_path / "imported.json"
+    )
+    assert found["status"] == 0, stdout
+    assert found["heavy"] == [], "run list's quick path loaded pydantic"
+    assert "piwf.client.client" not in found["piwf"]
+    # The same table the full client's validated page gives.
+    receipt = {"runs": [run_info("run-b", title="second"), run_info("run-a")]}
+    assert stdout == render.run_page(RunPage.model_validate(receipt)) + "\n"
+    assert [(request.operation, request.payload) for _, request in fake.requests] == [
+        ("run.list", {"limit": 50})
+    ]
+
+
+ODD_RECEIPTS = {
+    "a shown field of another type": {"runs": [{**run_info("run-a"), "createdAt": "yesterday"}]},
+    "a run that is not an object": {"runs": ["run-a"]},
+    "no runs array": {"items": []},
+}
+
+
+@pytest.mark.parametrize("receipt", list(ODD_RECEIPTS.values()), ids=list(ODD_RECEIPTS))
+def test_run_list_asks_the_full_client_when_the_quick_read_finds_a_receipt_it_does_not_know(
+    short_home: Path, receipt: dict[str, Any]
+) -> None:
+    # The quick path prints nothing of what it cannot check: the full client asks again,
+    # validates, and reports the server as breaking the protocol.
+    def odd(conn: FakeConnection, request: Request) -> None:
+        conn.reply(request, receipt)
+
+    with FakeServer(short_home, odd) as server:
+        result = invoke("run", "list")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "invalid RunPage" in result.stderr
+    assert [request.operation for _, request in server.requests] == ["run.list", "run.list"]
+    assert len({number for number, _ in server.requests}) == 2
+
+
+def test_run_list_leaves_a_refusal_and_another_version_to_the_full_client(
+    short_home: Path,
+) -> None:
+    def refuse(conn: FakeConnection, request: Request) -> None:
+        conn.fail(request, "rejected", "stateBusy", "the state is busy")
+
+    with FakeServer(short_home, refuse) as server:
+        refused = invoke("run", "list")
+    assert refused.exit_code == 1
+    assert "the state is busy" in refused.stderr
+    assert [request.operation for _, request in server.requests] == ["run.list", "run.list"]
+
+    with FakeServer(short_home, answer, package_version="0.0.1") as server:
+        other = invoke("run", "list")
+    assert other.exit_code == 1
+    assert "runs version 0.0.1" in other.stderr
+    assert server.requests == [], "a request went to a server of another version"
 
 
 def test_run_show_prints_fields_and_sources(fake: FakeServer) -> None:

@@ -23,8 +23,11 @@ from typing import Any
 import psutil
 import pytest
 
+from piwf.cli import render
+from piwf.client import Client
 from piwf.state import StateDatabase
 from tests.server.harness import state_violations
+from tests.unit.test_lazy_cli import run_probe
 
 PIWF = Path(sys.executable).parent / "piwf"
 REPO = Path(__file__).resolve().parents[2]
@@ -167,6 +170,44 @@ def test_a_run_from_start_to_completion_and_a_cancel(piwf: Piwf, tmp_path: Path)
     assert stop.returncode == 0, stop.stderr
     assert stop.stdout == "piwf server stopped\n"
     assert piwf.json("server", "status") == {"state": "stopped"}
+
+
+FAIL = """
+from piwf.workflow import compute, define_workflow
+
+
+def fail(ctx):
+    raise RuntimeError("no")
+
+
+workflow = define_workflow(name="fail", start_at="f", nodes={"f": compute(fail)}, edges=[])
+"""
+
+
+def test_run_list_prints_the_full_clients_table_from_its_quick_read(
+    piwf: Piwf, tmp_path: Path
+) -> None:
+    # No server yet: the quick read finds none, and the full client starts one as before.
+    assert piwf.run("run", "list").stdout == "no runs\n"
+    assert piwf.json("server", "status")["state"] == "running"
+    piwf.json("run", "start", HELLO, "--input", '{"who": "Ada"}', "--title", "Ada", "--wait")
+    (tmp_path / "fail.py").write_text(FAIL)
+    piwf.json("run", "start", str(tmp_path / "fail.py"), "--wait", exit_code=1)
+    (tmp_path / "hold.py").write_text(HOLD)
+    held = piwf.json("run", "start", str(tmp_path / "hold.py"))["run"]["runId"]
+    piwf.json("run", "pause", held)
+
+    with Client(home=piwf.home) as client:
+        for limit, status in [(50, None), (2, None), (50, "completed"), (50, "failed")]:
+            arguments = ["run", "list", "--limit", str(limit)]
+            arguments += [] if status is None else ["--status", status]
+            found, stdout = run_probe(arguments, ["pydantic"], tmp_path / "imported.json", piwf.env)
+            assert found["status"] == 0, stdout
+            assert found["heavy"] == [], "the quick path was not taken"
+            expected = render.run_page(client.list_runs(limit=limit, status=status))
+            assert stdout == expected + "\n"
+    assert "(paused)" in piwf.run("run", "list").stdout
+    assert "more runs exist" in piwf.run("run", "list", "--limit", "2").stdout
 
 
 def test_server_start_and_stop(piwf: Piwf) -> None:

@@ -14,7 +14,8 @@ import pytest
 
 from piwf._version import __version__
 from piwf.client import connection
-from piwf.client.connection import ServerConnection, TransportError
+from piwf.client.connection import ServerConnection
+from piwf.client.sockets import TransportError
 from piwf.protocol import Hello
 
 DEADLINE_S = 10.0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import piwf.protocol
@@ -30,7 +32,7 @@ def test_all_is_sorted_unique_and_importable() -> None:
 def test_exported_errors_belong_to_the_piwf_tree_with_distinct_codes() -> None:
     errors = [
         value
-        for value in vars(piwf.protocol).values()
+        for value in (getattr(piwf.protocol, name) for name in piwf.protocol.__all__)
         if isinstance(value, type) and issubclass(value, BaseException)
     ]
     assert errors
@@ -49,3 +51,20 @@ def test_protocol_package_does_no_io() -> None:
             else:
                 continue
             assert not imported & IO_MODULES, f"{module.name} imports {imported & IO_MODULES}"
+
+
+def test_the_frame_codec_and_the_operations_load_without_the_message_models() -> None:
+    # The package's names load on first use, so a quick reader of frames (run list's quick
+    # path) imports no pydantic; asking for a model's name then loads it.
+    probe = (
+        "import sys\n"
+        "from piwf.protocol.framing import FrameDecoder\n"
+        "from piwf.protocol.operations import SCHEMA\n"
+        "before = 'pydantic' in sys.modules\n"
+        "from piwf.protocol import Hello\n"
+        "print(before, 'pydantic' in sys.modules, Hello.__module__, SCHEMA)\n"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert finished.stdout.split() == ["False", "True", "piwf.protocol.client_v1", "piwf.client.v1"]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from piwf.client import Client, launcher
-from piwf.client.connection import UnsafeSocketError
+from piwf.client.sockets import UnsafeSocketError
 from piwf.config import ServerPaths
 from piwf.errors import CanonicalJsonError
 from piwf.state import StateDatabase

@@ -78,6 +78,7 @@ CLI_MAY_IMPORT = (
     "piwf.canonical",
     "piwf._version",
     "piwf.protocol.payloads",
+    "piwf.protocol.display_status",
     "piwf.protocol.agent_payloads",
     "piwf.protocol.resource_payloads",
     "piwf.protocol.state_payloads",
