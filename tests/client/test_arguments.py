@@ -69,6 +69,19 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: c.delete_resource("m", "k", expected_version=-1),
         "expected_version: a resource version",
     ),
+    "stop wait str": (
+        lambda c: c.stop_server(wait_s="5"),  # type: ignore[arg-type]
+        "wait_s: a number of seconds at least 0",
+    ),
+    "stop wait nan": (lambda c: c.stop_server(wait_s=math.nan), "wait_s: a number of seconds"),
+    "prune backup None": (
+        lambda c: c.prune(0, None),  # type: ignore[arg-type]
+        "backup: the absolute path of a new file",
+    ),
+    "prune backup relative": (
+        lambda c: c.prune(0, Path("before-prune.sqlite")),
+        "backup: the absolute path of a new file",
+    ),
     "steps page limit": (
         lambda c: c.run_steps("run-1", page_limit=0),
         "page_limit: a number of steps from 1 to 200",
