@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from piwf.client.arguments import path_argument
 from piwf.client.offline import JOURNAL_SUFFIXES, verify_file
 from piwf.client.sockets import NotListeningError, TransportError, connect_socket
 from piwf.config import FILE_MODE, ServerPaths, ensure_private_dir
@@ -86,10 +87,14 @@ class RestoreReport:
     moved: tuple[MovedFile, ...]
 
 
-def restore_backup(backup: Path, home: Path, *, now_ms: int | None = None) -> RestoreReport:
+def restore_backup(
+    backup: str | os.PathLike[str], home: str | os.PathLike[str], *, now_ms: int | None = None
+) -> RestoreReport:
     """Install a verified copy of ``backup`` as ``home``'s database (see the module docstring).
 
-    ``now_ms`` (epoch milliseconds, default: now) names the moved-aside files. Raises
+    ``backup`` and ``home`` are ``str`` or ``os.PathLike`` (relative: against the current
+    directory); anything else is an :class:`~piwf.errors.InvalidArgumentError`, before any file
+    is touched. ``now_ms`` (epoch milliseconds, default: now) names the moved-aside files. Raises
     :class:`~piwf.errors.ServerRunningError` while a server runs for ``home``,
     :class:`RestoreError` for a backup that is missing, has a journal of its own, or does not
     verify, :class:`~piwf.errors.IncompatibleStateError` for a file that is not a piwf
@@ -98,8 +103,8 @@ def restore_backup(backup: Path, home: Path, *, now_ms: int | None = None) -> Re
     user's, open to group or others: the rule of ``piwf state verify BACKUP``); in every
     error case nothing in the home changed.
     """
-    backup = Path(os.path.normpath(backup.absolute()))
-    paths = ServerPaths(home.absolute())
+    backup = path_argument("backup", backup)
+    paths = ServerPaths(path_argument("home", home))
     _check_backup(backup, paths)
     ensure_private_dir(paths.home)
     ensure_private_dir(paths.server_dir)

@@ -162,3 +162,26 @@ def test_an_input_too_large_for_one_request_is_refused_before_sending(
     assert "1,048,576 bytes (1 MiB)" in message and "a path to a file" in message
     assert isinstance(info.value, InvalidArgumentError)
     assert not short_home.exists()  # nothing connected, nothing started
+
+
+def test_offline_verify_and_restore_take_str_paths_and_refuse_anything_else(
+    short_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from piwf.client.offline import verify_file
+    from piwf.client.restore import restore_backup
+    from piwf.state import StateDatabase
+
+    backup = short_home.parent / "backup.sqlite"
+    StateDatabase(backup).close()
+    monkeypatch.chdir(short_home.parent)
+    assert verify_file("backup.sqlite") == []
+    refusals = {
+        "path: a path": lambda: verify_file(5),  # type: ignore[arg-type]
+        "backup: a path": lambda: restore_backup(None, short_home),  # type: ignore[arg-type]
+        "home: a path": lambda: restore_backup(backup, 5),  # type: ignore[arg-type]
+    }
+    for expected, call in refusals.items():
+        with pytest.raises(InvalidArgumentError, match=expected):
+            call()
+    assert not short_home.exists(), "a refused restore touched nothing"
+    assert restore_backup(str(backup), str(short_home)).byte_length == backup.stat().st_size
