@@ -106,8 +106,7 @@ def restore_backup(
     backup = path_argument("backup", backup)
     paths = ServerPaths(path_argument("home", home))
     _check_backup(backup, paths)
-    ensure_private_dir(paths.home)
-    ensure_private_dir(paths.server_dir)
+    _prepare_home(paths)
     with _instance_lock(paths):
         _refuse_live_socket(paths)
         sources = _family_to_move(paths.database)
@@ -141,6 +140,22 @@ def _check_backup(backup: Path, paths: ServerPaths) -> None:
                 "its journal, so the file alone is not the database. Restore only a "
                 "self-contained backup, as `piwf state backup DEST` writes. Nothing was changed"
             )
+
+
+def _prepare_home(paths: ServerPaths) -> None:
+    """Create the home and its server directory (``0700``) or check the existing ones.
+
+    Raises :class:`~piwf.errors.UnsafeStateHomeError` for an unsafe directory and
+    :class:`RestoreError` for one that cannot be created (a file in the way, no permission).
+    """
+    try:
+        ensure_private_dir(paths.home)
+        ensure_private_dir(paths.server_dir)
+    except OSError as error:
+        raise RestoreError(
+            f"cannot create the state home {paths.home}: {error.strerror or error}; fix or move"
+            " that path, or set PIWF_HOME to a directory you can write. Nothing was changed"
+        ) from None
 
 
 def _same_file(left: Path, right: Path) -> bool:
