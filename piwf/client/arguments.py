@@ -67,6 +67,20 @@ def path_argument(name: str, value: object) -> Path:
     raise InvalidArgumentError(f"invalid argument: {name}: a path is a non-empty str or PathLike")
 
 
+def absolute_path_argument(name: str, value: object, rule: str) -> Path:
+    """``value`` (a ``str`` or ``os.PathLike``) when it is an absolute path, ``..`` folded.
+
+    For a path the caller must spell out in full (a relative one is not resolved against the
+    current directory). Raises :class:`~piwf.errors.InvalidArgumentError` naming ``name`` and
+    ``rule``, the allowed values in words, for anything else.
+    """
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if isinstance(text, str) and Path(text).is_absolute():
+            return Path(os.path.normpath(text))
+    raise InvalidArgumentError(f"invalid argument: {name}: {rule}")
+
+
 def timeout_argument(name: str, value: object, *, zero_allowed: bool = False) -> float:
     """``value`` as a number of seconds: a finite number above 0 (at least 0 with
     ``zero_allowed``). Raises :class:`~piwf.errors.InvalidArgumentError` naming ``name``."""

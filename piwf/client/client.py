@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from piwf.client.arguments import (
+    absolute_path_argument,
     build_payload,
     invalid_argument_error,
     opaque_id_argument,
@@ -364,8 +365,10 @@ class Client(
         the connection is lost after the request was sent and no server answers afterwards,
         the server is gone, which is what was asked: ``StopReceipt(stopping=True)`` is returned.
         Raises :class:`~piwf.errors.ServerError` when the server acknowledged but still holds
-        the connection after ``wait_s`` seconds.
+        the connection after ``wait_s`` seconds (a number, 0 or more; anything else is an
+        :class:`~piwf.errors.InvalidArgumentError` before anything is sent).
         """
+        wait_s = timeout_argument("wait_s", wait_s, zero_allowed=True)
         try:
             self._retrying("connect", lambda: self._current_connection(autostart=False))
             try:
@@ -425,15 +428,23 @@ class Client(
         return self._call("state.prunePreview", payload, PruneReport)
 
     def prune(
-        self, before_ms: int, backup: Path, *, idempotency_key: str | None = None
+        self,
+        before_ms: int,
+        backup: str | os.PathLike[str],
+        *,
+        idempotency_key: str | None = None,
     ) -> PruneReport:
         """Back up to ``backup`` (an absolute path that must not exist; the copy is verified
         read-only first), then delete every expired run tree finished before ``before_ms``
-        (``state.prune``). A failed backup raises :class:`~piwf.errors.RejectedError` and
-        deletes nothing."""
+        (``state.prune``). A ``backup`` that is no absolute path is an
+        :class:`~piwf.errors.InvalidArgumentError` before anything is sent; a failed backup
+        raises :class:`~piwf.errors.RejectedError` and deletes nothing."""
         from piwf.protocol.state_payloads import PruneReport, StatePrunePayload
 
-        payload = build_payload(StatePrunePayload, before=before_ms, backup=str(backup))
+        destination = absolute_path_argument(
+            "backup", backup, "the absolute path of a new file (str or PathLike)"
+        )
+        payload = build_payload(StatePrunePayload, before=before_ms, backup=str(destination))
         return self._call("state.prune", payload, PruneReport, idempotency_key=idempotency_key)
 
     # -- internals --------------------------------------------------------------------------

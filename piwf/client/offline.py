@@ -20,8 +20,10 @@ Damage is always a violation with code ``integrity`` (never an exception), so ``
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from piwf.client.arguments import path_argument
 from piwf.errors import IncompatibleStateError, StateCorruptError, StateError
 from piwf.state import StateDatabase
 from piwf.state.diagnostics import Violation, verify_database
@@ -55,8 +57,11 @@ def refuse_journals(path: Path) -> None:
             )
 
 
-def verify_file(path: Path) -> list[Violation]:
+def verify_file(path: str | os.PathLike[str]) -> list[Violation]:
     """Return the violations of the inactive state file at ``path`` (empty when sound).
+
+    ``path`` is a ``str`` or ``os.PathLike`` (relative: against the current directory);
+    anything else is an :class:`~piwf.errors.InvalidArgumentError`.
 
     Damage of every kind is an ``integrity`` violation. Raises :class:`LiveDatabaseError` for
     a file with a -wal or -journal beside it, :class:`~piwf.errors.IncompatibleStateError` for
@@ -64,6 +69,7 @@ def verify_file(path: Path) -> list[Violation]:
     :class:`~piwf.errors.UnsafeStateHomeError` for a symlink, a file that is not a regular file
     (never opened), a hard-linked file, another user's file or one open to group or others.
     """
+    path = path_argument("path", path)
     check_inactive_file(path)
     refuse_journals(path)
     damage = header_damage(path)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from piwf.client.arguments import path_argument
 from piwf.client.offline import JOURNAL_SUFFIXES, verify_file
 from piwf.client.sockets import NotListeningError, TransportError, connect_socket
 from piwf.config import FILE_MODE, ServerPaths, ensure_private_dir
@@ -86,10 +87,14 @@ class RestoreReport:
     moved: tuple[MovedFile, ...]
 
 
-def restore_backup(backup: Path, home: Path, *, now_ms: int | None = None) -> RestoreReport:
+def restore_backup(
+    backup: str | os.PathLike[str], home: str | os.PathLike[str], *, now_ms: int | None = None
+) -> RestoreReport:
     """Install a verified copy of ``backup`` as ``home``'s database (see the module docstring).
 
-    ``now_ms`` (epoch milliseconds, default: now) names the moved-aside files. Raises
+    ``backup`` and ``home`` are ``str`` or ``os.PathLike`` (relative: against the current
+    directory); anything else is an :class:`~piwf.errors.InvalidArgumentError`, before any file
+    is touched. ``now_ms`` (epoch milliseconds, default: now) names the moved-aside files. Raises
     :class:`~piwf.errors.ServerRunningError` while a server runs for ``home``,
     :class:`RestoreError` for a backup that is missing, has a journal of its own, or does not
     verify, :class:`~piwf.errors.IncompatibleStateError` for a file that is not a piwf
@@ -98,11 +103,10 @@ def restore_backup(backup: Path, home: Path, *, now_ms: int | None = None) -> Re
     user's, open to group or others: the rule of ``piwf state verify BACKUP``); in every
     error case nothing in the home changed.
     """
-    backup = Path(os.path.normpath(backup.absolute()))
-    paths = ServerPaths(home.absolute())
+    backup = path_argument("backup", backup)
+    paths = ServerPaths(path_argument("home", home))
     _check_backup(backup, paths)
-    ensure_private_dir(paths.home)
-    ensure_private_dir(paths.server_dir)
+    _prepare_home(paths)
     with _instance_lock(paths):
         _refuse_live_socket(paths)
         sources = _family_to_move(paths.database)
@@ -136,6 +140,22 @@ def _check_backup(backup: Path, paths: ServerPaths) -> None:
                 "its journal, so the file alone is not the database. Restore only a "
                 "self-contained backup, as `piwf state backup DEST` writes. Nothing was changed"
             )
+
+
+def _prepare_home(paths: ServerPaths) -> None:
+    """Create the home and its server directory (``0700``) or check the existing ones.
+
+    Raises :class:`~piwf.errors.UnsafeStateHomeError` for an unsafe directory and
+    :class:`RestoreError` for one that cannot be created (a file in the way, no permission).
+    """
+    try:
+        ensure_private_dir(paths.home)
+        ensure_private_dir(paths.server_dir)
+    except OSError as error:
+        raise RestoreError(
+            f"cannot create the state home {paths.home}: {error.strerror or error}; fix or move"
+            " that path, or set PIWF_HOME to a directory you can write. Nothing was changed"
+        ) from None
 
 
 def _same_file(left: Path, right: Path) -> bool:

@@ -119,7 +119,10 @@ def run_server(
         named = error.filename not in (None, str(paths.home))
         where = f"{error.filename}: " if named else ""
         reason = f"{where}{error.strerror or error}"
-        message = f"server did not start for the state home {paths.home}: {reason}"
+        message = (
+            f"server did not start for the state home {paths.home}: {reason}; fix or move that"
+            " path, or set PIWF_HOME to a directory you can write"
+        )
         log.error("%s", message)
         _report(ready_fd, {"ok": False, "error": {"code": "serverStart", "message": message}})
         _cleanup(db, claim, lock, socket_path=None)

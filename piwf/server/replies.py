@@ -133,6 +133,14 @@ def unknown_effect(effect_id: str, home: Path) -> str:
     )
 
 
+def unknown_resource(manager: str, key: str, home: Path) -> str:
+    """What to say about a managed resource the state home ``home`` does not have."""
+    return (
+        f"no resource {key!r} of manager {manager!r} (piwf resource list shows the resources"
+        f" of this state home, PIWF_HOME={home})"
+    )
+
+
 def as_int(value: JsonValue) -> int:
     """A count from a status mapping (0 for anything that is not a number)."""
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0

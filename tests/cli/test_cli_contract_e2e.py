@@ -142,6 +142,9 @@ def test_a_state_home_that_cannot_be_a_directory_is_named(tmp_path: Path) -> Non
     cli = Piwf(home)
     refused = cli.json("run", "list", exit_code=1)
     assert f"state home {home}: Not a directory" in refused["error"]["message"]
+    assert refused["error"]["message"].endswith(
+        "; fix or move that path, or set PIWF_HOME to a directory you can write"
+    ), "the error says what to do next"
     with pytest.raises(PiwfError, match=f"state home {home}: Not a directory"):
         with Client(home) as client:
             client.server_status()

@@ -58,3 +58,65 @@ def test_resource_apply_get_list_reconcile_and_delete(piwf: Piwf, tmp_path: Path
     assert unknown["error"]["code"] == "resourceManagerLoad"
     usage = piwf.json("resource", "apply", "greeting", "x", "--spec", "[1]", exit_code=2)
     assert usage["error"]["code"] == "usage"
+
+
+KEEPER = """
+from piwf.resource import define_resource_manager, settled
+
+def reconcile(ctx, resource):
+    return settled(finalizers=[{finalizers}])
+
+manager = define_resource_manager(
+    name="keeper", initial_status=lambda spec: {{}}, reconcile=reconcile, timeout_ms=10_000
+)
+"""
+
+
+def test_resource_refusals_say_what_to_do_next(piwf: Piwf, tmp_path: Path) -> None:  # noqa: F811
+    managers = tmp_path / "project" / ".piwf" / "resource_managers"
+    managers.mkdir(parents=True)
+    keeper = managers / "keeper.py"
+    keeper.write_text(KEEPER.format(finalizers='"t.example/keep"'))
+    where = ("--project", str(managers.parent.parent))
+
+    for command in ("get", "delete", "reconcile"):
+        missing = piwf.json("resource", command, "keeper", "nobody", exit_code=1)
+        assert missing["error"] == {
+            "code": "resourceNotFound",
+            "message": "no resource 'nobody' of manager 'keeper' (piwf resource list shows the"
+            f" resources of this state home, PIWF_HOME={piwf.home})",
+        }
+
+    big = tmp_path / "big.json"
+    big.write_text('{"x": "' + "a" * 300_000 + '"}')
+    too_large = piwf.json(
+        "resource", "apply", "keeper", "k", "--spec-file", str(big), *where, exit_code=1
+    )
+    assert too_large["error"]["code"] == "resourceSpec"
+    assert too_large["error"]["message"] == (
+        "the spec is 300008 bytes of JSON, over the limit of 262144; keep large data outside"
+        " the spec (in a file the spec names, for example)"
+    )
+
+    piwf.json("resource", "apply", "keeper", "k", "--spec", "{}", *where)
+    wait_for(
+        lambda: piwf.json("resource", "get", "keeper", "k")["resource"]["finalizers"],
+        timeout_s=30,
+        what="the finalizer",
+    )
+    assert piwf.json("resource", "delete", "keeper", "k")["deleted"] is False
+    again = piwf.json("resource", "apply", "keeper", "k", "--spec", "{}", *where, exit_code=1)
+    assert again["error"] == {
+        "code": "resourceDeleting",
+        "message": "resource keeper/k is being deleted: it is removed once its manager drops its"
+        " finalizers (piwf resource get keeper k shows how far it is); apply it again after that",
+    }
+
+    # The way out of a resource whose manager never drops its finalizers: fix the manager.
+    keeper.write_text(KEEPER.format(finalizers=""))
+    piwf.json("resource", "reconcile", "keeper", "k")
+    wait_for(
+        lambda: piwf.run("resource", "get", "keeper", "k").returncode == 1,
+        timeout_s=30,
+        what="the deletion",
+    )

@@ -258,6 +258,24 @@ def test_restore_into_a_home_without_a_database_creates_it(cli: Piwf, tmp_path: 
     assert (cli.home / "state.sqlite").read_bytes() == (source / "state.sqlite").read_bytes()
 
 
+def test_restore_into_a_home_that_cannot_be_created_says_why_without_a_traceback(
+    sound_backup: Path, tmp_path: Path
+) -> None:
+    plain_file = tmp_path / "f"
+    plain_file.write_text("")
+    cli = Piwf(plain_file / "h")
+    result = cli.json("state", "restore", str(sound_backup), exit_code=1)
+    assert result["error"] == {
+        "code": "restoreRefused",
+        "message": f"cannot create the state home {cli.home}: Not a directory; fix or move"
+        " that path, or set PIWF_HOME to a directory you can write. Nothing was changed",
+    }
+    human = cli.run("state", "restore", str(sound_backup))
+    assert human.returncode == 1
+    assert human.stderr.startswith("Error: cannot create the state home"), human.stderr
+    assert plain_file.read_text() == "" and not cli.home.exists()
+
+
 @pytest.fixture
 def stopped_home(cli: Piwf) -> Piwf:
     """A home with a database and a crashed server's -wal and -shm."""

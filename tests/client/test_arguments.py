@@ -69,6 +69,19 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: c.delete_resource("m", "k", expected_version=-1),
         "expected_version: a resource version",
     ),
+    "stop wait str": (
+        lambda c: c.stop_server(wait_s="5"),  # type: ignore[arg-type]
+        "wait_s: a number of seconds at least 0",
+    ),
+    "stop wait nan": (lambda c: c.stop_server(wait_s=math.nan), "wait_s: a number of seconds"),
+    "prune backup None": (
+        lambda c: c.prune(0, None),  # type: ignore[arg-type]
+        "backup: the absolute path of a new file",
+    ),
+    "prune backup relative": (
+        lambda c: c.prune(0, Path("before-prune.sqlite")),
+        "backup: the absolute path of a new file",
+    ),
     "steps page limit": (
         lambda c: c.run_steps("run-1", page_limit=0),
         "page_limit: a number of steps from 1 to 200",
@@ -149,3 +162,26 @@ def test_an_input_too_large_for_one_request_is_refused_before_sending(
     assert "1,048,576 bytes (1 MiB)" in message and "a path to a file" in message
     assert isinstance(info.value, InvalidArgumentError)
     assert not short_home.exists()  # nothing connected, nothing started
+
+
+def test_offline_verify_and_restore_take_str_paths_and_refuse_anything_else(
+    short_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from piwf.client.offline import verify_file
+    from piwf.client.restore import restore_backup
+    from piwf.state import StateDatabase
+
+    backup = short_home.parent / "backup.sqlite"
+    StateDatabase(backup).close()
+    monkeypatch.chdir(short_home.parent)
+    assert verify_file("backup.sqlite") == []
+    refusals = {
+        "path: a path": lambda: verify_file(5),  # type: ignore[arg-type]
+        "backup: a path": lambda: restore_backup(None, short_home),  # type: ignore[arg-type]
+        "home: a path": lambda: restore_backup(backup, 5),  # type: ignore[arg-type]
+    }
+    for expected, call in refusals.items():
+        with pytest.raises(InvalidArgumentError, match=expected):
+            call()
+    assert not short_home.exists(), "a refused restore touched nothing"
+    assert restore_backup(str(backup), str(short_home)).byte_length == backup.stat().st_size

@@ -8,6 +8,7 @@ one transaction. Delete and reconcile commit with their receipt and wake the sch
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -45,7 +46,7 @@ from piwf.server.commands import CommandResult
 from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
-from piwf.server.replies import effect_info, error_response, ok, payload_of
+from piwf.server.replies import effect_info, error_response, ok, payload_of, unknown_resource
 from piwf.state import Transaction
 from piwf.state import effects as fx
 from piwf.state.enums import ActorType
@@ -73,15 +74,13 @@ class ResourceHandlers:
     def apply(self, request: Request, reply: Reply) -> None:
         """Resolve the manager in a child, re-check its source, then commit the resource."""
         payload = payload_of(request, ResourceApplyPayload)
-        if len(canonical.encode(payload.spec)) > MAX_SPEC_BYTES:
-            reply(
-                error_response(
-                    request,
-                    "rejected",
-                    ResourceSpecError.code,
-                    f"spec exceeds {MAX_SPEC_BYTES} bytes",
-                )
+        spec_bytes = len(canonical.encode(payload.spec))
+        if spec_bytes > MAX_SPEC_BYTES:
+            message = (
+                f"the spec is {spec_bytes} bytes of JSON, over the limit of {MAX_SPEC_BYTES};"
+                " keep large data outside the spec (in a file the spec names, for example)"
             )
+            reply(error_response(request, "rejected", ResourceSpecError.code, message))
             return
         earlier = self.context.commands.lookup(request)
         if earlier is not None:
@@ -123,7 +122,10 @@ class ResourceHandlers:
             existing = store.get_resource(tx, payload.manager, payload.key)
             if existing is not None and existing.deletion_requested_at is not None:
                 deleting = ResourceDeletingError(
-                    f"resource {payload.manager}/{payload.key} is being deleted"
+                    f"resource {payload.manager}/{payload.key} is being deleted: it is removed"
+                    " once its manager drops its finalizers (piwf resource get"
+                    f" {payload.manager} {shlex.quote(payload.key)} shows how far it is);"
+                    " apply it again after that"
                 )
                 return CommandResult.failed("conflict", deleting)
             applied = store.apply_resource(
@@ -177,7 +179,7 @@ class ResourceHandlers:
             row = store.get_resource(tx, payload.manager, payload.key)
             detail = None if row is None else resource_detail(tx, row)
         if detail is None:
-            reply(_not_found(request, payload))
+            reply(_not_found(request, payload, self.context.home))
             return
         reply(ok(request, detail, revision=detail.resource.resource_version))
 
@@ -196,7 +198,7 @@ class ResourceHandlers:
         def change(tx: Transaction) -> CommandResult:
             row = store.get_resource(tx, payload.manager, payload.key)
             if row is None:
-                return CommandResult.failed("notFound", _missing(payload))
+                return CommandResult.failed("notFound", _missing(payload, self.context.home))
             before = resource_info(tx, row)
             result = store.request_deletion(
                 tx, row, Actor(ActorType.CLIENT), expected_version=request.expected_revision
@@ -222,7 +224,7 @@ class ResourceHandlers:
         def change(tx: Transaction) -> CommandResult:
             row = store.get_resource(tx, payload.manager, payload.key)
             if row is None:
-                return CommandResult.failed("notFound", _missing(payload))
+                return CommandResult.failed("notFound", _missing(payload, self.context.home))
             store.request_reconcile(tx, row)
             receipt = ResourceReceipt(resource=resource_info(tx, row), outcome="enqueued")
             return CommandResult.accepted(receipt.to_wire(), revision=row.resource_version)
@@ -304,8 +306,8 @@ def _resolver_error(result: dict[str, JsonValue]) -> PiwfError:
     return _RESOLVER_ERRORS.get(code, ResourceManagerLoadError)(message)
 
 
-def _missing(payload: ResourceRefPayload) -> ResourceNotFoundError:
-    return ResourceNotFoundError(f"no resource {payload.key!r} of manager {payload.manager!r}")
+def _missing(payload: ResourceRefPayload, home: Path) -> ResourceNotFoundError:
+    return ResourceNotFoundError(unknown_resource(payload.manager, payload.key, home))
 
 
 def _refusal(error: PiwfError) -> Callable[[Transaction], CommandResult]:
@@ -313,6 +315,6 @@ def _refusal(error: PiwfError) -> Callable[[Transaction], CommandResult]:
     return lambda _tx: CommandResult.failed("rejected", error)
 
 
-def _not_found(request: Request, payload: ResourceRefPayload) -> Response:
-    error = _missing(payload)
+def _not_found(request: Request, payload: ResourceRefPayload, home: Path) -> Response:
+    error = _missing(payload, home)
     return error_response(request, "notFound", error.code, str(error))
