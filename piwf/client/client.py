@@ -97,6 +97,7 @@ from piwf.protocol import (
     encode_message,
     is_durable,
 )
+from piwf.protocol.operations import RUN_OPERATIONS
 from piwf.protocol.payloads import (
     EmptyPayload,
     ServerStatus,
@@ -315,6 +316,8 @@ class Client(
         if timeout_s is not None:
             wait_s = timeout_argument("timeout_s", timeout_s)
         # Checked once, before anything connects: the ids (InvalidArgumentError) and the size.
+        if run_id is None and operation in RUN_OPERATIONS:
+            opaque_id_argument("run_id", run_id)
         first = self._envelope(operation, payload, run_id, expected_revision, idempotency_key)
         try:
             first_frame = encode_message(first)
