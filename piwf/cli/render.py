@@ -117,9 +117,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def run_status(run: RunRow) -> str:
-    """The run's display status, marked when paused, or when it is parked until someone acts
+    """The run's display status (``paused`` for a paused unfinished run), marked when the
+    pause flag is set under another status, or when it is parked until someone acts
     (``queued`` in the seed's closed set of statuses; the server says it needs action)."""
-    if run.paused:
+    if run.paused and run.display_status != "paused":
         return f"{run.display_status} (paused)"
     if run.needs_action and run.display_status == "queued":
         return (

@@ -459,6 +459,23 @@ def test_run_list_leaves_a_refusal_and_another_version_to_the_full_client(
     assert server.requests == [], "a request went to a server of another version"
 
 
+PAUSE_MARKS = {
+    "a paused unfinished run": (dict(status="running", display_status="paused"), "paused"),
+    "a paused run that ended": (
+        dict(status="cancelled", display_status="cancelled"),
+        "cancelled (paused)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("fields", "shown"), list(PAUSE_MARKS.values()), ids=list(PAUSE_MARKS))
+def test_a_paused_run_says_paused_once(fields: dict[str, Any], shown: str) -> None:
+    # The display status of a paused unfinished run is already "paused" (docs/CLI.md, run pause).
+    run = RunPage.model_validate({"runs": [run_info("run-a", paused=True, **fields)]}).runs[0]
+    assert render.run_status(run) == shown
+    assert render.run_line(run) == f"run-a  {shown}  hello"
+
+
 def test_run_show_prints_fields_and_sources(fake: FakeServer) -> None:
     result = invoke("run", "show", "run-a")
     assert result.exit_code == 0, result.output
