@@ -10,6 +10,7 @@ only its size.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -97,6 +98,20 @@ def value_preview(value: object, ref: ContentRef | None = None, *, text: bool = 
     )
 
 
+def one_line(text: str) -> str:
+    """``text`` (a run's title: a person's or a workflow's free text) safe to print in a line or
+    a table cell: each control character (a line break, a tab, a terminal escape such as ESC,
+    a Unicode line or paragraph separator) shows as its Python escape (``\\n``, ``\\x1b``), so
+    it cannot break the layout, forge a line or drive the terminal; other text is unchanged."""
+    return "".join(
+        repr(character)[1:-1] if _is_control(character) else character for character in text
+    )
+
+
+def _is_control(character: str) -> bool:
+    return unicodedata.category(character) in ("Cc", "Zl", "Zp")
+
+
 def fields(rows: Iterable[tuple[str, object]], indent: str = "  ") -> str:
     """Format ``label value`` lines with the values aligned; None values are left out."""
     present = [(label, value) for label, value in rows if value is not None]
@@ -141,7 +156,13 @@ def run_page(page: RunRows) -> str:
     if not page.runs:
         return "no runs"
     rows = [
-        [run.run_id, run_status(run), run.workflow_name, timestamp(run.created_at), run.title or ""]
+        [
+            run.run_id,
+            run_status(run),
+            run.workflow_name,
+            timestamp(run.created_at),
+            one_line(run.title or ""),
+        ]
         for run in page.runs
     ]
     text = table(["RUN ID", "STATUS", "WORKFLOW", "CREATED", "TITLE"], rows)
@@ -190,7 +211,7 @@ def run_detail(detail: RunDetail) -> str:
         fields(
             [
                 ("workflow", f"{run.workflow_name} ({run.workflow_ref})"),
-                ("title", run.title),
+                ("title", None if run.title is None else one_line(run.title)),
                 ("session", None if detail.session is None else f"{detail.session} (interactive)"),
                 ("status", f"{run.status}{queue}"),
                 ("detail", run.status_detail),

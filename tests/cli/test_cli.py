@@ -27,7 +27,7 @@ from piwf.cli import cli, render
 from piwf.cli.state import parse_timestamp
 from piwf.client import launcher
 from piwf.protocol import Request
-from piwf.protocol.payloads import RunPage
+from piwf.protocol.payloads import RunDetail, RunPage
 from piwf.server.children import start_methods
 from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
 from tests.unit.test_lazy_cli import run_probe
@@ -457,6 +457,23 @@ def test_run_list_leaves_a_refusal_and_another_version_to_the_full_client(
     assert other.exit_code == 1
     assert "runs version 0.0.1" in other.stderr
     assert server.requests == [], "a request went to a server of another version"
+
+
+def test_a_title_with_control_characters_stays_on_its_row() -> None:
+    # A title is free text (--title, or a workflow's title callable of the input): a line
+    # break must not forge a row of the table, nor an escape sequence drive the terminal.
+    forged = "ok\nrun-forged  completed  hello\x1b[2J\u2028"
+    page = RunPage.model_validate({"runs": [run_info("run-a", title=forged)]})
+    table = render.run_page(page).split("\n")
+    assert len(table) == 2, table
+    assert table[1].endswith("ok\\nrun-forged  completed  hello\\x1b[2J\\u2028")
+    detail = render.run_detail(
+        RunDetail.model_validate({"run": run_info("run-a", title=forged), "sources": []})
+    )
+    assert "  title       ok\\nrun-forged  completed  hello\\x1b[2J\\u2028\n" in detail
+    assert "Ünïcødé 🚀" in render.run_page(
+        RunPage.model_validate({"runs": [run_info("run-a", title="Ünïcødé 🚀")]})
+    )
 
 
 PAUSE_MARKS = {
