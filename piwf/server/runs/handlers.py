@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Literal
 
 from piwf.canonical import JsonValue
 from piwf.config import SESSION_OR_AGENT_COMMAND
@@ -330,13 +331,19 @@ class RunHandlers:
 
     def run_fork(self, request: Request, reply: Reply) -> None:
         """Queue a new run of a run's recorded sources that starts at one node with the
-        outputs recorded before it (:mod:`piwf.state.execution.forks`)."""
+        outputs recorded before it (:mod:`piwf.state.execution.forks`); refused up front, as a
+        restart is, when a recorded file changed or is gone (the fork could only park
+        ``sourceChanged``)."""
         payload = payload_of(request, RunForkPayload)
         run_id = run_id_of(request)
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.load_run(tx, run_id) is None:
+            parent = run_store.load_run(tx, run_id)
+            if parent is None:
                 return no_run(run_id, self.context.home)
+            refusal = sources_refuse_fork(tx, parent)
+            if refusal is not None:
+                return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = forks.fork_run(
                 tx,
                 run_id,
@@ -533,13 +540,26 @@ def sources_refuse_restart(tx: Transaction, parent: run_store.RunRow) -> RunComm
     """
     if not parent.terminal or run_store.restart_child_of(tx, parent.run_id) is not None:
         return None
+    return _sources_refusal(tx, parent, "restart")
+
+
+def sources_refuse_fork(tx: Transaction, parent: run_store.RunRow) -> RunCommandError | None:
+    """Why a fork of ``parent`` cannot run its recorded sources, or None when they are on disk
+    as recorded. A fork runs the parent's recorded files, as a restart does: a file that
+    changed or is gone would park the new run ``sourceChanged`` at once."""
+    return _sources_refusal(tx, parent, "fork")
+
+
+def _sources_refusal(
+    tx: Transaction, parent: run_store.RunRow, verb: Literal["restart", "fork"]
+) -> RunCommandError | None:
     drift = recorded_sources.drift_of(tx, parent.run_id)
     if not drift:
         return None
     return RunCommandError(
-        f"run {parent.run_id} cannot restart: a restart runs the workflow sources the run"
+        f"run {parent.run_id} cannot {verb}: a {verb} runs the workflow sources the run"
         f" recorded, and they are not on disk as recorded ({drift.describe()}). Restore the"
-        " recorded file to restart it, or start a new run of the current sources:"
+        f" recorded file to {verb} it, or start a new run of the current sources:"
         f" {recorded_sources.start_command(parent.workflow_ref)}"
     )
 
