@@ -44,6 +44,14 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         "as_human: True or False",
     ),
     "client id": (lambda c: Client(c.home, client_id="bad id").list_runs(), "client_id"),
+    "autostart str": (
+        lambda c: Client(c.home, autostart="no").list_runs(),  # type: ignore[arg-type]
+        "autostart: True or False",
+    ),
+    "autostart None": (
+        lambda c: Client(c.home, autostart=None).list_runs(),  # type: ignore[arg-type]
+        "autostart: True or False",
+    ),
     "project": (lambda c: c.start_run("noop", project=7), "project"),  # type: ignore[arg-type]
     "settings patch None": (
         lambda c: c.change_settings("run-1", None),  # type: ignore[arg-type]
