@@ -250,7 +250,9 @@ class RunHandlers:
 
     def run_pause(self, request: Request, reply: Reply) -> None:
         """Pause: flag, park and release the claim atomically, then stop the child."""
-        self._control(request, reply, ex.pause_run, stop_reason="paused")
+        self._control(
+            request, reply, ex.pause_run, stop_reason="paused", refuse=ended_refuses("pause")
+        )
 
     def _control(
         self,
@@ -259,6 +261,7 @@ class RunHandlers:
         transition: Callable[..., object],
         *,
         stop_reason: str,
+        refuse: Callable[[run_store.RunRow], RunCommandError | None] | None = None,
     ) -> None:
         payload_of(request, EmptyPayload)
         run_id = run_id_of(request)
@@ -269,8 +272,12 @@ class RunHandlers:
         context = self.context
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.load_run(tx, run_id) is None:
+            run = run_store.load_run(tx, run_id)
+            if run is None:
                 return no_run(run_id, self.context.home)
+            refusal = None if refuse is None else refuse(run)
+            if refusal is not None:
+                return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = transition(
                 tx,
                 run_id,
@@ -294,8 +301,12 @@ class RunHandlers:
         run_id = run_id_of(request)
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.load_run(tx, run_id) is None:
+            run = run_store.load_run(tx, run_id)
+            if run is None:
                 return no_run(run_id, self.context.home)
+            refusal = ended_refuses("resume")(run)
+            if refusal is not None:
+                return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = ex.resume_run(
                 tx,
                 run_id,
@@ -318,7 +329,7 @@ class RunHandlers:
             parent = run_store.load_run(tx, run_id)
             if parent is None:
                 return no_run(run_id, self.context.home)
-            refusal = sources_refuse_restart(tx, parent)
+            refusal = unfinished_refuses_restart(parent) or sources_refuse_restart(tx, parent)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = ex.restart_run(
@@ -528,6 +539,34 @@ def wait_receipt(tx: Transaction, view: run_store.RunRow, *, timed_out: bool) ->
         error=error.value,
         error_ref=error.ref,
         failure=run_failure(tx, view),
+    )
+
+
+def ended_refuses(
+    verb: Literal["pause", "resume"],
+) -> Callable[[run_store.RunRow], RunCommandError | None]:
+    """The refusal of ``verb`` for a run that ended (None for an unfinished run): only an
+    unfinished run pauses or resumes; a restart runs an ended one again."""
+
+    def refusal(run: run_store.RunRow) -> RunCommandError | None:
+        if not run.terminal:
+            return None
+        return RunCommandError(
+            f"run {run.run_id} has ended ({run.status.value}); only an unfinished run can"
+            f" {verb}. To run it again: piwf run restart {run.run_id}"
+        )
+
+    return refusal
+
+
+def unfinished_refuses_restart(parent: run_store.RunRow) -> RunCommandError | None:
+    """The refusal of a restart of a run that has not ended (None once it has), naming the
+    status every renderer shows and the way to end it first."""
+    if parent.terminal:
+        return None
+    return RunCommandError(
+        f"run {parent.run_id} is {parent.display_status} and has not ended; only a run that"
+        f" ended restarts. Cancel it first (piwf run cancel {parent.run_id}), then restart it"
     )
 
 
