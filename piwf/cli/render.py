@@ -67,6 +67,9 @@ class RunRows(Protocol):
     def next_cursor(self) -> object | None: ...
 
 
+#: The most runs one run list shows (``run.list``'s largest ``limit``).
+RUN_LIST_MOST = 500
+
 #: Human output shows at most this many characters of one stored value.
 PREVIEW_CHARS = 2000
 #: Human output reads referenced values up to this many bytes (two parts) for their preview;
@@ -166,9 +169,14 @@ def run_page(page: RunRows) -> str:
         for run in page.runs
     ]
     text = table(["RUN ID", "STATUS", "WORKFLOW", "CREATED", "TITLE"], rows)
-    if page.next_cursor is not None:
-        text += f"\n(more runs exist; raise --limit beyond {len(page.runs)} to see them)"
-    return text
+    if page.next_cursor is None:
+        return text
+    if len(page.runs) < RUN_LIST_MOST:
+        return text + f"\n(more runs exist; raise --limit beyond {len(page.runs)} to see them)"
+    return text + (
+        f"\n(more runs exist; a list shows at most {RUN_LIST_MOST}: narrow it with --status,"
+        " or page on with --json's nextCursor and the Python client's list_runs(before=...))"
+    )
 
 
 def _needed_action(detail: RunDetail) -> str | None:

@@ -146,7 +146,7 @@ def run_start(
 @run_group.command("list")
 @click.option(
     "--limit",
-    type=click.IntRange(1, 500),
+    type=click.IntRange(1, render.RUN_LIST_MOST),
     default=50,
     show_default=True,
     metavar="N",

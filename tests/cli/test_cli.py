@@ -27,7 +27,7 @@ from piwf.cli import cli, render
 from piwf.cli.state import parse_timestamp
 from piwf.client import launcher
 from piwf.protocol import Request
-from piwf.protocol.payloads import RunDetail, RunPage
+from piwf.protocol.payloads import RunDetail, RunListPayload, RunPage
 from piwf.server.children import start_methods
 from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
 from tests.unit.test_lazy_cli import run_probe
@@ -473,6 +473,23 @@ def test_a_title_with_control_characters_stays_on_its_row() -> None:
     assert "  title       ok\\nrun-forged  completed  hello\\x1b[2J\\u2028\n" in detail
     assert "Ünïcødé 🚀" in render.run_page(
         RunPage.model_validate({"runs": [run_info("run-a", title="Ünïcødé 🚀")]})
+    )
+
+
+def test_a_full_run_list_page_does_not_ask_for_a_limit_above_the_most() -> None:
+    # --limit stops at the protocol's largest run.list limit: beyond it, say what else helps.
+    assert RunListPayload.model_fields["limit"].metadata[-1].le == render.RUN_LIST_MOST
+    cursor = {"createdAt": 1, "runId": "run-0"}
+
+    def hint(count: int) -> str:
+        runs = [run_info(f"run-{index}") for index in range(count)]
+        page = RunPage.model_validate({"runs": runs, "nextCursor": cursor})
+        return render.run_page(page).splitlines()[-1]
+
+    assert hint(10) == "(more runs exist; raise --limit beyond 10 to see them)"
+    assert hint(render.RUN_LIST_MOST) == (
+        "(more runs exist; a list shows at most 500: narrow it with --status, or page on with"
+        " --json's nextCursor and the Python client's list_runs(before=...))"
     )
 
 
