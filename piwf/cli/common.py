@@ -39,6 +39,8 @@ _OPAQUE_ID = re.compile(r"[\x21-\x7e]{1,256}")
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED_EXIT = 130
+#: What Ctrl-C leaves as it was, said to the person who pressed it.
+_GOES_ON = "only this command stopped: a run it started or waited on goes on"
 
 
 def json_option(function: _F) -> _F:
@@ -95,9 +97,9 @@ def interrupted(*, as_json: bool) -> NoReturn:
     (the error ``interrupted``). What the command asked of the server stays asked: a wait only
     stops waiting, the run goes on."""
     if as_json:
-        emit_json({"error": {"code": "interrupted", "message": "stopped by Ctrl-C"}})
+        emit_json({"error": {"code": "interrupted", "message": f"stopped by Ctrl-C; {_GOES_ON}"}})
     else:
-        click.echo("interrupted", err=True)
+        click.echo(f"interrupted; {_GOES_ON}", err=True)
     raise click.exceptions.Exit(INTERRUPTED_EXIT)
 
 
