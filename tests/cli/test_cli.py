@@ -363,7 +363,10 @@ def test_run_start_human_output_names_the_run(fake: FakeServer) -> None:
 def test_run_start_wait_that_times_out_exits_1(fake: FakeServer) -> None:
     result = invoke("run", "start", "hello", "--wait", "--timeout", "0")
     assert result.exit_code == 1
-    assert "still queued after 0 s" in result.stderr
+    assert result.stderr == (
+        "Error: run run-new is still queued after 0 s; it keeps going. Wait again: piwf run wait"
+        " run-new (what it waits on: piwf run explain run-new)\n"
+    )
 
     as_json = invoke("run", "start", "hello", "--wait", "--timeout", "0", "--json")
     assert as_json.exit_code == 1
