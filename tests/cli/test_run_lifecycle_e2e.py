@@ -38,12 +38,13 @@ def test_a_run_cancelled_while_paused_is_finished_prunable_and_not_paused(
         "the run waiting at its checkpoint",
     )
     assert piwf.json("run", "pause", run_id)["run"]["paused"] is True
-    # A restart of a run that has not ended names the status shown, and the way to end it.
+    # A restart of a run that has not ended names the status shown and the ways on.
     unfinished = piwf.json("run", "restart", run_id, exit_code=1)["error"]
     assert unfinished == {
         "code": "runCommand",
         "message": f"run {run_id} is paused and has not ended; only a run that ended restarts."
-        f" Cancel it first (piwf run cancel {run_id}), then restart it",
+        f" To go on with it: piwf run explain {run_id}; to start over, cancel it first"
+        f" (piwf run cancel {run_id}), then restart it",
     }
 
     cancelled = piwf.json("run", "cancel", run_id)["run"]

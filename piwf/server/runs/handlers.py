@@ -23,7 +23,7 @@ from piwf.errors import (
     StateUnavailableError,
     WorkflowLoadError,
 )
-from piwf.lifecycle import RunStatus
+from piwf.lifecycle import EffectStatus, RecoveryRequired, RunStatus
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
 from piwf.protocol.payloads import (
@@ -313,6 +313,9 @@ class RunHandlers:
                 actor=Actor(ActorType.CLIENT),
                 expected_revision=request.expected_revision,
             )
+            if isinstance(result, RecoveryRequired) and result.reason == "effectAmbiguous":
+                refusal = ambiguous_refuses_resume(tx, run)
+                return CommandResult.failed("rejected", refusal, run_id=run_id)
             return run_result(result, run_id)
 
         reply(self.context.commands.execute(request, change))
@@ -561,12 +564,35 @@ def ended_refuses(
 
 def unfinished_refuses_restart(parent: run_store.RunRow) -> RunCommandError | None:
     """The refusal of a restart of a run that has not ended (None once it has), naming the
-    status every renderer shows and the way to end it first."""
+    status every renderer shows, how it goes on and how to start over instead."""
     if parent.terminal:
         return None
+    run_id = parent.run_id
     return RunCommandError(
-        f"run {parent.run_id} is {parent.display_status} and has not ended; only a run that"
-        f" ended restarts. Cancel it first (piwf run cancel {parent.run_id}), then restart it"
+        f"run {run_id} is {parent.display_status} and has not ended; only a run that ended"
+        f" restarts. To go on with it: piwf run explain {run_id}; to start over, cancel it"
+        f" first (piwf run cancel {run_id}), then restart it"
+    )
+
+
+#: How many effects a refusal names (the rest are in ``piwf run show``).
+_NAMED_EFFECTS = 10
+
+
+def ambiguous_refuses_resume(tx: Transaction, run: run_store.RunRow) -> RunCommandError:
+    """The refusal of a resume while an effect of ``run`` is ambiguous: each one (up to
+    :data:`_NAMED_EFFECTS`) and the command that settles it."""
+    ambiguous = [
+        effect.effect_id
+        for effect in fx.list_effects(tx, run.resource_id)
+        if effect.status is EffectStatus.AMBIGUOUS
+    ]
+    named = ", ".join(ambiguous[:_NAMED_EFFECTS])
+    more = f" and {len(ambiguous) - _NAMED_EFFECTS} more" if len(ambiguous) > _NAMED_EFFECTS else ""
+    return RunCommandError(
+        f"run {run.run_id} cannot resume while an effect of it is ambiguous ({named}{more}):"
+        " check the outside system, settle each with piwf effect resolve EFFECT_ID --applied"
+        " (it happened) or --retry (it did not), then resume it"
     )
 
 
