@@ -496,6 +496,33 @@ def test_a_full_run_list_page_does_not_ask_for_a_limit_above_the_most() -> None:
     )
 
 
+MALFORMED_IDS = {
+    "answer": (["answer", "a b", "{}"], "'REQUEST_ID'", "request"),
+    "submit": (["submit", "a b", "{}"], "'REQUEST_ID'", "request"),
+    "update": (["update", "a b", "{}"], "'REQUEST_ID'", "request"),
+    "requests --run": (["requests", "--run", "a b"], "'--run'", "run"),
+    "effect resolve": (["effect", "resolve", "a b", "--applied"], "'EFFECT_ID'", "effect"),
+    "channel recover": (["channel", "recover", "a\x1b[2J", "confirm"], "'EFFECT_ID'", "effect"),
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "where", "kind"), list(MALFORMED_IDS.values()), ids=list(MALFORMED_IDS)
+)
+def test_a_malformed_id_of_any_kind_is_a_usage_error_that_sends_nothing(
+    fake: FakeServer, args: list[str], where: str, kind: str
+) -> None:
+    # As for a run id: a space or a control character is no id piwf gave out (exit 2).
+    result = invoke(*args, "--json")
+    assert result.exit_code == 2, result.output
+    assert one_json_document(result.stdout)["error"] == {
+        "code": "usage",
+        "message": f"Invalid value for {where}: a {kind} id is 1 to 256 printable ASCII"
+        " characters, no spaces",
+    }
+    assert fake.requests == [], "a malformed id reached the server"
+
+
 PAUSE_MARKS = {
     "a paused unfinished run": (dict(status="running", display_status="paused"), "paused"),
     "a paused run that ended": (
