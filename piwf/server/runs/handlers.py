@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal
 
 from piwf.canonical import JsonValue
 from piwf.config import SESSION_OR_AGENT_COMMAND
@@ -23,7 +22,7 @@ from piwf.errors import (
     StateUnavailableError,
     WorkflowLoadError,
 )
-from piwf.lifecycle import EffectStatus, RecoveryRequired, RunStatus
+from piwf.lifecycle import RecoveryRequired, RunStatus
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
 from piwf.protocol.payloads import (
@@ -59,7 +58,7 @@ from piwf.server.replies import (
     run_info,
     run_result,
 )
-from piwf.server.runs import answers, interactions, recorded_sources
+from piwf.server.runs import answers, interactions, recorded_sources, refusals
 from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
@@ -250,9 +249,8 @@ class RunHandlers:
 
     def run_pause(self, request: Request, reply: Reply) -> None:
         """Pause: flag, park and release the claim atomically, then stop the child."""
-        self._control(
-            request, reply, ex.pause_run, stop_reason="paused", refuse=ended_refuses("pause")
-        )
+        refuse = refusals.ended_refuses("pause")
+        self._control(request, reply, ex.pause_run, stop_reason="paused", refuse=refuse)
 
     def _control(
         self,
@@ -304,7 +302,7 @@ class RunHandlers:
             run = run_store.load_run(tx, run_id)
             if run is None:
                 return no_run(run_id, self.context.home)
-            refusal = ended_refuses("resume")(run)
+            refusal = refusals.ended_refuses("resume")(run)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = ex.resume_run(
@@ -314,7 +312,7 @@ class RunHandlers:
                 expected_revision=request.expected_revision,
             )
             if isinstance(result, RecoveryRequired) and result.reason == "effectAmbiguous":
-                refusal = ambiguous_refuses_resume(tx, run)
+                refusal = refusals.ambiguous_refuses_resume(tx, run)
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
             return run_result(result, run_id)
 
@@ -332,7 +330,7 @@ class RunHandlers:
             parent = run_store.load_run(tx, run_id)
             if parent is None:
                 return no_run(run_id, self.context.home)
-            refusal = unfinished_refuses_restart(parent) or sources_refuse_restart(tx, parent)
+            refusal = refusals.restart_refusal(tx, parent)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = ex.restart_run(
@@ -355,7 +353,7 @@ class RunHandlers:
             parent = run_store.load_run(tx, run_id)
             if parent is None:
                 return no_run(run_id, self.context.home)
-            refusal = sources_refuse_fork(tx, parent)
+            refusal = refusals.sources_refuse_fork(tx, parent)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = forks.fork_run(
@@ -542,90 +540,6 @@ def wait_receipt(tx: Transaction, view: run_store.RunRow, *, timed_out: bool) ->
         error=error.value,
         error_ref=error.ref,
         failure=run_failure(tx, view),
-    )
-
-
-def ended_refuses(
-    verb: Literal["pause", "resume"],
-) -> Callable[[run_store.RunRow], RunCommandError | None]:
-    """The refusal of ``verb`` for a run that ended (None for an unfinished run): only an
-    unfinished run pauses or resumes; a restart runs an ended one again."""
-
-    def refusal(run: run_store.RunRow) -> RunCommandError | None:
-        if not run.terminal:
-            return None
-        return RunCommandError(
-            f"run {run.run_id} has ended ({run.status.value}); only an unfinished run can"
-            f" {verb}. To run it again: piwf run restart {run.run_id}"
-        )
-
-    return refusal
-
-
-def unfinished_refuses_restart(parent: run_store.RunRow) -> RunCommandError | None:
-    """The refusal of a restart of a run that has not ended (None once it has), naming the
-    status every renderer shows, how it goes on and how to start over instead."""
-    if parent.terminal:
-        return None
-    run_id = parent.run_id
-    return RunCommandError(
-        f"run {run_id} is {parent.display_status} and has not ended; only a run that ended"
-        f" restarts. To go on with it: piwf run explain {run_id}; to start over, cancel it"
-        f" first (piwf run cancel {run_id}), then restart it"
-    )
-
-
-#: How many effects a refusal names (the rest are in ``piwf run show``).
-_NAMED_EFFECTS = 10
-
-
-def ambiguous_refuses_resume(tx: Transaction, run: run_store.RunRow) -> RunCommandError:
-    """The refusal of a resume while an effect of ``run`` is ambiguous: each one (up to
-    :data:`_NAMED_EFFECTS`) and the command that settles it."""
-    ambiguous = [
-        effect.effect_id
-        for effect in fx.list_effects(tx, run.resource_id)
-        if effect.status is EffectStatus.AMBIGUOUS
-    ]
-    named = ", ".join(ambiguous[:_NAMED_EFFECTS])
-    more = f" and {len(ambiguous) - _NAMED_EFFECTS} more" if len(ambiguous) > _NAMED_EFFECTS else ""
-    return RunCommandError(
-        f"run {run.run_id} cannot resume while an effect of it is ambiguous ({named}{more}):"
-        " check the outside system, settle each with piwf effect resolve EFFECT_ID --applied"
-        " (it happened) or --retry (it did not), then resume it"
-    )
-
-
-def sources_refuse_restart(tx: Transaction, parent: run_store.RunRow) -> RunCommandError | None:
-    """Why a restart of ``parent`` cannot run its recorded sources, or None when it can (or
-    when the restart is refused or adopted for another reason, which ``restart_run`` answers).
-
-    A restart runs the parent's recorded files; a file that changed or is gone would park the
-    new run ``sourceChanged`` at once. The error says which and how to run the current sources.
-    """
-    if not parent.terminal or run_store.restart_child_of(tx, parent.run_id) is not None:
-        return None
-    return _sources_refusal(tx, parent, "restart")
-
-
-def sources_refuse_fork(tx: Transaction, parent: run_store.RunRow) -> RunCommandError | None:
-    """Why a fork of ``parent`` cannot run its recorded sources, or None when they are on disk
-    as recorded. A fork runs the parent's recorded files, as a restart does: a file that
-    changed or is gone would park the new run ``sourceChanged`` at once."""
-    return _sources_refusal(tx, parent, "fork")
-
-
-def _sources_refusal(
-    tx: Transaction, parent: run_store.RunRow, verb: Literal["restart", "fork"]
-) -> RunCommandError | None:
-    drift = recorded_sources.drift_of(tx, parent.run_id)
-    if not drift:
-        return None
-    return RunCommandError(
-        f"run {parent.run_id} cannot {verb}: a {verb} runs the workflow sources the run"
-        f" recorded, and they are not on disk as recorded ({drift.describe()}). Restore the"
-        f" recorded file to {verb} it, or start a new run of the current sources:"
-        f" {recorded_sources.start_command(parent.workflow_ref)}"
     )
 
 
