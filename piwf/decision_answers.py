@@ -104,8 +104,14 @@ def check_decision_answer(
     ``choice_names`` are the declared choices; ``inputs`` maps each choice that carries an
     input to it. See the module docstring for the rule.
     """
+    example = f'{{"{CHOICE_KEY}": "{choice_names[0]}"}}' if choice_names else "{}"
     if not isinstance(answer, Mapping):
-        return "a decision answer must be an object with a 'choice'"
+        return f"a decision answer must be an object with a '{CHOICE_KEY}', such as {example}"
+    if CHOICE_KEY not in answer:
+        return (
+            f"the answer has no '{CHOICE_KEY}': send one of {', '.join(choice_names)}, "
+            f"such as {example}"
+        )
     chosen = answer.get(CHOICE_KEY)
     if chosen not in choice_names:
         return f"choice {chosen!r} is not one of {', '.join(choice_names)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client
+from piwf.cli.common import command, effect_id_argument, json_option, open_client
 
 DUPLICATE_WARNING = (
     "warning: retry sends the message again; if the first send did reach the chat, the "
@@ -95,7 +95,7 @@ def channel_reload(as_json: bool) -> None:
 
 
 @channel_group.command("recover")
-@click.argument("effect_id")
+@effect_id_argument
 @click.argument("action", type=click.Choice(["confirm", "retry"]))
 @json_option
 @command

@@ -39,6 +39,8 @@ _OPAQUE_ID = re.compile(r"[\x21-\x7e]{1,256}")
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED_EXIT = 130
+#: What Ctrl-C leaves as it was, said to the person who pressed it.
+_GOES_ON = "only this command stopped: a run it started or waited on goes on"
 
 
 def json_option(function: _F) -> _F:
@@ -95,9 +97,9 @@ def interrupted(*, as_json: bool) -> NoReturn:
     (the error ``interrupted``). What the command asked of the server stays asked: a wait only
     stops waiting, the run goes on."""
     if as_json:
-        emit_json({"error": {"code": "interrupted", "message": "stopped by Ctrl-C"}})
+        emit_json({"error": {"code": "interrupted", "message": f"stopped by Ctrl-C; {_GOES_ON}"}})
     else:
-        click.echo("interrupted", err=True)
+        click.echo(f"interrupted; {_GOES_ON}", err=True)
     raise click.exceptions.Exit(INTERRUPTED_EXIT)
 
 
@@ -129,13 +131,34 @@ class Seconds(click.FloatRange):
 
 def run_id_argument(function: _F) -> _F:
     """Add the ``RUN_ID`` argument, checked against the protocol's id rule."""
-    return click.argument("run_id", metavar="RUN_ID", callback=_check_run_id)(function)
+    return click.argument("run_id", metavar="RUN_ID", callback=id_check("run"))(function)
 
 
-def _check_run_id(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    if not _OPAQUE_ID.fullmatch(value):
-        raise click.BadParameter("a run id is 1 to 256 printable ASCII characters, no spaces")
-    return value
+def request_id_argument(function: _F) -> _F:
+    """Add the ``REQUEST_ID`` argument, checked against the id rule piwf's ids follow."""
+    return click.argument("request_id", metavar="REQUEST_ID", callback=id_check("request"))(
+        function
+    )
+
+
+def effect_id_argument(function: _F) -> _F:
+    """Add the ``EFFECT_ID`` argument, checked against the id rule piwf's ids follow."""
+    return click.argument("effect_id", metavar="EFFECT_ID", callback=id_check("effect"))(function)
+
+
+def id_check(kind: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """A click callback that takes a ``kind`` id (or no value: an option left out) only when
+    it keeps the protocol's id rule, so a malformed one is a usage error (exit 2) that reaches
+    no server, whatever kind of id it is."""
+
+    def check(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+        if value is not None and not _OPAQUE_ID.fullmatch(value):
+            raise click.BadParameter(
+                f"a {kind} id is 1 to 256 printable ASCII characters, no spaces"
+            )
+        return value
+
+    return check
 
 
 def check_session_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

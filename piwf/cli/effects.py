@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client
+from piwf.cli.common import command, effect_id_argument, json_option, open_client
 
 
 @click.group("effect")
@@ -23,7 +23,7 @@ def effect_group() -> None:
 
 
 @effect_group.command("resolve")
-@click.argument("effect_id")
+@effect_id_argument
 @click.option("--applied", is_flag=True, help="It did happen: settle it.")
 @click.option("--retry", is_flag=True, help="It did not: run it again.")
 @click.option("--note", default=None, help="Why (kept in the effect's audit event).")

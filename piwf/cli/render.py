@@ -10,6 +10,7 @@ only its size.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -66,6 +67,9 @@ class RunRows(Protocol):
     def next_cursor(self) -> object | None: ...
 
 
+#: The most runs one run list shows (``run.list``'s largest ``limit``).
+RUN_LIST_MOST = 500
+
 #: Human output shows at most this many characters of one stored value.
 PREVIEW_CHARS = 2000
 #: Human output reads referenced values up to this many bytes (two parts) for their preview;
@@ -97,6 +101,20 @@ def value_preview(value: object, ref: ContentRef | None = None, *, text: bool = 
     )
 
 
+def one_line(text: str) -> str:
+    """``text`` (a run's title: a person's or a workflow's free text) safe to print in a line or
+    a table cell: each control character (a line break, a tab, a terminal escape such as ESC,
+    a Unicode line or paragraph separator) shows as its Python escape (``\\n``, ``\\x1b``), so
+    it cannot break the layout, forge a line or drive the terminal; other text is unchanged."""
+    return "".join(
+        repr(character)[1:-1] if _is_control(character) else character for character in text
+    )
+
+
+def _is_control(character: str) -> bool:
+    return unicodedata.category(character) in ("Cc", "Zl", "Zp")
+
+
 def fields(rows: Iterable[tuple[str, object]], indent: str = "  ") -> str:
     """Format ``label value`` lines with the values aligned; None values are left out."""
     present = [(label, value) for label, value in rows if value is not None]
@@ -117,9 +135,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def run_status(run: RunRow) -> str:
-    """The run's display status, marked when paused, or when it is parked until someone acts
+    """The run's display status (``paused`` for a paused unfinished run), marked when the
+    pause flag is set under another status, or when it is parked until someone acts
     (``queued`` in the seed's closed set of statuses; the server says it needs action)."""
-    if run.paused:
+    if run.paused and run.display_status != "paused":
         return f"{run.display_status} (paused)"
     if run.needs_action and run.display_status == "queued":
         return (
@@ -140,13 +159,24 @@ def run_page(page: RunRows) -> str:
     if not page.runs:
         return "no runs"
     rows = [
-        [run.run_id, run_status(run), run.workflow_name, timestamp(run.created_at), run.title or ""]
+        [
+            run.run_id,
+            run_status(run),
+            run.workflow_name,
+            timestamp(run.created_at),
+            one_line(run.title or ""),
+        ]
         for run in page.runs
     ]
     text = table(["RUN ID", "STATUS", "WORKFLOW", "CREATED", "TITLE"], rows)
-    if page.next_cursor is not None:
-        text += f"\n(more runs exist; raise --limit beyond {len(page.runs)} to see them)"
-    return text
+    if page.next_cursor is None:
+        return text
+    if len(page.runs) < RUN_LIST_MOST:
+        return text + f"\n(more runs exist; raise --limit beyond {len(page.runs)} to see them)"
+    return text + (
+        f"\n(more runs exist; a list shows at most {RUN_LIST_MOST}: narrow it with --status,"
+        " or page on with --json's nextCursor and the Python client's list_runs(before=...))"
+    )
 
 
 def _needed_action(detail: RunDetail) -> str | None:
@@ -189,7 +219,7 @@ def run_detail(detail: RunDetail) -> str:
         fields(
             [
                 ("workflow", f"{run.workflow_name} ({run.workflow_ref})"),
-                ("title", run.title),
+                ("title", None if run.title is None else one_line(run.title)),
                 ("session", None if detail.session is None else f"{detail.session} (interactive)"),
                 ("status", f"{run.status}{queue}"),
                 ("detail", run.status_detail),

@@ -8,11 +8,25 @@ import sys
 import click
 
 from piwf.cli import render, render_agents
-from piwf.cli.common import command, json_option, open_client, parse_json
+from piwf.cli.common import (
+    command,
+    id_check,
+    json_option,
+    open_client,
+    parse_json,
+    request_id_argument,
+)
 
 
 @click.command("requests")
-@click.option("--run", "run_id", default=None, metavar="RUN_ID", help="Only this run's requests.")
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    metavar="RUN_ID",
+    callback=id_check("run"),
+    help="Only this run's requests.",
+)
 @json_option
 @command
 def requests_command(run_id: str | None, as_json: bool) -> None:
@@ -41,7 +55,7 @@ def requests_command(run_id: str | None, as_json: bool) -> None:
 
 
 @click.command("answer")
-@click.argument("request_id")
+@request_id_argument
 @click.argument("response_json", metavar="RESPONSE_JSON")
 @json_option
 @command
@@ -72,7 +86,7 @@ def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
 
 
 @click.command("submit")
-@click.argument("request_id")
+@request_id_argument
 @click.argument("output_json", metavar="OUTPUT_JSON")
 @json_option
 @command
@@ -100,7 +114,7 @@ def submit_command(request_id: str, output_json: str, as_json: bool) -> None:
 
 
 @click.command("update")
-@click.argument("request_id")
+@request_id_argument
 @click.argument("data_json", metavar="JSON")
 @json_option
 @command

@@ -146,7 +146,7 @@ def run_start(
 @run_group.command("list")
 @click.option(
     "--limit",
-    type=click.IntRange(1, 500),
+    type=click.IntRange(1, render.RUN_LIST_MOST),
     default=50,
     show_default=True,
     metavar="N",
@@ -468,8 +468,9 @@ def _wait_and_report(
     if receipt.timed_out:
         if not as_json:
             click.echo(
-                f"Error: run {run.run_id} is still {render.run_status(run)} after {limit:g} s "
-                "(it keeps going; wait again with `piwf run wait`)",
+                f"Error: run {run.run_id} is still {render.run_status(run)} after {limit:g} s; "
+                f"it keeps going. Wait again: piwf run wait {run.run_id} (what it waits on: "
+                f"piwf run explain {run.run_id})",
                 err=True,
             )
         raise click.exceptions.Exit(1)

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from piwf.cli import render, render_view
-from piwf.cli.common import _check_run_id as check_run_id
-from piwf.cli.common import command, json_option, open_client
+from piwf.cli.common import command, id_check, json_option, open_client
 from piwf.client.websocket import check_remote_url
 from piwf.errors import MissingExtraError
 from piwf.protocol.view_payloads import RunView
@@ -29,12 +28,6 @@ MISSING_TEXTUAL = (
 )
 
 
-def _check_optional_run_id(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> str | None:
-    return None if value is None else check_run_id(ctx, param, value)
-
-
 def _check_remote(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
@@ -45,7 +38,7 @@ def _check_remote(_ctx: click.Context, _param: click.Parameter, value: str | Non
 
 
 @click.command("view")
-@click.argument("run_id", metavar="[RUN_ID]", required=False, callback=_check_optional_run_id)
+@click.argument("run_id", metavar="[RUN_ID]", required=False, callback=id_check("run"))
 @click.option(
     "--remote",
     metavar="ws://127.0.0.1:PORT",

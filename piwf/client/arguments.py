@@ -81,6 +81,14 @@ def absolute_path_argument(name: str, value: object, rule: str) -> Path:
     raise InvalidArgumentError(f"invalid argument: {name}: {rule}")
 
 
+def flag_argument(name: str, value: object) -> bool:
+    """``value`` when it is a ``bool``; else :class:`~piwf.errors.InvalidArgumentError` naming
+    ``name`` (a truthy ``"no"`` must never switch a flag on)."""
+    if isinstance(value, bool):
+        return value
+    raise InvalidArgumentError(f"invalid argument: {name}: True or False")
+
+
 def timeout_argument(name: str, value: object, *, zero_allowed: bool = False) -> float:
     """``value`` as a number of seconds: a finite number above 0 (at least 0 with
     ``zero_allowed``). Raises :class:`~piwf.errors.InvalidArgumentError` naming ``name``."""

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ValidationError
 from piwf.client.arguments import (
     absolute_path_argument,
     build_payload,
+    flag_argument,
     invalid_argument_error,
     opaque_id_argument,
     path_argument,
@@ -98,6 +99,7 @@ from piwf.protocol import (
     encode_message,
     is_durable,
 )
+from piwf.protocol.operations import RUN_OPERATIONS
 from piwf.protocol.payloads import (
     EmptyPayload,
     ServerStatus,
@@ -172,7 +174,8 @@ class Client(
     wait on top), ``retry_timeout_s`` the retrying of one call (0: no retry), ``start_timeout_s``
     a server start; each is a number of seconds above 0, else the constructor raises
     :class:`~piwf.errors.InvalidArgumentError` naming it, as it does for a malformed
-    ``client_id``. Constructing a client does no I/O; the first request connects. With ``remote``
+    ``client_id`` or an ``autostart`` that is not a ``bool``. Constructing a client does no
+    I/O; the first request connects. With ``remote``
     (``ws://127.0.0.1:PORT``, a loopback URL: :func:`~piwf.client.websocket.check_remote_url`)
     the client talks to that piwf relay's server instead of ``home``'s and never starts one.
 
@@ -203,7 +206,7 @@ class Client(
             "retry_timeout_s", retry_timeout_s, zero_allowed=True
         )
         self.start_timeout_s = timeout_argument("start_timeout_s", start_timeout_s)
-        self.autostart = autostart and remote is None
+        self.autostart = flag_argument("autostart", autostart) and remote is None
         self._connector: Connector
         if remote is None:
             self._connector = UnixSocketConnector(self.home, self.start_timeout_s)
@@ -316,6 +319,8 @@ class Client(
         if timeout_s is not None:
             wait_s = timeout_argument("timeout_s", timeout_s)
         # Checked once, before anything connects: the ids (InvalidArgumentError) and the size.
+        if run_id is None and operation in RUN_OPERATIONS:
+            opaque_id_argument("run_id", run_id)
         first = self._envelope(operation, payload, run_id, expected_revision, idempotency_key)
         try:
             first_frame = encode_message(first)

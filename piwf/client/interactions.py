@@ -12,10 +12,9 @@ from typing import Final
 
 from piwf import canonical
 from piwf.canonical import JsonValue
-from piwf.client.arguments import build_payload
+from piwf.client.arguments import build_payload, flag_argument
 from piwf.client.calls import ClientCalls, parse_receipt
 from piwf.client.content import resolve_references
-from piwf.errors import InvalidArgumentError
 from piwf.protocol import Operation
 from piwf.protocol.agent_payloads import (
     SubmissionReceipt,
@@ -53,8 +52,7 @@ class InteractionMethods(ClientCalls):
         breaks the canonical JSON rules, :class:`~piwf.errors.InvalidArgumentError` when
         ``as_human`` is not a bool.
         """
-        if not isinstance(as_human, bool):  # "no" must never send a person's answer
-            raise InvalidArgumentError("invalid argument: as_human: True or False")
+        flag_argument("as_human", as_human)  # "no" must never send a person's answer
         canonical.check_value(response, "response")
         operation: Operation = "decision.answer" if as_human else "checkpoint.answer"
         payload = build_payload(AnswerPayload, request_id=request_id, response=response)

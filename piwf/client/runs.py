@@ -26,6 +26,7 @@ from piwf.canonical import JsonValue
 from piwf.client.arguments import (
     build_payload,
     content_limit_argument,
+    opaque_id_argument,
     path_argument,
     timeout_argument,
     wait_timeout_argument,
@@ -154,6 +155,7 @@ class RunReadMethods(ClientCalls):
         """
         from piwf.protocol.view_payloads import RunView, ViewRunWatchPayload
 
+        run_id = opaque_id_argument("run_id", run_id)  # a watch connects before it asks
         content_limit = content_limit_argument(content_limit)
         last: int | None = None
 

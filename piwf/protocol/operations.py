@@ -170,6 +170,26 @@ DURABLE_OPERATIONS: frozenset[Operation] = frozenset(
 #: Operations that change nothing: no idempotency key, no receipt.
 READ_OPERATIONS: frozenset[Operation] = frozenset(OPERATIONS) - DURABLE_OPERATIONS
 
+#: Operations about one run: the request names it in ``runId``, and the server refuses one
+#: without (``invalidPayload``); the client refuses a missing run id before sending.
+RUN_OPERATIONS: frozenset[Operation] = frozenset(
+    {
+        "run.cancel",
+        "run.changeSettings",
+        "run.fork",
+        "run.get",
+        "run.logs",
+        "run.pause",
+        "run.restart",
+        "run.resume",
+        "run.settings",
+        "run.wait",
+        "view.page",
+        "view.run.get",
+        "view.run.watch",
+    }
+)
+
 #: Payload keys left out of the durable fingerprint, per operation. A coordinator epoch belongs
 #: to one live connection of an interactive session: a retry after reconnecting carries a new
 #: one and must still adopt the receipt of the same answer (the original's rule).

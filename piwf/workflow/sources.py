@@ -368,7 +368,11 @@ def find_workflow(
     found = _discover_name(reference, project, home)
     if found is None:
         searched = ", ".join(str(place) for _, place in workflow_directories(project, home))
-        raise WorkflowLoadError(f"no workflow named {reference!r} (searched {searched})")
+        raise WorkflowLoadError(
+            f"no workflow named {reference!r} (searched {searched}); give the workflow's file "
+            f"path instead, or put {reference}.py in one of those directories (piwf workflows "
+            "list shows the names found)"
+        )
     return found
 
 

@@ -27,7 +27,7 @@ from piwf.cli import cli, render
 from piwf.cli.state import parse_timestamp
 from piwf.client import launcher
 from piwf.protocol import Request
-from piwf.protocol.payloads import RunPage
+from piwf.protocol.payloads import RunDetail, RunListPayload, RunPage
 from piwf.server.children import start_methods
 from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
 from tests.unit.test_lazy_cli import run_probe
@@ -363,7 +363,10 @@ def test_run_start_human_output_names_the_run(fake: FakeServer) -> None:
 def test_run_start_wait_that_times_out_exits_1(fake: FakeServer) -> None:
     result = invoke("run", "start", "hello", "--wait", "--timeout", "0")
     assert result.exit_code == 1
-    assert "still queued after 0 s" in result.stderr
+    assert result.stderr == (
+        "Error: run run-new is still queued after 0 s; it keeps going. Wait again: piwf run wait"
+        " run-new (what it waits on: piwf run explain run-new)\n"
+    )
 
     as_json = invoke("run", "start", "hello", "--wait", "--timeout", "0", "--json")
     assert as_json.exit_code == 1
@@ -457,6 +460,84 @@ def test_run_list_leaves_a_refusal_and_another_version_to_the_full_client(
     assert other.exit_code == 1
     assert "runs version 0.0.1" in other.stderr
     assert server.requests == [], "a request went to a server of another version"
+
+
+def test_a_title_with_control_characters_stays_on_its_row() -> None:
+    # A title is free text (--title, or a workflow's title callable of the input): a line
+    # break must not forge a row of the table, nor an escape sequence drive the terminal.
+    forged = "ok\nrun-forged  completed  hello\x1b[2J\u2028"
+    page = RunPage.model_validate({"runs": [run_info("run-a", title=forged)]})
+    table = render.run_page(page).split("\n")
+    assert len(table) == 2, table
+    assert table[1].endswith("ok\\nrun-forged  completed  hello\\x1b[2J\\u2028")
+    detail = render.run_detail(
+        RunDetail.model_validate({"run": run_info("run-a", title=forged), "sources": []})
+    )
+    assert "  title       ok\\nrun-forged  completed  hello\\x1b[2J\\u2028\n" in detail
+    assert "Ünïcødé 🚀" in render.run_page(
+        RunPage.model_validate({"runs": [run_info("run-a", title="Ünïcødé 🚀")]})
+    )
+
+
+def test_a_full_run_list_page_does_not_ask_for_a_limit_above_the_most() -> None:
+    # --limit stops at the protocol's largest run.list limit: beyond it, say what else helps.
+    assert RunListPayload.model_fields["limit"].metadata[-1].le == render.RUN_LIST_MOST
+    cursor = {"createdAt": 1, "runId": "run-0"}
+
+    def hint(count: int) -> str:
+        runs = [run_info(f"run-{index}") for index in range(count)]
+        page = RunPage.model_validate({"runs": runs, "nextCursor": cursor})
+        return render.run_page(page).splitlines()[-1]
+
+    assert hint(10) == "(more runs exist; raise --limit beyond 10 to see them)"
+    assert hint(render.RUN_LIST_MOST) == (
+        "(more runs exist; a list shows at most 500: narrow it with --status, or page on with"
+        " --json's nextCursor and the Python client's list_runs(before=...))"
+    )
+
+
+MALFORMED_IDS = {
+    "answer": (["answer", "a b", "{}"], "'REQUEST_ID'", "request"),
+    "submit": (["submit", "a b", "{}"], "'REQUEST_ID'", "request"),
+    "update": (["update", "a b", "{}"], "'REQUEST_ID'", "request"),
+    "requests --run": (["requests", "--run", "a b"], "'--run'", "run"),
+    "effect resolve": (["effect", "resolve", "a b", "--applied"], "'EFFECT_ID'", "effect"),
+    "channel recover": (["channel", "recover", "a\x1b[2J", "confirm"], "'EFFECT_ID'", "effect"),
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "where", "kind"), list(MALFORMED_IDS.values()), ids=list(MALFORMED_IDS)
+)
+def test_a_malformed_id_of_any_kind_is_a_usage_error_that_sends_nothing(
+    fake: FakeServer, args: list[str], where: str, kind: str
+) -> None:
+    # As for a run id: a space or a control character is no id piwf gave out (exit 2).
+    result = invoke(*args, "--json")
+    assert result.exit_code == 2, result.output
+    assert one_json_document(result.stdout)["error"] == {
+        "code": "usage",
+        "message": f"Invalid value for {where}: a {kind} id is 1 to 256 printable ASCII"
+        " characters, no spaces",
+    }
+    assert fake.requests == [], "a malformed id reached the server"
+
+
+PAUSE_MARKS = {
+    "a paused unfinished run": (dict(status="running", display_status="paused"), "paused"),
+    "a paused run that ended": (
+        dict(status="cancelled", display_status="cancelled"),
+        "cancelled (paused)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("fields", "shown"), list(PAUSE_MARKS.values()), ids=list(PAUSE_MARKS))
+def test_a_paused_run_says_paused_once(fields: dict[str, Any], shown: str) -> None:
+    # The display status of a paused unfinished run is already "paused" (docs/CLI.md, run pause).
+    run = RunPage.model_validate({"runs": [run_info("run-a", paused=True, **fields)]}).runs[0]
+    assert render.run_status(run) == shown
+    assert render.run_line(run) == f"run-a  {shown}  hello"
 
 
 def test_run_show_prints_fields_and_sources(fake: FakeServer) -> None:

@@ -206,7 +206,10 @@ def test_run_list_prints_the_full_clients_table_from_its_quick_read(
             assert found["heavy"] == [], "the quick path was not taken"
             expected = render.run_page(client.list_runs(limit=limit, status=status))
             assert stdout == expected + "\n"
-    assert "(paused)" in piwf.run("run", "list").stdout
+    paused_row = next(
+        line for line in piwf.run("run", "list").stdout.splitlines() if line.startswith(held)
+    )
+    assert paused_row.split()[1:3] == ["paused", "hold"], paused_row  # not "paused (paused)"
     assert "more runs exist" in piwf.run("run", "list", "--limit", "2").stdout
 
 

@@ -189,3 +189,21 @@ def test_a_fork_is_refused_while_the_run_executes_or_has_an_ambiguous_effect(
     assert f"{effect['effectId']} (ambiguous)" in ambiguous["message"]
     assert "piwf effect resolve EFFECT_ID --applied | --retry" in ambiguous["message"]
     assert run_ids(piwf) == before, "a refused fork creates nothing"
+
+
+def test_a_fork_is_refused_when_a_recorded_source_changed_as_a_restart_is(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    marks = tmp_path / "marks"
+    chain = write(tmp_path, "chain", CHAIN.format(marks=str(marks)))
+    source = piwf.json("run", "start", chain, "--wait", "--timeout", WAIT_S)["run"]["runId"]
+    Path(chain).write_text(CHAIN.format(marks=str(marks)) + "\n# edited\n")
+    before = run_ids(piwf)
+    changed = refused(piwf, source, "b")
+    assert changed["message"] == (
+        f"run {source} cannot fork: a fork runs the workflow sources the run recorded, and"
+        f" they are not on disk as recorded (changed: {chain}). Restore the recorded file to"
+        f" fork it, or start a new run of the current sources: piwf run start {chain}"
+    )
+    assert run_ids(piwf) == before, "a refused fork creates nothing"

@@ -47,12 +47,16 @@ def test_ctrl_c_stops_a_wait_with_status_130_and_the_run_goes_on(piwf: Piwf, as_
             waiter.communicate()
     assert waiter.returncode == 130, (stdout, stderr)
     assert "Traceback" not in stderr and "Aborted!" not in stderr, stderr
+    goes_on = "only this command stopped: a run it started or waited on goes on"
     if as_json:
         assert stdout.count("\n") == 1, stdout
-        assert json.loads(stdout)["error"]["code"] == "interrupted"
+        assert json.loads(stdout)["error"] == {
+            "code": "interrupted",
+            "message": f"stopped by Ctrl-C; {goes_on}",
+        }
     else:
         assert stdout == ""
-        assert "interrupted" in stderr
+        assert stderr == f"interrupted; {goes_on}\n"
     # Only the wait stopped: the run still waits on its checkpoint.
     shown = piwf.json("run", "show", run_id)
     assert shown["run"]["status"] == "waiting", shown["run"]

@@ -188,6 +188,15 @@ def test_a_wait_ends_when_its_run_has_an_ambiguous_effect(
         "effectAmbiguous",
         True,
     )
+    # A resume before the effect is settled names it and the command that settles it.
+    (effect,) = piwf.json("run", "show", run["runId"])["effects"]
+    refused = piwf.json("run", "resume", run["runId"], exit_code=1)["error"]
+    assert refused == {
+        "code": "runCommand",
+        "message": f"run {run['runId']} cannot resume while an effect of it is ambiguous"
+        f" ({effect['effectId']}): check the outside system, settle each with piwf effect"
+        " resolve EFFECT_ID --applied (it happened) or --retry (it did not), then resume it",
+    }
 
 
 def test_a_run_that_waits_on_a_request_is_still_waited_for(

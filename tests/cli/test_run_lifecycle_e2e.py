@@ -38,13 +38,26 @@ def test_a_run_cancelled_while_paused_is_finished_prunable_and_not_paused(
         "the run waiting at its checkpoint",
     )
     assert piwf.json("run", "pause", run_id)["run"]["paused"] is True
+    # A restart of a run that has not ended names the status shown and the ways on.
+    unfinished = piwf.json("run", "restart", run_id, exit_code=1)["error"]
+    assert unfinished == {
+        "code": "runCommand",
+        "message": f"run {run_id} is paused and has not ended; only a run that ended restarts."
+        f" To go on with it: piwf run explain {run_id}; to start over, cancel it first"
+        f" (piwf run cancel {run_id}), then restart it",
+    }
 
     cancelled = piwf.json("run", "cancel", run_id)["run"]
     assert (cancelled["status"], cancelled["paused"]) == ("cancelled", False)
     assert cancelled["finishedAt"] is not None
     assert piwf.run("run", "cancel", run_id).stdout.strip().endswith("cancelled  checkpoint_review")
-    refused = piwf.json("run", "resume", run_id, exit_code=1)
-    assert "is cancelled" in refused["error"]["message"]
+    for verb in ("resume", "pause"):  # an ended run neither resumes nor pauses: it restarts
+        refused = piwf.json("run", verb, run_id, exit_code=1)["error"]
+        assert refused == {
+            "code": "runCommand",
+            "message": f"run {run_id} has ended (cancelled); only an unfinished run can {verb}."
+            f" To run it again: piwf run restart {run_id}",
+        }
 
     assert piwf.json("server", "status")["pausedRuns"] == 0
     assert piwf.json("state", "status")["pausedRuns"] == 0

@@ -44,6 +44,14 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         "as_human: True or False",
     ),
     "client id": (lambda c: Client(c.home, client_id="bad id").list_runs(), "client_id"),
+    "autostart str": (
+        lambda c: Client(c.home, autostart="no").list_runs(),  # type: ignore[arg-type]
+        "autostart: True or False",
+    ),
+    "autostart None": (
+        lambda c: Client(c.home, autostart=None).list_runs(),  # type: ignore[arg-type]
+        "autostart: True or False",
+    ),
     "project": (lambda c: c.start_run("noop", project=7), "project"),  # type: ignore[arg-type]
     "settings patch None": (
         lambda c: c.change_settings("run-1", None),  # type: ignore[arg-type]
@@ -94,6 +102,26 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: next(c.follow_run_logs("run-1", interval_s="1")),  # type: ignore[arg-type]
         "interval_s: a number of seconds at least 0",
     ),
+    **{
+        f"run id None of {name}": (call, "run_id: 1 to 256 printable ASCII")
+        for name, call in {
+            "get_run": lambda c: c.get_run(None),  # type: ignore[arg-type]
+            "run_view": lambda c: c.run_view(None),  # type: ignore[arg-type]
+            "run_steps": lambda c: c.run_steps(None),  # type: ignore[arg-type]
+            "watch_run": lambda c: next(c.watch_run(None)),  # type: ignore[arg-type]
+            "wait_run": lambda c: c.wait_run(None),  # type: ignore[arg-type]
+            "cancel_run": lambda c: c.cancel_run(None),  # type: ignore[arg-type]
+            "pause_run": lambda c: c.pause_run(None),  # type: ignore[arg-type]
+            "resume_run": lambda c: c.resume_run(None),  # type: ignore[arg-type]
+            "restart_run": lambda c: c.restart_run(None),  # type: ignore[arg-type]
+            "fork_run": lambda c: c.fork_run(None, from_node="b"),  # type: ignore[arg-type]
+            "run_settings": lambda c: c.run_settings(None),  # type: ignore[arg-type]
+            "change_settings": lambda c: c.change_settings(None, [{"op": "remove", "path": "/x"}]),  # type: ignore[arg-type]
+            "read_run_logs": lambda c: c.read_run_logs(None),  # type: ignore[arg-type]
+            "run_logs_page": lambda c: c.run_logs_page(None),  # type: ignore[arg-type]
+            "follow_run_logs": lambda c: next(c.follow_run_logs(None)),  # type: ignore[arg-type]
+        }.items()
+    },
     **{
         f"content limit of {name}": (call, "content_limit: a number of bytes, 0 or more")
         for name, call in {

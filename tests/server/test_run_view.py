@@ -162,6 +162,24 @@ def test_a_waiting_run_names_its_request_and_the_command_that_answers_it(
     assert f"next      {waiting.command}" in shown.stdout
 
 
+def test_a_paused_waiting_run_offers_no_answer(server: ServerProcess) -> None:
+    # A paused run refuses answers (runPaused): its controls must not offer one.
+    with raw_client(server) as client:
+        run_id = start(client, CHECKPOINT, {"steps": ["a"]}, "review")
+    with Client(server.home, autostart=False) as client:
+        wait_for(
+            lambda: client.run_view(run_id).display.status == "waiting",
+            timeout_s=30,
+            what="the checkpoint",
+        )
+        client.pause_run(run_id)
+        view = client.run_view(run_id)
+    assert view.display.status == "paused"
+    assert view.display.controls == ["resume", "cancel"]
+    shown = piwf(server, "run", "show", run_id)
+    assert "controls  resume, cancel" in shown.stdout
+
+
 def test_a_paused_run_says_resume(server: ServerProcess, tmp_path: Path) -> None:
     entered, gate = tmp_path / "entered", tmp_path / "gate"
     workflow = gated_workflow(tmp_path, "paused", entered, gate)

@@ -285,6 +285,15 @@ def test_a_default_response_may_fill_the_input() -> None:
         ({"choice": "replan", "instructions": "ok", "extra": 1}, "unknown input(s) 'extra'"),
         ({"choice": "continue", "instructions": "hm"}, "which takes no input"),
         ({"choice": "later"}, "choice 'later' is not one of continue, replan"),
+        (
+            {},
+            "the answer has no 'choice': send one of continue, replan, "
+            'such as {"choice": "continue"}',
+        ),
+        (
+            "continue",
+            'a decision answer must be an object with a \'choice\', such as {"choice": "continue"}',
+        ),
     ],
 )
 def test_the_answer_rule_of_a_choice_input(answer: Any, problem: str | None) -> None:

@@ -203,8 +203,13 @@ def test_find_workflow_by_name_or_path(tmp_path: Path) -> None:
     path = write(tmp_path, "direct.py", GOOD.replace("NAME", "direct"))
     assert find_workflow(str(path)).origin is WorkflowOrigin.PATH
     assert find_workflow("direct.py", tmp_path).path == path
-    with pytest.raises(WorkflowLoadError, match="no workflow named 'missing'"):
+    with pytest.raises(WorkflowLoadError, match="no workflow named 'missing'") as missing:
         find_workflow("missing", tmp_path, tmp_path)
+    # What to do next: a path, or the file where discovery looks.
+    assert str(missing.value).endswith(
+        "; give the workflow's file path instead, or put missing.py in one of those "
+        "directories (piwf workflows list shows the names found)"
+    )
 
 
 def test_home_defaults_to_piwf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

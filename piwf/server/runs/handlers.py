@@ -22,7 +22,7 @@ from piwf.errors import (
     StateUnavailableError,
     WorkflowLoadError,
 )
-from piwf.lifecycle import RunStatus
+from piwf.lifecycle import RecoveryRequired, RunStatus
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
 from piwf.protocol.payloads import (
@@ -58,7 +58,7 @@ from piwf.server.replies import (
     run_info,
     run_result,
 )
-from piwf.server.runs import answers, interactions, recorded_sources
+from piwf.server.runs import answers, interactions, recorded_sources, refusals
 from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
@@ -249,7 +249,8 @@ class RunHandlers:
 
     def run_pause(self, request: Request, reply: Reply) -> None:
         """Pause: flag, park and release the claim atomically, then stop the child."""
-        self._control(request, reply, ex.pause_run, stop_reason="paused")
+        refuse = refusals.ended_refuses("pause")
+        self._control(request, reply, ex.pause_run, stop_reason="paused", refuse=refuse)
 
     def _control(
         self,
@@ -258,6 +259,7 @@ class RunHandlers:
         transition: Callable[..., object],
         *,
         stop_reason: str,
+        refuse: Callable[[run_store.RunRow], RunCommandError | None] | None = None,
     ) -> None:
         payload_of(request, EmptyPayload)
         run_id = run_id_of(request)
@@ -268,8 +270,12 @@ class RunHandlers:
         context = self.context
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.load_run(tx, run_id) is None:
+            run = run_store.load_run(tx, run_id)
+            if run is None:
                 return no_run(run_id, self.context.home)
+            refusal = None if refuse is None else refuse(run)
+            if refusal is not None:
+                return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = transition(
                 tx,
                 run_id,
@@ -293,14 +299,21 @@ class RunHandlers:
         run_id = run_id_of(request)
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.load_run(tx, run_id) is None:
+            run = run_store.load_run(tx, run_id)
+            if run is None:
                 return no_run(run_id, self.context.home)
+            refusal = refusals.ended_refuses("resume")(run)
+            if refusal is not None:
+                return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = ex.resume_run(
                 tx,
                 run_id,
                 actor=Actor(ActorType.CLIENT),
                 expected_revision=request.expected_revision,
             )
+            if isinstance(result, RecoveryRequired) and result.reason == "effectAmbiguous":
+                refusal = refusals.ambiguous_refuses_resume(tx, run)
+                return CommandResult.failed("rejected", refusal, run_id=run_id)
             return run_result(result, run_id)
 
         reply(self.context.commands.execute(request, change))
@@ -317,7 +330,7 @@ class RunHandlers:
             parent = run_store.load_run(tx, run_id)
             if parent is None:
                 return no_run(run_id, self.context.home)
-            refusal = sources_refuse_restart(tx, parent)
+            refusal = refusals.restart_refusal(tx, parent)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = ex.restart_run(
@@ -330,13 +343,19 @@ class RunHandlers:
 
     def run_fork(self, request: Request, reply: Reply) -> None:
         """Queue a new run of a run's recorded sources that starts at one node with the
-        outputs recorded before it (:mod:`piwf.state.execution.forks`)."""
+        outputs recorded before it (:mod:`piwf.state.execution.forks`); refused up front, as a
+        restart is, when a recorded file changed or is gone (the fork could only park
+        ``sourceChanged``)."""
         payload = payload_of(request, RunForkPayload)
         run_id = run_id_of(request)
 
         def change(tx: Transaction) -> CommandResult:
-            if run_store.load_run(tx, run_id) is None:
+            parent = run_store.load_run(tx, run_id)
+            if parent is None:
                 return no_run(run_id, self.context.home)
+            refusal = refusals.sources_refuse_fork(tx, parent)
+            if refusal is not None:
+                return CommandResult.failed("rejected", refusal, run_id=run_id)
             result = forks.fork_run(
                 tx,
                 run_id,
@@ -521,26 +540,6 @@ def wait_receipt(tx: Transaction, view: run_store.RunRow, *, timed_out: bool) ->
         error=error.value,
         error_ref=error.ref,
         failure=run_failure(tx, view),
-    )
-
-
-def sources_refuse_restart(tx: Transaction, parent: run_store.RunRow) -> RunCommandError | None:
-    """Why a restart of ``parent`` cannot run its recorded sources, or None when it can (or
-    when the restart is refused or adopted for another reason, which ``restart_run`` answers).
-
-    A restart runs the parent's recorded files; a file that changed or is gone would park the
-    new run ``sourceChanged`` at once. The error says which and how to run the current sources.
-    """
-    if not parent.terminal or run_store.restart_child_of(tx, parent.run_id) is not None:
-        return None
-    drift = recorded_sources.drift_of(tx, parent.run_id)
-    if not drift:
-        return None
-    return RunCommandError(
-        f"run {parent.run_id} cannot restart: a restart runs the workflow sources the run"
-        f" recorded, and they are not on disk as recorded ({drift.describe()}). Restore the"
-        " recorded file to restart it, or start a new run of the current sources:"
-        f" {recorded_sources.start_command(parent.workflow_ref)}"
     )
 
 

@@ -267,9 +267,11 @@ def _waiting_on(detail: RunDetail) -> WaitingOn | None:
 def _controls(
     view: run_store.RunRow, waiting: WaitingOn | None, *, ambiguous: bool
 ) -> list[Control]:
-    """What may be done to a run that is not terminal (each command checks again)."""
+    """What may be done to a run that is not terminal (each command checks again). A paused
+    run refuses answers, submissions and updates (``runPaused``), so its request's controls
+    are left out until it is resumed."""
     controls: list[Control] = []
-    if waiting is not None:
+    if waiting is not None and not view.paused:
         controls.append(waiting.action)
         if waiting.kind == "agent":
             controls.append("update")
