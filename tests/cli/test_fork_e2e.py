@@ -93,13 +93,19 @@ def refused(cli: Piwf, run_id: str, node: str) -> dict[str, Any]:
     return error
 
 
+def completed_chain(cli: Piwf, directory: Path, marks: Path) -> tuple[str, str]:
+    """Write :data:`CHAIN` (marking into ``marks``), run it to completion; its file and run."""
+    chain = write(directory, "chain", CHAIN.format(marks=str(marks)))
+    source = cli.json("run", "start", chain, "--wait", "--timeout", WAIT_S)["run"]["runId"]
+    return chain, source
+
+
 def test_a_fork_starts_at_the_node_with_the_earlier_outputs_and_runs_only_what_follows(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     marks = tmp_path / "marks"
-    chain = write(tmp_path, "chain", CHAIN.format(marks=str(marks)))
-    source = piwf.json("run", "start", chain, "--wait", "--timeout", WAIT_S)["run"]["runId"]
+    chain, source = completed_chain(piwf, tmp_path, marks)
     assert piwf.json("run", "show", source)["output"] == {"a": 1, "b": 101}
     assert marks.read_text().split() == ["a", "b", "c"]
 
@@ -196,8 +202,7 @@ def test_a_fork_is_refused_when_a_recorded_source_changed_as_a_restart_is(
     tmp_path: Path,
 ) -> None:
     marks = tmp_path / "marks"
-    chain = write(tmp_path, "chain", CHAIN.format(marks=str(marks)))
-    source = piwf.json("run", "start", chain, "--wait", "--timeout", WAIT_S)["run"]["runId"]
+    chain, source = completed_chain(piwf, tmp_path, marks)
     Path(chain).write_text(CHAIN.format(marks=str(marks)) + "\n# edited\n")
     before = run_ids(piwf)
     changed = refused(piwf, source, "b")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from piwf.client import Client
-from piwf.errors import BackupFailedError
+from piwf.errors import BackupFailedError, InvalidArgumentError
 from piwf.state import StateDatabase
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.mounts import tmpfs
@@ -147,14 +147,20 @@ def test_the_client_gets_a_typed_error_at_once_and_nothing_changes(
             assert refused.value.error_code == "backupFailed", where
             assert destination.reason in str(refused.value), (where, str(refused.value))
             assert destination.path not in str(refused.value), "no payload path in errors"
-        # The Client makes a backup path absolute (the CLI's documented behaviour), not a
-        # prune's: the server refuses the relative one.
-        with pytest.raises(BackupFailedError, match=relative.reason):
+        # The Client makes a backup path absolute (the CLI's documented behaviour), and refuses
+        # a prune's relative backup path before sending it; the server refuses both anyway.
+        with pytest.raises(InvalidArgumentError, match="backup: the absolute path"):
             client.prune(cutoff, Path(relative.path))
     with raw_client(server, "raw-client") as raw:
-        answer = raw.request("state.backup", {"destination": relative.path}, key="relative")
-    assert answer.outcome == "rejected" and answer.error is not None, answer
-    assert answer.error.code == "backupFailed" and relative.reason in answer.error.message
+        answers = [
+            raw.request("state.backup", {"destination": relative.path}, key="relative"),
+            raw.request(
+                "state.prune", {"before": cutoff, "backup": relative.path}, key="relative-prune"
+            ),
+        ]
+    for answer in answers:
+        assert answer.outcome == "rejected" and answer.error is not None, answer
+        assert answer.error.code == "backupFailed" and relative.reason in answer.error.message
 
     assert entries(tmp_path, read_only_dir) == before, "no file was left beside a destination"
     assert run_count(server.home) == 1, "a failed backup deletes nothing"

@@ -137,9 +137,8 @@ def test_a_running_run_shows_its_current_node_its_steps_and_its_updates(
     assert [s["path"] for s in listed["steps"]] == ["first", "hold", "last"]
 
 
-def test_a_waiting_run_names_its_request_and_the_command_that_answers_it(
-    server: ServerProcess,
-) -> None:
+def waiting_at_a_checkpoint(server: ServerProcess) -> str:
+    """Start a run of :data:`CHECKPOINT` and return its id once it waits for the answer."""
     with raw_client(server) as client:
         run_id = start(client, CHECKPOINT, {"steps": ["a"]}, "review")
     with Client(server.home, autostart=False) as client:
@@ -148,6 +147,13 @@ def test_a_waiting_run_names_its_request_and_the_command_that_answers_it(
             timeout_s=30,
             what="the checkpoint",
         )
+    return run_id
+
+
+def test_a_waiting_run_names_its_request_and_the_command_that_answers_it(
+    server: ServerProcess,
+) -> None:
+    run_id = waiting_at_a_checkpoint(server)
     view, explained = every_renderer(server, run_id)
     waiting = view.display.waiting_on
     assert waiting is not None
@@ -164,14 +170,8 @@ def test_a_waiting_run_names_its_request_and_the_command_that_answers_it(
 
 def test_a_paused_waiting_run_offers_no_answer(server: ServerProcess) -> None:
     # A paused run refuses answers (runPaused): its controls must not offer one.
-    with raw_client(server) as client:
-        run_id = start(client, CHECKPOINT, {"steps": ["a"]}, "review")
+    run_id = waiting_at_a_checkpoint(server)
     with Client(server.home, autostart=False) as client:
-        wait_for(
-            lambda: client.run_view(run_id).display.status == "waiting",
-            timeout_s=30,
-            what="the checkpoint",
-        )
         client.pause_run(run_id)
         view = client.run_view(run_id)
     assert view.display.status == "paused"
