@@ -124,11 +124,19 @@ def verify_private_dir(path: Path) -> None:
     """Raise :class:`UnsafeStateHomeError` unless ``path`` is a 0700 directory we own."""
     info = path.lstat()
     if stat.S_ISLNK(info.st_mode):
-        raise UnsafeStateHomeError(f"{path} is a symlink; piwf needs a real directory")
+        raise UnsafeStateHomeError(
+            f"{path} is a symlink; piwf needs a real directory: point PIWF_HOME at the real one"
+        )
     if not stat.S_ISDIR(info.st_mode):
-        raise UnsafeStateHomeError(f"{path} is not a directory")
+        raise UnsafeStateHomeError(
+            f"{path} is not a directory; move it away, or set PIWF_HOME to another directory"
+            " (piwf creates it)"
+        )
     if info.st_uid != os.geteuid():
-        raise UnsafeStateHomeError(f"{path} belongs to another user (uid {info.st_uid})")
+        raise UnsafeStateHomeError(
+            f"{path} belongs to another user (uid {info.st_uid}); set PIWF_HOME to a directory"
+            " of your own"
+        )
     if stat.S_IMODE(info.st_mode) & 0o077:
         raise UnsafeStateHomeError(
             f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; run `chmod 700 {path}`"

@@ -92,7 +92,7 @@ def value_preview(value: object, ref: ContentRef | None = None, *, text: bool = 
             f"<{ref.length:,} bytes of {ref.media_type}, not shown; "
             "--json prints the complete value>"
         )
-    shown = value if text and isinstance(value, str) else canonical.encode_text(value)
+    shown = printable(value) if text and isinstance(value, str) else canonical.encode_text(value)
     if len(shown) <= PREVIEW_CHARS:
         return shown
     return (
@@ -109,6 +109,13 @@ def one_line(text: str) -> str:
     return "".join(
         repr(character)[1:-1] if _is_control(character) else character for character in text
     )
+
+
+def printable(text: str) -> str:
+    """Free text of several lines (an error, a traceback, a node's stderr) safe to print: its
+    line breaks kept, every other control character escaped as :func:`one_line` does, so no
+    stored text can drive the terminal."""
+    return "\n".join(one_line(line) for line in text.split("\n"))
 
 
 def _is_control(character: str) -> bool:
@@ -294,7 +301,7 @@ def failure_text(failure: NodeFailureInfo) -> str:
     node = failure.path
     if failure.visit > 1 or failure.attempt > 1:
         node += f" (visit {failure.visit}, attempt {failure.attempt})"
-    message = failure.message + (" [message cut]" if failure.message_cut else "")
+    message = printable(failure.message) + (" [message cut]" if failure.message_cut else "")
     first, *more = message.split("\n")
     rows: list[tuple[str, object]] = [
         ("node", node),
@@ -321,8 +328,8 @@ def failure_text(failure: NodeFailureInfo) -> str:
 
 
 def _block(lines: Sequence[str], indent: str = "    ") -> str:
-    """``lines`` indented under their section."""
-    return "\n".join(indent + line for line in lines)
+    """``lines`` indented under their section, each escaped as :func:`one_line` does."""
+    return "\n".join(indent + one_line(line) for line in lines)
 
 
 def choices_text(
@@ -337,9 +344,11 @@ def choices_text(
         return "-"
     needs = inputs or {}
     return ", ".join(
-        f"{name} ({label}; +{canonical.encode_text(needs[name].name)}: {needs[name].prompt})"
+        one_line(
+            f"{name} ({label}; +{canonical.encode_text(needs[name].name)}: {needs[name].prompt})"
+        )
         if name in needs
-        else f"{name} ({label})"
+        else one_line(f"{name} ({label})")
         for name, label in choices.items()
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from piwf.cli.render import active_time_text, fields, timestamp, value_preview
+from piwf.cli.render import active_time_text, fields, one_line, timestamp, value_preview
 from piwf.protocol.agent_payloads import SubmissionReceipt
 from piwf.protocol.payloads import AgentRequestInfo, AgentSubmissionInfo, OpenRequestInfo
 
@@ -29,7 +29,7 @@ def prompt_head(request: OpenRequestInfo) -> str | None:
     content = request.content
     if not isinstance(content, dict) or not isinstance(content.get("prompt"), str):
         return None
-    lines = [line for line in str(content["prompt"]).splitlines() if line.strip()]
+    lines = [one_line(line) for line in str(content["prompt"]).splitlines() if line.strip()]
     head = "\n    ".join(lines[:PROMPT_LINES])
     more = len(lines) - PROMPT_LINES
     return head + (

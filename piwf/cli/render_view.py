@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from piwf.cli.render import duration, fields, table, timestamp, value_preview
+from piwf.cli.render import duration, fields, one_line, table, timestamp, value_preview
 from piwf.protocol.view_payloads import Display, RunView, Step
 
 #: ``run show`` lists at most this many steps (``run steps`` lists them all).
@@ -247,5 +247,5 @@ def _result(step: Step) -> str:
         text = value_preview(step.error, step.error_ref, text=True)
     else:
         text = value_preview(step.output, step.output_ref)
-    text = " ".join(text.split())
+    text = one_line(" ".join(text.split()))
     return text if len(text) <= RESULT_CHARS else text[: RESULT_CHARS - 1] + "…"

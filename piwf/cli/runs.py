@@ -279,7 +279,8 @@ def run_explain(run_id: str, as_json: bool) -> None:
     if as_json:
         render.emit_json(explanation.to_json(view))
         return
-    click.echo(f"{run_id}  {view.display.status}: {explanation.text}")
+    # The text quotes the run's own failure message: escaped, it stays one line.
+    click.echo(f"{run_id}  {view.display.status}: {render.one_line(explanation.text)}")
     for line in explanation.commands:
         click.echo(f"  {line}")
 
@@ -481,7 +482,7 @@ def _wait_and_report(
     if run.status != _SUCCESS_STATUS:
         if not as_json:
             detail = f" ({run.error_code})" if run.error_code else ""
-            error = f": {receipt.error}" if receipt.error else ""
+            error = f": {render.printable(receipt.error)}" if receipt.error else ""
             click.echo(f"Error: run {run.run_id} ended {run.status}{detail}{error}", err=True)
             if receipt.failure is not None:
                 click.echo(f"The failed node's record: piwf run show {run.run_id}", err=True)

@@ -93,4 +93,4 @@ def explanation_line(view: RunView) -> str:
     """``run explain`` in one line: why the run is where it is, then the commands to run."""
     explanation = render_view.explain(view)
     commands = "; ".join(explanation.commands)
-    return explanation.text + (f"  next: {commands}" if commands else "")
+    return render.one_line(explanation.text) + (f"  next: {commands}" if commands else "")

@@ -67,6 +67,22 @@ def path_argument(name: str, value: object) -> Path:
     raise InvalidArgumentError(f"invalid argument: {name}: a path is a non-empty str or PathLike")
 
 
+def project_argument(value: object) -> Path:
+    """The project directory ``value`` (default: the current directory) as an absolute path.
+
+    Its ``.piwf/workflows`` and ``.piwf/resources`` are searched for names; one that does not
+    exist holds none. A path to something that is not a directory (a workflow file given as the
+    project, say) raises :class:`~piwf.errors.InvalidArgumentError` before a request is sent.
+    """
+    path = path_argument("project", Path.cwd() if value is None else value)
+    if path.exists() and not path.is_dir():
+        raise InvalidArgumentError(
+            f"invalid argument: project: {path} is not a directory; give the project's"
+            " directory (the one holding .piwf/), or leave it out to use the current directory"
+        )
+    return path
+
+
 def absolute_path_argument(name: str, value: object, rule: str) -> Path:
     """``value`` (a ``str`` or ``os.PathLike``) when it is an absolute path, ``..`` folded.
 

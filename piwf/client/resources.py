@@ -8,13 +8,12 @@ retries), exactly like the run operations.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from piwf import canonical
-from piwf.client.arguments import build_payload, path_argument, whole_number_argument
+from piwf.client.arguments import build_payload, project_argument, whole_number_argument
 from piwf.client.calls import ClientCalls
 from piwf.client.content import resolve_references
 from piwf.protocol import InvalidMessageError, Response
@@ -62,7 +61,7 @@ class ResourceMethods(ClientCalls):
             manager=manager,
             key=key,
             spec=spec,
-            project_path=str(path_argument("project", Path.cwd() if project is None else project)),
+            project_path=str(project_argument(project)),
         )
         wire = payload.to_wire()
         wire["spec"] = spec  # sent as given: canonical JSON checks it, pydantic would convert

@@ -28,6 +28,7 @@ from piwf.client.arguments import (
     content_limit_argument,
     opaque_id_argument,
     path_argument,
+    project_argument,
     timeout_argument,
     wait_timeout_argument,
     whole_number_argument,
@@ -344,7 +345,7 @@ def start_payload(
     payload = build_payload(
         RunStartPayload,
         workflow=workflow_reference(workflow),
-        project_path=str(path_argument("project", Path.cwd() if project is None else project)),
+        project_path=str(project_argument(project)),
         title=title,
         agent_command=command,
         session=session,

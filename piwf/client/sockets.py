@@ -51,7 +51,10 @@ def check_socket_path(path: Path) -> None:
                 "PIWF_HOME at the real directory, or remove the symlink"
             )
         if not stat.S_ISDIR(info.st_mode):
-            raise UnsafeSocketError(f"{directory} is not a directory; move it away")
+            raise UnsafeSocketError(
+                f"{directory} is not a directory; move it away, or set PIWF_HOME to another"
+                " directory (piwf creates it)"
+            )
         _require_own(directory, info)
     info = _lstat(path)
     if stat.S_ISLNK(info.st_mode):

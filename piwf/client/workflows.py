@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 
-from piwf.client.arguments import build_payload, path_argument
+from piwf.client.arguments import build_payload, project_argument
 from piwf.client.calls import ClientCalls
 from piwf.client.runs import workflow_reference
 
@@ -51,4 +50,4 @@ class WorkflowMethods(ClientCalls):
 
 
 def _project_path(project: str | os.PathLike[str] | None) -> str:
-    return str(path_argument("project", Path.cwd() if project is None else project))
+    return str(project_argument(project))

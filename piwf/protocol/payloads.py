@@ -135,7 +135,7 @@ class RunStartPayload(WireModel):
     workflow: str = Field(min_length=1, max_length=4096)
     project_path: str | None = Field(default=None, min_length=1, max_length=4096)
     input: Any = Field(default_factory=dict)
-    title: str | None = Field(default=None, max_length=512)
+    title: str | None = Field(default=None, min_length=1, max_length=512)
     #: The run's own headless agent command (argv); wins over the node's and the server's.
     agent_command: list[str] | None = None
     #: Bind the run ``interactive`` to this origin session (docs/SESSIONS.md); None: headless.

@@ -195,6 +195,14 @@ def test_an_argument_the_payload_model_refuses_is_a_usage_error_that_hides_the_v
     assert fake.requests == []
 
 
+def test_an_empty_title_is_a_usage_error_and_nothing_is_sent(fake: FakeServer) -> None:
+    result = invoke("run", "start", "hello", "--title", "", "--json")
+    assert result.exit_code == 2, result.output
+    message = one_json_document(result.stdout)["error"]["message"]
+    assert "title: String should have at least 1 character" in message, message
+    assert fake.requests == []
+
+
 def test_an_input_too_large_to_send_is_a_usage_error_naming_its_size_and_what_to_do(
     fake: FakeServer, tmp_path: Path
 ) -> None:

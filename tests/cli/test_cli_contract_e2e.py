@@ -309,3 +309,40 @@ def test_a_retry_of_an_ended_runs_effect_settles_it_not_applied_so_a_restart_can
     restarted = piwf.json("run", "restart", run_id)
     assert restarted["run"]["runId"] != run_id
     piwf.json("run", "cancel", restarted["run"]["runId"])
+
+
+FAILS_ON_TWO_LINES = """
+from piwf.workflow import compute, define_workflow
+
+def fail(ctx):
+    raise ValueError("the first line\\nthe second line\\x1b[31m")
+
+workflow = define_workflow(
+    name="fails_on_two_lines", start_at="fail", nodes={"fail": compute(fail)}, edges=[]
+)
+"""
+
+
+def test_explain_prints_a_multi_line_failure_escaped_on_one_line(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    workflow = tmp_path / "fails_on_two_lines.py"
+    workflow.write_text(FAILS_ON_TWO_LINES)
+    run_id = piwf.json("run", "start", str(workflow), "--wait", exit_code=1)["run"]["runId"]
+
+    explained = piwf.json("run", "explain", run_id)
+    assert "the first line\nthe second line\x1b[31m" in explained["explanation"], explained
+    lines = piwf.run("run", "explain", run_id).stdout.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"{run_id}  failed: ")
+    assert "the first line\\nthe second line\\x1b[31m" in lines[0]
+    assert lines[1] == f"  piwf run restart {run_id}"
+
+    # Where the record keeps its lines (run show, a wait's error), no stored text reaches the
+    # terminal as a control sequence.
+    shown = piwf.run("run", "show", run_id)
+    waited = piwf.run("run", "wait", run_id)
+    assert waited.returncode == 1
+    for text in (shown.stdout, waited.stderr):
+        assert "\x1b" not in text and "the second line\\x1b[31m" in text, text

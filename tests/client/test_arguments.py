@@ -53,6 +53,22 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         "autostart: True or False",
     ),
     "project": (lambda c: c.start_run("noop", project=7), "project"),  # type: ignore[arg-type]
+    "project a file": (
+        lambda c: c.start_run("noop", project=__file__),
+        f"project: {__file__} is not a directory; give the project's directory",
+    ),
+    "project a device": (
+        lambda c: c.list_workflows(project="/dev/null"),
+        "project: /dev/null is not a directory",
+    ),
+    "resource project a file": (
+        lambda c: c.apply_resource("m", "k", {}, project=Path(__file__)),
+        "project: ",
+    ),
+    "workflow show project a file": (
+        lambda c: c.show_workflow("noop", project=__file__),
+        "project",
+    ),
     "settings patch None": (
         lambda c: c.change_settings("run-1", None),  # type: ignore[arg-type]
         "patch: Input should be a valid list",

@@ -129,6 +129,9 @@ def test_apply_creates_then_adopts_an_equal_spec_then_bumps_the_generation(
 
     stale = apply(db, {"name": "cy"}, expected_version=1)
     assert isinstance(stale, Conflict)
+    assert stale.evidence.startswith("resource ")
+    assert "is at version 2, not 1: someone changed it since it was read" in stale.evidence
+    assert "Read it again (piwf resource get " in stale.evidence
     assert view(db).spec == {"name": "bob"}
 
 

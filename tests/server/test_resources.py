@@ -449,3 +449,33 @@ def test_a_load_that_blocks_is_stopped_at_the_resolver_deadline_and_names_what_i
             "server more time with PIWF_RESOLVER_TIMEOUT_S"
         )
     assert query(server.home, "SELECT count(*) FROM managed_resources") == [(0,)]
+
+
+@pytest.mark.usefixtures("reaper")
+def test_a_manager_whose_initial_status_exits_is_refused_naming_initial_status(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = start(servers)
+    project = project_with(
+        tmp_path,
+        leaves="""
+        import os
+        from piwf.resource import define_resource_manager, settled
+
+        manager = define_resource_manager(
+            name="leaves",
+            initial_status=lambda spec: os._exit(3),
+            reconcile=lambda ctx, resource: settled(),
+        )
+        """,
+    )
+    apply = {"manager": "leaves", "key": "k", "spec": {}, "projectPath": str(project)}
+    with raw_client(server) as client:
+        applied = client.request("resource.apply", apply, key="apply-leaves")
+    assert applied.outcome == "rejected", applied
+    assert applied.error is not None
+    assert applied.error.message.startswith(
+        "the resolver child exited with code 3 while loading resource manager 'leaves' (does the"
+        " module call os._exit or exit at import or in its initial_status?)"
+    ), applied.error.message
+    assert query(server.home, "SELECT count(*) FROM managed_resources") == [(0,)]

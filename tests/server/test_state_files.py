@@ -177,6 +177,15 @@ def test_a_socket_path_that_is_not_a_socket_is_refused(short_home: Path) -> None
         Client(short_home, autostart=False).connect()
 
 
+def test_a_home_that_is_a_file_is_refused_with_what_to_do(short_home: Path) -> None:
+    short_home.write_bytes(b"a file in the way")
+    for autostart in (False, True):
+        with pytest.raises(UnsafeSocketError, match="is not a directory") as refused:
+            Client(short_home, autostart=autostart, retry_timeout_s=1).connect()
+        assert "set PIWF_HOME to another directory" in str(refused.value)
+    assert short_home.read_bytes() == b"a file in the way"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can chown a socket to another user")
 def test_a_socket_owned_by_another_user_is_refused(short_home: Path) -> None:
     paths = ServerPaths(short_home)

@@ -166,6 +166,15 @@ def test_a_symlinked_state_home_is_refused(tmp_path: Path) -> None:
     assert list(real.iterdir()) == []
 
 
+def test_a_state_home_that_is_a_file_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.write_bytes(b"a file in the way")
+    with pytest.raises(UnsafeStateHomeError, match="not a directory") as refused:
+        StateDatabase(home / "state.sqlite")
+    assert "set PIWF_HOME to another directory" in str(refused.value)
+    assert home.read_bytes() == b"a file in the way"
+
+
 def test_a_symlinked_database_is_refused_and_its_target_untouched(home: Path) -> None:
     target = home.parent / "elsewhere.sqlite"
     make_valid(target.parent / "x" / "state.sqlite")

@@ -19,7 +19,9 @@ from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.engine import execute
 
 from .test_execution_support import (
+    LEASE_MS,
     OPERATOR,
+    SERVER_ID,
     Crash,
     StorePort,
     attempts,
@@ -343,3 +345,18 @@ def test_every_attempt_of_a_copied_visit_is_copied_under_the_forks_ids(db: State
     assert (result.status, result.output) == (p.RunStatus.COMPLETED, {"b": 2})
     assert tries == ["b", "b"], "b never ran in the fork"
     assert violations(db) == []
+
+
+def test_a_run_where_no_node_ran_is_refused_saying_so(db: StateDatabase) -> None:
+    workflow = looping([])
+    create(db, workflow, SOURCE)
+    with db.write() as tx:
+        ex.cancel_run(tx, SOURCE, actor=OPERATOR, control_owner_id=SERVER_ID, lease_ms=LEASE_MS)
+    before = dump(db)
+    refused = fork(db, "again")
+    assert isinstance(refused, Conflict)
+    assert refused.evidence.startswith(
+        "no node has run in run run-source yet, so there is nothing to fork from"
+    ), refused.evidence
+    assert "none" not in refused.evidence
+    assert dump(db) == before

@@ -166,9 +166,14 @@ class ResolverJobs:
             how = "ended" if returncode is None else f"was killed by {_signal_name(-returncode)}"
             message = f"the resolver child {how} without an answer while loading {subject}"
             return ResolverFailedError(message + printed)
+        when = (
+            "at import or in its initial_status"
+            if job.request.get("kind") == "resourceManager"
+            else "at import"
+        )
         message = (
             f"the resolver child exited with code {returncode} while loading {subject} (does "
-            f"the module call os._exit or exit at import?){printed}"
+            f"the module call os._exit or exit {when}?){printed}"
         )
         return {"ok": False, "error": {"code": code, "message": message}}
 

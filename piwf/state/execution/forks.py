@@ -109,6 +109,12 @@ def fork_run(
     copied = fork_point(step_paths, open_paths, from_node)
     if copied is None:
         ran = list(dict.fromkeys([*step_paths, *sorted(open_paths)]))
+        if not ran:
+            return Conflict(
+                f"no node has run in run {run_id} yet, so there is nothing to fork from; let"
+                f" it run (piwf run resume {run_id} if it is paused) or start it afresh"
+                f" (piwf run restart {run_id}, once it ended)"
+            )
         return Conflict(
             f"that node never ran in run {run_id}; fork from a node that ran: {_list(ran)}"
         )

@@ -19,6 +19,7 @@ resource version. Reconcile claims, results and recovery live in
 from __future__ import annotations
 
 import secrets
+import shlex
 import sqlite3
 from dataclasses import dataclass
 from typing import Any
@@ -282,9 +283,7 @@ def apply_resource(
     existing = get_resource(tx, manager, key)
     current_version = 0 if existing is None else existing.resource_version
     if expected_version is not None and expected_version != current_version:
-        return Conflict(
-            f"resource {manager}/{key} is at version {current_version}, not {expected_version}"
-        )
+        return Conflict(_version_conflict(manager, key, current_version, expected_version))
     spec_hash = blobs.put_json(tx, spec)
     if existing is None:
         return Applied(_create(tx, manager, key, spec_hash, resolved, project_path, actor))
@@ -373,8 +372,7 @@ def request_deletion(
     a resource already deleting is :class:`Adopted`."""
     if expected_version is not None and expected_version != row.resource_version:
         return Conflict(
-            f"resource {row.manager}/{row.key} is at version {row.resource_version},"
-            f" not {expected_version}"
+            _version_conflict(row.manager, row.key, row.resource_version, expected_version)
         )
     if row.deletion_requested_at is not None:
         return Adopted(row)
@@ -505,4 +503,13 @@ def _row(row: sqlite3.Row) -> ResourceRow:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         resource_version=row["revision"],
+    )
+
+
+def _version_conflict(manager: str, key: str, current: int, expected: int) -> str:
+    """Why a change made against another version was refused, and how to make it again."""
+    return (
+        f"resource {manager}/{key} is at version {current}, not {expected}: someone changed it"
+        f" since it was read. Read it again (piwf resource get {manager} {shlex.quote(key)}),"
+        " then make the change against the version it shows. Nothing was changed"
     )
