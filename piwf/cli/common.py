@@ -104,12 +104,16 @@ def interrupted(*, as_json: bool) -> NoReturn:
 
 
 def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
-    """Report ``error`` (to stdout as JSON, or to stderr) and exit with status 1."""
+    """Report ``error`` (to stdout as JSON, or to stderr) and exit with status 1. The human
+    form escapes the message's control characters (a validator's or a workflow's text may carry
+    a terminal escape), keeping its line breaks; ``--json`` has it as sent."""
     code = error.error_code if isinstance(error, CommandError) else error.code
     if as_json:
         emit_json({"error": {"code": code, "message": str(error)}})
     else:
-        click.echo(f"Error: {error}", err=True)
+        from piwf.cli.render import printable  # render imports this module
+
+        click.echo(f"Error: {printable(str(error))}", err=True)
     raise click.exceptions.Exit(1)
 
 
