@@ -158,11 +158,16 @@ def id_check(kind: str) -> Callable[[click.Context, click.Parameter, str | None]
     def check(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
         if value is not None and not _OPAQUE_ID.fullmatch(value):
             raise click.BadParameter(
-                f"a {kind} id is 1 to 256 printable ASCII characters, no spaces"
+                f"{_article(kind)} {kind} id is 1 to 256 printable ASCII characters, no spaces"
             )
         return value
 
     return check
+
+
+def _article(noun: str) -> str:
+    """``an`` before a noun that starts with a vowel (``an effect``), else ``a``."""
+    return "an" if noun[:1] in "aeiou" else "a"
 
 
 def check_session_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

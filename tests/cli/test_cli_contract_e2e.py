@@ -218,6 +218,13 @@ def test_an_unknown_id_says_where_to_look_in_every_command(piwf: Piwf) -> None: 
     assert refused["error"]["code"] == "effectNotFound"
     assert refused["error"]["message"].startswith("no effect effect-nope (piwf run show RUN_ID")
     assert f"PIWF_HOME={piwf.home})" in refused["error"]["message"]
+    refused = piwf.json("channel", "recover", "effect-nope", "confirm", exit_code=1)
+    assert refused["error"] == {
+        "code": "channelEffectNotFound",
+        "message": "no channel send effect-nope (piwf channel status lists the ambiguous sends"
+        f" of this state home, PIWF_HOME={piwf.home}; the effect of a run step is settled with"
+        " piwf effect resolve EFFECT_ID --applied | --retry)",
+    }
 
     malformed = piwf.json("resource", "list", "--manager", "bad name", exit_code=2)
     assert malformed["error"]["code"] == "usage" and "manager" in malformed["error"]["message"]
