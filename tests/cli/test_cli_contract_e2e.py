@@ -425,3 +425,16 @@ def test_a_rejection_and_an_expected_output_reach_the_terminal_escaped(
     assert "rejected     ValueError: not \\x1b]0;owned\\x07 this" in listed, listed
     assert "expected     a \\x1b]0;t\\x07 number" in listed, listed
     piwf.json("run", "cancel", run_id)
+
+
+def test_a_channel_reload_with_no_profiles_says_where_they_are_configured(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    reloaded = piwf.run("channel", "reload")
+    assert reloaded.returncode == 0, reloaded.stderr
+    assert reloaded.stdout == (
+        f"no channel profiles: nothing to start (configure them in {piwf.home}/channels.json;"
+        " docs/CHANNELS.md shows the setup)\n"
+    )
+    report = piwf.json("channel", "reload")
+    assert report == {"restarted": [], "started": [], "stopped": [], "unchanged": []}
