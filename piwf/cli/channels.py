@@ -6,6 +6,7 @@ import click
 
 from piwf.cli import render
 from piwf.cli.common import command, effect_id_argument, json_option, open_client
+from piwf.config import CHANNELS_FILE_NAME
 
 DUPLICATE_WARNING = (
     "warning: retry sends the message again; if the first send did reach the chat, the "
@@ -81,15 +82,22 @@ def channel_reload(as_json: bool) -> None:
     """
     with open_client() as client:
         report = client.reload_channels()
+        home = client.home
     if as_json:
         render.emit_json(report.to_wire())
         return
-    for label, names in (
+    changes = (
         ("started", report.started),
         ("restarted", report.restarted),
         ("stopped", report.stopped),
         ("unchanged", report.unchanged),
-    ):
+    )
+    if not any(names for _, names in changes):
+        click.echo(
+            f"no channel profiles: nothing to start (configure them in {home / CHANNELS_FILE_NAME};"
+            " docs/CHANNELS.md shows the setup)"
+        )
+    for label, names in changes:
         if names:
             click.echo(f"{label}: {', '.join(names)}")
 

@@ -104,12 +104,16 @@ def interrupted(*, as_json: bool) -> NoReturn:
 
 
 def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
-    """Report ``error`` (to stdout as JSON, or to stderr) and exit with status 1."""
+    """Report ``error`` (to stdout as JSON, or to stderr) and exit with status 1. The human
+    form escapes the message's control characters (a validator's or a workflow's text may carry
+    a terminal escape), keeping its line breaks; ``--json`` has it as sent."""
     code = error.error_code if isinstance(error, CommandError) else error.code
     if as_json:
         emit_json({"error": {"code": code, "message": str(error)}})
     else:
-        click.echo(f"Error: {error}", err=True)
+        from piwf.cli.render import printable  # render imports this module
+
+        click.echo(f"Error: {printable(str(error))}", err=True)
     raise click.exceptions.Exit(1)
 
 
@@ -154,11 +158,16 @@ def id_check(kind: str) -> Callable[[click.Context, click.Parameter, str | None]
     def check(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
         if value is not None and not _OPAQUE_ID.fullmatch(value):
             raise click.BadParameter(
-                f"a {kind} id is 1 to 256 printable ASCII characters, no spaces"
+                f"{_article(kind)} {kind} id is 1 to 256 printable ASCII characters, no spaces"
             )
         return value
 
     return check
+
+
+def _article(noun: str) -> str:
+    """``an`` before a noun that starts with a vowel (``an effect``), else ``a``."""
+    return "an" if noun[:1] in "aeiou" else "a"
 
 
 def check_session_id(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -76,7 +76,7 @@ def _show(client: Client, run_id: str, node: str | None, *, as_json: bool) -> No
         click.echo(f"run {run_id} has no node output yet" + (" for that node" if node else ""))
     for log in logs:
         click.echo(header(log.info))
-        text = log.text
+        text = render.log_text(log.text)
         if text:
             click.echo(text, nl=not text.endswith("\n"))
 
@@ -91,6 +91,7 @@ def _follow(client: Client, run_id: str, node: str | None, *, as_json: bool) -> 
         if as_json:
             render.emit_json({"attempt": _described(info), "text": text})
             continue
+        text = render.log_text(text)
         if info.log != current:
             if not at_line_start:
                 click.echo()

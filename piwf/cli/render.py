@@ -118,6 +118,17 @@ def printable(text: str) -> str:
     return "\n".join(one_line(line) for line in text.split("\n"))
 
 
+def log_text(text: str) -> str:
+    """What a node printed (its stdout and stderr, as ``piwf run logs`` shows it) safe to
+    print: line breaks and tabs kept, every other control character (a terminal escape, a bell,
+    a carriage return) escaped as :func:`one_line` does, so a node's output cannot drive the
+    terminal; ``--json`` keeps the text as stored."""
+    return "".join(
+        repr(character)[1:-1] if character not in "\n\t" and _is_control(character) else character
+        for character in text
+    )
+
+
 def _is_control(character: str) -> bool:
     return unicodedata.category(character) in ("Cc", "Zl", "Zp")
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from piwf.cli.render import active_time_text, fields, one_line, timestamp, value_preview
+from piwf.cli.render import (
+    active_time_text,
+    fields,
+    one_line,
+    printable,
+    timestamp,
+    value_preview,
+)
 from piwf.protocol.agent_payloads import SubmissionReceipt
 from piwf.protocol.payloads import AgentRequestInfo, AgentSubmissionInfo, OpenRequestInfo
 
@@ -41,15 +48,15 @@ def expected_output(request: OpenRequestInfo) -> str | None:
     """What the agent step asks for (its ``expected_output``)."""
     content = request.content
     if isinstance(content, dict) and isinstance(content.get("expectedOutput"), str):
-        return str(content["expectedOutput"])
+        return printable(str(content["expectedOutput"]))
     return None
 
 
 def agent_request_fields(request: OpenRequestInfo) -> str:
     """One pending agent request in full: how to submit, what to submit, what went wrong."""
-    rejection = request.latest_rejection
-    if rejection is None and request.latest_rejection_ref is not None:
-        rejection = value_preview(None, request.latest_rejection_ref, text=True)
+    rejection = None
+    if request.latest_rejection is not None or request.latest_rejection_ref is not None:
+        rejection = value_preview(request.latest_rejection, request.latest_rejection_ref, text=True)
     return fields(
         [
             ("request", request.request_id),

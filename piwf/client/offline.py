@@ -26,6 +26,7 @@ from pathlib import Path
 from piwf.client.arguments import path_argument
 from piwf.errors import IncompatibleStateError, StateCorruptError, StateError
 from piwf.state import StateDatabase
+from piwf.state.database import RESET_INSTRUCTION
 from piwf.state.diagnostics import Violation, verify_database
 from piwf.state.file_damage import check_inactive_file, header_damage, sqlite_damage
 
@@ -78,9 +79,21 @@ def verify_file(path: str | os.PathLike[str]) -> list[Violation]:
     try:
         with StateDatabase(path, mode="read-only") as database:
             return verify_database(database)
-    except (IncompatibleStateError, StateCorruptError):
+    except (IncompatibleStateError, StateCorruptError) as error:
         # Damage in the schema pages stops the identity check first: report it as damage.
         damage = sqlite_damage(path)
         if damage:
             return damage
+        if isinstance(error, IncompatibleStateError):
+            raise _not_a_backup(error, path) from None
         raise
+
+
+def _not_a_backup(error: IncompatibleStateError, path: Path) -> IncompatibleStateError:
+    """The open's refusal of a file that is not piwf's state of this schema, its advice for the
+    live state file (move it aside, start piwf again) replaced by what a backup must be."""
+    text = str(error).replace(". " + RESET_INSTRUCTION.format(name=path.name), "")
+    return type(error)(
+        f"{text}: it is not a state database of this piwf version; give a file that"
+        " `piwf state backup` wrote"
+    )

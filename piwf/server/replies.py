@@ -133,6 +133,16 @@ def unknown_effect(effect_id: str, home: Path) -> str:
     )
 
 
+def unknown_channel_send(effect_id: str, home: Path) -> str:
+    """What to say about an effect id that is no channel send of the state home ``home``: where
+    the ambiguous sends are listed, and the command for another kind of effect."""
+    return (
+        f"no channel send {effect_id} (piwf channel status lists the ambiguous sends of this"
+        f" state home, PIWF_HOME={home}; the effect of a run step is settled with piwf effect"
+        " resolve EFFECT_ID --applied | --retry)"
+    )
+
+
 def unknown_resource(manager: str, key: str, home: Path) -> str:
     """What to say about a managed resource the state home ``home`` does not have."""
     return (

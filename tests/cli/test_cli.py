@@ -505,12 +505,12 @@ def test_a_full_run_list_page_does_not_ask_for_a_limit_above_the_most() -> None:
 
 
 MALFORMED_IDS = {
-    "answer": (["answer", "a b", "{}"], "'REQUEST_ID'", "request"),
-    "submit": (["submit", "a b", "{}"], "'REQUEST_ID'", "request"),
-    "update": (["update", "a b", "{}"], "'REQUEST_ID'", "request"),
-    "requests --run": (["requests", "--run", "a b"], "'--run'", "run"),
-    "effect resolve": (["effect", "resolve", "a b", "--applied"], "'EFFECT_ID'", "effect"),
-    "channel recover": (["channel", "recover", "a\x1b[2J", "confirm"], "'EFFECT_ID'", "effect"),
+    "answer": (["answer", "a b", "{}"], "'REQUEST_ID'", "a request"),
+    "submit": (["submit", "a b", "{}"], "'REQUEST_ID'", "a request"),
+    "update": (["update", "a b", "{}"], "'REQUEST_ID'", "a request"),
+    "requests --run": (["requests", "--run", "a b"], "'--run'", "a run"),
+    "effect resolve": (["effect", "resolve", "a b", "--applied"], "'EFFECT_ID'", "an effect"),
+    "channel recover": (["channel", "recover", "a\x1b[2J", "confirm"], "'EFFECT_ID'", "an effect"),
 }
 
 
@@ -525,7 +525,7 @@ def test_a_malformed_id_of_any_kind_is_a_usage_error_that_sends_nothing(
     assert result.exit_code == 2, result.output
     assert one_json_document(result.stdout)["error"] == {
         "code": "usage",
-        "message": f"Invalid value for {where}: a {kind} id is 1 to 256 printable ASCII"
+        "message": f"Invalid value for {where}: {kind} id is 1 to 256 printable ASCII"
         " characters, no spaces",
     }
     assert fake.requests == [], "a malformed id reached the server"

@@ -218,6 +218,13 @@ def test_an_unknown_id_says_where_to_look_in_every_command(piwf: Piwf) -> None: 
     assert refused["error"]["code"] == "effectNotFound"
     assert refused["error"]["message"].startswith("no effect effect-nope (piwf run show RUN_ID")
     assert f"PIWF_HOME={piwf.home})" in refused["error"]["message"]
+    refused = piwf.json("channel", "recover", "effect-nope", "confirm", exit_code=1)
+    assert refused["error"] == {
+        "code": "channelEffectNotFound",
+        "message": "no channel send effect-nope (piwf channel status lists the ambiguous sends"
+        f" of this state home, PIWF_HOME={piwf.home}; the effect of a run step is settled with"
+        " piwf effect resolve EFFECT_ID --applied | --retry)",
+    }
 
     malformed = piwf.json("resource", "list", "--manager", "bad name", exit_code=2)
     assert malformed["error"]["code"] == "usage" and "manager" in malformed["error"]["message"]
@@ -346,3 +353,88 @@ def test_explain_prints_a_multi_line_failure_escaped_on_one_line(
     assert waited.returncode == 1
     for text in (shown.stdout, waited.stderr):
         assert "\x1b" not in text and "the second line\\x1b[31m" in text, text
+
+
+PRINTS_ESCAPES = """
+import sys
+from piwf.workflow import compute, define_workflow
+
+def loud(ctx):
+    print("red \\x1b[31mtext\\x1b[0m\\tand a tab")
+    print("title \\x1b]0;owned\\x07 bell", file=sys.stderr)
+    return {}
+
+workflow = define_workflow(
+    name="prints_escapes", start_at="loud", nodes={"loud": compute(loud)}, edges=[]
+)
+"""
+
+
+def test_run_logs_escape_what_a_node_printed_and_keep_it_in_json(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    workflow = tmp_path / "prints_escapes.py"
+    workflow.write_text(PRINTS_ESCAPES)
+    run_id = piwf.json("run", "start", str(workflow), "--wait")["run"]["runId"]
+
+    stored = piwf.json("run", "logs", run_id)["attempts"][0]["text"]
+    assert "\x1b[31mtext" in stored and "\x1b]0;owned\x07" in stored, stored
+    for args in (["run", "logs", run_id], ["run", "logs", run_id, "--follow"]):
+        shown = piwf.run(*args)
+        assert shown.returncode == 0, shown.stderr
+        assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout, shown.stdout
+        assert "red \\x1b[31mtext\\x1b[0m\tand a tab\n" in shown.stdout, shown.stdout
+        assert "title \\x1b]0;owned\\x07 bell\n" in shown.stdout, shown.stdout
+
+
+REJECTS_WITH_AN_ESCAPE = """
+from piwf.workflow import agent, define_workflow
+
+def check(output, ctx):
+    raise ValueError("not \\x1b]0;owned\\x07 this")
+
+workflow = define_workflow(
+    name="rejects_with_an_escape",
+    start_at="ask",
+    nodes={
+        "ask": agent(prompt="Count.", expected_output="a \\x1b]0;t\\x07 number", validate=check)
+    },
+    edges=[],
+)
+"""
+
+
+def test_a_rejection_and_an_expected_output_reach_the_terminal_escaped(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    workflow = tmp_path / "rejects_with_an_escape.py"
+    workflow.write_text(REJECTS_WITH_AN_ESCAPE)
+    run_id = piwf.json("run", "start", str(workflow))["run"]["runId"]
+    requests = wait_for(lambda: piwf.json("requests", "--run", run_id)["requests"], timeout_s=30)
+    request_id = requests[0]["requestId"]
+
+    rejected = piwf.json("submit", request_id, "1", exit_code=1)
+    assert rejected["error"]["message"] == "ValueError: not \x1b]0;owned\x07 this"
+    submitted = piwf.run("submit", request_id, "1")
+    assert submitted.returncode == 1
+    assert submitted.stderr == "Error: ValueError: not \\x1b]0;owned\\x07 this\n"
+    listed = piwf.run("requests", "--run", run_id).stdout
+    assert "\x1b" not in listed and "\x07" not in listed, listed
+    assert "rejected     ValueError: not \\x1b]0;owned\\x07 this" in listed, listed
+    assert "expected     a \\x1b]0;t\\x07 number" in listed, listed
+    piwf.json("run", "cancel", run_id)
+
+
+def test_a_channel_reload_with_no_profiles_says_where_they_are_configured(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    reloaded = piwf.run("channel", "reload")
+    assert reloaded.returncode == 0, reloaded.stderr
+    assert reloaded.stdout == (
+        f"no channel profiles: nothing to start (configure them in {piwf.home}/channels.json;"
+        " docs/CHANNELS.md shows the setup)\n"
+    )
+    report = piwf.json("channel", "reload")
+    assert report == {"restarted": [], "started": [], "stopped": [], "unchanged": []}

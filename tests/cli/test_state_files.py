@@ -157,7 +157,13 @@ def test_offline_verify_of_another_applications_database_is_incompatible(
     other.chmod(0o600)
     code, document, _ = verify_json(cli, other)
     assert code == 1
-    assert document["error"]["code"] == "incompatibleState"
+    # The advice is a backup's, not the live state file's (move it aside, start piwf again).
+    assert document["error"] == {
+        "code": "incompatibleState",
+        "message": f"piwf state at {other} is incompatible: foreign application id 0x00000000:"
+        " it is not a state database of this piwf version; give a file that `piwf state"
+        " backup` wrote",
+    }
 
 
 # -- state restore ---------------------------------------------------------------------------

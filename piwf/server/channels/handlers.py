@@ -32,7 +32,7 @@ from piwf.server.channels.profiles import ChannelConfigError, config_path
 from piwf.server.commands import CommandResult
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
-from piwf.server.replies import effect_info, ok, payload_of
+from piwf.server.replies import effect_info, ok, payload_of, unknown_channel_send
 from piwf.state import Transaction
 from piwf.state import channel_delivery as cd
 from piwf.state import channels as channel_store
@@ -122,7 +122,9 @@ class ChannelHandlers:
         def change(tx: Transaction) -> CommandResult:
             result = cd.recover(tx, payload.effect_id, payload.action, actor=actor)
             if result is None:
-                error = UnknownChannelEffectError(f"no channel send {payload.effect_id}")
+                error = UnknownChannelEffectError(
+                    unknown_channel_send(payload.effect_id, self.context.home)
+                )
                 return CommandResult.failed("notFound", error)
             if isinstance(result, Conflict):
                 return CommandResult.failed("rejected", RunCommandError(result.evidence))
