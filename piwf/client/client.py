@@ -76,6 +76,7 @@ from piwf.errors import (
     CommandError,
     ConflictError,
     InternalServerError,
+    InvalidArgumentError,
     NotFoundError,
     RejectedError,
     RequestTooLargeError,
@@ -174,7 +175,8 @@ class Client(
     wait on top), ``retry_timeout_s`` the retrying of one call (0: no retry), ``start_timeout_s``
     a server start; each is a number of seconds above 0, else the constructor raises
     :class:`~piwf.errors.InvalidArgumentError` naming it, as it does for a malformed
-    ``client_id`` or an ``autostart`` that is not a ``bool``. Constructing a client does no
+    ``client_id``, an ``autostart`` that is not a ``bool`` or a ``remote`` that is no loopback
+    ``ws://`` URL. Constructing a client does no
     I/O; the first request connects. With ``remote``
     (``ws://127.0.0.1:PORT``, a loopback URL: :func:`~piwf.client.websocket.check_remote_url`)
     the client talks to that piwf relay's server instead of ``home``'s and never starts one.
@@ -213,7 +215,10 @@ class Client(
         else:
             from piwf.client.websocket import RemoteConnector  # only a remote client needs it
 
-            self._connector = RemoteConnector(remote)
+            try:
+                self._connector = RemoteConnector(remote)
+            except InvalidArgumentError as error:
+                raise InvalidArgumentError(f"invalid argument: remote: {error}") from None
         self._lock = threading.Lock()
         self._connection: ServerConnection | None = None
 
