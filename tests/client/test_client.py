@@ -280,10 +280,17 @@ def test_the_first_attempt_counts_toward_the_retry_timeout(short_home: Path) -> 
     assert len(server.requests) == 1
 
 
-def test_no_server_and_no_autostart_raises_at_once(short_home: Path) -> None:
-    with client_for(short_home) as client, pytest.raises(ServerNotRunningError):
+def test_no_server_and_no_autostart_raises_at_once_saying_how_to_start_one(
+    short_home: Path,
+) -> None:
+    with client_for(short_home) as client, pytest.raises(ServerNotRunningError) as error:
         client.server_status()
     assert not short_home.exists()
+    assert str(error.value) == (
+        f"no piwf server is running for {short_home}; start one with "
+        f"`PIWF_HOME={short_home} piwf server start`, or construct the Client with "
+        "autostart=True to start it on first use"
+    )
 
 
 def test_autostart_starts_a_server_once_and_connects(
