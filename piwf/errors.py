@@ -62,6 +62,8 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     ├── InternalError               internalError      (a server bug; nothing was changed)
     ├── MissingExtraError           missingExtra       (a command needs an optional extra)
     ├── RelayError                  relayError         (piwf relay cannot listen or serve)
+    ├── ClientClosedError           clientClosed       (Client.close() ended a call in flight;
+    │                                                   a later call connects again)
     ├── ServerError
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
     │   ├── ServerStartError        serverStart        (the server could not start; says why)
@@ -446,6 +448,14 @@ class RelayError(PiwfError):
     """``piwf relay`` cannot listen (the address is in use, not permitted) or serve."""
 
     code = "relayError"
+
+
+class ClientClosedError(PiwfError):
+    """:meth:`piwf.client.Client.close` ran while this call waited for its answer, so the call
+    ended instead of being sent again; for a command, the message names the idempotency key
+    under which a retry adopts its outcome. A call made after ``close()`` connects again."""
+
+    code = "clientClosed"
 
 
 class ServerError(PiwfError):

@@ -22,6 +22,17 @@ from piwf.protocol.client_v1 import Response
 _Receipt = TypeVar("_Receipt", bound=BaseModel)
 
 
+def outcome_unknown(idempotency_key: str | None, client_id: str) -> str:
+    """What a durable command cut short (its key given) says about its outcome; nothing for a
+    read (no key)."""
+    if idempotency_key is None:
+        return ""
+    return (
+        " (the command may or may not have been applied; a retry with idempotency "
+        f"key {idempotency_key} from client {client_id} adopts its outcome)"
+    )
+
+
 def parse_receipt(receipt_type: type[_Receipt], response: Response) -> _Receipt:
     """The response's receipt as ``receipt_type``; a receipt that does not fit is the server
     breaking the protocol (:class:`~piwf.protocol.errors.InvalidMessageError`)."""
@@ -40,6 +51,7 @@ class ClientCalls:
     if TYPE_CHECKING:  # provided by :class:`piwf.client.Client`, which mixes the groups in
         request_timeout_s: float
         _connection: ServerConnection | None
+        _closes: int
 
         def _current_connection(self, autostart: bool) -> ServerConnection:
             """The open connection (opened when there is none)."""

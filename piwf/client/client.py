@@ -54,7 +54,7 @@ from piwf.client.arguments import (
     path_argument,
     timeout_argument,
 )
-from piwf.client.calls import parse_receipt
+from piwf.client.calls import outcome_unknown, parse_receipt
 from piwf.client.channels import ChannelMethods
 from piwf.client.connection import ServerConnection
 from piwf.client.connectors import UnixSocketConnector
@@ -73,9 +73,11 @@ from piwf.config import DEFAULT_START_TIMEOUT_S, MAX_FRAME_BYTES, ServerPaths, s
 from piwf.errors import (
     BackupFailedError,
     ClaimLostCommandError,
+    ClientClosedError,
     CommandError,
     ConflictError,
     InternalServerError,
+    InvalidArgumentError,
     NotFoundError,
     RejectedError,
     RequestTooLargeError,
@@ -174,7 +176,8 @@ class Client(
     wait on top), ``retry_timeout_s`` the retrying of one call (0: no retry), ``start_timeout_s``
     a server start; each is a number of seconds above 0, else the constructor raises
     :class:`~piwf.errors.InvalidArgumentError` naming it, as it does for a malformed
-    ``client_id`` or an ``autostart`` that is not a ``bool``. Constructing a client does no
+    ``client_id``, an ``autostart`` that is not a ``bool`` or a ``remote`` that is no loopback
+    ``ws://`` URL. Constructing a client does no
     I/O; the first request connects. With ``remote``
     (``ws://127.0.0.1:PORT``, a loopback URL: :func:`~piwf.client.websocket.check_remote_url`)
     the client talks to that piwf relay's server instead of ``home``'s and never starts one.
@@ -213,9 +216,14 @@ class Client(
         else:
             from piwf.client.websocket import RemoteConnector  # only a remote client needs it
 
-            self._connector = RemoteConnector(remote)
+            try:
+                self._connector = RemoteConnector(remote)
+            except InvalidArgumentError as error:
+                raise InvalidArgumentError(f"invalid argument: remote: {error}") from None
         self._lock = threading.Lock()
         self._connection: ServerConnection | None = None
+        #: How often :meth:`close` ran: a call that sees it change while it waits ends.
+        self._closes = 0
 
     @property
     def socket_path(self) -> Path:
@@ -249,9 +257,12 @@ class Client(
         return self._connected().hello
 
     def close(self) -> None:
-        """Close the connection, if any; requests still waiting on it fail."""
+        """Close the connection, if any. A call still waiting on it (in another thread) raises
+        :class:`~piwf.errors.ClientClosedError` rather than being sent again; a call made
+        afterwards connects again."""
         with self._lock:
             connection, self._connection = self._connection, None
+            self._closes += 1
         if connection is not None:
             connection.close()
 
@@ -332,8 +343,12 @@ class Client(
             ) from None
         # The first attempt sends the frame checked above, unless its payload is made at send.
         unsent = [(first.request_id, first_frame)] if payload_at_send is None else []
+        closes = self._closes
 
         def attempt() -> Response:
+            if self._closes != closes:
+                unknown = outcome_unknown(idempotency_key, self.client_id)
+                raise ClientClosedError(f"the client was closed during {operation}{unknown}")
             connection = self._current_connection(autostart)
             if unsent:
                 request_id, frame = unsent.pop()
@@ -525,14 +540,9 @@ class Client(
         try:
             return retrying(again)
         except TransportError as error:
-            unknown = ""
-            if idempotency_key is not None:
-                unknown = (
-                    " (the command may or may not have been applied; a retry with idempotency "
-                    f"key {idempotency_key} from client {self.client_id} adopts its outcome)"
-                )
             raise ServerUnavailableError(
-                f"lost {self._connector.where} during {what}: {error}{unknown}"
+                f"lost {self._connector.where} during {what}: {error}"
+                f"{outcome_unknown(idempotency_key, self.client_id)}"
             ) from None
 
     def _envelope(

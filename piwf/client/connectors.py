@@ -7,6 +7,7 @@ started (:func:`~piwf.client.launcher.ensure_server`) if the client allows it.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from piwf.client.sockets import NotListeningError, TransportError, connect_socket
@@ -39,7 +40,7 @@ class UnixSocketConnector:
             sock = connect_socket(path, timeout_s)
         except NotListeningError:
             if not autostart:
-                raise ServerNotRunningError(f"no piwf server is running for {self.home}") from None
+                raise ServerNotRunningError(not_running_message(self.home)) from None
             from piwf.client import launcher  # only a start needs it
 
             launcher.ensure_server(self.home, timeout_s=self.start_timeout_s)
@@ -49,3 +50,13 @@ class UnixSocketConnector:
                 # Another process's server holds the home but is still starting or stopping.
                 raise TransportError("the server is starting or stopping") from None
         return SocketTransport(sock)
+
+
+def not_running_message(home: Path) -> str:
+    """What a client that may not start a server says when none listens for ``home``, with
+    the two ways to have one."""
+    return (
+        f"no piwf server is running for {home}; start one with "
+        f"`PIWF_HOME={shlex.quote(str(home))} piwf server start`, or construct the Client with "
+        "autostart=True to start it on first use"
+    )

@@ -36,7 +36,13 @@ from piwf.client.arguments import (
 from piwf.client.calls import ClientCalls
 from piwf.client.content import read_content, resolve_references
 from piwf.config import MAX_FRAME_BYTES, SESSION_OR_AGENT_COMMAND, agent_command_problem
-from piwf.errors import AgentCommandError, InvalidArgumentError, PiwfError, SessionError
+from piwf.errors import (
+    AgentCommandError,
+    ClientClosedError,
+    InvalidArgumentError,
+    PiwfError,
+    SessionError,
+)
 from piwf.protocol import Operation
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
@@ -150,9 +156,10 @@ class RunReadMethods(ClientCalls):
         :meth:`run_view` reads them.
 
         A dropped connection is reopened and the watch resumed from the last revision seen
-        (nothing older comes again). ``idle_timeout_s``: raise ``TimeoutError`` when nothing
-        comes for that long (None: wait as long as the run takes). Stopping the iteration
-        (``break``) ends the subscription on the server.
+        (nothing older comes again); :meth:`close` (from another thread) ends the watch
+        with :class:`~piwf.errors.ClientClosedError`. ``idle_timeout_s``: raise
+        ``TimeoutError`` when nothing comes for that long (None: wait as long as the run
+        takes). Stopping the iteration (``break``) ends the subscription on the server.
         """
         from piwf.protocol.view_payloads import RunView, ViewRunWatchPayload
 
@@ -187,7 +194,7 @@ class RunReadMethods(ClientCalls):
         """Yield the newest ``limit`` runs (newest first; ``status``: only that display
         status) now and again whenever any run changes (``view.runs.watch``), until the caller
         stops iterating. A dropped connection is reopened and the list sent again;
-        ``idle_timeout_s`` as for :meth:`watch_run`."""
+        ``idle_timeout_s`` and :meth:`close` as for :meth:`watch_run`."""
         from piwf.protocol.view_payloads import ViewRunsWatchPayload
 
         def watch(subscription_id: str) -> WireModel:
@@ -217,7 +224,10 @@ class RunReadMethods(ClientCalls):
             idle_timeout_s = timeout_argument("idle_timeout_s", idle_timeout_s)
         subscription_id = f"watch-{secrets.token_hex(8)}"
         what = "the run list" if run_id is None else f"run {run_id}"
+        closes = self._closes
         while True:
+            if self._closes != closes:
+                raise ClientClosedError(f"the client was closed while watching {what}")
             payload = payload_for(subscription_id)  # a refused argument: before connecting
             connection = self._connected()
             events = connection.subscribe(subscription_id)

@@ -20,7 +20,12 @@ from piwf.client.loopback import TUNNEL_HINT, NotLoopbackError, loopback_address
 from piwf.client.sockets import TransportError
 from piwf.client.transport import PeerClosedError
 from piwf.config import MAX_FRAME_BYTES
-from piwf.errors import MissingExtraError, ServerNotRunningError, ServerUnavailableError
+from piwf.errors import (
+    InvalidArgumentError,
+    MissingExtraError,
+    ServerNotRunningError,
+    ServerUnavailableError,
+)
 from piwf.protocol import check_frame
 
 if TYPE_CHECKING:
@@ -34,32 +39,39 @@ MISSING_WEBSOCKETS: Final = (
 #: How long closing waits for the relay's side of the closing handshake.
 CLOSE_TIMEOUT_S: Final = 2.0
 _REFUSAL_CHARS: Final = 300
+#: The form of a relay URL, as refusals name it.
+REMOTE_URL_FORM: Final = "ws://127.0.0.1:PORT"
 
 
-def check_remote_url(url: str) -> str:
-    """Return ``url`` when it names a relay this client may use, else raise ``ValueError``.
+def check_remote_url(url: object) -> str:
+    """Return ``url`` when it names a relay this client may use, else raise
+    :class:`~piwf.errors.InvalidArgumentError` (a ``ValueError``) saying why.
 
-    Accepted: ``ws://HOST:PORT`` (an optional ``/`` path) where HOST is loopback
+    Accepted: a ``str`` ``ws://HOST:PORT`` (an optional ``/`` path) where HOST is loopback
     (:func:`~piwf.client.loopback.loopback_addresses`); the SSH tunnel carries it further.
     """
+    if not isinstance(url, str):
+        raise InvalidArgumentError(f"a relay is reached by a {REMOTE_URL_FORM} URL (a str)")
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError:
-        raise ValueError(f"{url!r} is not a ws://HOST:PORT URL") from None
+        raise InvalidArgumentError(f"{url!r} is not a ws://HOST:PORT URL") from None
     if parts.scheme != "ws":
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{url!r} is not a ws:// URL (the relay listens on loopback only, in plain ws; "
             "the SSH tunnel encrypts)"
         )
     if port is None or parts.hostname is None or parts.username or parts.password:
-        raise ValueError(f"{url!r} is not a ws://HOST:PORT URL")
+        raise InvalidArgumentError(f"{url!r} is not a ws://HOST:PORT URL")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(f"{url!r} has a path, query or fragment; the relay takes none")
+        raise InvalidArgumentError(f"{url!r} has a path, query or fragment; the relay takes none")
     try:
         loopback_addresses(parts.hostname)
     except NotLoopbackError as error:
-        raise ValueError(f"{error}; the relay is loopback-only, so {TUNNEL_HINT}") from None
+        raise InvalidArgumentError(
+            f"{error}; the relay is loopback-only, so {TUNNEL_HINT}"
+        ) from None
     return url
 
 

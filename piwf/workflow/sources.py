@@ -486,7 +486,10 @@ class _Loader:
         name = f"{WORKFLOW_MODULE_PREFIX}{digest[:16]}_{next(_MODULE_NUMBERS)}"
         spec = importlib.util.spec_from_file_location(name, key)
         if spec is None:
-            raise WorkflowLoadError(f"{path}: cannot create a module for this file")
+            raise WorkflowLoadError(
+                f"{path}: a workflow file's name ends in .py; rename it to "
+                f"{path.with_suffix('.py').name}"
+            )
         module = importlib.util.module_from_spec(spec)
         # Registered so dataclasses and pydantic models defined in the file can find their
         # module; the unique name keeps every load of every file separate.

@@ -196,6 +196,24 @@ def test_a_timeout_that_is_no_positive_number_is_refused_at_construction(
         Client(short_home, **{option: value})
 
 
+@pytest.mark.parametrize(
+    ("remote", "expected"),
+    [
+        (8765, "a ws://127.0.0.1:PORT URL"),
+        ("http://127.0.0.1:8765", "is not a ws:// URL"),
+        ("ws://localhost", "is not a ws://HOST:PORT URL"),
+        ("ws://10.0.0.1:8765", "is not a loopback address"),
+    ],
+)
+def test_a_remote_that_is_no_loopback_relay_url_is_refused_at_construction(
+    remote: Any, expected: str, short_home: Path
+) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        Client(short_home, remote=remote)
+    message = str(info.value)
+    assert message.startswith("invalid argument: remote: ") and expected in message, message
+
+
 def test_an_input_too_large_for_one_request_is_refused_before_sending(
     short_home: Path, no_server_start: None
 ) -> None:

@@ -14,6 +14,7 @@ from piwf.client import client as client_module
 from piwf.errors import (
     BackupFailedError,
     ClaimLostCommandError,
+    ClientClosedError,
     CommandError,
     ConflictError,
     IncompatibleServerError,
@@ -30,7 +31,13 @@ from piwf.errors import (
 )
 from piwf.protocol import InvalidMessageError, Request
 from piwf.protocol.payloads import RunInfo, ServerStatus
-from tests.client.fake_server import SERVER_STATUS, FakeConnection, FakeServer, run_info
+from tests.client.fake_server import (
+    SERVER_STATUS,
+    WAIT_S,
+    FakeConnection,
+    FakeServer,
+    run_info,
+)
 
 pytestmark = pytest.mark.usefixtures("no_server_start")
 
@@ -211,6 +218,42 @@ def test_durable_request_is_resent_with_the_same_key_after_a_lost_connection(
     assert second.payload == first.payload
 
 
+def test_close_fails_a_request_in_flight_on_another_thread_instead_of_resending_it(
+    short_home: Path,
+) -> None:
+    def handler(conn: FakeConnection, request: Request) -> None:
+        if request.operation == "server.status":
+            conn.reply(request, SERVER_STATUS)
+        # run.cancel: never answered, so the call waits until the client is closed
+
+    outcome: list[BaseException] = []
+
+    def cancel() -> None:
+        try:
+            client.cancel_run("run-1")
+        except BaseException as error:
+            outcome.append(error)
+
+    with FakeServer(short_home, handler) as server, client_for(short_home) as client:
+        caller = threading.Thread(target=cancel, daemon=True)
+        caller.start()
+        key = server.wait_for_requests(1)[0].idempotency_key
+        client.close()
+        caller.join(WAIT_S)
+        assert not caller.is_alive(), "close() left the call waiting"
+        client.server_status()  # a call made after close() connects again
+    [error] = outcome
+    assert isinstance(error, ClientClosedError), repr(error)
+    assert str(error) == (
+        "the client was closed during run.cancel (the command may or may not have been "
+        f"applied; a retry with idempotency key {key} from client cli-test adopts its outcome)"
+    )
+    assert [request.operation for _, request in server.requests] == [
+        "run.cancel",
+        "server.status",
+    ], "the cancel was not sent again"
+
+
 def test_read_is_resent_without_a_key_after_a_lost_connection(short_home: Path) -> None:
     def handler(conn: FakeConnection, request: Request) -> None:
         if conn.number == 1:
@@ -280,10 +323,17 @@ def test_the_first_attempt_counts_toward_the_retry_timeout(short_home: Path) -> 
     assert len(server.requests) == 1
 
 
-def test_no_server_and_no_autostart_raises_at_once(short_home: Path) -> None:
-    with client_for(short_home) as client, pytest.raises(ServerNotRunningError):
+def test_no_server_and_no_autostart_raises_at_once_saying_how_to_start_one(
+    short_home: Path,
+) -> None:
+    with client_for(short_home) as client, pytest.raises(ServerNotRunningError) as error:
         client.server_status()
     assert not short_home.exists()
+    assert str(error.value) == (
+        f"no piwf server is running for {short_home}; start one with "
+        f"`PIWF_HOME={short_home} piwf server start`, or construct the Client with "
+        "autostart=True to start it on first use"
+    )
 
 
 def test_autostart_starts_a_server_once_and_connects(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from piwf.client import Client
-from piwf.errors import NotFoundError
+from piwf.errors import ClientClosedError, NotFoundError
 from tests.server.conftest import servers  # noqa: F401 - a fixture used by name
 from tests.server.harness import ServerFactory, ServerProcess, wait_for
 from tests.server.test_execution import FAST
@@ -82,3 +82,48 @@ def _stop_mid_wait(
 
     wait_for(mid_wait, timeout_s=WAIT_S, what="the run.wait in flight")
     stop_server()
+
+
+def test_close_ends_a_wait_and_a_watch_in_flight_on_other_threads(
+    servers: ServerFactory,  # noqa: F811
+) -> None:
+    server = servers.start(env=FAST)
+    client = Client(server.home, autostart=False)
+    run = client.start_run(CHECKPOINT, input={"steps": ["a"]})
+    wait_for(lambda: client.get_run(run.run_id).run.status == "waiting", what="the checkpoint")
+    seen: list[int] = []
+    ended: dict[str, BaseException] = {}
+
+    def watch() -> None:
+        try:
+            for view in client.watch_run(run.run_id):
+                seen.append(view.revision)
+        except BaseException as error:
+            ended["watch"] = error
+
+    def wait() -> None:
+        try:
+            client.wait_run(run.run_id, timeout_s=60)
+        except BaseException as error:
+            ended["wait"] = error
+
+    callers = [threading.Thread(target=watch), threading.Thread(target=wait)]
+    for caller in callers:
+        caller.start()
+
+    def both_in_flight() -> bool:
+        connection = client._connection
+        return bool(seen) and connection is not None and bool(connection._pending)
+
+    wait_for(both_in_flight, what="the first view and the run.wait in flight")
+    client.close()
+    for caller in callers:
+        caller.join(timeout=10)
+    assert not any(caller.is_alive() for caller in callers), "close() left a call waiting"
+    assert sorted(ended) == ["wait", "watch"]
+    assert all(isinstance(error, ClientClosedError) for error in ended.values()), ended
+    assert str(ended["watch"]) == f"the client was closed while watching run {run.run_id}"
+    assert str(ended["wait"]) == "the client was closed during run.wait"
+    assert server.alive()
+    assert client.get_run(run.run_id).run.status == "waiting"  # a later call connects again
+    client.close()

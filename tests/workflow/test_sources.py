@@ -52,6 +52,11 @@ def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
     assert "syntax error at line 3" in message
 
 
+def test_file_whose_name_does_not_end_in_py_says_to_rename_it(tmp_path: Path) -> None:
+    path = write(tmp_path, "flow.txt", GOOD.replace("NAME", "flow"))
+    assert load_error(path) == (f"{path}: a workflow file's name ends in .py; rename it to flow.py")
+
+
 def test_file_without_definition(tmp_path: Path) -> None:
     path = write(tmp_path, "empty.py", "VALUE = 1\n")
     assert "defines no workflow" in load_error(path)
