@@ -7,6 +7,7 @@ line naming its node, visit and attempt; docs/CLI.md shows the output.
 from __future__ import annotations
 
 import codecs
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -34,14 +35,21 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Keep printing new output until the run is terminal (Ctrl-C stops).",
 )
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Print the output as the nodes wrote it, colours and terminal escapes included.",
+)
 @json_option
 @command
-def run_logs(run_id: str, node: str | None, follow: bool, as_json: bool) -> None:
+def run_logs(run_id: str, node: str | None, follow: bool, raw: bool, as_json: bool) -> None:
     """Show what a run's nodes printed: each attempt's stdout and stderr under a header
     naming its node, visit and attempt, in the order the attempts started.
 
-    With --follow, output is printed as it is written and the command exits 0 once the run
-    is terminal. --json prints {"runId", "runStatus", "terminal", "attempts": [...]} with each
+    Control characters other than line breaks and tabs (colours, terminal escapes) show
+    escaped, so a node's output cannot drive the terminal; --raw prints them as written. With
+    --follow, output is printed as it is written and the command exits 0 once the run is
+    terminal. --json prints {"runId", "runStatus", "terminal", "attempts": [...]} with each
     attempt's "text"; with --follow, one {"attempt", "text"} document per piece read.
 
     \b
@@ -51,15 +59,22 @@ def run_logs(run_id: str, node: str | None, follow: bool, as_json: bool) -> None
     """
     try:
         with open_client() as client:
+            shown = _as_written if raw else render.log_text
             if follow:
-                _follow(client, run_id, node, as_json=as_json)
+                _follow(client, run_id, node, shown, as_json=as_json)
             else:
-                _show(client, run_id, node, as_json=as_json)
+                _show(client, run_id, node, shown, as_json=as_json)
     except KeyboardInterrupt:
         raise click.exceptions.Exit(INTERRUPTED_EXIT) from None
 
 
-def _show(client: Client, run_id: str, node: str | None, *, as_json: bool) -> None:
+def _as_written(text: str) -> str:
+    return text
+
+
+def _show(
+    client: Client, run_id: str, node: str | None, shown: Callable[[str], str], *, as_json: bool
+) -> None:
     found = client.read_run_logs(run_id, node=node)
     logs = found.attempts
     if as_json:
@@ -76,12 +91,15 @@ def _show(client: Client, run_id: str, node: str | None, *, as_json: bool) -> No
         click.echo(f"run {run_id} has no node output yet" + (" for that node" if node else ""))
     for log in logs:
         click.echo(header(log.info))
-        text = render.log_text(log.text)
+        text = shown(log.text)
         if text:
-            click.echo(text, nl=not text.endswith("\n"))
+            # color=True: click would strip colour codes from --raw output to a pipe.
+            click.echo(text, nl=not text.endswith("\n"), color=True)
 
 
-def _follow(client: Client, run_id: str, node: str | None, *, as_json: bool) -> None:
+def _follow(
+    client: Client, run_id: str, node: str | None, shown: Callable[[str], str], *, as_json: bool
+) -> None:
     decoders: dict[int, codecs.IncrementalDecoder] = {}
     current: int | None = None
     at_line_start = True
@@ -91,14 +109,14 @@ def _follow(client: Client, run_id: str, node: str | None, *, as_json: bool) -> 
         if as_json:
             render.emit_json({"attempt": _described(info), "text": text})
             continue
-        text = render.log_text(text)
+        text = shown(text)
         if info.log != current:
             if not at_line_start:
                 click.echo()
             click.echo(header(info, final=False))
             current, at_line_start = info.log, True
         if text:
-            click.echo(text, nl=False)
+            click.echo(text, nl=False, color=True)
             at_line_start = text.endswith("\n")
     if not at_line_start and not as_json:
         click.echo()

@@ -386,6 +386,10 @@ def test_run_logs_escape_what_a_node_printed_and_keep_it_in_json(
         assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout, shown.stdout
         assert "red \\x1b[31mtext\\x1b[0m\tand a tab\n" in shown.stdout, shown.stdout
         assert "title \\x1b]0;owned\\x07 bell\n" in shown.stdout, shown.stdout
+    for args in (["run", "logs", run_id, "--raw"], ["run", "logs", run_id, "--follow", "--raw"]):
+        raw = piwf.run(*args)
+        assert raw.returncode == 0, raw.stderr
+        assert stored in raw.stdout, raw.stdout  # as the node wrote it, escapes included
 
 
 REJECTS_WITH_AN_ESCAPE = """
