@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
 import click
 
 from piwf import canonical
+from piwf.cli.safe_text import printable
 from piwf.errors import CanonicalJsonError, CommandError, InvalidArgumentError, PiwfError
 
 if TYPE_CHECKING:
@@ -111,8 +112,6 @@ def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
     if as_json:
         emit_json({"error": {"code": code, "message": str(error)}})
     else:
-        from piwf.cli.render import printable  # render imports this module
-
         click.echo(f"Error: {printable(str(error))}", err=True)
     raise click.exceptions.Exit(1)
 

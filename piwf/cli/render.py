@@ -10,13 +10,15 @@ only its size.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from piwf import canonical
 from piwf.cli.common import emit_json as emit_json  # commands print JSON through render
+from piwf.cli.safe_text import log_text as log_text  # and print stored text through it
+from piwf.cli.safe_text import one_line as one_line
+from piwf.cli.safe_text import printable as printable
 
 if TYPE_CHECKING:
     from piwf.protocol.payloads import (
@@ -99,38 +101,6 @@ def value_preview(value: object, ref: ContentRef | None = None, *, text: bool = 
         f"{shown[:PREVIEW_CHARS]}… <{len(shown):,} characters in all; "
         "--json prints the complete value>"
     )
-
-
-def one_line(text: str) -> str:
-    """``text`` (a run's title: a person's or a workflow's free text) safe to print in a line or
-    a table cell: each control character (a line break, a tab, a terminal escape such as ESC,
-    a Unicode line or paragraph separator) shows as its Python escape (``\\n``, ``\\x1b``), so
-    it cannot break the layout, forge a line or drive the terminal; other text is unchanged."""
-    return "".join(
-        repr(character)[1:-1] if _is_control(character) else character for character in text
-    )
-
-
-def printable(text: str) -> str:
-    """Free text of several lines (an error, a traceback, a node's stderr) safe to print: its
-    line breaks kept, every other control character escaped as :func:`one_line` does, so no
-    stored text can drive the terminal."""
-    return "\n".join(one_line(line) for line in text.split("\n"))
-
-
-def log_text(text: str) -> str:
-    """What a node printed (its stdout and stderr, as ``piwf run logs`` shows it) safe to
-    print: line breaks and tabs kept, every other control character (a terminal escape, a bell,
-    a carriage return) escaped as :func:`one_line` does, so a node's output cannot drive the
-    terminal; ``--json`` keeps the text as stored."""
-    return "".join(
-        repr(character)[1:-1] if character not in "\n\t" and _is_control(character) else character
-        for character in text
-    )
-
-
-def _is_control(character: str) -> bool:
-    return unicodedata.category(character) in ("Cc", "Zl", "Zp")
 
 
 def fields(rows: Iterable[tuple[str, object]], indent: str = "  ") -> str:

@@ -1,0 +1,45 @@
+"""Stored text made safe to print in the human output.
+
+Text that a user, a workflow or an agent wrote (a run's title, a failure message, a traceback,
+a node's output, an agent's prompt) may carry control characters. Printed raw, a line break
+can forge a table row and a terminal escape can drive the terminal (set its title, move the
+cursor, hide what follows). Each function here shows such characters as their Python escapes
+(``\\n``, ``\\x1b``) and leaves every other character as it is; ``--json`` output keeps the
+text as stored.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+
+def one_line(text: str) -> str:
+    """``text`` (a run's title: a person's or a workflow's free text) safe to print in a line or
+    a table cell: each control character (a line break, a tab, a terminal escape such as ESC,
+    a Unicode line or paragraph separator) shows as its Python escape (``\\n``, ``\\x1b``), so
+    it cannot break the layout, forge a line or drive the terminal; other text is unchanged."""
+    return "".join(
+        repr(character)[1:-1] if _is_control(character) else character for character in text
+    )
+
+
+def printable(text: str) -> str:
+    """Free text of several lines (an error, a traceback, a node's stderr) safe to print: its
+    line breaks kept, every other control character escaped as :func:`one_line` does, so no
+    stored text can drive the terminal."""
+    return "\n".join(one_line(line) for line in text.split("\n"))
+
+
+def log_text(text: str) -> str:
+    """What a node printed (its stdout and stderr, as ``piwf run logs`` shows it) safe to
+    print: line breaks and tabs kept, every other control character (a terminal escape, a bell,
+    a carriage return) escaped as :func:`one_line` does, so a node's output cannot drive the
+    terminal; ``--json`` keeps the text as stored."""
+    return "".join(
+        repr(character)[1:-1] if character not in "\n\t" and _is_control(character) else character
+        for character in text
+    )
+
+
+def _is_control(character: str) -> bool:
+    return unicodedata.category(character) in ("Cc", "Zl", "Zp")
