@@ -18,16 +18,14 @@ def one_line(text: str) -> str:
     a table cell: each control character (a line break, a tab, a terminal escape such as ESC,
     a Unicode line or paragraph separator) shows as its Python escape (``\\n``, ``\\x1b``), so
     it cannot break the layout, forge a line or drive the terminal; other text is unchanged."""
-    return "".join(
-        repr(character)[1:-1] if _is_control(character) else character for character in text
-    )
+    return _escaped(text, kept="")
 
 
 def printable(text: str) -> str:
     """Free text of several lines (an error, a traceback, a node's stderr) safe to print: its
     line breaks kept, every other control character escaped as :func:`one_line` does, so no
     stored text can drive the terminal."""
-    return "\n".join(one_line(line) for line in text.split("\n"))
+    return _escaped(text, kept="\n")
 
 
 def log_text(text: str) -> str:
@@ -35,11 +33,14 @@ def log_text(text: str) -> str:
     print: line breaks and tabs kept, every other control character (a terminal escape, a bell,
     a carriage return) escaped as :func:`one_line` does, so a node's output cannot drive the
     terminal; ``--json`` keeps the text as stored."""
+    return _escaped(text, kept="\n\t")
+
+
+def _escaped(text: str, *, kept: str) -> str:
+    """``text`` with each control character not in ``kept`` shown as its Python escape."""
     return "".join(
-        repr(character)[1:-1] if character not in "\n\t" and _is_control(character) else character
+        repr(character)[1:-1]
+        if character not in kept and unicodedata.category(character) in ("Cc", "Zl", "Zp")
+        else character
         for character in text
     )
-
-
-def _is_control(character: str) -> bool:
-    return unicodedata.category(character) in ("Cc", "Zl", "Zp")
