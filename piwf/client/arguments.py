@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import os
 import re
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -25,6 +27,7 @@ from pydantic_core import ErrorDetails
 
 from piwf.errors import InvalidArgumentError
 from piwf.protocol.client_v1 import OPAQUE_ID_PATTERN
+from piwf.protocol.operations import is_durable
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -33,6 +36,36 @@ _PATTERN_RULES: Final = {
     OPAQUE_ID_PATTERN: "1 to 256 printable ASCII characters, no spaces",
 }
 _CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def request_arguments(operation: object, payload: object) -> None:
+    """Check what :meth:`~piwf.client.Client.request` is given beyond what its envelope checks:
+    ``operation`` a ``str`` and ``payload`` a mapping or None.
+
+    Raises :class:`~piwf.errors.InvalidArgumentError` naming the argument.
+    """
+    if not isinstance(operation, str):  # the envelope names the operations a str may be
+        raise InvalidArgumentError("invalid argument: operation: an operation name (a str)")
+    if payload is not None and not isinstance(payload, Mapping):
+        raise InvalidArgumentError(
+            "invalid argument: payload: a mapping of the operation's payload fields, or None"
+        )
+
+
+def request_key(operation: str, idempotency_key: str | None) -> str | None:
+    """The idempotency key a request of ``operation`` travels with: ``idempotency_key`` (its
+    form is checked with the envelope) or, for a durable operation, a fresh one; None for a read.
+
+    Raises :class:`~piwf.errors.InvalidArgumentError` when a read is given a key.
+    """
+    if not is_durable(operation):
+        if idempotency_key is not None:
+            raise InvalidArgumentError(
+                f"invalid argument: idempotency_key: {operation} is a read and takes none;"
+                " leave it out"
+            )
+        return None
+    return f"{operation}-{uuid.uuid4().hex}" if idempotency_key is None else idempotency_key
 
 
 def build_payload(model: type[_Model], /, **arguments: Any) -> _Model:
@@ -58,13 +91,16 @@ def path_argument(name: str, value: object) -> Path:
     """``value`` (a ``str`` or ``os.PathLike``) as an absolute path: ``~`` expanded, a relative
     path resolved against the current directory, ``..`` folded.
 
-    Raises :class:`~piwf.errors.InvalidArgumentError` for anything else (an empty string too).
+    Raises :class:`~piwf.errors.InvalidArgumentError` for anything else (an empty string, or
+    one holding a NUL character, which no file name can, too).
     """
     if isinstance(value, (str, os.PathLike)):
         text = os.fspath(value)
-        if isinstance(text, str) and text:
+        if isinstance(text, str) and text and "\x00" not in text:
             return Path(os.path.normpath(Path(text).expanduser().absolute()))
-    raise InvalidArgumentError(f"invalid argument: {name}: a path is a non-empty str or PathLike")
+    raise InvalidArgumentError(
+        f"invalid argument: {name}: a path is a non-empty str or PathLike without NUL characters"
+    )
 
 
 def project_argument(value: object) -> Path:
@@ -75,7 +111,14 @@ def project_argument(value: object) -> Path:
     project, say) raises :class:`~piwf.errors.InvalidArgumentError` before a request is sent.
     """
     path = path_argument("project", Path.cwd() if value is None else value)
-    if path.exists() and not path.is_dir():
+    try:
+        not_a_directory = path.exists() and not path.is_dir()
+    except OSError as error:  # a name longer than NAME_MAX, say: the path is never usable
+        raise InvalidArgumentError(
+            f"invalid argument: project: the path cannot be used ({error.strerror}); give the"
+            " project's directory, or leave it out to use the current directory"
+        ) from None
+    if not_a_directory:
         raise InvalidArgumentError(
             f"invalid argument: project: {path} is not a directory; give the project's"
             " directory (the one holding .piwf/), or leave it out to use the current directory"
@@ -87,12 +130,13 @@ def absolute_path_argument(name: str, value: object, rule: str) -> Path:
     """``value`` (a ``str`` or ``os.PathLike``) when it is an absolute path, ``..`` folded.
 
     For a path the caller must spell out in full (a relative one is not resolved against the
-    current directory). Raises :class:`~piwf.errors.InvalidArgumentError` naming ``name`` and
-    ``rule``, the allowed values in words, for anything else.
+    current directory; one holding a NUL character is refused too). Raises
+    :class:`~piwf.errors.InvalidArgumentError` naming ``name`` and ``rule``, the allowed values
+    in words, for anything else.
     """
     if isinstance(value, (str, os.PathLike)):
         text = os.fspath(value)
-        if isinstance(text, str) and Path(text).is_absolute():
+        if isinstance(text, str) and Path(text).is_absolute() and "\x00" not in text:
             return Path(os.path.normpath(text))
     raise InvalidArgumentError(f"invalid argument: {name}: {rule}")
 

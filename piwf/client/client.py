@@ -52,6 +52,8 @@ from piwf.client.arguments import (
     invalid_argument_error,
     opaque_id_argument,
     path_argument,
+    request_arguments,
+    request_key,
     timeout_argument,
 )
 from piwf.client.calls import outcome_unknown, parse_receipt
@@ -99,7 +101,6 @@ from piwf.protocol import (
     Request,
     Response,
     encode_message,
-    is_durable,
 )
 from piwf.protocol.operations import RUN_OPERATIONS
 from piwf.protocol.payloads import (
@@ -278,8 +279,9 @@ class Client(
     ) -> Response:
         """Send one operation and return its successful (``accepted``/``adopted``) response.
 
-        A durable operation gets a fresh idempotency key unless ``idempotency_key`` is given; a
-        read must not be given one (``ValueError``). Each attempt uses a new request id; lost
+        ``operation`` is an operation name of docs/PROTOCOL.md and ``payload`` a mapping (None:
+        ``{}``). A durable operation gets a fresh idempotency key unless ``idempotency_key`` is
+        given; a read must not be given one. Each attempt uses a new request id; lost
         connections are retried as the module docstring describes. ``timeout_s`` bounds the wait
         for one response (default ``request_timeout_s``). The receipt is the server's as sent:
         large values in it are content references (``outputRef`` and the like), which
@@ -289,9 +291,10 @@ class Client(
         ``error_code`` and message), :class:`~piwf.errors.ServerUnavailableError` (or a subclass)
         when no server could be reached in time, :class:`~piwf.errors.ServerStartError`, and,
         before anything connects, :class:`~piwf.errors.InvalidArgumentError` (a ``ValueError``)
-        naming an id, revision or timeout it cannot take, or its
+        naming an operation, payload, id, key, revision or timeout it cannot take, or its
         :class:`~piwf.errors.RequestTooLargeError` when the request does not fit in a frame.
         """
+        request_arguments(operation, payload)
         return self._request(
             operation,
             payload,
@@ -320,12 +323,8 @@ class Client(
         is open, for a payload that depends on the time left (``run.wait``'s wait, see
         :meth:`wait_run`); an attempt after a reconnect then asks only for what is left.
         """
-        durable = is_durable(operation)
-        if durable and idempotency_key is None:
-            idempotency_key = f"{operation}-{uuid.uuid4().hex}"
-        if not durable and idempotency_key is not None:
-            raise ValueError(f"{operation} is a read and takes no idempotency key")
-        assert not (durable and payload_at_send), "a durable command sends one payload"
+        idempotency_key = request_key(operation, idempotency_key)
+        assert idempotency_key is None or not payload_at_send, "a command sends one payload"
         wait_s = self.request_timeout_s
         if timeout_s is not None:
             wait_s = timeout_argument("timeout_s", timeout_s)
@@ -436,7 +435,8 @@ class Client(
         directory; it must not exist yet) through the server (``state.backup``)."""
         from piwf.protocol.state_payloads import BackupReceipt, StateBackupPayload
 
-        payload = StateBackupPayload(destination=str(path_argument("destination", destination)))
+        destination = path_argument("destination", destination)
+        payload = build_payload(StateBackupPayload, destination=str(destination))
         return self._call("state.backup", payload, BackupReceipt, idempotency_key=idempotency_key)
 
     def prune_preview(self, before_ms: int) -> PruneReport:

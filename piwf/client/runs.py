@@ -320,6 +320,10 @@ class RunReadMethods(ClientCalls):
         reference (never a partial value) and :class:`~piwf.errors.NotFoundError` when its
         owner no longer holds it (for example, the run was deleted since).
         """
+        if not isinstance(ref, ContentRef):
+            raise InvalidArgumentError(
+                "invalid argument: ref: a ContentRef, as a receipt's outputRef and the like carry"
+            )
         return read_content(lambda payload: self.request("view.content", payload).receipt, ref)
 
 
@@ -341,10 +345,10 @@ def start_payload(
     and :class:`~piwf.errors.InvalidArgumentError` for another argument.
     """
     canonical.check_value(input, "input")
-    command = None if agent_command is None else list(agent_command)
-    problem = None if command is None else agent_command_problem(agent_command)
+    problem = None if agent_command is None else agent_command_problem(agent_command)
     if problem is not None:
         raise AgentCommandError(problem)
+    command = None if agent_command is None else list(agent_command)
     if session is not None:
         from piwf.protocol.session_payloads import session_id_problem
 
@@ -393,6 +397,15 @@ def workflow_reference(workflow: str | os.PathLike[str]) -> str:
         raise InvalidArgumentError(
             "invalid argument: workflow: a workflow name or file path (a non-empty str or PathLike)"
         )
-    if "/" in workflow or workflow.endswith(".py") or Path(workflow).is_file():
+    if "/" in workflow or workflow.endswith(".py") or _is_file(workflow):
         return str(path_argument("workflow", workflow))
     return workflow
+
+
+def _is_file(text: str) -> bool:
+    """Whether ``text`` names an existing file; False for a name no file can have (one longer
+    than NAME_MAX, say), which then goes to the server as a workflow name."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from piwf import canonical
 from piwf.canonical import JsonValue
-from piwf.client.arguments import build_payload
+from piwf.client.arguments import build_payload, timeout_argument, wait_timeout_argument
 from piwf.client.connection import ServerConnection
 from piwf.client.content import resolve_references
 from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
-from piwf.errors import SessionAuthorityCommandError, SessionError
+from piwf.errors import InvalidArgumentError, SessionAuthorityCommandError, SessionError
 from piwf.protocol.agent_payloads import SubmissionReceipt, UpdateReceipt
 from piwf.protocol.payloads import AnswerReceipt
 
@@ -89,12 +89,18 @@ class SessionMethods:
         it before it hands out any message, so a message shown before a crash is adopted
         instead of shown twice. Without it, nothing is reported (a host that keeps no history).
         Raises :class:`~piwf.errors.SessionError` for a malformed ``session_id``, as
-        :meth:`start_run` does.
+        :meth:`start_run` does, and :class:`~piwf.errors.InvalidArgumentError` for a ``poll_s``
+        that is no number of seconds above 0 or an ``inspect_branch`` that is not callable.
         """
         from piwf.protocol.session_payloads import session_id_problem
 
         if (problem := session_id_problem(session_id)) is not None:
             raise SessionError(problem)
+        poll_s = timeout_argument("poll_s", poll_s)
+        if inspect_branch is not None and not callable(inspect_branch):
+            raise InvalidArgumentError(
+                "invalid argument: inspect_branch: a function of the session's messages, or None"
+            )
         client: Client = self  # type: ignore[assignment]  # a mixin of Client
         return SessionCoordinator(client, session_id, inspect_branch=inspect_branch, poll_s=poll_s)
 
@@ -175,7 +181,10 @@ class SessionCoordinator:
         Raises :class:`~piwf.errors.SessionAuthorityCommandError` once another coordinator
         attached after this one (it is told nothing more); :meth:`attach` takes the session
         back. A reconnect is not that: the coordinator attaches again on the new connection.
+        ``timeout_s`` is None (wait for one) or a number of seconds (0 or less: look once);
+        anything else is an :class:`~piwf.errors.InvalidArgumentError`.
         """
+        timeout_s = wait_timeout_argument("timeout_s", timeout_s)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             self._ensure_attached()

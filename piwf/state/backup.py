@@ -10,6 +10,7 @@ opened with ``open()``.
 The destination is checked before anything is written, each with its own message::
 
     relative                                   -> "must be an absolute path"
+    holding a NUL character                    -> "contains a NUL character"
     longer than PATH_MAX / a name over NAME_MAX -> "... bytes long; the limit is ..."
     the live database                          -> "is the live database"
     already there (file, directory, FIFO,       -> "already exists (a directory); choose a new
@@ -128,6 +129,11 @@ def check_destination(destination: Path, live: Path) -> None:
     if not destination.is_absolute():
         raise BackupError(
             "the backup destination must be an absolute path; give the full path of a new file"
+        )
+    if "\x00" in str(destination):
+        raise BackupError(
+            "the backup destination contains a NUL character, which no file name can hold; "
+            "choose another path"
         )
     encoded = os.fsencode(destination)
     path_max = _limit(destination.parent, "PC_PATH_MAX", DEFAULT_PATH_MAX)

@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from piwf.client import Client
-from piwf.errors import InvalidArgumentError, RequestTooLargeError, SessionError
+from piwf.errors import (
+    AgentCommandError,
+    InvalidArgumentError,
+    RequestTooLargeError,
+    SessionError,
+)
 
 
 def test_home_may_be_a_relative_str_or_a_path_like(
@@ -114,6 +119,38 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: c.run_steps("run-1", after="3"),  # type: ignore[arg-type]
         "after: a step index",
     ),
+    "project name too long": (
+        lambda c: c.start_run("noop", project="n" * 300),
+        "project: the path cannot be used (File name too long)",
+    ),
+    "project NUL": (lambda c: c.start_run("noop", project="a\x00b"), "project: a path is"),
+    "backup NUL": (lambda c: c.backup("/tmp/a\x00b"), "destination: a path is a non-empty"),
+    "backup too long": (lambda c: c.backup("/" + "d/" * 3000), "destination: String should"),
+    "read_content not a ref": (
+        lambda c: c.read_content({"sha256": "0"}),  # type: ignore[arg-type]
+        "ref: a ContentRef",
+    ),
+    "request operation list": (
+        lambda c: c.request([]),  # type: ignore[arg-type]
+        "operation: an operation name",
+    ),
+    "request payload str": (
+        lambda c: c.request("server.status", "{}"),  # type: ignore[arg-type]
+        "payload: a mapping",
+    ),
+    "request key on a read": (
+        lambda c: c.request("run.get", {}, run_id="run-1", idempotency_key="k"),
+        "idempotency_key: run.get is a read and takes none",
+    ),
+    "session poll": (lambda c: c.session("s1", poll_s=0), "poll_s: a number of seconds above 0"),
+    "session inspect_branch": (
+        lambda c: c.session("s1", inspect_branch=5),  # type: ignore[arg-type]
+        "inspect_branch: a function",
+    ),
+    "session next_message timeout": (
+        lambda c: c.session("s1").next_message(timeout_s="5"),  # type: ignore[arg-type]
+        "timeout_s: a number of seconds, or None",
+    ),
     "follow interval": (
         lambda c: next(c.follow_run_logs("run-1", interval_s="1")),  # type: ignore[arg-type]
         "interval_s: a number of seconds at least 0",
@@ -163,6 +200,21 @@ def test_a_refused_argument_is_one_typed_error_naming_it(
     assert isinstance(info.value, ValueError)
     assert message.startswith("invalid argument: ") and expected in message, message
     assert "pydantic" not in message and "input_value" not in message and "bogus" not in message
+
+
+@pytest.mark.parametrize("command", [5, object(), 1.5])
+def test_an_agent_command_that_is_no_list_is_an_agent_command_error(
+    command: object, short_home: Path, no_server_start: None
+) -> None:
+    with pytest.raises(AgentCommandError, match="a list of strings"):
+        Client(short_home).start_run("noop", agent_command=command)  # type: ignore[arg-type]
+
+
+def test_a_workflow_name_longer_than_a_file_name_goes_to_the_server_as_a_name(
+    short_home: Path, no_server_start: None
+) -> None:
+    with pytest.raises(AssertionError, match="must not start a server"):  # so it was sent
+        Client(short_home).start_run("n" * 300)
 
 
 def test_a_settings_patch_may_be_a_tuple_of_operations(

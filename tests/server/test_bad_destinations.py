@@ -134,6 +134,7 @@ def test_the_client_gets_a_typed_error_at_once_and_nothing_changes(
     _, cutoff = completed_run(server)
     destinations = bad_destinations(tmp_path, read_only_dir)
     relative = Destination("relative", "b.sqlite", "must be an absolute path")
+    nul = Destination("nul", f"{tmp_path}/b\x00.sqlite", "contains a NUL character")
     before = entries(tmp_path, read_only_dir)
     # A short request timeout: an unanswered request fails the test as serverUnavailable.
     with Client(server.home, autostart=False, request_timeout_s=15) as client:
@@ -151,20 +152,32 @@ def test_the_client_gets_a_typed_error_at_once_and_nothing_changes(
         # a prune's relative backup path before sending it; the server refuses both anyway.
         with pytest.raises(InvalidArgumentError, match="backup: the absolute path"):
             client.prune(cutoff, Path(relative.path))
+        # No file name holds a NUL: the Client refuses it, the server (sent raw) too.
+        with pytest.raises(InvalidArgumentError, match="destination: .* without NUL"):
+            client.backup(nul.path)
+        with pytest.raises(InvalidArgumentError, match="backup: the absolute path"):
+            client.prune(cutoff, nul.path)
     with raw_client(server, "raw-client") as raw:
         answers = [
-            raw.request("state.backup", {"destination": relative.path}, key="relative"),
-            raw.request(
-                "state.prune", {"before": cutoff, "backup": relative.path}, key="relative-prune"
-            ),
+            (
+                refused,
+                raw.request("state.backup", {"destination": refused.path}, key=refused.kind),
+                raw.request(
+                    "state.prune",
+                    {"before": cutoff, "backup": refused.path},
+                    key=f"p-{refused.kind}",
+                ),
+            )
+            for refused in (relative, nul)
         ]
-    for answer in answers:
-        assert answer.outcome == "rejected" and answer.error is not None, answer
-        assert answer.error.code == "backupFailed" and relative.reason in answer.error.message
+    for refused, *pair in answers:
+        for answer in pair:
+            assert answer.outcome == "rejected" and answer.error is not None, answer
+            assert answer.error.code == "backupFailed" and refused.reason in answer.error.message
 
     assert entries(tmp_path, read_only_dir) == before, "no file was left beside a destination"
     assert run_count(server.home) == 1, "a failed backup deletes nothing"
-    refused_each = len(destinations) + 1
+    refused_each = len(destinations) + 2
     assert (
         receipts(server.home)
         == [("state.backup", "rejected")] * refused_each
