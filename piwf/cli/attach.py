@@ -18,7 +18,6 @@ exits 1: the session is the other's now, and ``piwf session attach`` takes it ba
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -26,10 +25,13 @@ import click
 from piwf import canonical
 from piwf.cli import render
 from piwf.cli.common import check_session_id, command, json_option, open_client
+from piwf.cli.safe_text import printable
 from piwf.cli.sessions import session_group
 from piwf.client.sessions import SessionCoordinator
 from piwf.errors import (
+    CanonicalJsonError,
     ConflictError,
+    InvalidArgumentError,
     RejectedError,
     SessionAuthorityCommandError,
     SubmissionRejectedCommandError,
@@ -139,7 +141,9 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id:
             _abort_turn(host, turn)
             raise
         typed += 1
-        line_entry = CapturedEntry(entry_id=f"{entry_id}-typed-{typed}", kind="user", content=line)
+        line_entry = CapturedEntry(
+            entry_id=f"{entry_id}-typed-{typed}", kind="user", content=_as_text(line)
+        )
         _capture(host, turn, line_entry)
         value = _parse(line)
         if value is _NOT_JSON:
@@ -155,7 +159,8 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id:
             continue
         except SessionAuthorityCommandError:
             raise  # fenced: no line of this host counts any more
-        except RejectedError as refused:
+        except (RejectedError, InvalidArgumentError) as refused:
+            # InvalidArgumentError: the client would not send it (too large); nothing was sent.
             _say(f"refused: {refused}")
             continue
         host.end_turn(turn, "completed", response_entry_id=line_entry.entry_id)
@@ -171,8 +176,9 @@ def _abort_turn(host: SessionCoordinator, turn: TurnInfo) -> None:
 
 def _capture(host: SessionCoordinator, turn: TurnInfo, item: CapturedEntry | CapturedEvent) -> None:
     """Record one entry or event of the turn; a capture the server refuses (a line longer
-    than a captured value may be) is said, and the turn goes on. A fenced host's capture
-    raises SessionAuthorityCommandError."""
+    than a captured value may be) or the client will not send (a line larger than a request
+    carries) is said, and the turn goes on. A fenced host's capture raises
+    SessionAuthorityCommandError."""
     try:
         if isinstance(item, CapturedEntry):
             host.record(turn, entries=[item])
@@ -180,7 +186,7 @@ def _capture(host: SessionCoordinator, turn: TurnInfo, item: CapturedEntry | Cap
             host.record(turn, events=[item])
     except SessionAuthorityCommandError:
         raise
-    except (RejectedError, ConflictError) as refused:
+    except (RejectedError, ConflictError, InvalidArgumentError) as refused:
         _say(f"(not captured: {refused})")
 
 
@@ -199,7 +205,7 @@ def _answer_decision(host: SessionCoordinator, message: WorkflowMessageInfo) -> 
             continue
         try:
             host.client.answer(message.content["requestId"], value)
-        except RejectedError as refused:
+        except (RejectedError, InvalidArgumentError) as refused:
             _say(f"refused: {refused}")
             continue
         _say("answered")
@@ -224,14 +230,26 @@ def _read_line(prompt: str) -> str:
 _NOT_JSON: Any = object()
 
 
+def _line_bytes(line: str) -> bytes:
+    """The bytes of a line as read: ``input()`` keeps bytes that are not UTF-8 as lone
+    surrogates (Python's ``surrogateescape``), which this turns back into those bytes."""
+    return line.encode("utf-8", "surrogateescape")
+
+
+def _as_text(line: str) -> str:
+    """A typed line as text to capture: bytes that are not UTF-8 become U+FFFD."""
+    return _line_bytes(line).decode("utf-8", "replace")
+
+
 def _parse(line: str) -> Any:
+    """The JSON value of a typed line under the rules ``piwf submit`` and ``piwf answer``
+    apply to their argument (no duplicate key, no NaN, a safe integer, valid UTF-8), or
+    :data:`_NOT_JSON` after saying why."""
     try:
-        value = json.loads(line)
-        canonical.check_value(value, "value")
-    except ValueError as error:
-        _say(f"not JSON ({error}); type one line of JSON")
+        return canonical.parse(_line_bytes(line))
+    except CanonicalJsonError as error:
+        _say(f"not JSON for piwf ({error.reason}: {error}); type one line of JSON")
         return _NOT_JSON
-    return value
 
 
 def _show(message: WorkflowMessageInfo, as_json: bool) -> None:
@@ -240,28 +258,35 @@ def _show(message: WorkflowMessageInfo, as_json: bool) -> None:
         return
     content = message.content if isinstance(message.content, dict) else {}
     header = f"── {message.kind}" + (f" ({message.reason})" if message.reason else "")
-    click.echo(f"{header} · run {message.run_id}")
+    _echo(f"{header} · run {message.run_id}")
     if message.kind in ("step", "decision"):
         request = content.get("request")
         text = request.get("prompt") if isinstance(request, dict) else None
         if text is None and isinstance(request, dict):
             text = request.get("summary")
-        click.echo(str(text) if text is not None else canonical.encode(request).decode())
+        _echo(str(text) if text is not None else canonical.encode_text(request))
         if isinstance(request, dict) and text == request.get("summary"):
-            click.echo(canonical.encode(request).decode())
+            _echo(canonical.encode_text(request))
     elif message.kind == "notification":
-        click.echo(str(content.get("message", "")))
+        _echo(str(content.get("message", "")))
     elif message.kind == "terminal":
         outcome = content.get("output") if content.get("status") == "completed" else None
-        click.echo(
+        _echo(
             f"run {content.get('status')}"
-            + ("" if outcome is None else f": {canonical.encode(outcome).decode()}")
+            + ("" if outcome is None else f": {canonical.encode_text(outcome)}")
         )
         if content.get("error"):
-            click.echo(f"error: {content['error']}")
+            _echo(f"error: {content['error']}")
     else:
-        click.echo(str(content.get("prompt", "")))
+        _echo(str(content.get("prompt", "")))
+
+
+def _echo(text: str) -> None:
+    """Print a message's text on stdout. A workflow or an agent wrote it, so its control
+    characters show as escapes (line breaks kept): a prompt cannot drive the terminal."""
+    click.echo(printable(text))
 
 
 def _say(text: str) -> None:
-    click.echo(text, err=True)
+    """Tell the person (stderr); a quoted error's control characters show as escapes."""
+    click.echo(printable(text), err=True)

@@ -56,7 +56,8 @@ def agent_request_fields(request: OpenRequestInfo) -> str:
     """One pending agent request in full: how to submit, what to submit, what went wrong."""
     rejection = None
     if request.latest_rejection is not None or request.latest_rejection_ref is not None:
-        rejection = value_preview(request.latest_rejection, request.latest_rejection_ref, text=True)
+        shown = value_preview(request.latest_rejection, request.latest_rejection_ref, text=True)
+        rejection = _indented(shown, "    ")
     return fields(
         [
             ("request", request.request_id),
@@ -115,9 +116,16 @@ def agent_request_audit(request: AgentRequestInfo) -> str:
         )
     ]
     lines.extend(
-        f"    {number}. {submission_line(s)}" for number, s in enumerate(request.submissions, 1)
+        f"    {number}. {_indented(submission_line(s), '       ')}"
+        for number, s in enumerate(request.submissions, 1)
     )
     return "\n".join(lines)
+
+
+def _indented(text: str, indent: str) -> str:
+    """``text`` with each line after the first indented: a validate error of several lines
+    stays under its field, so none of its lines can pass for a field or a submission."""
+    return text.replace("\n", "\n" + indent)
 
 
 def submission_receipt(receipt: SubmissionReceipt) -> str:

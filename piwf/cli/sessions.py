@@ -9,6 +9,7 @@ import click
 from piwf import canonical
 from piwf.cli import render
 from piwf.cli.common import check_session_id, command, json_option, open_client
+from piwf.cli.safe_text import one_line, printable
 from piwf.client.session_capture import CapturedTurn
 from piwf.protocol.session_payloads import SessionInfo, SessionView, WorkflowMessageInfo
 
@@ -147,10 +148,14 @@ _SHOWN_ROLES = ("prompt", "response")
 
 
 def _preview(value: object, full: bool) -> str:
+    """A captured value for reading: a session or a person wrote it, so its control
+    characters show as escapes (``--full`` keeps its line breaks; the preview is one line)."""
     text = value if isinstance(value, str) else canonical.encode_text(value)
-    if full or len(text) <= PREVIEW_CHARS:
-        return text
-    return f"{text[: PREVIEW_CHARS - 1]}… ({len(text)} characters; --full shows all)"
+    if full:
+        return printable(text)
+    if len(text) <= PREVIEW_CHARS:
+        return one_line(text)
+    return f"{one_line(text[: PREVIEW_CHARS - 1])}… ({len(text)} characters; --full shows all)"
 
 
 def _row(item: SessionInfo) -> list[str]:
@@ -195,5 +200,5 @@ def _about(message: WorkflowMessageInfo) -> str:
         return f"run {content.get('status', '?')}"
     if message.kind == "notification":
         text = str(content.get("message", ""))
-        return text if len(text) <= 60 else text[:59] + "…"
+        return one_line(text if len(text) <= 60 else text[:59] + "…")
     return ""

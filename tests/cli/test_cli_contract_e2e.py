@@ -396,7 +396,7 @@ REJECTS_WITH_AN_ESCAPE = """
 from piwf.workflow import agent, define_workflow
 
 def check(output, ctx):
-    raise ValueError("not \\x1b]0;owned\\x07 this")
+    raise ValueError("not \\x1b]0;owned\\x07 this\\n  submit       piwf submit request-forged")
 
 workflow = define_workflow(
     name="rejects_with_an_escape",
@@ -419,15 +419,20 @@ def test_a_rejection_and_an_expected_output_reach_the_terminal_escaped(
     requests = wait_for(lambda: piwf.json("requests", "--run", run_id)["requests"], timeout_s=30)
     request_id = requests[0]["requestId"]
 
+    forged = "  submit       piwf submit request-forged"
     rejected = piwf.json("submit", request_id, "1", exit_code=1)
-    assert rejected["error"]["message"] == "ValueError: not \x1b]0;owned\x07 this"
+    assert rejected["error"]["message"] == f"ValueError: not \x1b]0;owned\x07 this\n{forged}"
     submitted = piwf.run("submit", request_id, "1")
     assert submitted.returncode == 1
-    assert submitted.stderr == "Error: ValueError: not \\x1b]0;owned\\x07 this\n"
+    assert submitted.stderr == f"Error: ValueError: not \\x1b]0;owned\\x07 this\n{forged}\n"
     listed = piwf.run("requests", "--run", run_id).stdout
     assert "\x1b" not in listed and "\x07" not in listed, listed
     assert "rejected     ValueError: not \\x1b]0;owned\\x07 this" in listed, listed
     assert "expected     a \\x1b]0;t\\x07 number" in listed, listed
+    # A rejection of several lines stays under its field: no line of it passes for a field.
+    assert f"\n{forged}" not in listed and f"\n    {forged}" in listed, listed
+    audit = piwf.run("run", "show", run_id).stdout
+    assert f"\n{forged}" not in audit and f"\n       {forged}" in audit, audit
     piwf.json("run", "cancel", run_id)
 
 

@@ -2,7 +2,8 @@
 
 The end of input (stdin from /dev/null) aborts the open turn once and detaches, instead of
 aborting every step presented again; a host fenced by another coordinator says so once and
-exits 1, instead of refusing every line it reads.
+exits 1, instead of refusing every line it reads; a line no request can take is refused
+and typed again, never the end of the host.
 """
 
 from __future__ import annotations
@@ -172,3 +173,57 @@ def test_a_waiting_host_fenced_by_another_coordinator_exits_1(
             newer.session("fence-2").attach()
             with pytest.raises(SessionAuthorityCommandError, match="attach again"):
                 fenced.next_message(timeout_s=5)
+
+
+def test_a_piped_host_refuses_bad_lines_and_goes_on_with_escaped_text(
+    server: ServerProcess,
+) -> None:
+    """Lines no request can take (bytes that are not UTF-8, a duplicate key, a line larger than
+    one request carries) are said and typed again, as a line that is not JSON is; the host
+    neither stops nor leaves the turn open. What a workflow or a person wrote shows with its
+    control characters escaped, in the host and in ``piwf session capture``."""
+    topic = "x\x1b]0;PWNED\x07\rFORGED"
+    oversized = b'{"note": "' + b"a" * 1_100_000 + b'"}\n'
+    typed = (
+        b'\xff\xfe{"note": 1}\n'
+        + b'{"note": 1, "note": 2}\n'
+        + b"bad \x1b]0;TITLE\x07\n"
+        + oversized
+        + b'{"note": "ok"}\n'
+        + oversized
+        + b'{"approved": true}\n'
+    )
+    with Client(server.home, autostart=False) as client:
+        run = client.start_run(REVIEW, input={"topic": topic}, session="lines-1")
+        env = {**os.environ, "PIWF_HOME": str(server.home)}
+        host = subprocess.run(
+            [str(PIWF), "session", "attach", "lines-1", "--exit-when-done"],
+            input=typed,
+            capture_output=True,
+            env=env,
+            timeout=EXIT_DEADLINE_S,
+        )
+        said, shown = host.stderr.decode(), host.stdout.decode()
+        assert host.returncode == 0, said
+        assert "Traceback" not in said and "Usage:" not in said, said
+        assert "not JSON for piwf (badEncoding" in said, said
+        assert "not JSON for piwf (duplicateKey" in said, said
+        assert said.count("refused: invalid argument: payload:") == 2, said
+        assert "\x1b" not in said + shown and "\r" not in shown, shown
+        assert "Draft a one-line note about x\\x1b]0;PWNED\\x07\\rFORGED." in shown, shown
+        done = client.wait_run(run.run_id, timeout_s=20)
+        assert done.output == {"note": "ok", "approval": {"approved": True}}
+        draft = client.read_capture(run.run_id)[0]
+        assert [entry.content for entry in draft.entries[1:4]] == [
+            '\ufffd\ufffd{"note": 1}',
+            '{"note": 1, "note": 2}',
+            "bad \x1b]0;TITLE\x07",
+        ]
+    capture = subprocess.run(
+        [str(PIWF), "session", "capture", run.run_id],
+        capture_output=True,
+        env=env,
+        timeout=EXIT_DEADLINE_S,
+    )
+    assert capture.returncode == 0, capture.stderr
+    assert b"\x1b" not in capture.stdout and b"bad \\x1b]0;TITLE\\x07" in capture.stdout
