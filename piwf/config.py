@@ -13,6 +13,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from piwf.canonical import MAX_SAFE_INTEGER
 from piwf.errors import UnsafeStateHomeError
 
 STATE_FILE_NAME = "state.sqlite"
@@ -25,6 +26,15 @@ FILE_MODE = 0o600
 MAX_FRAME_BYTES = 1024 * 1024
 #: Largest part of a content reference read back over a runner pipe.
 CONTENT_PART_BYTES = 512 * 1024
+#: The largest value a numeric ``PIWF_*`` variable takes: counts and byte sizes must stay exact
+#: in the protocol (``server status`` reports them) and in SQLite's 64-bit integers.
+MAX_SETTING_INTEGER = MAX_SAFE_INTEGER
+#: The largest duration in seconds (about 31 years; in milliseconds for the leases): longer
+#: turns into deadlines and integers that no clock, protocol field or SQLite column holds.
+MAX_SETTING_SECONDS = 1_000_000_000
+MAX_SETTING_MILLISECONDS = MAX_SETTING_SECONDS * 1000
+#: The most days ``PIWF_RETENTION_DAYS`` keeps (about 2,700 years).
+MAX_RETENTION_DAYS = 1_000_000
 #: Linux ``sun_path`` holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
 #: An agent command (``--agent-command``, ``agent(command=...)``, ``PIWF_AGENT_COMMAND``) is an

@@ -117,13 +117,13 @@ def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
 
 
 class Seconds(click.FloatRange):
-    """A finite, non-negative number of seconds: ``nan`` and ``inf`` are usage errors (a wait
-    or an idle exit that never ends is no number of seconds)."""
+    """A finite, non-negative number of seconds, at most ``maximum`` when given: ``nan`` and
+    ``inf`` are usage errors (a wait or an idle exit that never ends is no number of seconds)."""
 
     name = "seconds"
 
-    def __init__(self) -> None:
-        super().__init__(min=0)
+    def __init__(self, maximum: float | None = None) -> None:
+        super().__init__(min=0, max=maximum)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)

@@ -10,7 +10,13 @@ import click
 
 from piwf import canonical
 from piwf.cli.common import Seconds, command, emit_json, json_option, open_client
-from piwf.config import ServerPaths, socket_path_problem, state_home
+from piwf.config import (
+    MAX_SETTING_INTEGER,
+    MAX_SETTING_SECONDS,
+    ServerPaths,
+    socket_path_problem,
+    state_home,
+)
 from piwf.errors import ServerNotRunningError, ServerStartError
 
 
@@ -26,7 +32,7 @@ def server_group() -> None:
 
 _MAX_WORKERS = click.option(
     "--max-workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_SETTING_INTEGER),
     default=None,
     metavar="N",
     help="Execution slots (default: $PIWF_MAX_WORKERS or 4).",
@@ -34,7 +40,7 @@ _MAX_WORKERS = click.option(
 _IDLE_EXIT = click.option(
     "--idle-exit",
     "idle_exit_s",
-    type=Seconds(),
+    type=Seconds(maximum=MAX_SETTING_SECONDS),
     default=None,
     metavar="SECONDS",
     help="Exit after this long with no clients and no work (default: $PIWF_IDLE_EXIT_S or 300).",

@@ -6,7 +6,15 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from piwf.config import ServerPaths, split_agent_command, state_home
+from piwf.config import (
+    MAX_RETENTION_DAYS,
+    MAX_SETTING_INTEGER,
+    MAX_SETTING_MILLISECONDS,
+    MAX_SETTING_SECONDS,
+    ServerPaths,
+    split_agent_command,
+    state_home,
+)
 from piwf.server.children.start_methods import (
     StartMethod,
     default_start_method,
@@ -17,19 +25,21 @@ DEFAULT_MAX_WORKERS = 4
 DEFAULT_IDLE_EXIT_S = 300.0
 
 
-def _env_int(name: str, default: int, *, minimum: int = 1) -> int:
-    """``$name`` as an integer of at least ``minimum`` (unset or empty: ``default``); raise
-    ``ValueError`` naming the variable and what it takes otherwise."""
+def _env_int(
+    name: str, default: int, *, minimum: int = 1, maximum: int = MAX_SETTING_INTEGER
+) -> int:
+    """``$name`` as an integer from ``minimum`` to ``maximum`` (unset or empty: ``default``);
+    raise ``ValueError`` naming the variable and what it takes otherwise."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
     what = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
-    problem = f"{name} must be {what}, not {value!r}; set it so, or unset it"
+    problem = f"{name} must be {what} and at most {maximum}, not {value!r}; set it so, or unset it"
     try:
         number = int(value)
     except ValueError:
         raise ValueError(problem) from None
-    if number < minimum:
+    if not minimum <= number <= maximum:
         raise ValueError(problem)
     return number
 
@@ -41,21 +51,25 @@ def _env_start_method() -> StartMethod:
     return start_method_from(value)
 
 
-def _env_float(name: str, default: float) -> float:
-    """``$name`` as a finite number of seconds, 0 or more (unset or empty:
-    ``default``); raise ``ValueError`` naming the variable and what it takes otherwise."""
+def _env_float(name: str, default: float, *, zero_allowed: bool = True) -> float:
+    """``$name`` as a finite number of seconds up to :data:`MAX_SETTING_SECONDS`, 0 or more
+    (``zero_allowed``, where 0 means off or never) or more than 0 (an interval or a deadline
+    that 0 would turn into a busy loop or an instant failure); unset or empty: ``default``.
+    Raise ``ValueError`` naming the variable and what it takes otherwise."""
     value = os.environ.get(name)
     if value is None or value == "":
         return default
+    lowest = "0 or more" if zero_allowed else "more than 0"
     problem = (
-        f"{name} must be a finite number of seconds, 0 or more, not {value!r};"
-        " set it so, or unset it"
+        f"{name} must be a finite number of seconds, {lowest} and at most"
+        f" {MAX_SETTING_SECONDS}, not {value!r}; set it so, or unset it"
     )
     try:
         number = float(value)
     except ValueError:
         raise ValueError(problem) from None
-    if not (math.isfinite(number) and number >= 0):
+    above_lowest = number >= 0 if zero_allowed else number > 0
+    if not (math.isfinite(number) and above_lowest and number <= MAX_SETTING_SECONDS):
         raise ValueError(problem)
     return number
 
@@ -130,27 +144,36 @@ class ServerSettings:
         ``START_METHOD`` (``forkserver`` or ``spawn``), ``QUICK_CHECK_S``, ``AGENT_COMMAND``
         (``'CMD ARGS'``, split like a shell would; empty: none)); ``overrides`` win.
 
-        Raises ``ValueError`` naming the variable for a value it cannot use."""
+        Raises ``ValueError`` naming the variable for a value it cannot use: not a number, out
+        of its range (every one is bounded above, so that it fits the protocol's exact integers
+        and SQLite's), or 0 for an interval or deadline that 0 would break (docs/CLI.md,
+        ``server start``)."""
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
             "spare_runners": _env_int("PIWF_SPARE_RUNNERS", 1, minimum=0),
             "idle_exit_s": _env_float("PIWF_IDLE_EXIT_S", DEFAULT_IDLE_EXIT_S),
-            "server_lease_ms": _env_int("PIWF_SERVER_LEASE_MS", 30_000),
-            "server_renew_s": _env_float("PIWF_SERVER_RENEW_S", 10.0),
-            "frame_deadline_s": _env_float("PIWF_FRAME_DEADLINE_S", 10.0),
+            "server_lease_ms": _env_int(
+                "PIWF_SERVER_LEASE_MS", 30_000, maximum=MAX_SETTING_MILLISECONDS
+            ),
+            "server_renew_s": _env_float("PIWF_SERVER_RENEW_S", 10.0, zero_allowed=False),
+            "frame_deadline_s": _env_float("PIWF_FRAME_DEADLINE_S", 10.0, zero_allowed=False),
             "first_frame_deadline_s": _env_float("PIWF_FIRST_FRAME_DEADLINE_S", 10.0),
             "output_stall_deadline_s": _env_float("PIWF_OUTPUT_STALL_DEADLINE_S", 30.0),
             "max_connections": _env_int("PIWF_MAX_CONNECTIONS", 128),
             "output_cap_bytes": _env_int("PIWF_OUTPUT_CAP_BYTES", 8 * 1024 * 1024),
-            "run_lease_ms": _env_int("PIWF_RUN_LEASE_MS", 30_000),
-            "run_renew_s": _env_float("PIWF_RUN_RENEW_S", 10.0),
-            "claim_poll_s": _env_float("PIWF_CLAIM_POLL_S", 2.0),
-            "runner_ready_timeout_s": _env_float("PIWF_RUNNER_READY_TIMEOUT_S", 30.0),
-            "resolver_timeout_s": _env_float("PIWF_RESOLVER_TIMEOUT_S", 30.0),
+            "run_lease_ms": _env_int("PIWF_RUN_LEASE_MS", 30_000, maximum=MAX_SETTING_MILLISECONDS),
+            "run_renew_s": _env_float("PIWF_RUN_RENEW_S", 10.0, zero_allowed=False),
+            "claim_poll_s": _env_float("PIWF_CLAIM_POLL_S", 2.0, zero_allowed=False),
+            "runner_ready_timeout_s": _env_float(
+                "PIWF_RUNNER_READY_TIMEOUT_S", 30.0, zero_allowed=False
+            ),
+            "resolver_timeout_s": _env_float("PIWF_RESOLVER_TIMEOUT_S", 30.0, zero_allowed=False),
             "reconcile_grace_s": _env_float("PIWF_RECONCILE_GRACE_S", 1.0),
-            "validation_timeout_s": _env_float("PIWF_VALIDATION_TIMEOUT_S", 30.0),
-            "retention_days": _env_int("PIWF_RETENTION_DAYS", 30),
+            "validation_timeout_s": _env_float(
+                "PIWF_VALIDATION_TIMEOUT_S", 30.0, zero_allowed=False
+            ),
+            "retention_days": _env_int("PIWF_RETENTION_DAYS", 30, maximum=MAX_RETENTION_DAYS),
             "retention_retry_s": _env_float("PIWF_RETENTION_RETRY_S", 300.0),
             "retention_interval_s": _env_float("PIWF_RETENTION_INTERVAL_S", 86_400.0),
             "retention_vacuum_min_bytes": _env_int(

@@ -266,3 +266,40 @@ def test_state_prune_lists_then_deletes_an_old_tree_after_a_verified_backup(
     assert [run["runId"] for run in piwf.json("run", "list")["runs"]] == [fresh["runId"]]
     backed_up = piwf.json("state", "verify", str(backup))
     assert backed_up == {"valid": True, "violations": []}, "the backup holds the old tree"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        # Beyond what SQLite's integers hold: the epoch claim's expiry overflowed (a traceback).
+        ("PIWF_SERVER_LEASE_MS", "99999999999999999999"),
+        # Beyond what the protocol carries exactly: the server ran, `server status` could not.
+        ("PIWF_MAX_WORKERS", "99999999999999999999"),
+        # Every retention sweep failed with an OverflowError, retried every 5 minutes.
+        ("PIWF_RETENTION_DAYS", "99999999999999999"),
+        # Intervals of 0 spun the server's loop at full CPU, writing on every turn.
+        ("PIWF_SERVER_RENEW_S", "0"),
+        ("PIWF_RUN_RENEW_S", "0"),
+        ("PIWF_CLAIM_POLL_S", "0"),
+        # A deadline past any clock: the validation frame's timeout was no exact integer.
+        ("PIWF_VALIDATION_TIMEOUT_S", "1e300"),
+    ],
+)
+def test_a_setting_no_server_can_use_is_refused_before_it_starts(
+    piwf: Piwf, variable: str, value: str
+) -> None:
+    piwf.env[variable] = value
+    error = piwf.json("server", "start", exit_code=1)["error"]
+    assert error["code"] == "serverStart"
+    assert f"{variable} must be " in error["message"] and "at most" in error["message"]
+    human = piwf.run("server", "start")
+    assert human.returncode == 1
+    assert human.stderr.startswith("Error: ") and "Traceback" not in human.stderr
+    assert piwf.json("server", "status") == {"state": "stopped"}
+
+
+def test_a_server_option_beyond_its_limit_is_a_usage_error(piwf: Piwf) -> None:
+    for option, value in (("--max-workers", "99999999999999999999"), ("--idle-exit", "1e300")):
+        error = piwf.json("server", "start", option, value, exit_code=2)["error"]
+        assert error["code"] == "usage" and option in error["message"]
+    assert piwf.json("server", "status") == {"state": "stopped"}

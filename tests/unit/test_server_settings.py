@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from piwf.canonical import MAX_SAFE_INTEGER
 from piwf.server import settings
 from piwf.server.settings import ServerSettings
 
@@ -24,7 +25,9 @@ def test_the_numeric_variables_are_found() -> None:
 
 
 @pytest.mark.parametrize("name", NUMERIC)
-@pytest.mark.parametrize("value", ["abc", "-1", "nan", "1e999", "1.5.2"])
+@pytest.mark.parametrize(
+    "value", ["abc", "-1", "nan", "1e999", "1.5.2", "99999999999999999999", "1e300"]
+)
 def test_an_unusable_number_names_the_variable_and_what_it_takes(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str
 ) -> None:
@@ -33,7 +36,8 @@ def test_an_unusable_number_names_the_variable_and_what_it_takes(
         ServerSettings.from_environment()
     message = str(raised.value)
     assert message.startswith(f"{name} must be "), message
-    assert "integer" in message or "a finite number of seconds, 0 or more" in message
+    assert "integer" in message or "a finite number of seconds, " in message
+    assert "and at most " in message
     assert "invalid literal" not in message and "could not convert" not in message
 
 
@@ -43,3 +47,48 @@ def test_usable_values_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIWF_IDLE_EXIT_S", "2.5")
     found = ServerSettings.from_environment()
     assert (found.max_workers, found.spare_runners, found.idle_exit_s) == (3, 0, 2.5)
+
+
+#: Intervals and deadlines that 0 would turn into a busy loop or an instant failure.
+NOT_ZERO = [
+    "PIWF_SERVER_RENEW_S",
+    "PIWF_FRAME_DEADLINE_S",
+    "PIWF_RUN_RENEW_S",
+    "PIWF_CLAIM_POLL_S",
+    "PIWF_RUNNER_READY_TIMEOUT_S",
+    "PIWF_RESOLVER_TIMEOUT_S",
+    "PIWF_VALIDATION_TIMEOUT_S",
+]
+
+
+@pytest.mark.parametrize("name", NOT_ZERO)
+def test_an_interval_or_deadline_of_zero_is_refused(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "0")
+    with pytest.raises(
+        ValueError, match=f"^{name} must be a finite number of seconds, more than 0"
+    ):
+        ServerSettings.from_environment()
+
+
+@pytest.mark.parametrize("name", ["PIWF_IDLE_EXIT_S", "PIWF_QUICK_CHECK_S", "PIWF_SPARE_RUNNERS"])
+def test_zero_still_means_off_where_it_is_documented_so(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(name, "0")
+    ServerSettings.from_environment()
+
+
+def test_the_largest_accepted_values_still_fit_what_carries_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PIWF_RETENTION_DAYS", str(settings.MAX_RETENTION_DAYS))
+    monkeypatch.setenv("PIWF_RUN_LEASE_MS", str(settings.MAX_SETTING_MILLISECONDS))
+    monkeypatch.setenv("PIWF_VALIDATION_TIMEOUT_S", str(settings.MAX_SETTING_SECONDS))
+    found = ServerSettings.from_environment()
+    # Epoch milliseconds plus a lease, minus the retention days, and the validation frame's
+    # timeout in milliseconds all stay exact integers.
+    assert found.run_lease_ms + 10**13 <= MAX_SAFE_INTEGER
+    assert found.retention_days * 86_400_000 <= MAX_SAFE_INTEGER
+    assert int(found.validation_timeout_s * 1000) <= MAX_SAFE_INTEGER
