@@ -552,8 +552,8 @@ def verify(receipt: VerifyReceipt) -> str:
 
 
 def backup(receipt: BackupReceipt) -> str:
-    """Where the backup went."""
-    return f"backup written to {receipt.destination} ({receipt.bytes} bytes, verified)"
+    """Where the backup went (the path as typed may hold control characters: escaped)."""
+    return f"backup written to {one_line(receipt.destination)} ({receipt.bytes} bytes, verified)"
 
 
 def prune(report: PruneReport) -> str:

@@ -5,7 +5,9 @@ a node's output, an agent's prompt) may carry control characters. Printed raw, a
 can forge a table row and a terminal escape can drive the terminal (set its title, move the
 cursor, hide what follows). Each function here shows such characters as their Python escapes
 (``\\n``, ``\\x1b``) and leaves every other character as it is; ``--json`` output keeps the
-text as stored.
+text as stored. The bidirectional controls (U+202E RIGHT-TO-LEFT OVERRIDE and its kin) count
+as control characters too: printed raw they reorder what the terminal shows, so a name or a
+path could read as another.
 """
 
 from __future__ import annotations
@@ -36,11 +38,19 @@ def log_text(text: str) -> str:
     return _escaped(text, kept="\n\t")
 
 
+#: The bidirectional formatting characters (embeddings, overrides, isolates, marks).
+_BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
 def _escaped(text: str, *, kept: str) -> str:
     """``text`` with each control character not in ``kept`` shown as its Python escape."""
     return "".join(
-        repr(character)[1:-1]
-        if character not in kept and unicodedata.category(character) in ("Cc", "Zl", "Zp")
-        else character
+        repr(character)[1:-1] if character not in kept and _is_control(character) else character
         for character in text
     )
+
+
+def _is_control(character: str) -> bool:
+    return unicodedata.category(character) in ("Cc", "Zl", "Zp") or character in _BIDI_CONTROLS

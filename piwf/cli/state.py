@@ -157,11 +157,11 @@ def state_restore(backup: Path, as_json: bool) -> None:
             }
         )
         return
-    click.echo(
-        f"restored {report.backup} as {report.database} ({report.byte_length} bytes, verified)"
-    )
+    backup, database = render.one_line(str(report.backup)), render.one_line(str(report.database))
+    click.echo(f"restored {backup} as {database} ({report.byte_length} bytes, verified)")
     for item in report.moved:
-        click.echo(f"moved aside: {item.source.name} -> {item.destination.name}")
+        source, destination = item.source.name, item.destination.name
+        click.echo(f"moved aside: {render.one_line(source)} -> {render.one_line(destination)}")
     click.echo("start the server with: piwf server start")
 
 

@@ -254,6 +254,27 @@ def test_restore_after_a_clean_stop_prints_what_it_moved(cli: Piwf, tmp_path: Pa
     assert run_ids(cli) == [kept]
 
 
+def test_backup_and_restore_print_a_path_with_control_characters_escaped(
+    cli: Piwf, tmp_path: Path
+) -> None:
+    """A path as typed may hold a line break or a bidirectional override: printed raw they
+    would forge a line or reorder what the terminal shows, so the human output escapes them."""
+    start_hello(cli, "kept")
+    backup = tmp_path / "new\nline\u202ecod.sqlite"
+    result = cli.run("state", "backup", str(backup))
+    assert result.returncode == 0, result.stderr
+    escaped = str(tmp_path / "new\\nline\\u202ecod.sqlite")
+    assert result.stdout.splitlines() == [
+        f"backup written to {escaped} ({backup.stat().st_size} bytes, verified)"
+    ]
+    assert cli.json("server", "stop")["wasRunning"] is True
+
+    result = cli.run("state", "restore", str(backup))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].startswith(f"restored {escaped} as ")
+    assert "\u202e" not in result.stdout
+
+
 def test_restore_into_a_home_without_a_database_creates_it(cli: Piwf, tmp_path: Path) -> None:
     source = tmp_path / "src"
     source.mkdir(mode=0o700)
