@@ -157,8 +157,8 @@ def state_restore(backup: Path, as_json: bool) -> None:
             }
         )
         return
-    backup, database = render.one_line(str(report.backup)), render.one_line(str(report.database))
-    click.echo(f"restored {backup} as {database} ({report.byte_length} bytes, verified)")
+    restored = f"{render.one_line(str(report.backup))} as {render.one_line(str(report.database))}"
+    click.echo(f"restored {restored} ({report.byte_length} bytes, verified)")
     for item in report.moved:
         source, destination = item.source.name, item.destination.name
         click.echo(f"moved aside: {render.one_line(source)} -> {render.one_line(destination)}")
