@@ -135,6 +135,49 @@ def test_answer_reads_its_response_from_stdin_with_a_dash(piwf: Piwf) -> None:  
     assert piwf.json("run", "show", run_id)["output"]["note"] == {"ok": True}
 
 
+def open_request(cli: Piwf, run_id: str) -> str:
+    """The id of the request ``run_id`` waits on, once it waits."""
+    request = wait_for(
+        lambda: (cli.json("requests", "--run", run_id)["requests"] or [None])[0],
+        timeout_s=30,
+        what=f"the request of {run_id}",
+    )
+    return str(request["requestId"])
+
+
+def test_a_command_of_the_other_kind_offers_the_right_one_only_while_the_request_is_open(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    checkpoint_run = piwf.json("run", "start", CHECKPOINT, "--input", '{"steps": ["a"]}')
+    run_id = checkpoint_run["run"]["runId"]
+    request_id = open_request(piwf, run_id)
+    refused = piwf.json("submit", request_id, "{}", exit_code=1)["error"]
+    assert refused["message"].endswith(f"answer it with: piwf answer {request_id} '<json>'")
+    piwf.json("answer", request_id, '{"ok": true}')
+    piwf.json("run", "wait", run_id, "--timeout", "60")
+    refused = piwf.json("submit", request_id, "{}", exit_code=1)["error"]
+    assert refused == {
+        "code": "notAgentRequest",
+        "message": f"request {request_id} is a checkpoint, not an agent request; it is settled"
+        f" already and takes nothing more (its winner: piwf run show {run_id})",
+    }
+
+    agent_run = piwf.json(
+        "run", "start", "fixtures/workflows/agent_validate.py", "--input", '{"topic": "x"}'
+    )
+    run_id = agent_run["run"]["runId"]
+    request_id = open_request(piwf, run_id)
+    refused = piwf.json("answer", request_id, "{}", exit_code=1)["error"]
+    assert refused["message"].endswith(f"submit its output with: piwf submit {request_id} '<json>'")
+    piwf.json("submit", request_id, '{"summary": "done"}')
+    piwf.json("run", "wait", run_id, "--timeout", "60")
+    refused = piwf.json("answer", request_id, "{}", exit_code=1)["error"]
+    assert refused["message"] == (
+        f"request {request_id} is an agent step's request, not a checkpoint or decision; it is"
+        f" settled already and takes nothing more (its accepted output: piwf run show {run_id})"
+    )
+
+
 def test_a_state_home_that_cannot_be_a_directory_is_named(tmp_path: Path) -> None:
     plain_file = tmp_path / "f"
     plain_file.write_text("")
