@@ -309,6 +309,39 @@ def cancelled_while_applying(cli: Piwf, tmp_path: Path) -> tuple[str, str]:
     return run_id, str(effect["effectId"])
 
 
+def test_a_resolve_that_changes_nothing_says_so_and_does_not_claim_a_resolution(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    entered = tmp_path / "entered"
+    workflow = tmp_path / "post_and_hang.py"
+    workflow.write_text(POST_AND_HANG.format(entered=str(entered)))
+    run_id = piwf.json("run", "start", str(workflow))["run"]["runId"]
+    wait_for(entered.exists, timeout_s=30, what="the effect's action to start")
+    (effect,) = piwf.json("run", "show", run_id)["effects"]
+    effect_id = effect["effectId"]
+    assert effect["status"] == "applying"
+
+    # A retry of an effect that applies (never ambiguous) is adopted: nothing was resolved.
+    text = piwf.run("effect", "resolve", effect_id, "--retry").stdout
+    assert text == f"{effect_id}  chat.post  already applying: nothing to resolve\n"
+    retried = piwf.json("effect", "resolve", effect_id, "--retry")
+    assert (retried["effect"]["status"], retried["outcome"]) == ("applying", "unchanged")
+
+    piwf.json("run", "cancel", run_id)
+    wait_for(
+        lambda: piwf.json("run", "show", run_id)["effects"][0]["status"] == "ambiguous",
+        timeout_s=30,
+        what="the cancelled effect to be ambiguous",
+    )
+    text = piwf.run("effect", "resolve", effect_id, "--applied").stdout
+    assert text == f"{effect_id}  chat.post  now applied\n"
+    again = piwf.json("effect", "resolve", effect_id, "--applied")
+    assert (again["effect"]["status"], again["outcome"]) == ("applied", "unchanged")
+    text = piwf.run("effect", "resolve", effect_id, "--applied").stdout
+    assert text == f"{effect_id}  chat.post  already applied: nothing to resolve\n"
+
+
 def test_a_cancelled_run_with_an_ambiguous_effect_asks_for_the_resolve_before_a_restart(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,
@@ -346,9 +379,10 @@ def test_a_retry_of_an_ended_runs_effect_settles_it_not_applied_so_a_restart_can
     # No runner takes an ended run up again: a retry would leave the effect pending for ever
     # and the restart refused for ever. It settles it cancelled: it did not happen.
     resolved = piwf.json("effect", "resolve", effect_id, "--retry", "--note", "not in the chat")
-    assert resolved["effect"]["status"] == "cancelled"
+    assert (resolved["effect"]["status"], resolved["outcome"]) == ("cancelled", "resolved")
     again = piwf.json("effect", "resolve", effect_id, "--retry")
-    assert again["effect"]["status"] == "cancelled"  # the same decision again changes nothing
+    # the same decision again changes nothing
+    assert (again["effect"]["status"], again["outcome"]) == ("cancelled", "unchanged")
     settled = piwf.json("effect", "resolve", effect_id, "--applied", exit_code=1)["error"]
     assert settled["message"] == (
         "effect is cancelled, not ambiguous: there is nothing to resolve (only an effect that may"
