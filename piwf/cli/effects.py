@@ -44,8 +44,13 @@ def effect_resolve(
         raise click.UsageError("choose exactly one of --applied (it happened) and --retry")
     resolution = "applied" if applied else "retry"
     with open_client() as client:
-        effect = client.resolve_effect(effect_id, resolution, note=note)
+        receipt = client.resolve_effect_receipt(effect_id, resolution, note=note)
+    effect = receipt.effect
     if as_json:
-        render.emit_json({"effect": effect.to_wire()})
+        render.emit_json({"effect": effect.to_wire(), "outcome": receipt.outcome})
+    elif receipt.outcome == "unchanged":
+        click.echo(
+            f"{effect.effect_id}  {effect.effect_type}  already {effect.status}: nothing to resolve"
+        )
     else:
         click.echo(f"{effect.effect_id}  {effect.effect_type}  now {effect.status}")

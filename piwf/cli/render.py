@@ -173,13 +173,19 @@ def _needed_action(detail: RunDetail) -> str | None:
     if not run.needs_action:
         return None
     resume = f"piwf run resume {run.run_id}"
+    reason = detail.parked_reason
+    if run.error_code == "effectAmbiguous" and not any(
+        effect.status == "ambiguous" for effect in detail.effects
+    ):
+        # The stored reason says why it parked; what it waits for now is only the resume.
+        why = f" ({reason})" if reason else ""
+        return f"parked for an ambiguous effect{why}, which is resolved now; {resume}"
     if run.error_code == "effectAmbiguous":
         step = f"resolve its ambiguous effect (piwf effect resolve EFFECT_ID), then {resume}"
     elif run.paused and run.error_code is None:
         step = f"it is paused: {resume}"
     else:
         step = f"fix the cause, then {resume}"
-    reason = detail.parked_reason
     return f"{reason}; {step}" if reason else step
 
 

@@ -197,6 +197,10 @@ _PARKED: dict[str, str] = {
         "that kills its process or overruns its deadline), then resume."
     ),
     "runnerCrashed": ("its runner crashed repeatedly ({reason}); fix the cause, then resume."),
+    # Reached only once no effect is ambiguous any more (the resolve comes first above).
+    "effectAmbiguous": (
+        "it parked for an effect that may or may not have been applied, and {reason}."
+    ),
 }
 
 

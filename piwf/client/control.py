@@ -116,8 +116,27 @@ class RunControlMethods(ClientCalls):
         note: str | None = None,
         idempotency_key: str | None = None,
     ) -> EffectInfo:
-        """Record that an ambiguous effect was ``applied`` or should be retried (``retry``)."""
-        receipt = self._call(
+        """Record that an ambiguous effect was ``applied`` or should be retried (``retry``);
+        returns the effect as it is now (:meth:`resolve_effect_receipt` also says whether this
+        call changed it)."""
+        return self.resolve_effect_receipt(
+            effect_id, resolution, note=note, idempotency_key=idempotency_key
+        ).effect
+
+    def resolve_effect_receipt(
+        self,
+        effect_id: str,
+        resolution: str,
+        *,
+        note: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> EffectReceipt:
+        """As :meth:`resolve_effect`, returning the whole receipt: the effect and ``outcome``,
+        ``resolved`` when this call settled or retried it, ``unchanged`` when there was nothing
+        to resolve (the same resolution again, or a retry of an effect that is already pending or
+        applying). An effect in another state is a :class:`~piwf.errors.RejectedError`, an
+        unknown one a :class:`~piwf.errors.NotFoundError`."""
+        return self._call(
             "effect.resolve",
             build_payload(
                 EffectResolvePayload, effect_id=effect_id, resolution=resolution, note=note
@@ -125,7 +144,6 @@ class RunControlMethods(ClientCalls):
             EffectReceipt,
             idempotency_key=idempotency_key,
         )
-        return receipt.effect
 
     def _run_control(self, operation: Operation, run_id: str, key: str | None) -> RunInfo:
         receipt = self._call(

@@ -24,7 +24,7 @@ with the receipt model, so both sides agree on one shape::
     run.resume       {}  (runId in the envelope)               {"run": RunInfo}
     run.restart      {}  (runId in the envelope)               {"run": RunInfo}  (the new run)
     run.fork         {fromNode}  (runId in the envelope)       {"run": RunInfo}  (the new run)
-    effect.resolve   {effectId, resolution, note?}             {"effect": EffectInfo}
+    effect.resolve   {effectId, resolution, note?}             {"effect": EffectInfo, "outcome"}
     checkpoint.answer {requestId, response}                    AnswerReceipt
     decision.answer  {requestId, response}                     AnswerReceipt
     requests.list    {runId?}                                  {"requests": [OpenRequestInfo]}
@@ -481,9 +481,13 @@ class EffectResolvePayload(WireModel):
 
 
 class EffectReceipt(WireModel):
-    """Receipt of effect.resolve."""
+    """Receipt of effect.resolve: the effect as it is now, and ``outcome``: ``resolved`` when
+    this request settled or retried it, ``unchanged`` when there was nothing to resolve (the
+    same resolution again, or a retry of an effect already pending or applying again).
+    A receipt without ``outcome`` (from a server before it) reads as ``resolved``."""
 
     effect: EffectInfo
+    outcome: Literal["resolved", "unchanged"] = "resolved"
 
 
 class RunPage(WireModel):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from piwf._version import __version__
 from piwf.errors import BackupError, RunCommandError, StateUnavailableError
-from piwf.lifecycle import Conflict
+from piwf.lifecycle import Applied, Conflict
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.payloads import (
     AnswerPayload,
@@ -280,7 +280,11 @@ class Handlers:
             )
             if isinstance(result, Conflict):
                 return CommandResult.failed("rejected", RunCommandError(result.evidence))
-            receipt = EffectReceipt(effect=effect_info(result.value)).to_wire()
+            receipt = EffectReceipt(
+                effect=effect_info(result.value),
+                # Adopted: the same resolution again, or the runner's retry already under way.
+                outcome="resolved" if isinstance(result, Applied) else "unchanged",
+            ).to_wire()
             return CommandResult.accepted(receipt)
 
         reply(self.context.commands.execute(request, change))

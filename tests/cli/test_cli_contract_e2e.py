@@ -135,6 +135,49 @@ def test_answer_reads_its_response_from_stdin_with_a_dash(piwf: Piwf) -> None:  
     assert piwf.json("run", "show", run_id)["output"]["note"] == {"ok": True}
 
 
+def open_request(cli: Piwf, run_id: str) -> str:
+    """The id of the request ``run_id`` waits on, once it waits."""
+    request = wait_for(
+        lambda: (cli.json("requests", "--run", run_id)["requests"] or [None])[0],
+        timeout_s=30,
+        what=f"the request of {run_id}",
+    )
+    return str(request["requestId"])
+
+
+def test_a_command_of_the_other_kind_offers_the_right_one_only_while_the_request_is_open(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    checkpoint_run = piwf.json("run", "start", CHECKPOINT, "--input", '{"steps": ["a"]}')
+    run_id = checkpoint_run["run"]["runId"]
+    request_id = open_request(piwf, run_id)
+    refused = piwf.json("submit", request_id, "{}", exit_code=1)["error"]
+    assert refused["message"].endswith(f"answer it with: piwf answer {request_id} '<json>'")
+    piwf.json("answer", request_id, '{"ok": true}')
+    piwf.json("run", "wait", run_id, "--timeout", "60")
+    refused = piwf.json("submit", request_id, "{}", exit_code=1)["error"]
+    assert refused == {
+        "code": "notAgentRequest",
+        "message": f"request {request_id} is a checkpoint, not an agent request; it is settled"
+        f" already and takes nothing more (its winner: piwf run show {run_id})",
+    }
+
+    agent_run = piwf.json(
+        "run", "start", "fixtures/workflows/agent_validate.py", "--input", '{"topic": "x"}'
+    )
+    run_id = agent_run["run"]["runId"]
+    request_id = open_request(piwf, run_id)
+    refused = piwf.json("answer", request_id, "{}", exit_code=1)["error"]
+    assert refused["message"].endswith(f"submit its output with: piwf submit {request_id} '<json>'")
+    piwf.json("submit", request_id, '{"summary": "done"}')
+    piwf.json("run", "wait", run_id, "--timeout", "60")
+    refused = piwf.json("answer", request_id, "{}", exit_code=1)["error"]
+    assert refused["message"] == (
+        f"request {request_id} is an agent step's request, not a checkpoint or decision; it is"
+        f" settled already and takes nothing more (its accepted output: piwf run show {run_id})"
+    )
+
+
 def test_a_state_home_that_cannot_be_a_directory_is_named(tmp_path: Path) -> None:
     plain_file = tmp_path / "f"
     plain_file.write_text("")
@@ -266,6 +309,39 @@ def cancelled_while_applying(cli: Piwf, tmp_path: Path) -> tuple[str, str]:
     return run_id, str(effect["effectId"])
 
 
+def test_a_resolve_that_changes_nothing_says_so_and_does_not_claim_a_resolution(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    entered = tmp_path / "entered"
+    workflow = tmp_path / "post_and_hang.py"
+    workflow.write_text(POST_AND_HANG.format(entered=str(entered)))
+    run_id = piwf.json("run", "start", str(workflow))["run"]["runId"]
+    wait_for(entered.exists, timeout_s=30, what="the effect's action to start")
+    (effect,) = piwf.json("run", "show", run_id)["effects"]
+    effect_id = effect["effectId"]
+    assert effect["status"] == "applying"
+
+    # A retry of an effect that applies (never ambiguous) is adopted: nothing was resolved.
+    text = piwf.run("effect", "resolve", effect_id, "--retry").stdout
+    assert text == f"{effect_id}  chat.post  already applying: nothing to resolve\n"
+    retried = piwf.json("effect", "resolve", effect_id, "--retry")
+    assert (retried["effect"]["status"], retried["outcome"]) == ("applying", "unchanged")
+
+    piwf.json("run", "cancel", run_id)
+    wait_for(
+        lambda: piwf.json("run", "show", run_id)["effects"][0]["status"] == "ambiguous",
+        timeout_s=30,
+        what="the cancelled effect to be ambiguous",
+    )
+    text = piwf.run("effect", "resolve", effect_id, "--applied").stdout
+    assert text == f"{effect_id}  chat.post  now applied\n"
+    again = piwf.json("effect", "resolve", effect_id, "--applied")
+    assert (again["effect"]["status"], again["outcome"]) == ("applied", "unchanged")
+    text = piwf.run("effect", "resolve", effect_id, "--applied").stdout
+    assert text == f"{effect_id}  chat.post  already applied: nothing to resolve\n"
+
+
 def test_a_cancelled_run_with_an_ambiguous_effect_asks_for_the_resolve_before_a_restart(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,
@@ -303,9 +379,10 @@ def test_a_retry_of_an_ended_runs_effect_settles_it_not_applied_so_a_restart_can
     # No runner takes an ended run up again: a retry would leave the effect pending for ever
     # and the restart refused for ever. It settles it cancelled: it did not happen.
     resolved = piwf.json("effect", "resolve", effect_id, "--retry", "--note", "not in the chat")
-    assert resolved["effect"]["status"] == "cancelled"
+    assert (resolved["effect"]["status"], resolved["outcome"]) == ("cancelled", "resolved")
     again = piwf.json("effect", "resolve", effect_id, "--retry")
-    assert again["effect"]["status"] == "cancelled"  # the same decision again changes nothing
+    # the same decision again changes nothing
+    assert (again["effect"]["status"], again["outcome"]) == ("cancelled", "unchanged")
     settled = piwf.json("effect", "resolve", effect_id, "--applied", exit_code=1)["error"]
     assert settled["message"] == (
         "effect is cancelled, not ambiguous: there is nothing to resolve (only an effect that may"

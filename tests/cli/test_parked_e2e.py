@@ -250,3 +250,34 @@ def test_a_server_refuses_an_idle_exit_that_is_not_finite(
     result = piwf.run("server", "start")
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert "PIWF_IDLE_EXIT_S must be a finite number of seconds" in result.stderr
+
+
+def test_a_run_parked_for_an_effect_that_is_resolved_since_asks_only_for_the_resume(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    flow = write(tmp_path / "manual.py", MANUAL)
+    run_id = piwf.json("run", "start", str(flow))["run"]["runId"]
+    with Client(home=piwf.home) as client:
+        wait_for(lambda: client.get_run(run_id).run.needs_action, 30, "the effectAmbiguous park")
+    (effect,) = piwf.json("run", "show", run_id)["effects"]
+    piwf.json("effect", "resolve", effect["effectId"], "--applied")
+
+    resume = f"piwf run resume {run_id}"
+    shown = piwf.json("run", "show", run_id)
+    # Still parked (only a resume clears it), but no longer for anything left to resolve.
+    assert (shown["run"]["errorCode"], shown["run"]["needsAction"]) == ("effectAmbiguous", True)
+    display = shown["display"]
+    assert (display["activity"], display["controls"]) == ("blocked", ["resume", "cancel"])
+    assert display["reason"] == "its ambiguous effects are resolved; it goes on when resumed"
+    text = piwf.run("run", "show", run_id).stdout
+    assert f"action      parked for an ambiguous effect, which is resolved now; {resume}" in text
+    assert "resolve its ambiguous effect" not in text and "piwf effect resolve" not in text
+    explained = piwf.json("run", "explain", run_id)
+    assert explained["commands"] == [resume]
+    assert "effects are resolved" in explained["explanation"]
+    assert "fix the cause" not in explained["explanation"]
+
+    piwf.json("run", "resume", run_id)
+    waited = piwf.json("run", "wait", run_id, "--timeout", "60")
+    assert waited["run"]["status"] == "completed"  # the applied effect is adopted, not redone

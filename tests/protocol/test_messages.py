@@ -26,6 +26,7 @@ from piwf.protocol import (
     serialize,
 )
 from piwf.protocol.client_v1 import MAX_ERROR_MESSAGE_LENGTH
+from piwf.protocol.payloads import EffectReceipt
 
 CANARY = "SECRET-CANARY-4f2a"
 
@@ -444,3 +445,18 @@ def test_protocol_error_codes_are_stable() -> None:
     assert InvalidMessageError.code == "invalidMessage"
     assert issubclass(InvalidMessageError, PiwfError)
     assert not issubclass(InvalidMessageError, ValueError)
+
+
+def test_an_effect_receipt_of_an_older_server_reads_as_a_resolution() -> None:
+    effect = {
+        "effectId": "effect-1",
+        "effectType": "chat.post",
+        "recovery": "manual",
+        "status": "applied",
+        "attemptCount": 1,
+    }
+    assert EffectReceipt.model_validate({"effect": effect}).outcome == "resolved"
+    unchanged = EffectReceipt.model_validate({"effect": effect, "outcome": "unchanged"})
+    assert unchanged.to_wire() == {"effect": effect, "outcome": "unchanged"}
+    with pytest.raises(ValidationError):
+        EffectReceipt.model_validate({"effect": effect, "outcome": "adopted"})

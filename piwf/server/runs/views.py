@@ -47,12 +47,15 @@ from piwf.server.loop import Reply
 from piwf.server.replies import InvalidPayloadError, not_found, ok, payload_of, run_id_of
 from piwf.server.runs.handlers import run_detail, step_failure
 from piwf.state import Transaction, blobs
-from piwf.state.enums import AttemptStatus
+from piwf.state.enums import AttemptStatus, FailureClass
 from piwf.state.execution import attempts, run_view
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
 from piwf.state.execution.attempts import AttemptRow
 from piwf.state.execution.run_view import PublishedUpdate, StepRow
+
+#: The reason of a run parked ``effectAmbiguous`` once no effect of it is ambiguous any more.
+RESOLVED_EFFECTS_REASON = "its ambiguous effects are resolved; it goes on when resumed"
 
 #: What a pending request's kind asks for, and the command that gives it.
 _ACTIONS: dict[str, tuple[Control, str]] = {
@@ -202,6 +205,11 @@ def display_of(
             activity = "waitingForPerson"
     elif view.executing:
         activity = "executing" if node is not None else "idle"
+    elif view.needs_action and view.error_code == FailureClass.EFFECT_AMBIGUOUS.value:
+        # Parked for an effect that is settled since: the stored reason tells why it parked,
+        # not what it waits for now (the resolution is on the effect's own audit events).
+        activity = "blocked"
+        reason = RESOLVED_EFFECTS_REASON
     elif view.needs_action:
         activity = "blocked"
         reason = stored or view.error_code

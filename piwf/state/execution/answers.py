@@ -159,11 +159,12 @@ def answer_request(
     """
     decision = decisions.get_decision(tx, request_id)
     if decision is None:
-        if requests.get_request(tx, request_id) is None:
+        request = requests.get_request(tx, request_id)
+        if request is None:
             return None
         return Conflict(
             f"request {request_id} is an agent step's request, not a checkpoint or decision; "
-            f"submit its output with: piwf submit {request_id} '<json>'"
+            + requests.command_of_the_other_kind(request, "piwf submit", "submit its output with")
         )
     earlier = decisions.get_submission(tx, request_id, submission_id)
     resolution = decisions.get_resolution(tx, request_id)

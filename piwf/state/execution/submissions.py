@@ -435,7 +435,7 @@ def _wrong_request(request: RequestRow, run_id: str | None) -> SubmitRefused | N
         return SubmitRefused(
             NotAgentRequestError(
                 f"request {request.request_id} is a {request.kind.value}, not an agent request; "
-                f"answer it with: piwf answer {request.request_id} '<json>'"
+                + requests.command_of_the_other_kind(request, "piwf answer", "answer it with")
             )
         )
     return None
