@@ -126,10 +126,10 @@ class Seconds(click.FloatRange):
         super().__init__(min=0, max=maximum)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):  # said before the range, which inf would miss too
             self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
-        return number
+        return super().convert(number, param, ctx)
 
 
 def run_id_argument(function: _F) -> _F:

@@ -80,8 +80,8 @@ def test_version_with_json_is_one_document(piwf: Piwf) -> None:  # noqa: F811
 @pytest.mark.parametrize(
     ("variable", "value", "rule"),
     [
-        ("PIWF_MAX_WORKERS", "abc", "a positive integer"),
-        ("PIWF_IDLE_EXIT_S", "xyz", "a finite number of seconds, 0 or more"),
+        ("PIWF_MAX_WORKERS", "abc", "a positive integer and at most 9007199254740991"),
+        ("PIWF_IDLE_EXIT_S", "xyz", "a finite number of seconds, 0 or more and at most 1000000000"),
     ],
 )
 def test_a_bad_environment_variable_is_named_with_what_it_takes(
