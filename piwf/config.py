@@ -26,6 +26,11 @@ FILE_MODE = 0o600
 MAX_FRAME_BYTES = 1024 * 1024
 #: Largest part of a content reference read back over a runner pipe.
 CONTENT_PART_BYTES = 512 * 1024
+#: The largest value one content reference may carry (a runner call's payload included).
+MAX_CONTENT_BYTES = 256 * 1024 * 1024
+#: The largest value workflow code may hand to the engine (a node output, an effect request):
+#: one MiB under :data:`MAX_CONTENT_BYTES`, the room the runner call around it needs.
+MAX_VALUE_BYTES = MAX_CONTENT_BYTES - 1024 * 1024
 #: The largest value a numeric ``PIWF_*`` variable takes: counts and byte sizes must stay exact
 #: in the protocol (``server status`` reports them) and in SQLite's 64-bit integers.
 MAX_SETTING_INTEGER = MAX_SAFE_INTEGER

@@ -20,12 +20,11 @@ from typing import Any
 from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.config import CONTENT_PART_BYTES, MAX_FRAME_BYTES
+from piwf.config import MAX_CONTENT_BYTES as MAX_CONTENT_BYTES  # the largest referenced value
 from piwf.errors import PiwfError
 
 #: Frames above this size send their value by reference (room left for the envelope).
 INLINE_LIMIT = MAX_FRAME_BYTES - 64 * 1024
-#: The largest value one reference may carry.
-MAX_CONTENT_BYTES = 256 * 1024 * 1024
 
 
 class ContentError(PiwfError):

@@ -82,6 +82,10 @@ prepare_hints()
 DEFERRED_OPERATIONS = frozenset({"begin_run", "node_finished", "node_failed"})
 
 
+class CallTooLargeError(RunCommandError):
+    """A call's frame is over what one content reference carries; nothing was sent."""
+
+
 class PipePort:
     """A :class:`~piwf.workflow.port.WorkflowPort` whose every method is a call to the server."""
 
@@ -124,6 +128,11 @@ class PipePort:
             self.flush()
         message_id = f"m{next(self._ids)}"
         frame = self._frame(message_id, operation, payload)
+        if len(frame) > content.MAX_CONTENT_BYTES:
+            raise CallTooLargeError(
+                f"the runner's {operation} call is {len(frame):,} bytes, over the "
+                f"{content.MAX_CONTENT_BYTES:,} bytes one call may carry"
+            )
         if len(frame) > content.INLINE_LIMIT:
             reference = self._upload(canonical.encode(payload))
             frame = self._frame(message_id, operation, reference)
@@ -245,8 +254,21 @@ class PipePort:
             result = result_from_json(self._call_port(messages[0]).result)
             self._note_revision(result)
         else:
-            result = self._send_batch(messages)
+            try:
+                result = self._send_batch(messages)
+            except CallTooLargeError:  # big outputs (a last node's is also the run's): one by one
+                result = self._send_each(messages)
         faults.point("child.after_commit")  # the server committed; the child has not acted
+        return result
+
+    def _send_each(self, messages: list[object]) -> port.PortResult:
+        """Send ``messages`` as one call each, in order, as a batch would apply them: the first
+        not applied ends the sequence and is returned."""
+        result: port.PortResult = Applied(port.Committed())
+        for message in messages:
+            result = self._send_now([message])
+            if not isinstance(result, (Applied, Adopted)):
+                return result
         return result
 
     def _send_batch(self, messages: list[object]) -> port.PortResult:

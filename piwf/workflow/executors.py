@@ -57,6 +57,7 @@ from piwf.workflow.invoke import (
     failure_outcome,
     invoke,
     to_json,
+    unusable,
 )
 from piwf.workflow.nodes import (
     ActionNode,
@@ -259,7 +260,7 @@ class VisitExecutor:
                 try:
                     return VisitDone(Outcome.OK, to_json(value))
                 except CanonicalJsonError as error:
-                    return VisitDone(Outcome.FAILED, error=f"output is not JSON: {error}")
+                    return VisitDone(Outcome.FAILED, error=unusable("output", error))
             case Raised(error=error):
                 return raised(failure_outcome(ctx.signal), error)
             case Stopped(outcome=outcome):
@@ -281,7 +282,7 @@ class VisitExecutor:
             )
             request = to_json(raw)
         except CanonicalJsonError as error:
-            return VisitDone(Outcome.FAILED, error=f"effect request is not JSON: {error}")
+            return VisitDone(Outcome.FAILED, error=unusable("effect request", error))
         except Exception as error:
             self.gate.raise_if_failed()
             return raised(Outcome.FAILED, error, "effect request failed: ")
@@ -325,9 +326,7 @@ class VisitExecutor:
                 try:
                     output = to_json(value)
                 except CanonicalJsonError as error:
-                    return self._uncertain(
-                        spec, key, Outcome.FAILED, f"output is not JSON: {error}"
-                    )
+                    return self._uncertain(spec, key, Outcome.FAILED, unusable("output", error))
                 self._settle(key, EffectOutcome.APPLIED, output)
                 return VisitDone(Outcome.OK, output)
             case Raised(error=error):
@@ -385,9 +384,7 @@ class VisitExecutor:
         try:
             return VisitDone(Outcome.OK, to_json(parse(result)))
         except CanonicalJsonError as error:
-            return VisitDone(
-                Outcome.FAILED, error=f"parse returned a value that is not JSON: {error}"
-            )
+            return VisitDone(Outcome.FAILED, error=unusable("the value parse returned", error))
         except Exception as error:
             self.gate.raise_if_failed()
             return raised(Outcome.FAILED, error, "parse failed: ")
@@ -440,7 +437,7 @@ class VisitExecutor:
         try:
             kind, content = _request_content(spec, ctx)
         except CanonicalJsonError as error:
-            return VisitDone(Outcome.FAILED, error=f"request content is not JSON: {error}")
+            return VisitDone(Outcome.FAILED, error=unusable("request content", error))
         except Exception as error:
             self.gate.raise_if_failed()
             return raised(failure_outcome(ctx.signal), error)

@@ -18,6 +18,8 @@ from typing import Any, TypeAlias
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.config import MAX_VALUE_BYTES
+from piwf.errors import CanonicalJsonError
 from piwf.workflow.context import CancellationSignal, Outcome
 
 
@@ -89,10 +91,25 @@ def failure_outcome(signal: CancellationSignal) -> Outcome:
 def to_json(value: object) -> JsonValue:
     """Return ``value`` as plain canonical JSON (pydantic models by ``model_dump``).
 
-    Raises :class:`piwf.errors.CanonicalJsonError` when the value cannot cross the port. The
+    Raises :class:`piwf.errors.CanonicalJsonError` when the value cannot cross the port: it
+    is not JSON, or (reason ``tooLarge``) its JSON is over :data:`MAX_VALUE_BYTES`. The
     round trip also gives the caller a private copy, so later mutation cannot leak.
     """
     dump = getattr(value, "model_dump", None)
     if callable(dump) and not isinstance(value, type):
         value = dump(mode="json")
-    return canonical.parse(canonical.encode(value))
+    data = canonical.encode(value)
+    if len(data) > MAX_VALUE_BYTES:
+        raise CanonicalJsonError(
+            "tooLarge",
+            f"it is {len(data):,} bytes of JSON, over the {MAX_VALUE_BYTES:,} bytes one stored "
+            "value may hold; keep large data outside the run (a file, a URL) and pass where it is",
+        )
+    return canonical.parse(data)
+
+
+def unusable(what: str, error: CanonicalJsonError) -> str:
+    """The failure text for a value ``what`` that :func:`to_json` refused with ``error``."""
+    if error.reason == "tooLarge":
+        return f"{what} is too large: {error}"
+    return f"{what} is not JSON: {error}"

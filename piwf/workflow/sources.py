@@ -31,6 +31,7 @@ import importlib.util
 import itertools
 import os
 import sys
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -478,9 +479,8 @@ class _Loader:
         try:
             code = compile(data, str(key), "exec", dont_inherit=True)
         except SyntaxError as error:
-            raise WorkflowLoadError(
-                f"{path}: syntax error at line {error.lineno}: {error.msg}"
-            ) from None
+            where = "" if error.lineno is None else f" at line {error.lineno}"
+            raise WorkflowLoadError(f"{path}: syntax error{where}: {error.msg}") from None
         except ValueError as error:
             raise WorkflowLoadError(f"{path}: cannot compile: {error}") from None
         name = f"{WORKFLOW_MODULE_PREFIX}{digest[:16]}_{next(_MODULE_NUMBERS)}"
@@ -500,7 +500,9 @@ class _Loader:
             exec(code, module.__dict__)  # noqa: S102
         except WorkflowDefinitionError as error:
             sys.modules.pop(name, None)
-            raise WorkflowLoadError(f"{path}: {error}") from error
+            line = _line_of(error, key)
+            where = "" if line is None else f" (line {line})"
+            raise WorkflowLoadError(f"{path}: {error}{where}") from error
         except SystemExit as error:  # sys.exit() or exit() at import: a refusal, not an exit
             sys.modules.pop(name, None)
             raise WorkflowLoadError(
@@ -509,8 +511,10 @@ class _Loader:
             ) from error
         except Exception as error:
             sys.modules.pop(name, None)
+            line = _line_of(error, key)
+            where = "" if line is None else f" at line {line}"
             raise WorkflowLoadError(
-                f"{path}: import failed: {type(error).__name__}: {error}"
+                f"{path}: import failed{where}: {type(error).__name__}: {error}"
             ) from error
         return module
 
@@ -573,3 +577,13 @@ class _Loader:
                 ) from None
             self.hashed[key] = SourceFile(source_location(key), hashlib.sha256(data).hexdigest())
         return self.hashed[key]
+
+
+def _line_of(error: BaseException, file: Path) -> int | None:
+    """The last line of ``file`` that ``error``'s traceback passed through (where the module's
+    own code failed), or None when it passed through none."""
+    line: int | None = None
+    for frame, number in traceback.walk_tb(error.__traceback__):
+        if frame.f_code.co_filename == str(file):
+            line = number
+    return line

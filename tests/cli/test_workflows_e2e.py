@@ -167,8 +167,8 @@ def test_a_workflow_that_does_not_load_is_reported_with_the_loaders_message(
         """,
     )
     for name, expected in (
-        ("broken", "No module named 'not_a_module_anywhere'"),
-        ("dangling", "targets unknown node 'b'"),
+        ("broken", "import failed at line 1: ModuleNotFoundError: No module named "),
+        ("dangling", "targets unknown node 'b' (line 2)"),
         ("missing", "no workflow named 'missing' (searched"),
     ):
         answer = piwf.json("workflows", "show", name, "--project", str(project), exit_code=1)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
-from piwf.workflow import CancellationSignal, compute, define_workflow, include
+from piwf.workflow import CancellationSignal, compute, define_workflow, include, invoke
 from piwf.workflow import port as p
 from piwf.workflow.compiler import compile_workflow
 from piwf.workflow.context import Outcome
@@ -212,6 +213,19 @@ def test_an_output_that_is_not_json_fails_the_node(subject: PortUnderTest) -> No
     assert result.status is p.RunStatus.FAILED
     assert result.error is not None
     assert result.error.startswith('node "a" failed: output is not JSON')
+
+
+def test_an_output_over_the_value_limit_fails_the_node_saying_so(
+    subject: PortUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(invoke, "MAX_VALUE_BYTES", 1000)  # the real bound is 255 MiB
+    result = subject.start(chain(("a", compute(lambda ctx: "x" * 1000))))
+    assert result.status is p.RunStatus.FAILED
+    assert result.error == (
+        'node "a" failed: output is too large: it is 1,002 bytes of JSON, over the 1,000 bytes '
+        "one stored value may hold; keep large data outside the run (a file, a URL) and pass "
+        "where it is"
+    )
 
 
 def child_workflow(seen: list[Any]) -> Any:

@@ -88,12 +88,36 @@ def test_bad_graph_names_file_and_rule(tmp_path: Path) -> None:
 def test_import_error_names_file(tmp_path: Path) -> None:
     path = write(tmp_path, "imports.py", "import piwf_module_that_does_not_exist\n")
     message = load_error(path)
-    assert "import failed: ModuleNotFoundError" in message
+    assert "import failed at line 1: ModuleNotFoundError" in message
 
 
 def test_runtime_error_in_module_names_file(tmp_path: Path) -> None:
     path = write(tmp_path, "raises.py", "raise RuntimeError('module refuses')\n")
-    assert "import failed: RuntimeError: module refuses" in load_error(path)
+    assert "import failed at line 1: RuntimeError: module refuses" in load_error(path)
+
+
+def test_import_failure_names_the_line_of_the_file_that_failed(tmp_path: Path) -> None:
+    text = "VALUE = 1\n\n\ndef build():\n    return undefined_name\n\n\nbuild()\n"
+    path = write(tmp_path, "nested.py", text)
+    assert load_error(path) == (
+        f"{path}: import failed at line 5: NameError: name 'undefined_name' is not defined"
+    )
+
+
+def test_bad_graph_names_the_line_that_defined_it(tmp_path: Path) -> None:
+    text = GOOD.replace("edges=[]", 'edges=[{"from": "a", "to": "nowhere"}]').replace("NAME", "bad")
+    path = write(tmp_path, "bad_graph.py", text)
+    rows = text.splitlines()
+    line = next(number for number, row in enumerate(rows, 1) if "define_workflow(" in row)
+    assert load_error(path).endswith(f"targets unknown node 'nowhere' (line {line})")
+
+
+def test_nul_byte_is_a_syntax_error_without_a_made_up_line(tmp_path: Path) -> None:
+    path = tmp_path / "nul.py"
+    path.write_bytes(b"VALUE = 1\x00\n")
+    message = load_error(path)
+    assert "syntax error" in message and "null bytes" in message
+    assert "None" not in message
 
 
 def test_missing_file(tmp_path: Path) -> None:
