@@ -22,7 +22,8 @@ Before anything is spawned, the socket path is checked as the client checks it
 (:func:`piwf.client.sockets.check_socket_path`): a home, server directory or socket that is
 a symlink, another kind of file or another user's is refused with
 :class:`~piwf.client.sockets.UnsafeSocketError`, so a start never ends with a client talking
-to a server of another home.
+to a server of another home. A socket path too long for the OS is refused with
+:class:`~piwf.errors.ServerStartError`, before the server would create the home.
 
 This module imports only the standard library, piwf's base modules and that check: the client
 uses it to auto-start a server, and it never imports the server package itself.
@@ -43,7 +44,7 @@ from typing import Final
 
 from piwf import canonical
 from piwf.client.sockets import NotListeningError, check_socket_path
-from piwf.config import DEFAULT_START_TIMEOUT_S, ServerPaths, state_home
+from piwf.config import DEFAULT_START_TIMEOUT_S, ServerPaths, socket_path_problem, state_home
 from piwf.errors import (
     CanonicalJsonError,
     PiwfError,
@@ -106,10 +107,14 @@ def start_server(
     an invalid ready line, or did not report within ``timeout_s`` seconds; in every error case
     the new process has exited or been killed, together with its process group, and reaped.
     Raises :class:`~piwf.client.sockets.UnsafeSocketError`, before starting anything, when
-    the socket path is unsafe.
+    the socket path is unsafe, and :class:`~piwf.errors.ServerStartError`, before creating
+    anything, when it is too long for the OS.
     """
     home = (home or state_home()).absolute()
     paths = ServerPaths(home)
+    too_long = socket_path_problem(paths.socket)
+    if too_long is not None:  # refused here: the server would create the home first
+        raise ServerStartError(too_long)
     with contextlib.suppress(NotListeningError):  # none yet: the server creates it
         check_socket_path(paths.socket)
     _reap_finished()

@@ -2,7 +2,8 @@
 
 Start order, each step refusing cleanly before the next::
 
-    state home 0700 -> server dir 0700 -> socket path fits -> single-instance lock
+    socket path fits -> state home 0700 and writable -> server dir 0700 and writable
+    -> server log -> single-instance lock
     -> open the database (identity verified) -> take the server epoch (epoch + 1)
     -> bind the socket (0600, stale one replaced) -> request a retention sweep (it runs once
     the server is idle, docs/RETENTION.md) -> report ready -> serve
@@ -63,6 +64,7 @@ from piwf.state.server_epoch import (
     release_server_claim,
     renew_server_claim,
 )
+from piwf.state.writable import refuse_unwritable_dir
 
 log = logging.getLogger("piwf.server")
 
@@ -82,7 +84,8 @@ def run_server(
     supervisor adopts them.
 
     A server that does not start (another one runs for the home, the home is unusable, the
-    socket cannot be bound) logs why, reports it on ``ready_fd`` and raises it, as the typed
+    socket cannot be bound) logs why (once the server log is open: what fails before that is
+    never printed here), reports it on ``ready_fd`` and raises it, as the typed
     error (:class:`~piwf.errors.ServerRunningError`, ...) or a
     :class:`~piwf.errors.ServerStartError`, so the caller says why too.
     """
@@ -90,11 +93,15 @@ def run_server(
     lock: InstanceLock | None = None
     db: StateDatabase | None = None
     claim: ServerClaim | None = None
+    logging_configured = False
     try:
+        check_socket_path(paths.socket)  # before anything is created for a home of no use
         ensure_private_dir(paths.home)
+        refuse_unwritable_dir(paths.home)
         ensure_private_dir(paths.server_dir)
+        refuse_unwritable_dir(paths.server_dir, "the server directory")
         _configure_logging(paths.log)
-        check_socket_path(paths.socket)
+        logging_configured = True
         identity = own_identity()
         lock = InstanceLock(paths.lock)
         lock.acquire(identity)
@@ -111,7 +118,8 @@ def run_server(
         faults.point("server.before_listen")
         listener = bind_listener(paths.socket)
     except PiwfError as error:
-        log.error("server did not start: %s", error)
+        if logging_configured:  # else Python's last-resort handler would print it to stderr
+            log.error("server did not start: %s", error)
         _report(ready_fd, {"ok": False, "error": {"code": error.code, "message": str(error)}})
         _cleanup(db, claim, lock, socket_path=None)
         raise
@@ -123,7 +131,8 @@ def run_server(
             f"server did not start for the state home {paths.home}: {reason}; fix or move that"
             " path, or set PIWF_HOME to a directory you can write"
         )
-        log.error("%s", message)
+        if logging_configured:
+            log.error("%s", message)
         _report(ready_fd, {"ok": False, "error": {"code": "serverStart", "message": message}})
         _cleanup(db, claim, lock, socket_path=None)
         raise ServerStartError(message) from None

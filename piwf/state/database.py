@@ -3,6 +3,7 @@
 Opening a file follows one order, so that an incompatible file is never touched::
 
     home 0700 (created or verified)  ->  file checks (no symlink, one link, owner, 0600)
+      -> home, file, -wal and -shm writable by this user, else refused (writable.py)
       -> a -wal beside it that provably belongs to another database: refused (wal.py)
       -> missing file: create it 0600 with O_EXCL, then initialise under BEGIN EXCLUSIVE
       -> existing file: read its identity without mutating it
@@ -61,14 +62,9 @@ from piwf.errors import (
 from piwf.state.failures import sqlite_result, state_error_of_sqlite
 from piwf.state.group_commit import GroupCommit
 from piwf.state.open_check import QUICK_CHECK_BUDGET_S, bounded_quick_check
-from piwf.state.schema import (
-    APPLICATION_ID,
-    SCHEMA_DIGEST,
-    SCHEMA_NAME,
-    SCHEMA_VERSION,
-    STATEMENTS,
-)
+from piwf.state.schema import APPLICATION_ID, SCHEMA_DIGEST, SCHEMA_NAME, SCHEMA_VERSION, STATEMENTS
 from piwf.state.wal import refuse_foreign_wal
+from piwf.state.writable import refuse_unwritable_state
 
 Mode = Literal["read-write", "read-only"]
 SqlParams = Sequence[Any] | dict[str, Any]
@@ -355,6 +351,7 @@ class StateDatabase:
 def _open_writer(path: Path, clock: Clock, *, quick_check_s: float) -> sqlite3.Connection:
     ensure_private_dir(path.parent)
     existed = _check_database_file(path)
+    refuse_unwritable_state(path)
     if not existed:
         _create_empty_file(path)
     elif not _sidecar(path, "-wal").exists():

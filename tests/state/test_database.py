@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +24,7 @@ from piwf.errors import (
 from piwf.state import StateDatabase
 from piwf.state.database import JOURNAL_SIZE_LIMIT_BYTES
 from piwf.state.schema import APPLICATION_ID, SCHEMA_DIGEST
+from tests.server.harness import NOBODY_UID, as_uid
 
 
 def sidecars(path: Path) -> list[str]:
@@ -376,3 +379,33 @@ def test_a_busy_database_raises_a_typed_error(db: StateDatabase) -> None:
 
 def test_integrity_problems_is_empty_for_a_fresh_database(db: StateDatabase) -> None:
     assert db.integrity_problems() == []
+
+
+@pytest.mark.parametrize("read_only", ["home", "state.sqlite"])
+def test_a_writer_as_nobody_refuses_what_it_cannot_write_and_creates_nothing(
+    read_only: str,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to another uid (CI runs as root)")
+    root = Path(tempfile.mkdtemp(prefix="pw", dir="/tmp"))
+    home = root / "h"
+    try:
+        root.chmod(0o755)
+        home.mkdir(mode=0o700)
+        StateDatabase(home / "state.sqlite").close()
+        for path in (home, *home.iterdir()):
+            os.chown(path, NOBODY_UID, NOBODY_UID)
+        (home if read_only == "home" else home / "state.sqlite").chmod(0o500)
+        before = sorted(p.name for p in home.iterdir())
+
+        def open_writer() -> str:
+            StateDatabase(home / "state.sqlite").close()
+            return "opened"
+
+        outcome = as_uid(NOBODY_UID, open_writer)
+        named = home if read_only == "home" else home / "state.sqlite"
+        assert outcome.startswith("error: StateIoError: "), outcome
+        assert f"{named} is not writable by this user (uid {NOBODY_UID})" in outcome
+        assert sorted(p.name for p in home.iterdir()) == before, "no -wal or -shm appeared"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
