@@ -7,7 +7,6 @@ line naming its node, visit and attempt; docs/CLI.md shows the output.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -59,22 +58,28 @@ def run_logs(run_id: str, node: str | None, follow: bool, raw: bool, as_json: bo
     """
     try:
         with open_client() as client:
-            shown = _as_written if raw else render.log_text
             if follow:
-                _follow(client, run_id, node, shown, as_json=as_json)
+                _follow(client, run_id, node, raw=raw, as_json=as_json)
             else:
-                _show(client, run_id, node, shown, as_json=as_json)
+                _show(client, run_id, node, raw=raw, as_json=as_json)
     except KeyboardInterrupt:
         raise click.exceptions.Exit(INTERRUPTED_EXIT) from None
 
 
-def _as_written(text: str) -> str:
-    return text
+def _shown(data: bytes, text: str, *, raw: bool) -> bytes | str:
+    """What to print of a piece of output: with ``raw`` its bytes exactly as the node wrote
+    them (invalid UTF-8 too, which ``text`` has replaced), else ``text`` with its control
+    characters escaped."""
+    return data if raw else render.log_text(text)
 
 
-def _show(
-    client: Client, run_id: str, node: str | None, shown: Callable[[str], str], *, as_json: bool
-) -> None:
+def _echo_output(shown: bytes | str, *, newline: bool) -> None:
+    """Print a piece of output; bytes go to the binary stdout unchanged."""
+    # color=True: click would strip colour codes from --raw output to a pipe.
+    click.echo(shown, nl=newline, color=True)
+
+
+def _show(client: Client, run_id: str, node: str | None, *, raw: bool, as_json: bool) -> None:
     found = client.read_run_logs(run_id, node=node)
     logs = found.attempts
     if as_json:
@@ -91,15 +96,12 @@ def _show(
         click.echo(f"run {run_id} has no node output yet" + (" for that node" if node else ""))
     for log in logs:
         click.echo(header(log.info))
-        text = shown(log.text)
-        if text:
-            # color=True: click would strip colour codes from --raw output to a pipe.
-            click.echo(text, nl=not text.endswith("\n"), color=True)
+        shown = _shown(log.data, log.text, raw=raw)
+        if shown:
+            _echo_output(shown, newline=not log.data.endswith(b"\n"))
 
 
-def _follow(
-    client: Client, run_id: str, node: str | None, shown: Callable[[str], str], *, as_json: bool
-) -> None:
+def _follow(client: Client, run_id: str, node: str | None, *, raw: bool, as_json: bool) -> None:
     decoders: dict[int, codecs.IncrementalDecoder] = {}
     current: int | None = None
     at_line_start = True
@@ -109,15 +111,14 @@ def _follow(
         if as_json:
             render.emit_json({"attempt": _described(info), "text": text})
             continue
-        text = shown(text)
         if info.log != current:
             if not at_line_start:
                 click.echo()
             click.echo(header(info, final=False))
             current, at_line_start = info.log, True
-        if text:
-            click.echo(text, nl=False, color=True)
-            at_line_start = text.endswith("\n")
+        if data:
+            _echo_output(_shown(data, text, raw=raw), newline=False)
+            at_line_start = data.endswith(b"\n")
     if not at_line_start and not as_json:
         click.echo()
 

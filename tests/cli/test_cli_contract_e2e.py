@@ -469,6 +469,44 @@ def test_run_logs_escape_what_a_node_printed_and_keep_it_in_json(
         assert stored in raw.stdout, raw.stdout  # as the node wrote it, escapes included
 
 
+PRINTS_INVALID_UTF8 = """
+import sys
+from piwf.workflow import compute, define_workflow
+
+def binary(ctx):
+    sys.stdout.buffer.write(b"bytes \\x00\\xff\\xfe \\x1b[31mred\\x1b[0m\\n")
+    sys.stdout.flush()
+    return {}
+
+workflow = define_workflow(
+    name="prints_invalid_utf8", start_at="binary", nodes={"binary": compute(binary)}, edges=[]
+)
+"""
+
+
+def test_run_logs_raw_prints_the_bytes_a_node_wrote_invalid_utf8_included(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    workflow = tmp_path / "prints_invalid_utf8.py"
+    workflow.write_text(PRINTS_INVALID_UTF8)
+    run_id = piwf.json("run", "start", str(workflow), "--wait")["run"]["runId"]
+    written = b"bytes \x00\xff\xfe \x1b[31mred\x1b[0m\n"
+
+    for follow in ([], ["--follow"]):
+        raw = subprocess.run(
+            [str(PIWF), "run", "logs", run_id, "--raw", *follow],
+            env=piwf.env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert raw.returncode == 0, raw.stderr
+        assert written in raw.stdout, raw.stdout  # not U+FFFD in place of 0xff 0xfe
+    stored = piwf.json("run", "logs", run_id)["attempts"][0]["text"]
+    assert stored == written.decode("utf-8", errors="replace"), stored
+
+
 REJECTS_WITH_AN_ESCAPE = """
 from piwf.workflow import agent, define_workflow
 
