@@ -48,8 +48,9 @@ def run_logs(run_id: str, node: str | None, follow: bool, raw: bool, as_json: bo
     Control characters other than line breaks and tabs (colours, terminal escapes) show
     escaped, so a node's output cannot drive the terminal; --raw prints them as written. With
     --follow, output is printed as it is written and the command exits 0 once the run is
-    terminal. --json prints {"runId", "runStatus", "terminal", "attempts": [...]} with each
-    attempt's "text"; with --follow, one {"attempt", "text"} document per piece read.
+    terminal, or paused or parked until someone acts (it says so on stderr). --json prints
+    {"runId", "runStatus", "terminal", "attempts": [...]} with each attempt's "text"; with
+    --follow, one {"attempt", "text"} document per piece read.
 
     \b
     Example:
@@ -121,6 +122,21 @@ def _follow(client: Client, run_id: str, node: str | None, *, raw: bool, as_json
             at_line_start = data.endswith(b"\n")
     if not at_line_start and not as_json:
         click.echo()
+    if not as_json:
+        _say_why_it_stopped(client, run_id)
+
+
+def _say_why_it_stopped(client: Client, run_id: str) -> None:
+    """After a follow that ended with the run not terminal (paused, or parked until someone
+    acts), say so on stderr with the command that tells why: nothing more comes until then."""
+    run = client.get_run(run_id).run
+    if run.finished_at is None and run.needs_action:
+        state = "is paused" if run.paused else f"is parked ({run.error_code or 'needs action'})"
+        click.echo(
+            f"run {run_id} {state}: nothing more is printed until it is resumed;"
+            f" piwf run explain {run_id} says why and what to do",
+            err=True,
+        )
 
 
 def header(info: AttemptLogInfo, *, final: bool = True) -> str:

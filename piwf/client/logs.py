@@ -6,7 +6,8 @@ Kept in their own module; ``Client`` inherits them. The server answers in pages 
     run_logs_page(run, cursor=c)   one page, as the server sent it (bytes still base64)
     read_run_logs(run)             every attempt's complete log as it is now, in order
     follow_run_logs(run)           (attempt, new bytes) as they are written, until the run is
-                                   terminal and everything was read; polls every interval_s
+                                   terminal or needs an operator (paused, parked) and
+                                   everything was read; polls every interval_s
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ class RunLogMethods(ClientCalls):
         self, run_id: str, *, node: str | None = None, interval_s: float = FOLLOW_INTERVAL_S
     ) -> Iterator[tuple[AttemptLogInfo, bytes]]:
         """Yield ``(attempt, bytes)`` as the run's attempts write them, from the start, and
-        return once the run is terminal and everything was read.
+        return once everything was read and the run is terminal or needs an operator (paused,
+        or parked until someone acts: ``needsAction``; nothing more is written until it is
+        resumed, so following on would wait for a person, not for the run).
 
         Reads again at once while the server says more is there, else after ``interval_s``
         (no busy loop). An attempt is yielded with ``b""`` when it is first seen with nothing
@@ -121,7 +124,7 @@ class RunLogMethods(ClientCalls):
             cursor = page.cursor or cursor
             if page.more:
                 continue
-            if page.terminal:
+            if page.terminal or page.needs_action:
                 return
             time.sleep(max(interval_s, 0.05))
 

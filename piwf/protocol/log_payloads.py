@@ -71,7 +71,9 @@ class AttemptLogInfo(WireModel):
 
 
 class RunLogsReceipt(WireModel):
-    """One page of a run's attempt logs (see the module docstring)."""
+    """One page of a run's attempt logs (see the module docstring). ``needs_action``: the run
+    is paused or parked until someone acts (``run.needsAction``), so nothing more is written
+    until it is resumed (an older server leaves it out: false)."""
 
     run_id: str
     run_status: str
@@ -79,3 +81,4 @@ class RunLogsReceipt(WireModel):
     attempts: list[AttemptLogInfo]
     cursor: LogCursor | None = None
     more: bool = False
+    needs_action: bool = False

@@ -507,6 +507,43 @@ def test_run_logs_raw_prints_the_bytes_a_node_wrote_invalid_utf8_included(
     assert stored == written.decode("utf-8", errors="replace"), stored
 
 
+PRINTS_THEN_ASKS = """
+from piwf.workflow import checkpoint, compute, define_workflow
+
+def loud(ctx):
+    print("printed before the pause", flush=True)
+    return {}
+
+workflow = define_workflow(
+    name="prints_then_asks",
+    start_at="loud",
+    nodes={"loud": compute(loud), "ask": checkpoint(summary="Go on?")},
+    edges=[{"from": "loud", "to": "ask"}],
+)
+"""
+
+
+def test_run_logs_follow_of_a_paused_run_prints_what_is_there_and_says_why_it_stops(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Nothing more is written until someone resumes a paused run: following it would wait for
+    a person, so the follow ends as `run show --follow` does, saying so."""
+    workflow = tmp_path / "prints_then_asks.py"
+    workflow.write_text(PRINTS_THEN_ASKS)
+    run_id = piwf.json("run", "start", str(workflow))["run"]["runId"]
+    wait_for(lambda: piwf.json("requests", "--run", run_id)["requests"], timeout_s=30)
+    assert piwf.json("run", "pause", run_id)["run"]["paused"] is True
+
+    followed = piwf.run("run", "logs", run_id, "--follow")  # a hang times out
+    assert followed.returncode == 0, followed.stderr
+    assert "printed before the pause" in followed.stdout
+    assert f"run {run_id} is paused: nothing more is printed until it is resumed" in (
+        followed.stderr
+    )
+    assert f"piwf run explain {run_id}" in followed.stderr
+
+
 REJECTS_WITH_AN_ESCAPE = """
 from piwf.workflow import agent, define_workflow
 

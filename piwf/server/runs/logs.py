@@ -89,7 +89,7 @@ class RunLogReads:
             rows = attempt_logs.list_logs(
                 tx, run_id, path=payload.node, first=cursor.log, limit=MAX_LOG_ATTEMPTS + 1
             )
-            terminal = run.terminal
+            terminal, needs_action = run.terminal, run.needs_action
             status = run.status.value
             # An attempt still `running` while no runner executes its run lost its runner (a
             # crash, a park): it never goes on, the next runner reopens its visit as the next
@@ -98,6 +98,7 @@ class RunLogReads:
                 rows = [_interrupted_if_running(row) for row in rows]
         try:
             receipt = self._page(run_id, status, terminal, rows, cursor, payload.max_bytes)
+            receipt = receipt.model_copy(update={"needs_action": needs_action})
         except LogCursorError as error:
             reply(error_response(request, "rejected", error.code, str(error)))
             return
