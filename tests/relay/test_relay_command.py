@@ -111,3 +111,21 @@ def test_a_remote_url_that_is_not_a_loopback_ws_url_is_a_usage_error(
 ) -> None:
     result = piwf(tmp_path, "view", "--remote", url)
     assert result.returncode == 2 and says in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("ws://user:hunter2-secret@127.0.0.1:8765", "'ws://...@127.0.0.1:8765' carries a user"),
+        ("ws://hunter2-secret@127.0.0.1:8765", "carries a user name or password"),
+        ("ws://127.0.0.1:8765/?token=hunter2-secret", "'ws://127.0.0.1:8765/?...' has a path"),
+        ("http://u:hunter2-secret@127.0.0.1:1/#hunter2-secret", "not a ws:// URL"),
+        ("ws://[::1:hunter2-secret@x", "the relay URL is not a ws://HOST:PORT URL"),
+    ],
+)
+def test_a_refused_remote_url_is_shown_without_its_credentials_or_query(
+    tmp_path: Path, url: str, says: str
+) -> None:
+    result = piwf(tmp_path, "view", "--remote", url)
+    assert result.returncode == 2 and says in result.stderr, result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
