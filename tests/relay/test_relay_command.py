@@ -93,6 +93,11 @@ def test_without_websockets_piwf_view_remote_exits_1_naming_the_extra(tmp_path: 
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == f"Error: {MISSING_FOR_CLIENT}\n"
     assert "pip install 'piwf[relay]'" in MISSING_FOR_CLIENT
+    as_json = piwf(tmp_path, "view", "--remote", "ws://127.0.0.1:9", "--json", hide_websockets=True)
+    assert (as_json.returncode, as_json.stderr) == (1, "")
+    assert json.loads(as_json.stdout) == {
+        "error": {"code": "missingExtra", "message": MISSING_FOR_CLIENT}
+    }
 
 
 @pytest.mark.parametrize(
