@@ -78,6 +78,8 @@ class RunListScreen(Screen[None]):
             (run.run_id, run.display_status, run.workflow_name, timestamp(run.created_at))
             for run in runs
         ]
+        # Every push clears the message: "cannot list the runs" no longer holds once one came.
+        self._say("" if rows else "no runs yet: piwf run start WORKFLOW")
         shown = [str(key.value) for key in table.rows]
         if shown == [row[0] for row in rows]:
             for row in rows:  # the same runs in the same order: only statuses change
@@ -90,7 +92,6 @@ class RunListScreen(Screen[None]):
             table.add_row(*map(literal, row), key=row[0])
         if highlighted is not None and highlighted in table.rows:
             table.move_cursor(row=table.get_row_index(highlighted))
-        self._say("" if rows else "no runs yet: piwf run start WORKFLOW")
 
     def action_open(self) -> None:
         table = self.query_one("#runs", DataTable)

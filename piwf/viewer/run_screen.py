@@ -134,6 +134,7 @@ class RunScreen(Screen[None]):
             return worker.is_cancelled
 
         shown: int | None = None
+        unreachable = False  # "cannot follow the run" is shown until a view comes again
         while not cancelled():
             views = self.viewer.client.watch_run(
                 self.run_id, step_limit=MAX_STEP_PAGE_ITEMS, idle_timeout_s=WAKE_S
@@ -142,6 +143,9 @@ class RunScreen(Screen[None]):
                 for view in views:
                     if cancelled():
                         return
+                    if unreachable:
+                        unreachable = False
+                        self.app.call_from_thread(self.say, "")
                     if view.revision != shown:
                         shown = view.revision
                         self.app.call_from_thread(self.show_view, view)
@@ -153,6 +157,7 @@ class RunScreen(Screen[None]):
                 if cancelled():
                     return
                 self.app.call_from_thread(self.say, f"cannot follow the run: {error}")
+                unreachable = True
                 threading.Event().wait(RETRY_S)
             finally:
                 if isinstance(views, Generator):

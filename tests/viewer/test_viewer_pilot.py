@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tests.server.harness import ServerProcess, raw_client, wait_for
+from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_execution import start, wait_run, write_workflow
 from tests.server.test_run_view import CHECKPOINT, gated_workflow
 from tests.viewer.conftest import require_textual
@@ -228,6 +228,25 @@ def test_a_stored_value_that_looks_like_markup_is_shown_as_written(
         assert row_text(steps, 0)[-1] == json.dumps({"text": markup}, separators=(",", ":"))
 
     drive(server, run_id, script)
+
+
+def test_the_run_list_says_the_server_is_gone_and_clears_it_once_it_is_back(
+    servers: ServerFactory, server: ServerProcess, tmp_path: Path
+) -> None:
+    with raw_client(server) as client:
+        run_id = start(client, CHECKPOINT, {"steps": [1]}, "listed")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        table = app.screen.query_one("#runs", DataTable)
+        await until(pilot, lambda: table.row_count == 1, "the run in the list")
+        server.terminate()
+        await until(pilot, lambda: "cannot list the runs" in shown(app, "#message"), "the error")
+        restarted = servers.start(env={"PIWF_IDLE_EXIT_S": "0"})
+        assert restarted.ready.get("ok") is True, restarted.ready
+        await until(pilot, lambda: shown(app, "#message") == "", "the error cleared")
+        assert row_text(table, 0)[0] == run_id
+
+    drive(server, None, script)
 
 
 def test_a_answers_the_request_a_run_waits_on_from_a_form(
