@@ -9,13 +9,14 @@ instead of this state home's socket; everything above the client is the same.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
 
 import click
 
 from piwf.cli import render, render_view
 from piwf.cli.common import command, id_check, json_option, open_client
-from piwf.client.websocket import check_remote_url
+from piwf.client.websocket import MISSING_WEBSOCKETS, check_remote_url
 from piwf.errors import MissingExtraError
 from piwf.protocol.view_payloads import RunView
 
@@ -68,6 +69,8 @@ def view_command(run_id: str | None, remote: str | None, as_json: bool) -> None:
         if (error.name or "textual").partition(".")[0] != "textual":
             raise
         raise MissingExtraError(MISSING_TEXTUAL) from None
+    if remote is not None and importlib.util.find_spec("websockets") is None:
+        raise MissingExtraError(MISSING_WEBSOCKETS)  # before --json's refusal: it shapes this
     if as_json:
         raise click.UsageError("piwf view is interactive; for JSON use `piwf run show RUN --json`")
     with open_client(remote=remote) as client:

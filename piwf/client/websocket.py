@@ -52,20 +52,26 @@ def check_remote_url(url: object) -> str:
     """
     if not isinstance(url, str):
         raise InvalidArgumentError(f"a relay is reached by a {REMOTE_URL_FORM} URL (a str)")
+    shown = _shown_url(url)
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError:
-        raise InvalidArgumentError(f"{url!r} is not a ws://HOST:PORT URL") from None
+        raise InvalidArgumentError(f"{shown} is not a ws://HOST:PORT URL") from None
     if parts.scheme != "ws":
         raise InvalidArgumentError(
-            f"{url!r} is not a ws:// URL (the relay listens on loopback only, in plain ws; "
+            f"{shown} is not a ws:// URL (the relay listens on loopback only, in plain ws; "
             "the SSH tunnel encrypts)"
         )
-    if port is None or parts.hostname is None or parts.username or parts.password:
-        raise InvalidArgumentError(f"{url!r} is not a ws://HOST:PORT URL")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidArgumentError(
+            f"{shown} carries a user name or password; the relay takes none (SSH authenticates"
+            " the tunnel): give ws://HOST:PORT"
+        )
+    if port is None or parts.hostname is None:
+        raise InvalidArgumentError(f"{shown} is not a ws://HOST:PORT URL")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise InvalidArgumentError(f"{url!r} has a path, query or fragment; the relay takes none")
+        raise InvalidArgumentError(f"{shown} has a path, query or fragment; the relay takes none")
     try:
         loopback_addresses(parts.hostname)
     except NotLoopbackError as error:
@@ -73,6 +79,23 @@ def check_remote_url(url: object) -> str:
             f"{error}; the relay is loopback-only, so {TUNNEL_HINT}"
         ) from None
     return url
+
+
+def _shown_url(url: str) -> str:
+    """``url`` quoted as a refusal may show it: a user name, password, query or fragment (where
+    a token could sit) replaced by ``...``, and at most 200 characters."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "the relay URL"
+    host = parts.netloc.rpartition("@")
+    netloc = f"...@{host[2]}" if host[1] else parts.netloc
+    query = "..." if parts.query else ""
+    fragment = "..." if parts.fragment else ""
+    shown = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+    if len(shown) > 200:
+        shown = shown[:200] + "..."
+    return repr(shown)
 
 
 class WebSocketTransport:

@@ -60,9 +60,22 @@ class _WorkflowToolServer(MCPServer[Any]):
     The SDK checks a call's arguments against the tool's input schema before the tool runs
     and reports a refusal with pydantic's whole dump (values and documentation links). The
     model reads here what a client call reads: each argument and what it allows.
+
+    An argument the tool does not take is refused before the tool runs, where the SDK would
+    drop it silently: a misspelt ``idempotencyKey`` would otherwise start a second run.
     """
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        schema = self._tool_input_schema(name)
+        if schema is not None:
+            known = list(schema.get("properties", {}))
+            unknown = sorted(set(arguments) - set(known))
+            if unknown:
+                raise ToolError(
+                    f"Error executing tool {name}: invalid argument: "
+                    f"{', '.join(_safe_name(argument) for argument in unknown)}: not an argument"
+                    f" of {name}; it takes {', '.join(known)}; nothing was done"
+                )
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
@@ -71,6 +84,13 @@ class _WorkflowToolServer(MCPServer[Any]):
                 raise
             short = invalid_argument_error(refusal)
             raise ToolError(f"Error executing tool {name}: {short}") from refusal
+
+
+def _safe_name(argument: str) -> str:
+    """An unknown argument's name as the error may show it: printable ASCII, at most 64."""
+    if len(argument) <= 64 and argument.isascii() and argument.isprintable():
+        return repr(argument)
+    return "an argument name"
 
 
 def build_server(tools: WorkflowTools) -> MCPServer[Any]:

@@ -14,7 +14,7 @@ from textual.worker import get_current_worker
 
 from piwf.errors import PiwfError
 from piwf.protocol.payloads import RunInfo
-from piwf.viewer.run_screen import RETRY_S, WAKE_S
+from piwf.viewer.run_screen import RETRY_S, WAKE_S, literal
 
 if TYPE_CHECKING:
     from piwf.viewer.app import ViewerApp
@@ -78,18 +78,20 @@ class RunListScreen(Screen[None]):
             (run.run_id, run.display_status, run.workflow_name, timestamp(run.created_at))
             for run in runs
         ]
+        # Every push clears the message: "cannot list the runs" no longer holds once one came.
+        self._say("" if rows else "no runs yet: piwf run start WORKFLOW")
         shown = [str(key.value) for key in table.rows]
         if shown == [row[0] for row in rows]:
             for row in rows:  # the same runs in the same order: only statuses change
-                table.update_cell(row[0], "status", row[1])
+                # A longer status ("running" to "completed") widens the column, never clipped.
+                table.update_cell(row[0], "status", literal(row[1]), update_width=True)
             return
         highlighted = shown[table.cursor_row] if shown and table.cursor_row < len(shown) else None
         table.clear()
         for row in rows:
-            table.add_row(*row, key=row[0])
+            table.add_row(*map(literal, row), key=row[0])
         if highlighted is not None and highlighted in table.rows:
             table.move_cursor(row=table.get_row_index(highlighted))
-        self._say("" if rows else "no runs yet: piwf run start WORKFLOW")
 
     def action_open(self) -> None:
         table = self.query_one("#runs", DataTable)

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Generator
 from typing import TYPE_CHECKING, ClassVar, Final, cast
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -39,6 +40,15 @@ RETRY_S: Final = 1.0
 LOG_LINES: Final = 2000
 #: The controls an answer key stands for: each is settled with the request's own command.
 ANSWERS: Final[frozenset[Control]] = frozenset({"answer", "humanAnswer", "submit", "update"})
+
+
+def literal(text: str) -> Text:
+    """``text`` as a table cell shows it, character for character.
+
+    A ``str`` cell would be read as Rich markup: a stored value such as ``"[/bold]"`` would
+    crash the viewer, and ``"[red]"`` would restyle it.
+    """
+    return Text(text, end="")
 
 
 class ConfirmCancel(ModalScreen[bool]):
@@ -124,6 +134,7 @@ class RunScreen(Screen[None]):
             return worker.is_cancelled
 
         shown: int | None = None
+        unreachable = False  # "cannot follow the run" is shown until a view comes again
         while not cancelled():
             views = self.viewer.client.watch_run(
                 self.run_id, step_limit=MAX_STEP_PAGE_ITEMS, idle_timeout_s=WAKE_S
@@ -132,6 +143,9 @@ class RunScreen(Screen[None]):
                 for view in views:
                     if cancelled():
                         return
+                    if unreachable:
+                        unreachable = False
+                        self.app.call_from_thread(self.say, "")
                     if view.revision != shown:
                         shown = view.revision
                         self.app.call_from_thread(self.show_view, view)
@@ -143,6 +157,7 @@ class RunScreen(Screen[None]):
                 if cancelled():
                     return
                 self.app.call_from_thread(self.say, f"cannot follow the run: {error}")
+                unreachable = True
                 threading.Event().wait(RETRY_S)
             finally:
                 if isinstance(views, Generator):
@@ -164,7 +179,7 @@ class RunScreen(Screen[None]):
             table.add_column(label, key=label)
         for step in self._steps:
             cells = self.viewer.wording.step_cells(step)
-            table.add_row(str(step.index + 1), *cells, key=str(step.index))
+            table.add_row(literal(str(step.index + 1)), *map(literal, cells), key=str(step.index))
         if self._steps:
             table.move_cursor(row=min(max(cursor, 0), len(self._steps) - 1))
         self.load_logs()

@@ -135,6 +135,28 @@ def test_arguments_outside_the_input_schema_get_the_short_argument_error(
     speak(tmp_path, body)
 
 
+def test_an_argument_the_tool_does_not_take_is_refused_and_nothing_is_done(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        async with mcp_session(fast_server, errlog) as session:
+            misspelt = {"workflow": CHECKPOINT, "input": {"steps": [1]}, "idempotencyKey": "k"}
+            misspelt_key = [await session.call_tool("start", misspelt) for _ in range(2)]
+            control_name = await session.call_tool("list", {"\x1b[2J": 1})
+        for result in misspelt_key:
+            text = text_of(result)
+            assert result.is_error, text
+            assert "invalid argument: 'idempotencyKey': not an argument of start" in text, text
+            assert "idempotency_key" in text, text
+        text = text_of(control_name)
+        assert control_name.is_error and "\x1b" not in text, text
+        assert "an argument name: not an argument of list; it takes limit" in text, text
+
+    speak(tmp_path, body)
+    assert query(fast_server, "SELECT COUNT(*) FROM runs", ()) == [(0,)]
+
+
 def test_start_and_status_of_a_run_then_answer_its_checkpoint(
     fast_server: ServerProcess,  # noqa: F811
     tmp_path: Path,

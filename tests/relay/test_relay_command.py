@@ -93,6 +93,11 @@ def test_without_websockets_piwf_view_remote_exits_1_naming_the_extra(tmp_path: 
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == f"Error: {MISSING_FOR_CLIENT}\n"
     assert "pip install 'piwf[relay]'" in MISSING_FOR_CLIENT
+    as_json = piwf(tmp_path, "view", "--remote", "ws://127.0.0.1:9", "--json", hide_websockets=True)
+    assert (as_json.returncode, as_json.stderr) == (1, "")
+    assert json.loads(as_json.stdout) == {
+        "error": {"code": "missingExtra", "message": MISSING_FOR_CLIENT}
+    }
 
 
 @pytest.mark.parametrize(
@@ -111,3 +116,21 @@ def test_a_remote_url_that_is_not_a_loopback_ws_url_is_a_usage_error(
 ) -> None:
     result = piwf(tmp_path, "view", "--remote", url)
     assert result.returncode == 2 and says in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("ws://user:hunter2-secret@127.0.0.1:8765", "'ws://...@127.0.0.1:8765' carries a user"),
+        ("ws://hunter2-secret@127.0.0.1:8765", "carries a user name or password"),
+        ("ws://127.0.0.1:8765/?token=hunter2-secret", "'ws://127.0.0.1:8765/?...' has a path"),
+        ("http://u:hunter2-secret@127.0.0.1:1/#hunter2-secret", "not a ws:// URL"),
+        ("ws://[::1:hunter2-secret@x", "the relay URL is not a ws://HOST:PORT URL"),
+    ],
+)
+def test_a_refused_remote_url_is_shown_without_its_credentials_or_query(
+    tmp_path: Path, url: str, says: str
+) -> None:
+    result = piwf(tmp_path, "view", "--remote", url)
+    assert result.returncode == 2 and says in result.stderr, result.stderr
+    assert "hunter2" not in result.stderr + result.stdout

@@ -23,7 +23,7 @@ from tests.relay.conftest import RelayFactory, require_websockets
 from tests.server.harness import ServerProcess
 from tests.tmux import TmuxTerminal
 from tests.viewer.conftest import require_textual
-from tests.viewer.test_viewer_pilot import DEADLINE_S, gated_run, shown, until
+from tests.viewer.test_viewer_pilot import DEADLINE_S, gated_run, row_text, shown, until
 
 require_websockets()
 require_textual()
@@ -50,7 +50,7 @@ def test_the_viewer_over_the_relay_follows_a_run_to_completion(
         gate.touch()
         await until(pilot, lambda: "completed · idle" in shown(app, "#run-status"), "completed")
         steps = app.screen.query_one("#steps", DataTable)
-        assert [steps.get_row_at(i)[1:4] for i in range(steps.row_count)] == [
+        assert [row_text(steps, i)[1:4] for i in range(steps.row_count)] == [
             ["first", "1", "completed"],
             ["hold", "1", "completed"],
             ["last", "1", "completed"],

@@ -8,12 +8,13 @@ text the widgets show (``until``), never a fixed sleep.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from tests.server.harness import ServerProcess, raw_client, wait_for
-from tests.server.test_execution import start
+from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.test_execution import start, wait_run, write_workflow
 from tests.server.test_run_view import CHECKPOINT, gated_workflow
 from tests.viewer.conftest import require_textual
 
@@ -21,12 +22,18 @@ require_textual()
 
 from textual.pilot import Pilot  # noqa: E402
 from textual.widgets import DataTable, Input, Static  # noqa: E402
+from textual.widgets.data_table import ColumnKey  # noqa: E402
 
 from piwf import Client  # noqa: E402
 from piwf.cli.view import wording  # noqa: E402
 from piwf.viewer import ViewerApp  # noqa: E402
 
 DEADLINE_S = 30.0
+
+
+def row_text(table: DataTable[object], index: int) -> list[str]:
+    """The plain text of each cell of row ``index``, as the table shows it."""
+    return [str(cell) for cell in table.get_row_at(index)]
 
 
 def shown(app: ViewerApp, selector: str) -> str:
@@ -85,14 +92,14 @@ def test_it_opens_a_running_run_and_follows_it_to_completion(
             "· last (compute)",
         ]
         steps = app.screen.query_one("#steps", DataTable)
-        assert [steps.get_row_at(i)[1] for i in range(steps.row_count)] == ["first"]
+        assert [row_text(steps, i)[1] for i in range(steps.row_count)] == ["first"]
         gate.touch()
         await until(
             pilot,
             lambda: "completed · idle" in shown(app, "#run-status"),
             "the final status",
         )
-        assert [steps.get_row_at(i)[1:4] for i in range(steps.row_count)] == [
+        assert [row_text(steps, i)[1:4] for i in range(steps.row_count)] == [
             ["first", "1", "completed"],
             ["hold", "1", "completed"],
             ["last", "1", "completed"],
@@ -152,11 +159,11 @@ def test_the_run_list_shows_a_started_run_and_enter_opens_it(
     async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
         def listed() -> list[str]:
             table = app.screen.query_one("#runs", DataTable)
-            return [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+            return [str(row_text(table, i)[0]) for i in range(table.row_count)]
 
         await until(pilot, lambda: listed() == [run_id], "the run in the list")
         table = app.screen.query_one("#runs", DataTable)
-        assert table.get_row_at(0)[1:3] == ["running", "listed"]
+        assert row_text(table, 0)[1:3] == ["running", "listed"]
         await pilot.press("enter")
         await until(pilot, lambda: "node hold" in shown(app, "#run-status"), "the run screen")
         assert run_id in shown(app, "#run-status")
@@ -167,10 +174,77 @@ def test_the_run_list_shows_a_started_run_and_enter_opens_it(
             pilot,
             lambda: (
                 app.screen.query("#runs")
-                and app.screen.query_one("#runs", DataTable).get_row_at(0)[1] == "completed"
+                and row_text(app.screen.query_one("#runs", DataTable), 0)[1] == "completed"
             ),
             "the list again, live",
         )
+
+    drive(server, None, script)
+
+
+def test_the_run_list_widens_the_status_column_for_a_longer_status(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    _, gate = gated_run(server, tmp_path, "widened")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        table = app.screen.query_one("#runs", DataTable)
+        await until(pilot, lambda: table.row_count == 1, "the run in the list")
+        assert row_text(table, 0)[1] == "running"
+        gate.touch()
+        await until(pilot, lambda: row_text(table, 0)[1] == "completed", "completed")
+        await pilot.pause()
+        assert table.columns[ColumnKey("status")].content_width >= len("completed")
+
+    drive(server, None, script)
+
+
+def test_a_stored_value_that_looks_like_markup_is_shown_as_written(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    markup = "[/bold] [red]RED[/red] [link=http://x]L[/link]"
+    workflow = write_workflow(
+        tmp_path,
+        "markup",
+        """
+        from piwf.workflow import compute, define_workflow
+
+        workflow = define_workflow(
+            name="markup",
+            start_at="echo",
+            nodes={"echo": compute(lambda ctx: {"text": ctx.input["text"]})},
+            edges=[],
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {"text": markup}, "markup")
+        assert wait_run(client, run_id)["status"] == "completed"
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        steps = app.screen.query_one("#steps", DataTable)
+        await until(pilot, lambda: steps.row_count == 1, "the step")
+        await pilot.pause()
+        assert row_text(steps, 0)[-1] == json.dumps({"text": markup}, separators=(",", ":"))
+
+    drive(server, run_id, script)
+
+
+def test_the_run_list_says_the_server_is_gone_and_clears_it_once_it_is_back(
+    servers: ServerFactory, server: ServerProcess, tmp_path: Path
+) -> None:
+    with raw_client(server) as client:
+        run_id = start(client, CHECKPOINT, {"steps": [1]}, "listed")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        table = app.screen.query_one("#runs", DataTable)
+        await until(pilot, lambda: table.row_count == 1, "the run in the list")
+        server.terminate()
+        await until(pilot, lambda: "cannot list the runs" in shown(app, "#message"), "the error")
+        restarted = servers.start(env={"PIWF_IDLE_EXIT_S": "0"})
+        assert restarted.ready.get("ok") is True, restarted.ready
+        await until(pilot, lambda: shown(app, "#message") == "", "the error cleared")
+        assert row_text(table, 0)[0] == run_id
 
     drive(server, None, script)
 
