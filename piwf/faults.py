@@ -49,6 +49,8 @@ POINTS: frozenset[str] = frozenset(
         "child.after_ready",
         "child.after_commit",
         "effect.before_settle",
+        # In piwf view: each list of runs it shows (a crash inside the viewer).
+        "viewer.show_runs",
     }
 )
 

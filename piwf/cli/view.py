@@ -78,7 +78,15 @@ def view_command(run_id: str | None, remote: str | None, as_json: bool) -> None:
             client.connect()  # an unreachable relay or server: exit 1 before the screen opens
         if run_id is not None:
             client.run_view(run_id, step_limit=1)  # an unknown run: NotFoundError, exit 1
-        ViewerApp(client, wording(), run_id).run()
+        app = ViewerApp(client, wording(), run_id)
+        app.run()
+    if app.return_code:  # an unexpected error ended it: its traceback (no values) is above
+        click.echo(
+            "Error: piwf view stopped on an unexpected error (the traceback above); the runs"
+            " go on as they were: `piwf run list` and `piwf run show RUN` show them",
+            err=True,
+        )
+        raise SystemExit(1)
 
 
 def wording() -> Wording:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rich.segment import Segments
 from textual.app import App
 from textual.binding import Binding, BindingType
 
@@ -51,6 +52,20 @@ class ViewerApp(App[None]):
         self.push_screen(RunListScreen())
         if self._initial_run is not None:
             self.open_run(self._initial_run)
+
+    def _fatal_error(self) -> None:
+        """Textual's exit on an unhandled exception, with the traceback kept and its local
+        variables left out: they hold what the viewer showed (run inputs, outputs, answers),
+        which must not reach the terminal or a bug report by accident. ``piwf view`` then
+        exits 1 (``return_code``)."""
+        from rich.traceback import Traceback
+
+        self.bell()
+        traceback = Traceback(show_locals=False, width=None)
+        self._exit_renderables.append(
+            Segments(self.console.render(traceback, self.console.options))
+        )
+        self._close_messages_no_wait()
 
     def open_run(self, run_id: str) -> None:
         """Show one run's screen, live, above the current one."""

@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
+from piwf import faults
 from piwf.errors import PiwfError
 from piwf.protocol.payloads import RunInfo
 from piwf.viewer.run_screen import RETRY_S, WAKE_S, literal
@@ -72,6 +73,7 @@ class RunListScreen(Screen[None]):
                 pushes.close()  # ends the subscription on the server now
 
     def _show(self, runs: list[RunInfo]) -> None:
+        faults.point("viewer.show_runs")
         table = self.query_one("#runs", DataTable)
         timestamp = self.viewer.wording.timestamp
         rows = [
