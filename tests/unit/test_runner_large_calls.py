@@ -16,23 +16,10 @@ import pytest
 from piwf import canonical
 from piwf.lifecycle import Applied
 from piwf.protocol import content
-from piwf.protocol.runner_v1 import Launch
 from piwf.runner.workflow_runner import PipePort
 from piwf.workflow import port
 from piwf.workflow.port_codec import result_to_json
-
-RUN = "run-0123456789abcdef0123"
-
-
-def _launch() -> Launch:
-    return Launch(
-        runId=RUN,
-        generation=1,
-        runnerEpoch="runner-1",
-        serverEpoch=1,
-        workflowSource={},
-        definitionDigest="0" * 64,
-    )
+from tests.unit.test_runner_command import RUN, _launch
 
 
 def _answer_every_call(server_end: Connection, operations: list[str]) -> None:
