@@ -32,9 +32,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic import ValidationError
+
 from piwf import canonical
 from piwf.canonical import JsonValue
-from piwf.client.arguments import build_payload, timeout_argument, wait_timeout_argument
+from piwf.client.arguments import (
+    build_payload,
+    invalid_argument_error,
+    timeout_argument,
+    wait_timeout_argument,
+)
 from piwf.client.connection import ServerConnection
 from piwf.client.content import resolve_references
 from piwf.client.interactions import SUBMIT_EXTRA_WAIT_S
@@ -223,6 +230,14 @@ class SessionCoordinator:
         open is presented again, once), ``idle``: no model turn runs and no input waits."""
         from piwf.protocol.session_payloads import ReportBranchReceipt
 
+        if found is not None and not (
+            isinstance(found, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in found.items())
+        ):
+            raise InvalidArgumentError(
+                "invalid argument: found: a mapping of message ids to entry ids (str to str)"
+            )
+        _require_strings("missing", missing, "message ids")
         epoch = self._ensure_attached() if self.epoch is None else self.epoch
         payload: dict[str, Any] = {
             "sessionId": self.session_id,
@@ -245,6 +260,12 @@ class SessionCoordinator:
         """Report a model turn starting on ``message`` (``workflowTurn.report``); the server
         decides whether it is workflow work (``ownership``: ``active`` or ``absent``). Report
         the same ``turn_id`` again after a reconnect: the saved turn comes back."""
+        from piwf.protocol.session_payloads import WorkflowMessageInfo
+
+        if not isinstance(message, WorkflowMessageInfo):
+            raise InvalidArgumentError(
+                "invalid argument: message: a WorkflowMessageInfo, as next_message returns"
+            )
         return self._turn(
             {
                 "turnId": turn_id or f"turn-{secrets.token_hex(8)}",
@@ -267,6 +288,12 @@ class SessionCoordinator:
         reminder rule (two ``reminder`` steps, then the visit fails ``missingSubmission``).
         ``response_text`` is the turn's visible reply: on an assistant-message step it becomes
         the step's output (the receipt's ``submission_id``; ``refusal`` says why not)."""
+        from piwf.protocol.session_payloads import TurnInfo
+
+        if not isinstance(turn, TurnInfo):
+            raise InvalidArgumentError(
+                "invalid argument: turn: a TurnInfo, as start_turn's receipt carries it"
+            )
         payload: dict[str, Any] = {
             "turnId": turn.turn_id,
             "messageId": turn.message_id,
@@ -327,15 +354,22 @@ class SessionCoordinator:
             CaptureRecordPayload,
             CaptureRecordReceipt,
         )
+        from piwf.protocol.session_payloads import TurnInfo
 
+        if not isinstance(turn, (str, TurnInfo)):
+            raise InvalidArgumentError("invalid argument: turn: a TurnInfo or its turn id (a str)")
         turn_id = turn if isinstance(turn, str) else turn.turn_id
+        _require_sequence("entries", entries)
+        _require_sequence("events", events)
+        entry_models = [_model(CapturedEntry, entry) for entry in entries]  # before attaching
+        event_models = [_model(CapturedEvent, event) for event in events]
         payload = build_payload(
             CaptureRecordPayload,
             session_id=self.session_id,
             coordinator_epoch=self._ensure_attached(),
             turn_id=turn_id,
-            entries=[_model(CapturedEntry, entry) for entry in entries],
-            events=[_model(CapturedEvent, event) for event in events],
+            entries=entry_models,
+            events=event_models,
         )
         return self.client._call(
             "sessionCapture.record",
@@ -346,6 +380,8 @@ class SessionCoordinator:
 
     def delivered(self, message_id: str, entry_id: str) -> ReportBranchReceipt:
         """Report one message shown: it is in the conversation as ``entry_id``."""
+        if not (isinstance(message_id, str) and isinstance(entry_id, str)):
+            raise InvalidArgumentError("invalid argument: message_id and entry_id: each a str")
         return self.report_branch({message_id: entry_id})
 
     def submit(
@@ -422,5 +458,28 @@ class SessionCoordinator:
 
 
 def _model(kind: type[_Item], item: _Item | Mapping[str, Any]) -> _Item:
-    """An entry or event as its wire model (a mapping may use Python or wire names)."""
-    return item if isinstance(item, kind) else kind.model_validate(item)
+    """An entry or event as its wire model (a mapping may use Python or wire names); raise
+    :class:`~piwf.errors.InvalidArgumentError` naming what it refuses."""
+    if isinstance(item, kind):
+        return item
+    if not isinstance(item, Mapping):
+        raise InvalidArgumentError(
+            f"invalid argument: each of entries and events: a {kind.__name__} or a mapping of"
+            " its fields"
+        )
+    try:
+        return kind.model_validate(item)
+    except ValidationError as error:
+        raise invalid_argument_error(error) from None
+
+
+def _require_sequence(name: str, value: object) -> None:
+    """Refuse a ``value`` that is no list or tuple (a str, None, a mapping)."""
+    if not isinstance(value, (list, tuple)):
+        raise InvalidArgumentError(f"invalid argument: {name}: a list (or tuple)")
+
+
+def _require_strings(name: str, value: object, what: str) -> None:
+    """Refuse a ``value`` that is no list or tuple of str."""
+    if not (isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)):
+        raise InvalidArgumentError(f"invalid argument: {name}: a list of {what} (str)")

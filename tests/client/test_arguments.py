@@ -151,6 +151,55 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: c.session("s1").next_message(timeout_s="5"),  # type: ignore[arg-type]
         "timeout_s: a number of seconds, or None",
     ),
+    **{
+        f"session coordinator {name}": (call, expected)
+        for name, (call, expected) in {
+            "start_turn None": (
+                lambda c: c.session("s1").start_turn(None),  # type: ignore[arg-type]
+                "message: a WorkflowMessageInfo",
+            ),
+            "end_turn str": (
+                lambda c: c.session("s1").end_turn("turn-1", "completed"),  # type: ignore[arg-type]
+                "turn: a TurnInfo",
+            ),
+            "record None": (
+                lambda c: c.session("s1").record(None),  # type: ignore[arg-type]
+                "turn: a TurnInfo or its turn id",
+            ),
+            "record entries None": (
+                lambda c: c.session("s1").record("t", entries=None),  # type: ignore[arg-type]
+                "entries: a list",
+            ),
+            "record entries str": (
+                lambda c: c.session("s1").record("t", entries="x"),  # type: ignore[arg-type]
+                "entries: a list",
+            ),
+            "record entry int": (
+                lambda c: c.session("s1").record("t", entries=[5]),  # type: ignore[list-item]
+                "a CapturedEntry or a mapping",
+            ),
+            "record entry fields": (
+                lambda c: c.session("s1").record("t", entries=[{"kind": "user"}]),
+                "entry_id",
+            ),
+            "report_branch found str": (
+                lambda c: c.session("s1").report_branch(found="abc"),  # type: ignore[arg-type]
+                "found: a mapping of message ids to entry ids",
+            ),
+            "report_branch found 0": (
+                lambda c: c.session("s1").report_branch(found=0),  # type: ignore[arg-type]
+                "found: a mapping",
+            ),
+            "report_branch missing 0": (
+                lambda c: c.session("s1").report_branch(missing=0),  # type: ignore[arg-type]
+                "missing: a list of message ids",
+            ),
+            "delivered list": (
+                lambda c: c.session("s1").delivered([], "e"),  # type: ignore[arg-type]
+                "message_id and entry_id: each a str",
+            ),
+        }.items()
+    },
     "follow interval": (
         lambda c: next(c.follow_run_logs("run-1", interval_s="1")),  # type: ignore[arg-type]
         "interval_s: a number of seconds at least 0",
