@@ -282,8 +282,10 @@ def test_a_kill_during_recovery_converges_on_the_next_start(
 def test_every_fault_point_is_in_the_matrix() -> None:
     """Each matrix case asserts its point was hit; the startup tests assert their deaths,
     ``test_retention_crash.py`` kills the maintenance sweep at its points, and
-    ``test_agent_deadlines.py`` kills the server at an agent's deadline."""
+    ``test_agent_deadlines.py`` kills the server at an agent's deadline and
+    ``tests/viewer/test_view_crash.py`` fails ``piwf view`` (no server state: not a crash case)."""
     startup = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
     deadlines = {"deadline.before_stop"}
-    covered = {point for point, _ in MATRIX} | startup | set(RETENTION_POINTS) | deadlines
+    viewer = {"viewer.show_runs"}
+    covered = {point for point, _ in MATRIX} | startup | set(RETENTION_POINTS) | deadlines | viewer
     assert covered >= faults.POINTS, sorted(faults.POINTS - covered)
