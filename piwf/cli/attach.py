@@ -18,6 +18,7 @@ exits 1: the session is the other's now, and ``piwf session attach`` takes it ba
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -213,16 +214,18 @@ def _answer_decision(host: SessionCoordinator, message: WorkflowMessageInfo) -> 
 
 
 def _read_line(prompt: str) -> str:
-    """The next non-empty line typed after ``prompt`` (shown on stderr). Raises
-    KeyboardInterrupt on Ctrl-C, and EOFError once input has ended (Ctrl-D in a terminal, the
-    end of a file or pipe): no line will come any more, so the host detaches."""
+    """The next non-empty line typed after ``prompt`` (shown on stderr), bytes that are not
+    UTF-8 kept as lone surrogates (``surrogateescape``, on every Python: a text stdin would
+    raise on them where its encoding is strict). Raises KeyboardInterrupt on Ctrl-C, and
+    EOFError once input has ended (Ctrl-D in a terminal, the end of a file or pipe): no line
+    will come any more, so the host detaches."""
     while True:
         click.echo(prompt, nl=False, err=True)
-        try:
-            line = input()
-        except EOFError:
+        data = b"" if sys.stdin is None else sys.stdin.buffer.readline()
+        if not data:
             click.echo(err=True)  # end the prompt's line
-            raise
+            raise EOFError
+        line = data.removesuffix(b"\n").decode("utf-8", "surrogateescape")
         if line:
             return line
 

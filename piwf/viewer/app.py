@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.segment import Segments
 from textual.app import App
 from textual.binding import Binding, BindingType
 
@@ -58,6 +57,7 @@ class ViewerApp(App[None]):
         variables left out: they hold what the viewer showed (run inputs, outputs, answers),
         which must not reach the terminal or a bug report by accident. ``piwf view`` then
         exits 1 (``return_code``)."""
+        from rich.segment import Segments  # rich comes with textual
         from rich.traceback import Traceback
 
         self.bell()

@@ -481,8 +481,8 @@ class _Loader:
         except SyntaxError as error:
             where = "" if error.lineno is None else f" at line {error.lineno}"
             raise WorkflowLoadError(f"{path}: syntax error{where}: {error.msg}") from None
-        except ValueError as error:
-            raise WorkflowLoadError(f"{path}: cannot compile: {error}") from None
+        except ValueError as error:  # a NUL byte, before Python 3.12 (a SyntaxError since)
+            raise WorkflowLoadError(f"{path}: syntax error: {error}") from None
         name = f"{WORKFLOW_MODULE_PREFIX}{digest[:16]}_{next(_MODULE_NUMBERS)}"
         spec = importlib.util.spec_from_file_location(name, key)
         if spec is None:
