@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, get_args
+from typing import IO, TYPE_CHECKING, Any, Literal, get_args
 
 import click
 
@@ -25,7 +25,7 @@ from piwf.protocol.display_status import RunDisplayStatus
 
 if TYPE_CHECKING:
     from piwf.client import Client
-    from piwf.protocol.payloads import RunWaitReceipt
+    from piwf.protocol.payloads import RunReceipt, RunWaitReceipt
 
 #: The display statuses ``run list --status`` accepts (the closed set).
 DISPLAY_STATUSES = get_args(RunDisplayStatus)
@@ -316,8 +316,11 @@ def run_wait(run_id: str, timeout_s: float, as_json: bool) -> None:
         _wait_and_report(client, run_id, timeout_s, as_json=as_json)
 
 
-def _control_command(name: str, verb: str, summary: str, method: str) -> None:
-    """Register ``piwf run NAME RUN_ID [--json]`` calling ``Client.METHOD``."""
+def _control_command(
+    name: Literal["pause", "resume", "restart"], verb: str, unchanged: str, summary: str
+) -> None:
+    """Register ``piwf run NAME RUN_ID [--json]``: print ``VERB <run>`` when the command
+    changed the run, ``UNCHANGED <run>`` when there was nothing to do."""
 
     @run_group.command(name, help=f"{summary}\n\n\b\nExample:\n  piwf run {name} run-0b9c")
     @run_id_argument
@@ -325,27 +328,36 @@ def _control_command(name: str, verb: str, summary: str, method: str) -> None:
     @command
     def control(run_id: str, as_json: bool) -> None:
         with open_client() as client:
-            run = getattr(client, method)(run_id)
-        if as_json:
-            render.emit_json({"run": run.to_wire()})
-        else:
-            click.echo(f"{verb} {render.run_line(run)}")
+            receipt = client.run_control_receipt(name, run_id)
+        _report_control(receipt, verb, unchanged, as_json=as_json)
+
+
+def _report_control(receipt: RunReceipt, verb: str, unchanged: str, *, as_json: bool) -> None:
+    if as_json:
+        render.emit_json({"run": receipt.run.to_wire(), "outcome": receipt.outcome})
+    elif receipt.outcome == "unchanged":
+        click.echo(f"{unchanged} {render.run_line(receipt.run)}")
+    else:
+        click.echo(f"{verb} {render.run_line(receipt.run)}")
 
 
 _control_command(
-    "pause", "paused", "Pause a run: park it at its last boundary and stop its child.", "pause_run"
+    "pause",
+    "paused",
+    "already paused, nothing changed:",
+    "Pause a run: park it at its last boundary and stop its child.",
 )
 _control_command(
     "resume",
     "resumed",
+    "nothing to resume (the run is neither paused nor parked by an error):",
     "Resume a paused or parked run from its last committed boundary.",
-    "resume_run",
 )
 _control_command(
     "restart",
     "restarted as",
+    "already restarted as",
     "Start a fresh run of a finished run's workflow, from its first node.",
-    "restart_run",
 )
 
 
@@ -391,11 +403,8 @@ def run_cancel(run_id: str, as_json: bool) -> None:
       piwf run cancel run-0b9c
     """
     with open_client() as client:
-        run = client.cancel_run(run_id)
-    if as_json:
-        render.emit_json({"run": run.to_wire()})
-    else:
-        click.echo(f"cancelled {render.run_line(run)}")
+        receipt = client.run_control_receipt("cancel", run_id)
+    _report_control(receipt, "cancelled", "already cancelled, nothing changed:", as_json=as_json)
 
 
 def _show_and_follow(run_id: str) -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from piwf.client.arguments import build_payload
 from piwf.client.calls import ClientCalls, parse_receipt
 from piwf.client.runs import input_too_large, start_payload
-from piwf.errors import RequestTooLargeError
+from piwf.errors import InvalidArgumentError, RequestTooLargeError
 from piwf.protocol import Operation
 from piwf.protocol.payloads import (
     EffectInfo,
@@ -145,8 +145,35 @@ class RunControlMethods(ClientCalls):
             idempotency_key=idempotency_key,
         )
 
+    def run_control_receipt(
+        self,
+        action: Literal["cancel", "pause", "resume", "restart"],
+        run_id: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> RunReceipt:
+        """As :meth:`cancel_run`, :meth:`pause_run`, :meth:`resume_run` or :meth:`restart_run`
+        (``action``), returning the whole receipt: the run (for a restart, the new run) and
+        ``outcome``, ``changed`` when this call changed it, ``unchanged`` when there was
+        nothing to do (already cancelled, already paused, neither paused nor parked by an
+        error, already restarted). A refusal is a :class:`~piwf.errors.RejectedError`."""
+        if not isinstance(action, str) or action not in _CONTROL_OPERATIONS:
+            raise InvalidArgumentError(f"action: one of {', '.join(_CONTROL_OPERATIONS)}")
+        operation = _CONTROL_OPERATIONS[action]
+        return self._call(
+            operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=idempotency_key
+        )
+
     def _run_control(self, operation: Operation, run_id: str, key: str | None) -> RunInfo:
         receipt = self._call(
             operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=key
         )
         return receipt.run
+
+
+_CONTROL_OPERATIONS: dict[str, Operation] = {
+    "cancel": "run.cancel",
+    "pause": "run.pause",
+    "resume": "run.resume",
+    "restart": "run.restart",
+}

@@ -220,9 +220,15 @@ class RunSource(WireModel):
 
 
 class RunReceipt(WireModel):
-    """Receipt of run.start, run.cancel."""
+    """Receipt of run.start, run.cancel, run.pause, run.resume, run.restart and run.fork: the
+    run as it is now (for a restart or a fork, the new run), and ``outcome``: ``changed`` when
+    this request changed it, ``unchanged`` when there was nothing to do (a cancel of a run
+    already cancelled, a pause of a run already paused, a resume of a run neither paused nor
+    parked by an error, a restart of a run already restarted: ``run`` is then that restart).
+    A receipt without ``outcome`` (from a server before it) reads as ``changed``."""
 
     run: RunInfo
+    outcome: Literal["changed", "unchanged"] = "changed"
 
 
 class EffectInfo(WireModel):

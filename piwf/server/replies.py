@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import ValidationError
 
@@ -49,7 +49,8 @@ def effect_info(effect: fx.Effect) -> EffectInfo:
 
 
 def run_result(result: object, run_id: str) -> CommandResult:
-    """Turn a typed run transition result into a stored command result."""
+    """Turn a typed run transition result into a stored command result: ``Applied`` is a
+    receipt with ``outcome: changed``, ``Adopted`` (nothing to do) one with ``unchanged``."""
     if isinstance(result, Conflict):
         return CommandResult.failed("rejected", RunCommandError(result.evidence), run_id=run_id)
     if isinstance(result, RecoveryRequired):
@@ -57,7 +58,10 @@ def run_result(result: object, run_id: str) -> CommandResult:
     assert isinstance(result, (Applied, Adopted))
     view = result.value
     assert isinstance(view, run_store.RunRow)
-    receipt = RunReceipt(run=run_info(view)).to_wire()
+    outcome: Literal["changed", "unchanged"] = (
+        "changed" if isinstance(result, Applied) else "unchanged"
+    )
+    receipt = RunReceipt(run=run_info(view), outcome=outcome).to_wire()
     return CommandResult.accepted(receipt, run_id=view.run_id, revision=view.revision)
 
 

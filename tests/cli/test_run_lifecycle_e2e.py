@@ -37,7 +37,17 @@ def test_a_run_cancelled_while_paused_is_finished_prunable_and_not_paused(
         30,
         "the run waiting at its checkpoint",
     )
-    assert piwf.json("run", "pause", run_id)["run"]["paused"] is True
+    # A control with nothing to do says so, and changes nothing.
+    idle = piwf.json("run", "resume", run_id)
+    assert (idle["outcome"], idle["run"]["paused"]) == ("unchanged", False)
+    assert idle["run"]["revision"] == piwf.json("run", "show", run_id)["run"]["revision"]
+    said = piwf.run("run", "resume", run_id).stdout
+    assert said.startswith("nothing to resume (the run is neither paused nor parked"), said
+    paused = piwf.json("run", "pause", run_id)
+    assert (paused["outcome"], paused["run"]["paused"]) == ("changed", True)
+    again = piwf.json("run", "pause", run_id)
+    assert (again["outcome"], again["run"]["revision"]) == ("unchanged", paused["run"]["revision"])
+    assert piwf.run("run", "pause", run_id).stdout.startswith("already paused, nothing changed:")
     # A restart of a run that has not ended names the status shown and the ways on.
     unfinished = piwf.json("run", "restart", run_id, exit_code=1)["error"]
     assert unfinished == {
@@ -47,10 +57,15 @@ def test_a_run_cancelled_while_paused_is_finished_prunable_and_not_paused(
         f" (piwf run cancel {run_id}), then restart it",
     }
 
-    cancelled = piwf.json("run", "cancel", run_id)["run"]
+    cancelling = piwf.json("run", "cancel", run_id)
+    assert cancelling["outcome"] == "changed"
+    cancelled = cancelling["run"]
     assert (cancelled["status"], cancelled["paused"]) == ("cancelled", False)
     assert cancelled["finishedAt"] is not None
-    assert piwf.run("run", "cancel", run_id).stdout.strip().endswith("cancelled  checkpoint_review")
+    twice = piwf.run("run", "cancel", run_id).stdout.strip()
+    assert twice.startswith("already cancelled, nothing changed:"), twice
+    assert twice.endswith("cancelled  checkpoint_review"), twice
+    assert piwf.json("run", "cancel", run_id)["outcome"] == "unchanged"
     for verb in ("resume", "pause"):  # an ended run neither resumes nor pauses: it restarts
         refused = piwf.json("run", verb, run_id, exit_code=1)["error"]
         assert refused == {
@@ -153,9 +168,16 @@ def test_a_restart_after_a_source_change_is_refused_with_the_command_for_the_cur
     assert [item["runId"] for item in piwf.json("run", "list")["runs"]] == [run["runId"]]
 
     workflow.write_text(CHANGING)
-    restarted = piwf.json("run", "restart", run["runId"])["run"]
+    restarting = piwf.json("run", "restart", run["runId"])
+    assert restarting["outcome"] == "changed"
+    restarted = restarting["run"]
     waited = piwf.json("run", "wait", restarted["runId"], "--timeout", "30")
     assert waited["run"]["status"] == "completed", "the restored recorded source restarts"
+    # A run restarts once: asking again names the restart it has.
+    again = piwf.json("run", "restart", run["runId"])
+    assert (again["outcome"], again["run"]["runId"]) == ("unchanged", restarted["runId"])
+    said = piwf.run("run", "restart", run["runId"]).stdout
+    assert said.startswith(f"already restarted as {restarted['runId']}"), said
 
 
 def test_a_run_parked_for_a_missing_source_says_missing_and_how_to_run_the_current_sources(

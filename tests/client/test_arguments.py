@@ -39,6 +39,15 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
     "workflow empty": (lambda c: c.start_run(""), "workflow"),
     "title": (lambda c: c.start_run("noop", title=5), "title"),  # type: ignore[arg-type]
     "run id int": (lambda c: c.get_run(5), "run_id"),  # type: ignore[arg-type]
+    "control action": (
+        lambda c: c.run_control_receipt("stop", "run-1"),  # type: ignore[arg-type]
+        "action: one of cancel, pause, resume, restart",
+    ),
+    "control action list": (
+        lambda c: c.run_control_receipt(["pause"], "run-1"),  # type: ignore[arg-type]
+        "action: one of",
+    ),
+    "control run id": (lambda c: c.run_control_receipt("pause", 5), "run_id"),  # type: ignore[arg-type]
     "run id empty": (lambda c: c.get_run(""), "run_id: 1 to 256 printable ASCII"),
     "limit": (lambda c: c.list_runs(limit=0), "limit: Input should be greater than or equal"),
     "status": (lambda c: c.list_runs(status="bogus"), "status: Input should be 'queued'"),
