@@ -158,7 +158,9 @@ class RunControlMethods(ClientCalls):
         nothing to do (already cancelled, already paused, neither paused nor parked by an
         error, already restarted). A refusal is a :class:`~piwf.errors.RejectedError`."""
         if not isinstance(action, str) or action not in _CONTROL_OPERATIONS:
-            raise InvalidArgumentError(f"action: one of {', '.join(_CONTROL_OPERATIONS)}")
+            raise InvalidArgumentError(
+                f"invalid argument: action: one of {', '.join(_CONTROL_OPERATIONS)}"
+            )
         operation = _CONTROL_OPERATIONS[action]
         return self._call(
             operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=idempotency_key
