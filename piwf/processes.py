@@ -174,14 +174,15 @@ def kill_orphan_groups(pids: list[int], timeout_s: float = 2.0) -> None:
 
 
 def kill_own_children(command: str, timeout_s: float) -> None:
-    """SIGKILL every child of this process whose command line contains ``command`` and wait
+    """SIGKILL every child of this process whose command line (its parts joined by spaces,
+    as a title set with ``setproctitle`` reads back split at them) contains ``command`` and wait
     (bounded) until each is dead, without reaping it: its zombie is left to whoever started it
     (a standard-library helper is reaped by the module that launched it)."""
     killed = []
     with contextlib.suppress(psutil.Error):
         for child in psutil.Process().children():
             with contextlib.suppress(psutil.Error):
-                if any(command in part for part in child.cmdline()):
+                if command in " ".join(child.cmdline()):
                     child.kill()
                     killed.append(child)
     deadline = time.monotonic() + timeout_s

@@ -184,10 +184,11 @@ def server_run(
         from piwf.server.settings import ServerSettings
 
         settings = ServerSettings.from_environment(max_workers=max_workers, idle_exit_s=idle_exit_s)
-        # The fork server imports the children's modules while this process imports the
-        # server's, on another core, instead of after them.
-        early_helpers = start_helpers_early(settings.start_method)
         from piwf.server import lifecycle
+
+        # Once imported and before anything is opened: the fork server is a fork of this
+        # process and shares its imports instead of repeating them.
+        early_helpers = start_helpers_early(settings.start_method)
     except (ImportError, ValueError) as error:
         message = f"the piwf server cannot start: {error}"
         _report_start_failure(ready_fd, message)

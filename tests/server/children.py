@@ -38,9 +38,9 @@ def helpers_of(pid: int, command: str) -> list[psutil.Process]:
     with suppress(psutil.Error):
         for child in psutil.Process(pid).children():
             with suppress(psutil.Error):
-                if child.status() != psutil.STATUS_ZOMBIE and any(
-                    command in part for part in child.cmdline()
-                ):
+                # Joined: a fork server forked from the server has its command line as a title,
+                # which reads back split at its spaces.
+                if child.status() != psutil.STATUS_ZOMBIE and command in " ".join(child.cmdline()):
                     found.append(child)
     return found
 

@@ -84,7 +84,7 @@ class Driver:
                 child
                 for child in psutil.Process().children()
                 if child.status() != psutil.STATUS_ZOMBIE
-                and any(_FORKSERVER in part for part in child.cmdline())
+                and _FORKSERVER in " ".join(child.cmdline())
             ]
             return len(found) == 1
 

@@ -19,6 +19,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -28,6 +29,7 @@ import psutil
 import pytest
 
 from piwf.server.children.capture import ATTEMPT_LOG_CAP, drop_marker
+from piwf.server.children.forked_fork_server import is_fork_server
 from piwf.server.children.start_methods import START_TIMEOUT_S
 from tests.server import harness
 from tests.server.children import (
@@ -579,8 +581,8 @@ def test_a_childs_output_is_captured_privately_and_capped_and_a_flood_kills_noth
 def test_the_fork_server_runs_before_the_server_listens(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
-    # `piwf server run` starts it before importing the server's modules, so its imports run
-    # beside the server's; started with the server's loop, it would not exist before listening.
+    # `piwf server run` forks it once the server's modules are imported, before the server
+    # opens anything; started with the server's loop, it would not exist before listening.
     hits = tmp_path / "faults.log"
     environment = {
         **os.environ,
@@ -612,20 +614,39 @@ def test_the_fork_server_runs_before_the_server_listens(
 
 def test_a_server_that_does_not_start_leaves_no_fork_server(servers: ServerFactory) -> None:
     first = start_server(servers, "forkserver")
+    born = time.time() - 0.1
     refused = servers.start(env={**FAST, "PIWF_START_METHOD": "forkserver"})
     assert refused.ready["ok"] is False
     assert refused.process.wait(timeout=10) != 0
 
-    def fork_servers_of_home() -> list[psutil.Process]:
+    def orphaned_fork_servers() -> list[psutil.Process]:
+        """Fork servers made since the refused server started whose server is gone (a fork
+        server forked from its server shows the standard command line as its title, which
+        hides its environment, so it is known by its parent, not by its PIWF_HOME)."""
         found = []
         for process in psutil.process_iter():
             with suppress(psutil.Error):
-                if any("multiprocessing.forkserver" in part for part in process.cmdline()) and (
-                    process.environ().get("PIWF_HOME") == str(servers.home)
+                if (
+                    is_fork_server(process.cmdline())
+                    and process.create_time() >= born
+                    and process.status() != psutil.STATUS_ZOMBIE
+                    and not _child_of_a_server(process)
                 ):
                     found.append(process)
         return found
 
     # The refused server's fork server ends with it (end-of-file on its alive pipe).
-    wait_for(lambda: len(fork_servers_of_home()) == 1, what="only the first server's fork server")
-    assert [p.pid for p in fork_servers_of_home()] == [p.pid for p in fork_servers(first)]
+    wait_for(
+        lambda: orphaned_fork_servers() == [], what="no fork server left by the refused server"
+    )
+    assert len(fork_servers(first)) == 1, "the first server keeps its own"
+
+
+def _child_of_a_server(process: psutil.Process) -> bool:
+    """Whether ``process``'s parent is a live piwf server (an orphan's is init or a reaper)."""
+    parent = process.parent()
+    return (
+        parent is not None
+        and parent.status() != psutil.STATUS_ZOMBIE
+        and "server run" in " ".join(parent.cmdline())
+    )

@@ -117,7 +117,7 @@ CLI_TO_SERVER = frozenset(
     {
         ("piwf.cli.server", "piwf.server.lifecycle"),
         ("piwf.cli.server", "piwf.server.settings"),
-        # The fork server starts before the server's imports (start_helpers_early).
+        # The fork server is forked from the server once it has imported (start_helpers_early).
         ("piwf.cli.server", "piwf.server.children.start_methods"),
     }
 )
@@ -132,6 +132,8 @@ PROCESS_MODULES = frozenset(
     {
         "piwf.processes",
         "piwf.server.children.supervisor",
+        # The fork server forked from the server takes its command line as its title.
+        "piwf.server.children.forked_fork_server",
         "piwf.runner.entry",
         "piwf.runner.lifeline",
     }

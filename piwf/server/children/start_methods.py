@@ -1,9 +1,11 @@
 """How child processes start: one ``multiprocessing`` context, ``forkserver`` or ``spawn``.
 
-``forkserver`` (the default where the platform has it, Linux) starts one fork server, a fresh
-interpreter that imports :data:`~piwf.processes.FORKSERVER_PRELOAD` once, never opens SQLite and
-runs no thread, and forks each child from it in a few milliseconds: spawn's guarantees (no
-descriptor, lock or connection of the server is ever inherited) at a fork's cost. ``spawn``
+``forkserver`` (the default where the platform has it, Linux) starts one fork server, which
+imports :data:`~piwf.processes.FORKSERVER_PRELOAD` once, never opens SQLite and runs no thread,
+and forks each child from it in a few milliseconds: spawn's guarantees (no descriptor, lock or
+connection of the server is ever inherited) at a fork's cost. A server's first fork server is
+a fork of the server made before it opens anything, sharing its imports
+(:mod:`~piwf.server.children.forked_fork_server`); a replacement is a new interpreter. ``spawn``
 (``PIWF_START_METHOD=spawn``, and the default elsewhere) starts a fresh interpreter per child.
 Either way the ``Process`` target is :func:`~piwf.processes.enter_child` with plain values and
 connections as its arguments; nothing else is pickled. A child never re-runs the server's main
@@ -56,6 +58,7 @@ from piwf.processes import (
     enter_child,
     kill_own_children,
 )
+from piwf.server.children.forked_fork_server import FORK_SERVER_COMMAND, fork_server_from_here
 from piwf.server.children.forkserver_launch import PidLaterContext
 
 #: The longest a start may take from a fork server that has forked before: far above a fork,
@@ -63,7 +66,6 @@ from piwf.server.children.forkserver_launch import PidLaterContext
 START_TIMEOUT_S = 5.0
 #: The same for a fork server that has not forked yet: its imports come first.
 FIRST_START_TIMEOUT_S = 30.0
-_FORKSERVER_COMMAND = "from multiprocessing.forkserver import main"
 #: How long a killed fork server may take to be dead.
 _REPLACE_WAIT_S = 1.0
 
@@ -110,17 +112,19 @@ class EarlyHelpers:
 
 
 def start_helpers_early(method: StartMethod) -> EarlyHelpers | None:
-    """Start the resource tracker and, with ``forkserver``, the fork server now, before the
-    server imports its own modules: the fork server's imports (~0.35 s of CPU) then run beside
-    the server's on another core instead of after them, so the first child (a resolver, a
-    recovered run's runner) does not wait for them. Their output waits in a pipe until the
-    supervisor adopts it (:meth:`~piwf.server.children.supervisor.Supervisor.prepare`). A
-    server that then does not start leaves nothing: the helpers end with its process. None
-    when they could not be started (the supervisor starts them itself, and says why)."""
+    """Start the resource tracker and, with ``forkserver``, the fork server now, once the
+    server has imported its modules and before it opens anything: the fork server is then a
+    fork of the server (:mod:`~piwf.server.children.forked_fork_server`), which has imported
+    most of what its children need already (a new interpreter would import it again: ~0.3 s
+    of CPU), and the first child (a resolver, a recovered run's runner) does not wait for an
+    import. Their output waits in a pipe until the supervisor adopts it
+    (:meth:`~piwf.server.children.supervisor.Supervisor.prepare`). A server that then does
+    not start leaves nothing: the helpers end with its process. None when they could not be
+    started (the supervisor starts them itself, and says why)."""
     reader, writer = os.pipe()
     starter = ChildStarter(method, helpers_output=writer)
     try:
-        starter.start_helpers()
+        starter.start_helpers(fork_from_here=True)
     except OSError:
         os.close(reader)
         os.close(writer)
@@ -153,13 +157,18 @@ class ChildStarter:
         if method is StartMethod.FORKSERVER:
             forkserver.set_forkserver_preload(list(FORKSERVER_PRELOAD))
 
-    def start_helpers(self) -> None:
+    def start_helpers(self, *, fork_from_here: bool = False) -> None:
         """Start the resource tracker and, with ``forkserver``, the fork server now, so the
-        first child does not wait for their imports (they run while the server serves)."""
+        first child does not wait for their imports (they run while the server serves).
+        ``fork_from_here``: the fork server is a fork of this process, which must have opened
+        nothing the fork server must not hold (see
+        :mod:`~piwf.server.children.forked_fork_server`)."""
         with self._helpers_streams(), self._helpers_environment():
             resource_tracker.ensure_running()
             if self.method is StartMethod.FORKSERVER:
-                forkserver.ensure_running()
+                forking = fork_server_from_here() if fork_from_here else contextlib.nullcontext()
+                with forking:
+                    forkserver.ensure_running()
 
     @property
     def timeout_s(self) -> float:
@@ -232,7 +241,7 @@ class ChildStarter:
         """
         self.proven = False
         if self.method is StartMethod.FORKSERVER:
-            kill_own_children(_FORKSERVER_COMMAND, _REPLACE_WAIT_S)
+            kill_own_children(FORK_SERVER_COMMAND, _REPLACE_WAIT_S)
 
     @contextlib.contextmanager
     def _helpers_environment(self) -> Iterator[None]:

@@ -1,0 +1,90 @@
+"""A server's first fork server is a fork of the server (server/children/forked_fork_server.py):
+its children see the modules it inherited, and it holds nothing else of the server's: no
+descriptor but its own, no Python signal handler, none of the server's or the CLI's modules.
+
+The driver (tests/server/forked_fork_server_driver.py) is a real process that starts a real
+fork server through the standard library with the fork in place, and one real child."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import suppress
+from pathlib import Path
+
+import psutil
+import pytest
+
+from piwf.server.children.forked_fork_server import (
+    FORK_SERVER_COMMAND,
+    _fork_server_arguments,
+    is_fork_server,
+)
+
+REPOSITORY = str(Path(__file__).resolve().parents[2])
+
+
+@pytest.fixture
+def driven(tmp_path: Path) -> Iterator[tuple[dict[str, object], Path]]:
+    held = tmp_path / "held-by-the-server"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.server.forked_fork_server_driver", str(held)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPOSITORY,
+        env={**os.environ, "PYTHONPATH": REPOSITORY},
+        start_new_session=True,
+    )
+    try:
+        assert driver.stdout is not None
+        line = driver.stdout.readline()
+        assert line, "the driver printed nothing"
+        yield json.loads(line), held
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        for stream in (driver.stdin, driver.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def test_the_fork_server_is_a_fork_holding_nothing_else_of_the_server(
+    driven: tuple[dict[str, object], Path],
+) -> None:
+    seen, held = driven
+    assert seen["marker"] is True, "a child sees a module its fork server inherited"
+    assert seen["serverModules"] == [], "nor the server's or the CLI's modules"
+    fork_server = psutil.Process(int(str(seen["forkServer"])))
+    assert fork_server.ppid() == seen["driver"]
+    assert is_fork_server(fork_server.cmdline()), fork_server.cmdline()
+    # Its descriptors: the standard three, the two it was handed, and what its loop opened;
+    # never the file the server held open at the fork.
+    targets = [str(fd.readlink()) for fd in Path(f"/proc/{fork_server.pid}/fd").iterdir()]
+    assert str(held) not in targets, targets
+    # No Python handler of the server's: SIGTERM's action is the default again.
+    status = Path(f"/proc/{fork_server.pid}/status").read_text()
+    caught = int(
+        next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16
+    )
+    assert not caught & (1 << (signal.SIGTERM - 1)), f"SIGTERM caught: {caught:#x}"
+
+
+def test_only_the_standard_fork_server_command_is_read_and_only_as_literals() -> None:
+    command = f"{FORK_SERVER_COMMAND}; main(8, 10, ['a.b'], **{{'sys_path': ['/x']}})"
+    assert _fork_server_arguments(["python", "-c", command]) == (
+        [8, 10, ["a.b"]],
+        {"sys_path": ["/x"]},
+    )
+    tracker = "from multiprocessing.resource_tracker import main;main(8)"
+    assert _fork_server_arguments(["python", "-c", tracker]) is None
+    assert _fork_server_arguments(["python", "script.py"]) is None
+    # Anything but literals is never evaluated: the start goes to the standard library.
+    assert (
+        _fork_server_arguments(["python", "-c", f"{FORK_SERVER_COMMAND}; main(len('x'))"]) is None
+    )
