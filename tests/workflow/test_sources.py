@@ -120,6 +120,23 @@ def test_nul_byte_is_a_syntax_error_without_a_made_up_line(tmp_path: Path) -> No
     assert "None" not in message
 
 
+def test_bytes_python_would_not_import_are_refused_with_their_line(tmp_path: Path) -> None:
+    # compile() lets a comment that is not UTF-8 pass; an import of the file would not.
+    path = tmp_path / "latin.py"
+    path.write_bytes(GOOD.replace("NAME", "latin").encode() + b"# caf\xe9\n")
+    message = load_error(path)
+    line = GOOD.count("\n") + 1
+    assert f"syntax error at line {line}: the file is not valid utf-8 there" in message, message
+    declared = tmp_path / "declared.py"
+    declared.write_bytes(
+        b"# -*- coding: latin-1 -*-\n" + GOOD.replace("NAME", "declared").encode() + b"# caf\xe9\n"
+    )
+    assert load_workflow(declared).definition.name == "declared", "a declared encoding loads"
+    unknown = tmp_path / "unknown.py"
+    unknown.write_bytes(b"# -*- coding: klingon -*-\n" + GOOD.replace("NAME", "x").encode())
+    assert "syntax error: unknown encoding" in load_error(unknown)
+
+
 def test_missing_file(tmp_path: Path) -> None:
     assert "cannot read" in load_error(tmp_path / "absent.py")
 
