@@ -71,18 +71,23 @@ DESCRIPTIONS: Final[dict[str, str]] = {
     "start": (
         "Start a workflow run. `workflow` is a discovered workflow name or a path to a workflow "
         "file (relative paths resolve against the directory piwf mcp runs in); `input` is the "
-        "run's JSON input; `project` the project directory (default: that same directory); "
+        "run's JSON input; `project` the project directory, which must exist (default: that same "
+        "directory); "
         "`title` an optional label; `idempotency_key` makes a repeated call return the first "
         "run instead of starting another. Returns {run: {runId, status, ...}}."
     ),
     "pause": (
         "Pause the run `run_id`: it stops at its last durable step and waits until resumed. "
-        "Returns {run}."
+        "Returns {run, outcome: changed | unchanged} (`unchanged`: it was paused already)."
     ),
-    "resume": "Resume the paused or parked run `run_id` from its last durable step. Returns {run}.",
+    "resume": (
+        "Resume the paused or parked run `run_id` from its last durable step. Returns {run, "
+        "outcome: changed | unchanged} (`unchanged`: it was neither paused nor parked)."
+    ),
     "cancel": (
         "Cancel the run `run_id` for good (it ends 'cancelled'; a finished run cannot be "
-        "cancelled). Returns {run}."
+        "cancelled). Returns {run, outcome: changed | unchanged} (`unchanged`: it was "
+        "cancelled already)."
     ),
     "answer": (
         "Answer the checkpoint request `request_id` with `response` (any JSON value the "
@@ -188,7 +193,15 @@ class WorkflowTools:
         title: str | None = None,
         idempotency_key: str | None = None,
     ) -> dict[str, Any]:
-        """Start a run; relative paths resolve against this process's working directory."""
+        """Start a run; relative paths resolve against this process's working directory. A
+        ``project`` that is not an existing directory is refused, as ``piwf run start
+        --project`` refuses it (a run there would find no workflows and run its nodes
+        elsewhere)."""
+        if project and not Path(project).is_dir():
+            raise ToolCallError(
+                "project must be an existing directory (the one holding .piwf/), or left out"
+                " to use the directory piwf mcp runs in"
+            )
         run = _call(
             lambda: self.client.start_run(
                 workflow,
@@ -202,18 +215,30 @@ class WorkflowTools:
 
     def pause(self, run_id: str, idempotency_key: str | None = None) -> dict[str, Any]:
         """Pause a run."""
-        run = _call(lambda: self.client.pause_run(run_id, idempotency_key=idempotency_key))
-        return {"run": run.to_wire()}
+        receipt = _call(
+            lambda: self.client.run_control_receipt(
+                "pause", run_id, idempotency_key=idempotency_key
+            )
+        )
+        return {"run": receipt.run.to_wire(), "outcome": receipt.outcome}
 
     def resume(self, run_id: str, idempotency_key: str | None = None) -> dict[str, Any]:
         """Resume a run."""
-        run = _call(lambda: self.client.resume_run(run_id, idempotency_key=idempotency_key))
-        return {"run": run.to_wire()}
+        receipt = _call(
+            lambda: self.client.run_control_receipt(
+                "resume", run_id, idempotency_key=idempotency_key
+            )
+        )
+        return {"run": receipt.run.to_wire(), "outcome": receipt.outcome}
 
     def cancel(self, run_id: str, idempotency_key: str | None = None) -> dict[str, Any]:
         """Cancel a run."""
-        run = _call(lambda: self.client.cancel_run(run_id, idempotency_key=idempotency_key))
-        return {"run": run.to_wire()}
+        receipt = _call(
+            lambda: self.client.run_control_receipt(
+                "cancel", run_id, idempotency_key=idempotency_key
+            )
+        )
+        return {"run": receipt.run.to_wire(), "outcome": receipt.outcome}
 
     def answer(
         self, request_id: str, response: JsonValue, idempotency_key: str | None = None

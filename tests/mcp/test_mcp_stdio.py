@@ -209,12 +209,16 @@ def test_pause_resume_and_cancel_change_the_run_on_the_server(
             run_id = started["run"]["runId"]
             with raw_client(fast_server) as client:
                 waiting_request(client, run_id)
+            idle = data_of(await session.call_tool("resume", {"run_id": run_id}))
+            assert idle["outcome"] == "unchanged", "nothing to resume: it is not paused"
             paused = data_of(await session.call_tool("pause", {"run_id": run_id}))
-            assert paused["run"]["paused"] is True
+            assert (paused["run"]["paused"], paused["outcome"]) == (True, "changed")
             resumed = data_of(await session.call_tool("resume", {"run_id": run_id}))
-            assert resumed["run"]["paused"] is False
+            assert (resumed["run"]["paused"], resumed["outcome"]) == (False, "changed")
             cancelled = data_of(await session.call_tool("cancel", {"run_id": run_id}))
-            assert cancelled["run"]["status"] == "cancelled"
+            assert (cancelled["run"]["status"], cancelled["outcome"]) == ("cancelled", "changed")
+            again = data_of(await session.call_tool("cancel", {"run_id": run_id}))
+            assert again["outcome"] == "unchanged"
             unknown = await session.call_tool("pause", {"run_id": "run-nope"})
             assert unknown.is_error and "runNotFound" in text_of(unknown)
         assert query(fast_server, "SELECT status FROM runs WHERE run_id = ?", (run_id,)) == [

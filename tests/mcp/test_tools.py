@@ -70,6 +70,19 @@ def test_an_argument_the_payload_model_refuses_is_named_without_its_value(tmp_pa
     assert "secret-title" not in str(info.value)
 
 
+def test_a_project_that_is_no_directory_is_refused_before_reaching_the_server(
+    tmp_path: Path,
+) -> None:
+    flow = tmp_path / "flow.py"
+    flow.write_text("")
+    for project in (tmp_path / "missing", flow):
+        with pytest.raises(ToolCallError, match="project must be an existing directory"):
+            tools(tmp_path).start(str(flow), project=str(project))
+    # An existing directory goes on to the client (here: no server runs).
+    with pytest.raises(ToolCallError, match="serverUnavailable"):
+        tools(tmp_path).start(str(flow), project=str(tmp_path))
+
+
 def test_list_checks_its_limit(tmp_path: Path) -> None:
     for limit in (0, 201, True):
         with pytest.raises(ToolCallError, match="limit must be an integer in 1..200"):
