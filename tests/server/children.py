@@ -1,10 +1,15 @@
 """Shared pieces of the tests of children: servers per start method, and finding the standard
 library's helper processes (the fork server, the resource tracker) of a server by what they
-are, a child of that server running the module's ``main``."""
+are, a child of that server running the module's ``main``; and running a stand-in for the
+server (a driver program of the tests)."""
 
 from __future__ import annotations
 
-from contextlib import suppress
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psutil
@@ -61,3 +66,31 @@ def gone(process: psutil.Process) -> bool:
         return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
         return True
+
+
+REPOSITORY = str(Path(__file__).resolve().parents[2])
+
+
+@contextmanager
+def driver_process(argv: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """A stand-in for the server (a Python program of the tests) run from the repository, in
+    a session of its own, with text pipes to its stdin and from its stdout; killed with its
+    whole group afterwards."""
+    driver = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPOSITORY,
+        env={**os.environ, "PYTHONPATH": REPOSITORY},
+        start_new_session=True,
+    )
+    try:
+        yield driver
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        for stream in (driver.stdin, driver.stdout):
+            if stream is not None:
+                stream.close()

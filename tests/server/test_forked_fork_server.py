@@ -8,12 +8,9 @@ fork server through the standard library with the fork in place, and one real ch
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 
 import psutil
@@ -24,34 +21,18 @@ from piwf.server.children.forked_fork_server import (
     _fork_server_arguments,
     is_fork_server,
 )
-
-REPOSITORY = str(Path(__file__).resolve().parents[2])
+from tests.server.children import driver_process
 
 
 @pytest.fixture
 def driven(tmp_path: Path) -> Iterator[tuple[dict[str, object], Path]]:
     held = tmp_path / "held-by-the-server"
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "tests.server.forked_fork_server_driver", str(held)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPOSITORY,
-        env={**os.environ, "PYTHONPATH": REPOSITORY},
-        start_new_session=True,
-    )
-    try:
+    argv = [sys.executable, "-m", "tests.server.forked_fork_server_driver", str(held)]
+    with driver_process(argv) as driver:
         assert driver.stdout is not None
         line = driver.stdout.readline()
         assert line, "the driver printed nothing"
         yield json.loads(line), held
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=10)
-        for stream in (driver.stdin, driver.stdout):
-            if stream is not None:
-                stream.close()
 
 
 def test_the_fork_server_is_a_fork_holding_nothing_else_of_the_server(

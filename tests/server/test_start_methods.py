@@ -36,6 +36,7 @@ from tests.server.children import (
     FAST,
     HELLO,
     METHODS,
+    driver_process,
     fork_servers,
     gone,
     resource_trackers,
@@ -353,25 +354,8 @@ if __name__ == "__main__":
 def sentinel_driver(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     script = tmp_path / "driver.py"
     script.write_text(_SENTINEL_DRIVER)
-    repository = str(Path(__file__).resolve().parents[2])
-    driver = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "eof")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=repository,
-        env={**os.environ, "PYTHONPATH": repository},
-        start_new_session=True,
-    )
-    try:
+    with driver_process([sys.executable, str(script), str(tmp_path / "eof")]) as driver:
         yield driver
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=10)
-        for stream in (driver.stdin, driver.stdout):
-            if stream is not None:
-                stream.close()
 
 
 def test_under_forkserver_the_parent_sentinel_ends_with_the_server_not_the_fork_server(
