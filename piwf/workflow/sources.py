@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import io
 import itertools
 import os
 import sys
-import tokenize
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +46,7 @@ from piwf.lifecycle import StrEnum
 from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.definition import BUILTIN_PREFIX, WorkflowDefinition
 from piwf.workflow.failure import WORKFLOW_MODULE_PREFIX
+from piwf.workflow.source_code import compile_workflow_source
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtins"
 _MODULE_NUMBERS = itertools.count(1)
@@ -455,22 +454,6 @@ def _mount_source(
     return MountSource(mount_path, kind, reference, source.location, source.sha256, version)
 
 
-def _check_encoding(path: Path, data: bytes) -> None:
-    """Refuse a file Python would not import: bytes that are not in its encoding (UTF-8, or
-    what its coding line names, PEP 263), comments included, which ``compile`` lets pass."""
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        data.decode(encoding)
-    except SyntaxError as error:  # a coding line naming no known encoding
-        raise WorkflowLoadError(f"{path}: syntax error: {error.msg}") from None
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise WorkflowLoadError(
-            f"{path}: syntax error at line {line}: the file is not valid {encoding} there;"
-            " save it as UTF-8, or declare its encoding in a coding line (# -*- coding: ... -*-)"
-        ) from None
-
-
 class _Loader:
     """Loads each file once per load call and resolves includes (path, built-in, name)."""
 
@@ -494,14 +477,7 @@ class _Loader:
         return definition
 
     def execute(self, path: Path, key: Path, data: bytes, digest: str) -> ModuleType:
-        _check_encoding(path, data)
-        try:
-            code = compile(data, str(key), "exec", dont_inherit=True)
-        except SyntaxError as error:
-            where = "" if error.lineno is None else f" at line {error.lineno}"
-            raise WorkflowLoadError(f"{path}: syntax error{where}: {error.msg}") from None
-        except ValueError as error:  # a NUL byte, before Python 3.12 (a SyntaxError since)
-            raise WorkflowLoadError(f"{path}: syntax error: {error}") from None
+        code = compile_workflow_source(path, key, data)
         name = f"{WORKFLOW_MODULE_PREFIX}{digest[:16]}_{next(_MODULE_NUMBERS)}"
         spec = importlib.util.spec_from_file_location(name, key)
         if spec is None:

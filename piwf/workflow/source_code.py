@@ -1,0 +1,44 @@
+"""A workflow file's bytes compiled as Python's import would compile them, or one
+:class:`~piwf.errors.WorkflowLoadError` that names the file and the line.
+
+``compile`` alone lets pass what an import refuses: bytes that are not in the file's encoding
+(UTF-8, or what a PEP 263 coding line declares) inside a comment. The loader executes the bytes
+it hashed, never a second read of the file, so they are checked here first.
+"""
+
+from __future__ import annotations
+
+import io
+import tokenize
+from pathlib import Path
+from types import CodeType
+
+from piwf.errors import WorkflowLoadError
+
+
+def compile_workflow_source(path: Path, filename: Path, data: bytes) -> CodeType:
+    """Compile ``data`` (the file ``path``, compiled under the name ``filename``) for
+    ``exec``; raise :class:`WorkflowLoadError` for bytes Python would not import."""
+    _check_encoding(path, data)
+    try:
+        return compile(data, str(filename), "exec", dont_inherit=True)
+    except SyntaxError as error:
+        where = "" if error.lineno is None else f" at line {error.lineno}"
+        raise WorkflowLoadError(f"{path}: syntax error{where}: {error.msg}") from None
+    except ValueError as error:  # a NUL byte, before Python 3.12 (a SyntaxError since)
+        raise WorkflowLoadError(f"{path}: syntax error: {error}") from None
+
+
+def _check_encoding(path: Path, data: bytes) -> None:
+    """Refuse bytes that are not in the file's encoding, comments included."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        data.decode(encoding)
+    except SyntaxError as error:  # a coding line naming no known encoding
+        raise WorkflowLoadError(f"{path}: syntax error: {error.msg}") from None
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise WorkflowLoadError(
+            f"{path}: syntax error at line {line}: the file is not valid {encoding} there;"
+            " save it as UTF-8, or declare its encoding in a coding line (# -*- coding: ... -*-)"
+        ) from None
