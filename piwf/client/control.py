@@ -23,6 +23,9 @@ from piwf.protocol.payloads import (
     RunReceipt,
 )
 
+#: What :meth:`RunControlMethods.run_control_receipt` can do to a run.
+ControlAction = Literal["cancel", "pause", "resume", "restart"]
+
 
 class RunControlMethods(ClientCalls):
     """``Client`` methods that change runs."""
@@ -75,26 +78,19 @@ class RunControlMethods(ClientCalls):
 
     def cancel_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
         """Cancel a run and return it (``run.cancel``); RejectedError if it is not cancellable."""
-        receipt = self._call(
-            "run.cancel",
-            EmptyPayload(),
-            RunReceipt,
-            run_id=run_id,
-            idempotency_key=idempotency_key,
-        )
-        return receipt.run
+        return self.run_control_receipt("cancel", run_id, idempotency_key=idempotency_key).run
 
     def pause_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
         """Pause a run (``run.pause``): flag it, park it and stop its child."""
-        return self._run_control("run.pause", run_id, idempotency_key)
+        return self.run_control_receipt("pause", run_id, idempotency_key=idempotency_key).run
 
     def resume_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
         """Resume a paused or parked run (``run.resume``) from its last committed boundary."""
-        return self._run_control("run.resume", run_id, idempotency_key)
+        return self.run_control_receipt("resume", run_id, idempotency_key=idempotency_key).run
 
     def restart_run(self, run_id: str, *, idempotency_key: str | None = None) -> RunInfo:
         """Start a fresh run of a terminal run's workflow (``run.restart``); returns the new run."""
-        return self._run_control("run.restart", run_id, idempotency_key)
+        return self.run_control_receipt("restart", run_id, idempotency_key=idempotency_key).run
 
     def fork_run(
         self, run_id: str, *, from_node: str, idempotency_key: str | None = None
@@ -147,7 +143,7 @@ class RunControlMethods(ClientCalls):
 
     def run_control_receipt(
         self,
-        action: Literal["cancel", "pause", "resume", "restart"],
+        action: ControlAction,
         run_id: str,
         *,
         idempotency_key: str | None = None,
@@ -161,19 +157,17 @@ class RunControlMethods(ClientCalls):
             raise InvalidArgumentError(
                 f"invalid argument: action: one of {', '.join(_CONTROL_OPERATIONS)}"
             )
-        operation = _CONTROL_OPERATIONS[action]
         return self._call(
-            operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=idempotency_key
+            _CONTROL_OPERATIONS[action],
+            EmptyPayload(),
+            RunReceipt,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
         )
 
-    def _run_control(self, operation: Operation, run_id: str, key: str | None) -> RunInfo:
-        receipt = self._call(
-            operation, EmptyPayload(), RunReceipt, run_id=run_id, idempotency_key=key
-        )
-        return receipt.run
 
-
-_CONTROL_OPERATIONS: dict[str, Operation] = {
+#: The run-control actions, each with the operation it sends.
+_CONTROL_OPERATIONS: dict[ControlAction, Operation] = {
     "cancel": "run.cancel",
     "pause": "run.pause",
     "resume": "run.resume",

@@ -7,6 +7,7 @@ checkpoint, as a crashed server leaves it.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -134,6 +135,29 @@ def test_a_wal_without_a_committed_frame_is_left_to_sqlite(home: Path, tmp_path:
     assert summary is not None and summary.committed_frames == 0
     private_copy(backup, database)
     assert project_ids(database) == ["p-0", "p-1", "p-2"]
+
+
+def test_a_foreign_page_one_past_a_broken_checksum_is_neither_applied_nor_refused(
+    home: Path,
+) -> None:
+    # SQLite applies frames up to the first broken checksum. A copy of page 1 from another
+    # application after it (salts matching, committing) is never applied, so it proves
+    # nothing: the database opens with everything its valid frames committed.
+    database = crashed_database(home, rows=20)
+    wal = wal_of(database)
+    before = read_wal(wal)
+    assert before is not None and before.committed_frames >= 20
+    page_size = before.page_size
+    page_one = bytearray(database.read_bytes()[:page_size])
+    page_one[68:72] = (0x0BADF00D).to_bytes(4, "big")  # another application_id
+    data = wal.read_bytes()
+    frames = (len(data) - 32) // (24 + page_size)
+    bad_checksum = b"\x00" * 8
+    frame = struct.pack(">II", 1, 1000) + data[16:24] + bad_checksum + bytes(page_one)
+    overwrite(wal, 32 + frames * (24 + page_size), frame)
+    after = read_wal(wal)
+    assert after is not None and after.committed_frames == before.committed_frames
+    assert len(project_ids(database)) == 21
 
 
 def test_a_wal_that_is_a_symlink_is_refused(home: Path, tmp_path: Path) -> None:
