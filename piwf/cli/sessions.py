@@ -30,7 +30,14 @@ def session_group() -> None:
 
 
 @session_group.command("list")
-@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 500),
+    default=50,
+    show_default=True,
+    metavar="N",
+    help="How many sessions to show, most recently used first.",
+)
 @json_option
 @command
 def session_list(limit: int, as_json: bool) -> None:
@@ -76,7 +83,9 @@ def session_show(session_id: str, as_json: bool) -> None:
 
 @session_group.command("capture")
 @click.argument("run_id")
-@click.option("--attempt", "attempt_id", help="Only this node attempt's turns.")
+@click.option(
+    "--attempt", "attempt_id", metavar="ATTEMPT_ID", help="Only this node attempt's turns."
+)
 @click.option("--full", is_flag=True, help="Print every entry's content whole.")
 @json_option
 @command
@@ -104,6 +113,12 @@ def session_capture(run_id: str, attempt_id: str | None, full: bool, as_json: bo
                     for turn in captured
                 ],
             }
+        )
+        return
+    if not captured and attempt_id is not None:
+        click.echo(
+            f"run {run_id} has no captured turns of attempt {attempt_id}:"
+            f" piwf session capture {run_id} shows every captured turn of the run"
         )
         return
     if not captured:

@@ -286,6 +286,14 @@ def test_piwf_session_capture_prints_the_turns(server: ServerProcess) -> None:
     [turn] = document["turns"]
     assert turn["entries"][0]["content"] == "A plan in three steps."
     assert turn["segment"]["status"] == "failed"
+    other_attempt = subprocess.run(
+        [*command, "--attempt", "attempt-nope"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert other_attempt.returncode == 0, other_attempt.stderr
+    assert other_attempt.stdout == (
+        f"run {message.run_id} has no captured turns of attempt attempt-nope:"
+        f" piwf session capture {message.run_id} shows every captured turn of the run\n"
+    )
     unknown = subprocess.run(
         [sys.executable, "-m", "piwf", "session", "capture", "run-nope"],
         env=env,
