@@ -1,14 +1,19 @@
 """Bad input, slow clients and foreign users against a real server (testing.md B1-B14, S6-S12).
 
 Each bad-input case checks three things: the offending connection gets a typed error or is
-closed, the server keeps answering other clients, and nothing in the state changed.
+closed, the server keeps answering other clients, and nothing in the state changed. The bad
+frames go, one case after another, to one server of this module: each case still checks that
+it changed nothing and left the others served, and the server must take them all in turn.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +22,7 @@ from piwf.config import MAX_FRAME_BYTES
 from tests.server.harness import (
     NOBODY_UID,
     RawClient,
+    ServerFactory,
     ServerProcess,
     as_uid,
     raw_client,
@@ -82,10 +88,26 @@ BAD_FRAMES: dict[str, bytes] = {
 }
 
 
+@pytest.fixture(scope="module")
+def bad_frames_server() -> Iterator[ServerProcess]:
+    """One server, with the short frame deadline of ``server``, for every bad-frame case."""
+    root = Path(tempfile.mkdtemp(prefix="pw", dir="/tmp"))
+    factory = ServerFactory(root / "h")
+    try:
+        started = factory.start(env={"PIWF_FRAME_DEADLINE_S": "1", "PIWF_IDLE_EXIT_S": "0"})
+        assert started.ready.get("ok") is True, started.ready
+        yield started
+    finally:
+        factory.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.mark.parametrize("case", sorted(BAD_FRAMES))
 def test_a_bad_frame_gets_a_typed_error_and_closes_only_its_connection(
-    server: ServerProcess, case: str
+    bad_frames_server: ServerProcess, case: str
 ) -> None:
+    server = bad_frames_server
+    assert server.alive(), "an earlier bad frame ended the server"
     before = state_fingerprint(server)
     bystander = RawClient(server.socket_path, "bystander")
     offender = RawClient(server.socket_path, "offender")
