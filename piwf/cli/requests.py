@@ -4,6 +4,7 @@ wait on, and answering it (a checkpoint or decision) or submitting to it (an age
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import click
 
@@ -16,6 +17,7 @@ from piwf.cli.common import (
     parse_json,
     request_id_argument,
 )
+from piwf.protocol.payloads import OpenRequestInfo
 
 
 @click.command("requests")
@@ -33,8 +35,9 @@ def requests_command(run_id: str | None, as_json: bool) -> None:
     """List pending checkpoints, decisions and agent requests, oldest first.
 
     Answer a checkpoint or decision with `piwf answer REQUEST_ID RESPONSE_JSON`; submit an
-    agent step's output with `piwf submit REQUEST_ID OUTPUT_JSON`. Agent requests show the
-    first lines of their prompt, the expected output, their active-time deadline, how many
+    agent step's output with `piwf submit REQUEST_ID OUTPUT_JSON`. Below the table, each
+    checkpoint and decision shows what it asks (its content) and its choices; agent requests
+    show the first lines of their prompt, the expected output, their active-time deadline, how many
     outputs were submitted and the latest rejection. The remaining
     active time counts only while the step's agent works.
 
@@ -49,9 +52,20 @@ def requests_command(run_id: str | None, as_json: bool) -> None:
         render.emit_json({"requests": [item.to_wire() for item in found]})
         return
     click.echo(render.request_table(found))
-    agents = render_agents.agent_requests_text(found)
-    if agents is not None:
-        click.echo(agents)
+    for details in (answerable_requests_text(found), render_agents.agent_requests_text(found)):
+        if details is not None:
+            click.echo(details)
+
+
+def answerable_requests_text(requests: Sequence[OpenRequestInfo]) -> str | None:
+    """The pending checkpoints and decisions, one block each with what they ask (the content a
+    person answers on: a plan to approve, say) and their choices; None when there are none."""
+    answerable = [item for item in requests if item.kind != "agent"]
+    if not answerable:
+        return None
+    return "checkpoints and decisions:\n" + "\n".join(
+        render.request_fields(item) for item in answerable
+    )
 
 
 @click.command("answer")

@@ -350,7 +350,14 @@ def _feed(process: subprocess.Popen[bytes], prompt: str) -> None:
 
 
 def _missing_submission(turn: AgentTurn, rejection: str | None) -> str:
-    last = f" The last submission was rejected: {rejection}" if rejection else ""
+    """The error of a request whose command used its turns without an accepted submission:
+    the latest rejection when there was one, else where the command's own output (a crash,
+    a missing program or module) can be read."""
+    last = (
+        f" The last submission was rejected: {rejection}"
+        if rejection
+        else f" No submission was received; what the command printed: piwf run logs {turn.run_id}."
+    )
     return (
         f"{MissingSubmissionError.code}: agent request {turn.request_id} ended "
         f"{MAX_UNPRODUCTIVE_TURNS} turns of its agent command (two with a reminder) without an "

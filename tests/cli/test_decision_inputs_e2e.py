@@ -12,6 +12,7 @@ from tests.cli.test_cli_e2e import Piwf, piwf  # noqa: F401 - a fixture used by 
 from tests.server.harness import wait_for
 
 REPLAN = "fixtures/workflows/replan_decision.py"
+CHECKPOINT = "fixtures/workflows/checkpoint_review.py"
 
 
 def pending(cli: Piwf, run_id: str) -> dict[str, Any]:
@@ -51,3 +52,21 @@ def test_a_person_answers_a_choice_with_its_input_through_the_cli(piwf: Piwf) ->
     finished = piwf.json("run", "wait", run_id, "--timeout", "30")
     assert finished["run"]["status"] == "completed"
     assert piwf.json("run", "show", run_id)["output"] == {"plan": "do less"}
+
+
+def test_piwf_requests_shows_what_a_checkpoint_asks(piwf: Piwf) -> None:  # noqa: F811
+    """A person deciding from `piwf requests` sees the request's content (a plan to approve),
+    not only its id and choices."""
+    started = piwf.json("run", "start", CHECKPOINT, "--input", '{"steps": ["build", "ship"]}')
+    run_id = started["run"]["runId"]
+    request_id = pending(piwf, run_id)["requestId"]
+
+    listed = piwf.run("requests", "--run", run_id)
+    assert listed.returncode == 0, listed.stderr
+    block = listed.stdout.split("checkpoints and decisions:\n", 1)[1]
+    assert f"  request  {request_id}\n" in block, listed.stdout
+    assert (
+        '  content  {"content":{"plan":{"steps":["build","ship"]}},"summary":"Review the plan"}'
+        in block
+    ), listed.stdout
+    piwf.json("run", "cancel", run_id)

@@ -163,6 +163,8 @@ def test_a_command_that_never_submits_gets_two_reminders_then_the_attempt_fails(
     )
     error = output["error"]
     assert error.startswith("missingSubmission: ") and request_id in error
+    # Nothing was submitted: the error says where the command's own output can be read.
+    assert f"what the command printed: piwf run logs {run_id}." in error, error
     assert [row[2] for row in processes(agent_server, run_id)] == ["unregistered"] * 3
     assert query(
         agent_server,
