@@ -190,8 +190,21 @@ def parse_json(data: str | bytes, param_hint: str) -> canonical.JsonValue:
         return canonical.parse(data)
     except CanonicalJsonError as error:
         raise click.BadParameter(
-            f"not valid JSON for piwf ({error.reason}): {error}", param_hint=param_hint
+            f"not valid JSON for piwf ({error.reason}): {error}{_shell_quoting_hint(data, error)}",
+            param_hint=param_hint,
         ) from None
+
+
+def _shell_quoting_hint(data: str | bytes, error: CanonicalJsonError) -> str:
+    """A hint for an object or array without a double quote (``{ok:true}``): what a shell
+    leaves of ``{"ok":true}`` typed without single quotes around it."""
+    text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+    if error.reason != "notJson" or '"' in text or not text.lstrip().startswith(("{", "[")):
+        return ""
+    return (
+        "; a shell removes double quotes that are not inside single quotes: write the JSON"
+        """ in single quotes, e.g. '{"choice": "ship"}'"""
+    )
 
 
 def open_client(*, autostart: bool = True, remote: str | None = None) -> Client:

@@ -870,3 +870,19 @@ def test_the_workflows_help_examples_name_a_workflow_a_fresh_install_has(
     assert by_name, result.output
     builtins = {path.stem for path in BUILTIN_DIR.glob("*.py")}
     assert set(by_name) <= builtins, (by_name, builtins)
+
+
+@pytest.mark.parametrize("typed", ["{choice:ship}", "[a, b]", " {ok: true}"])
+def test_json_whose_quotes_a_shell_removed_is_refused_with_how_to_quote_it(typed: str) -> None:
+    result = invoke("answer", "req-1", typed)
+    assert result.exit_code == 2, result.output
+    assert "not valid JSON for piwf (notJson)" in result.output
+    assert "write the JSON in single quotes" in result.output
+
+
+@pytest.mark.parametrize("typed", ['{"choice": ship}', "ship", '{"a": 1,}'])
+def test_other_json_errors_give_no_quoting_hint(typed: str) -> None:
+    result = invoke("answer", "req-1", typed)
+    assert result.exit_code == 2, result.output
+    assert "not valid JSON for piwf" in result.output
+    assert "single quotes" not in result.output
