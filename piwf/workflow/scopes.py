@@ -13,6 +13,7 @@ the include ``input`` mapper and the exit ``validate`` again: both must be pure.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeAlias
@@ -87,8 +88,26 @@ def parse_input(workflow: WorkflowDefinition, raw: JsonValue) -> Any:
         return validate(raw) if callable(validate) else parser(raw)
     except Exception as error:
         raise TransitionError(
-            f"input rejected by workflow {workflow.name!r}: {describe_error(error)}"
+            f"input rejected by workflow {workflow.name!r}: {_input_error_text(error)}"
         ) from error
+
+
+def _input_error_text(error: Exception) -> str:
+    """``Type: message`` of an input the parser refused. A pydantic ``ValidationError`` keeps
+    pydantic's layout (a field per line, its rule under it) without the value sent and
+    without the links to pydantic's documentation."""
+    pydantic = sys.modules.get("pydantic")  # loaded when the parser is a pydantic model
+    if pydantic is None or not isinstance(error, pydantic.ValidationError):
+        return describe_error(error)
+    problems = error.errors(include_url=False, include_context=False, include_input=False)
+    plural = "" if len(problems) == 1 else "s"
+    lines = [f"ValidationError: {len(problems)} validation error{plural} for {error.title}"]
+    for problem in problems:
+        location = ".".join(str(part) for part in problem["loc"])
+        if location:
+            lines.append(location)
+        lines.append(f"  {problem['msg']} [type={problem['type']}]")
+    return "\n".join(lines)
 
 
 class RunProgress:

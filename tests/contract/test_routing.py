@@ -409,5 +409,8 @@ def test_an_input_model_parses_the_input_and_a_rejected_input_fails_the_run(
     assert ok.output == {"first": "eu"}
     bad = subject.start(workflow, {"version": "1"}, run_id="bad")
     assert bad.status is p.RunStatus.FAILED
-    assert bad.error is not None and "input rejected by workflow 'typed'" in bad.error
+    assert bad.error is not None and bad.error == (
+        "input rejected by workflow 'typed': ValidationError: 1 validation error for Release\n"
+        "targets\n  Field required [type=missing]"
+    )
     assert (subject.saved("bad").steps, subject.saved("bad").status) == ((), p.RunStatus.FAILED)

@@ -110,6 +110,7 @@ def test_a_bad_input_fails_the_run_before_any_step_and_names_the_rule(
     assert result.error.startswith(f"input rejected by workflow {name!r}: ValidationError: ")
     assert expected in result.error
     assert "input_value" not in result.error  # the value sent is never echoed
+    assert "errors.pydantic.dev" not in result.error  # nor pydantic's own links
     saved = port.read_run("dry-run")
     assert saved is not None and saved.steps == ()
     assert port.requests == {} and port.effects == {}
