@@ -118,6 +118,10 @@ def case_text(value: JsonValue) -> str:
     return canonical.encode_text(value)
 
 
+#: Every key an edge mapping can have: from+to, or from+switch.
+_EDGE_KEYS = frozenset({"from", "to", "switch"})
+
+
 def parse_edge(raw: object, index: int) -> Edge | str:
     """Turn one user edge mapping into an :data:`Edge`, or return what is wrong with it."""
     where = f"edge #{index + 1}"
@@ -126,7 +130,9 @@ def parse_edge(raw: object, index: int) -> Edge | str:
     keys = set(raw)
     source = raw.get("from")
     if not isinstance(source, str) or not source:
-        return f"{where} needs a 'from' node id"
+        unknown = sorted(repr(key) for key in keys - _EDGE_KEYS)
+        also = f" (it has {', '.join(unknown)}, which no edge takes)" if unknown else ""
+        return f"{where} needs a 'from' node id{also}"
     where = f"edge from {source!r}"
     if keys == {"from", "to"}:
         target = raw["to"]

@@ -77,6 +77,10 @@ def test_valid_definition_records_its_file_and_shape() -> None:
         ({"edges": []}, "node(s) b cannot be reached from 'a'"),
         ({"edges": [{"from": "a"}]}, "must have exactly the keys from+to or from+switch"),
         (
+            {"edges": [{"form": "a", "to": "b"}]},
+            "edge #1 needs a 'from' node id (it has 'form', which no edge takes)",
+        ),
+        (
             {"edges": [{"from": "a", "switch": {"on": "output.x", "cases": {"x": "b"}}}]},
             "switch 'on' must be",
         ),
