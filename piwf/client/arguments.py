@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from piwf.errors import InvalidArgumentError
-from piwf.protocol.client_v1 import OPAQUE_ID_PATTERN
+from piwf.protocol.client_v1 import MANAGER_NAME_PATTERN, OPAQUE_ID_PATTERN
 from piwf.protocol.operations import is_durable
 
 _Model = TypeVar("_Model", bound=BaseModel)
@@ -34,6 +34,9 @@ _Model = TypeVar("_Model", bound=BaseModel)
 #: What a pattern allows, said in words, for the patterns a caller's argument meets.
 _PATTERN_RULES: Final = {
     OPAQUE_ID_PATTERN: "1 to 256 printable ASCII characters, no spaces",
+    MANAGER_NAME_PATTERN: (
+        "a resource manager's name: a lowercase letter, then lowercase letters, digits and '-'"
+    ),
 }
 _CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 

@@ -71,6 +71,8 @@ MAX_ERROR_MESSAGE_LENGTH: Final = 1024
 #: An id or key: 1 to 256 printable ASCII characters, no spaces.
 OPAQUE_ID_PATTERN: Final = rf"^[\x21-\x7e]{{1,{MAX_ID_LENGTH}}}$"
 OpaqueId = Annotated[str, Field(pattern=OPAQUE_ID_PATTERN)]
+#: A resource manager's name: a lowercase letter, then lowercase letters, digits and ``-``.
+MANAGER_NAME_PATTERN: Final = r"^[a-z][a-z0-9-]*$"
 PackageVersion = Annotated[str, Field(pattern=rf"^[\x21-\x7e]{{1,{MAX_VERSION_LENGTH}}}$")]
 Revision = Annotated[int, Field(ge=0, le=canonical.MAX_SAFE_INTEGER)]
 ErrorCode = Annotated[str, Field(pattern=r"^[a-z][A-Za-z0-9]{0,63}$")]

@@ -19,11 +19,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from piwf.protocol.client_v1 import MANAGER_NAME_PATTERN, OPAQUE_ID_PATTERN
 from piwf.protocol.payloads import ContentRef, EffectInfo, WireModel
 
-_MANAGER_NAME = r"^[a-z][a-z0-9-]*$"
-_MANAGER = Field(min_length=1, max_length=64, pattern=_MANAGER_NAME)
-_KEY = Field(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")
+_MANAGER = Field(min_length=1, max_length=64, pattern=MANAGER_NAME_PATTERN)
+_KEY = Field(min_length=1, max_length=256, pattern=OPAQUE_ID_PATTERN)
 
 
 class ResourceApplyPayload(WireModel):
@@ -45,7 +45,9 @@ class ResourceRefPayload(WireModel):
 class ResourceListPayload(WireModel):
     """List resources, optionally of one manager."""
 
-    manager: str | None = Field(default=None, min_length=1, max_length=64, pattern=_MANAGER_NAME)
+    manager: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=MANAGER_NAME_PATTERN
+    )
     limit: int = Field(default=100, ge=1, le=100)
 
 

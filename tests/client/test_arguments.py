@@ -99,6 +99,14 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: c.wait_run("run-1", timeout_s=math.nan),
         "timeout_s: a number of seconds, or None",
     ),
+    "resource manager name": (
+        lambda c: c.apply_resource("Greeting", "k", {}),
+        "manager: a resource manager's name: a lowercase letter, then lowercase letters",
+    ),
+    "resource key": (
+        lambda c: c.get_resource("greeting", "a key"),
+        "key: 1 to 256 printable ASCII characters, no spaces",
+    ),
     "apply expected version": (
         lambda c: c.apply_resource("m", "k", {}, expected_version="1"),  # type: ignore[arg-type]
         "expected_version: a resource version",
