@@ -181,6 +181,35 @@ def foreign_reason(facts: MainFacts, wal: WalSummary) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _WalHeader:
+    """The fields of a valid WAL header that the frames after it are read against."""
+
+    page_size: int
+    salt_1: int
+    salt_2: int
+    big_endian: bool
+    #: The header's checksum: the running checksum the first frame's continues.
+    checksum: tuple[int, int]
+
+
+def _valid_header(header: bytes) -> _WalHeader | None:
+    """Parse a WAL's first 32 bytes; None when SQLite would ignore the WAL (too short, another
+    magic or format version, an impossible page size, or a header checksum that does not
+    match)."""
+    if len(header) < WAL_HEADER.size:
+        return None
+    magic, version, page_size, _, salt_1, salt_2, sum_1, sum_2 = WAL_HEADER.unpack(header)
+    if magic not in (WAL_MAGIC_LITTLE, WAL_MAGIC_BIG) or version != WAL_FORMAT_VERSION:
+        return None
+    if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+        return None
+    big_endian = magic == WAL_MAGIC_BIG
+    if _checksum(header[:24], 0, 0, big_endian) != (sum_1, sum_2):
+        return None
+    return _WalHeader(page_size, salt_1, salt_2, big_endian, (sum_1, sum_2))
+
+
 def _no_outcome_is_foreign(path: Path, facts: MainFacts) -> bool:
     """Return True when no prefix of the WAL that SQLite could apply is foreign to ``facts``,
     reading only the frame headers and the page-1 copies, never a checksum of a page.
@@ -194,16 +223,10 @@ def _no_outcome_is_foreign(path: Path, facts: MainFacts) -> bool:
     False means: read the WAL fully; a False here never refuses anything by itself.
     """
     with open(path, "rb", buffering=0) as wal:
-        header = wal.read(WAL_HEADER.size)
-        if len(header) < WAL_HEADER.size:
-            return True  # SQLite ignores a WAL without a header
-        magic, version, page_size, _, salt_1, salt_2, sum_1, sum_2 = WAL_HEADER.unpack(header)
-        if magic not in (WAL_MAGIC_LITTLE, WAL_MAGIC_BIG) or version != WAL_FORMAT_VERSION:
-            return True
-        if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
-            return True
-        if _checksum(header[:24], 0, 0, magic == WAL_MAGIC_BIG) != (sum_1, sum_2):
-            return True
+        header = _valid_header(wal.read(WAL_HEADER.size))
+        if header is None:
+            return True  # SQLite ignores a WAL whose header is invalid
+        page_size, salt_1, salt_2 = header.page_size, header.salt_1, header.salt_2
         if foreign_reason(facts, WalSummary(page_size, 1, None)) is not None:
             return False  # refused if any frame is committed: that takes the checksums
         descriptor = wal.fileno()
@@ -227,18 +250,12 @@ def _no_outcome_is_foreign(path: Path, facts: MainFacts) -> bool:
 def read_wal(path: Path) -> WalSummary | None:
     """Parse the WAL at ``path`` as SQLite's recovery does; None when its header is invalid."""
     with open(path, "rb") as wal:
-        header = wal.read(WAL_HEADER.size)
-        if len(header) < WAL_HEADER.size:
+        header = _valid_header(wal.read(WAL_HEADER.size))
+        if header is None:
             return None
-        magic, version, page_size, _, salt_1, salt_2, sum_1, sum_2 = WAL_HEADER.unpack(header)
-        if magic not in (WAL_MAGIC_LITTLE, WAL_MAGIC_BIG) or version != WAL_FORMAT_VERSION:
-            return None
-        if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
-            return None
-        big_endian = magic == WAL_MAGIC_BIG
-        running = _checksum(header[:24], 0, 0, big_endian)
-        if running != (sum_1, sum_2):
-            return None
+        page_size, salt_1, salt_2 = header.page_size, header.salt_1, header.salt_2
+        big_endian = header.big_endian
+        running = header.checksum
         frames = committed = 0
         pending_page_one: bytes | None = None
         newest_page_one: bytes | None = None
