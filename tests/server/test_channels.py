@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+from piwf.config import ServerPaths
 from piwf.protocol.channel_v1 import AnswerFrame, Update, fence_refusal
 from tests.server.fake_bot_api import FakeBotApi
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
@@ -342,6 +343,40 @@ def test_reload_of_an_unusable_file_fails_and_the_adapter_keeps_its_configuratio
         assert fixed.returncode == 0, fixed
         assert json.loads(fixed.stdout)["unchanged"] == ["ops"]
         assert "configError" not in status(client)
+
+
+def test_reload_refuses_wrong_types_and_secrets_in_the_url_and_changes_nothing(
+    channel_server: ServerProcess, bot: FakeBotApi
+) -> None:
+    config = channel_server.home / "channels.json"
+    profile = json.loads(config.read_text())["profiles"]["ops"]
+    secret = "url-secret-4711"
+    near_misses = (
+        ({"allowedUserIds": [True]}, "allowedUserIds.0: Input should be a valid integer"),
+        ({"allowedUserIds": [str(ALLOWED)]}, "allowedUserIds.0: Input should be a valid integer"),
+        ({"allowedUserIds": [2**60]}, "allowedUserIds.0: Input should be less than or equal"),
+        ({"allowedUserIds": [-1]}, "allowedUserIds.0: Input should be greater than or equal"),
+        ({"pollTimeoutS": "1"}, "pollTimeoutS: Input should be a valid integer"),
+        ({"apiBaseUrl": f"https://user:{secret}@api.example"}, "takes no user name, password"),
+        ({"apiBaseUrl": f"{bot.url}/?token={secret}"}, "takes no user name, password"),
+    )
+    with raw_client(channel_server) as client:
+        first = adapter(client)
+        for change, problem in near_misses:
+            config.write_text(json.dumps({"profiles": {"ops": {**profile, **change}}}))
+            refused = piwf(channel_server.home, "channel", "reload", "--json")
+            assert refused.returncode == 1, (change, refused)
+            error = json.loads(refused.stdout)["error"]
+            assert error["code"] == "channelConfig", (change, error)
+            assert problem in error["message"], (change, error)
+            (kept,) = status(client)["profiles"]
+            assert (kept["pid"], kept["epoch"]) == (first["pid"], 1), (change, kept)
+        snake = {k: v for k, v in profile.items() if k != "allowedUserIds"}
+        config.write_text(json.dumps({"profiles": {"ops": {**snake, "allowed_user_ids": [1]}}}))
+        assert piwf(channel_server.home, "channel", "reload").returncode == 1
+        shown = json.dumps(status(client))
+    log = ServerPaths(channel_server.home).log.read_text()
+    assert secret not in shown and secret not in log
 
 
 def test_status_without_profiles_names_the_file_to_write(servers: ServerFactory) -> None:

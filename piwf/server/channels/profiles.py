@@ -26,7 +26,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -37,6 +37,9 @@ from piwf.config import CHANNELS_FILE_NAME
 from piwf.errors import PiwfError
 
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+#: Telegram user ids are positive and have at most 52 significant bits; the bound keeps every
+#: id exact in JSON (a larger number would fail later, in the canonical encoding).
+MAX_USER_ID = 2**53 - 1
 #: The largest configuration file and credential file read.
 _MAX_CONFIG_BYTES = 256 * 1024
 _MAX_CREDENTIAL_BYTES = 512
@@ -51,14 +54,23 @@ class ChannelConfigError(PiwfError):
 class TelegramProfileConfig(BaseModel):
     """One Telegram profile as configured."""
 
+    # Strict: a JSON string, float or boolean is not silently taken for a number (``true`` is
+    # not user id 1); the camelCase names of docs/CHANNELS.md are the only field names.
     model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        alias_generator=to_camel,
+        validate_by_name=False,
+        validate_by_alias=True,
     )
 
     kind: Literal["telegram"]
     api_base_url: str = Field(default="https://api.telegram.org", max_length=2048)
     chat_id: str = Field(min_length=1, max_length=128)
-    allowed_user_ids: list[int] = Field(min_length=1, max_length=256)
+    allowed_user_ids: list[Annotated[int, Field(ge=1, le=MAX_USER_ID)]] = Field(
+        min_length=1, max_length=256
+    )
     credential_file: str = Field(min_length=1, max_length=4096)
     poll_timeout_s: int = Field(default=25, ge=0, le=60)
     request_timeout_s: float = Field(default=30.0, gt=0, le=300)
@@ -67,6 +79,16 @@ class TelegramProfileConfig(BaseModel):
     @classmethod
     def _safe_url(cls, value: str) -> str:
         parts = urlsplit(value)
+        if "@" in parts.netloc or parts.query or parts.fragment:
+            # Refused before it can reach an error text or a log line (a password, a token).
+            raise ValueError(
+                "apiBaseUrl takes no user name, password, query or fragment: give the base "
+                "URL only (the token lives in credentialFile)"
+            )
+        try:
+            parts.port  # noqa: B018 - a port that is not a number raises here, not in the adapter
+        except ValueError:
+            raise ValueError("apiBaseUrl has a port that is not a number from 0 to 65535") from None
         if parts.scheme == "https" and parts.hostname:
             return value
         if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
