@@ -52,6 +52,11 @@ def check_remote_url(url: object) -> str:
     """
     if not isinstance(url, str):
         raise InvalidArgumentError(f"a relay is reached by a {REMOTE_URL_FORM} URL (a str)")
+    if any(ord(character) < 0x21 or ord(character) == 0x7F for character in url):
+        # urlsplit drops tabs and line breaks silently; a URL with them is a paste gone wrong.
+        raise InvalidArgumentError(
+            f"the relay URL contains a space or control character: give {REMOTE_URL_FORM}"
+        )
     shown = _shown_url(url)
     try:
         parts = urllib.parse.urlsplit(url)
@@ -68,7 +73,7 @@ def check_remote_url(url: object) -> str:
             f"{shown} carries a user name or password; the relay takes none (SSH authenticates"
             " the tunnel): give ws://HOST:PORT"
         )
-    if port is None or parts.hostname is None:
+    if port is None or port == 0 or parts.hostname is None:
         raise InvalidArgumentError(f"{shown} is not a ws://HOST:PORT URL")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise InvalidArgumentError(f"{shown} has a path, query or fragment; the relay takes none")
@@ -82,17 +87,18 @@ def check_remote_url(url: object) -> str:
 
 
 def _shown_url(url: str) -> str:
-    """``url`` quoted as a refusal may show it: a user name, password, query or fragment (where
-    a token could sit) replaced by ``...``, and at most 200 characters."""
+    """``url`` quoted as a refusal may show it: a user name, password, path, query or fragment
+    (where a token could sit) replaced by ``...``, and at most 200 characters."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return "the relay URL"
     host = parts.netloc.rpartition("@")
     netloc = f"...@{host[2]}" if host[1] else parts.netloc
+    path = "/..." if parts.path not in ("", "/") else parts.path
     query = "..." if parts.query else ""
     fragment = "..." if parts.fragment else ""
-    shown = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+    shown = urllib.parse.urlunsplit((parts.scheme, netloc, path, query, fragment))
     if len(shown) > 200:
         shown = shown[:200] + "..."
     return repr(shown)

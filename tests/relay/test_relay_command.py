@@ -109,6 +109,8 @@ def test_without_websockets_piwf_view_remote_exits_1_naming_the_extra(tmp_path: 
         ("http://127.0.0.1:8765", "not a ws:// URL"),
         ("ws://127.0.0.1", "not a ws://HOST:PORT URL"),
         ("ws://127.0.0.1:8765/path", "has a path"),
+        ("ws://127.0.0.1:0", "not a ws://HOST:PORT URL"),
+        ("ws://127.0.0.1:87\t65", "contains a space or control character"),
     ],
 )
 def test_a_remote_url_that_is_not_a_loopback_ws_url_is_a_usage_error(
@@ -126,6 +128,9 @@ def test_a_remote_url_that_is_not_a_loopback_ws_url_is_a_usage_error(
         ("ws://127.0.0.1:8765/?token=hunter2-secret", "'ws://127.0.0.1:8765/?...' has a path"),
         ("http://u:hunter2-secret@127.0.0.1:1/#hunter2-secret", "not a ws:// URL"),
         ("ws://[::1:hunter2-secret@x", "the relay URL is not a ws://HOST:PORT URL"),
+        ("ws://127.0.0.1:8765/hunter2-secret", "'ws://127.0.0.1:8765/...' has a path"),
+        ("ws://[::1]:8765/hunter2-secret", "'ws://[::1]:8765/...' has a path"),
+        ("ws://127.0.0.1:87\n65hunter2-secret", "contains a space or control character"),
     ],
 )
 def test_a_refused_remote_url_is_shown_without_its_credentials_or_query(
