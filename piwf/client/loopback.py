@@ -66,6 +66,8 @@ def parse_listen_address(text: str) -> tuple[tuple[str, ...], int]:
     PORT is 0 to 65535 (0: the system picks a free port). Raises :class:`NotLoopbackError`
     for a host that is not loopback-only and ``ValueError`` for text that is no HOST:PORT.
     """
+    if "://" in text:
+        raise ValueError(f"{text!r} is a URL; --listen takes HOST:PORT, as in 127.0.0.1:8765")
     host, colon, port_text = text.rpartition(":")
     if not colon or not host or not port_text.isdigit() or int(port_text) > 65535:
         raise ValueError(f"{text!r} is not HOST:PORT (for example 127.0.0.1:8765)")

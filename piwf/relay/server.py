@@ -18,6 +18,7 @@ pair (``1001``, "the piwf relay is stopping") and returns.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -76,9 +77,15 @@ class Relay:
                 server = await self._listen()
             except OSError as error:
                 where = _url((self.address, self.port))
-                raise RelayError(
-                    f"piwf relay cannot listen on {where}: {error.strerror or error}"
-                ) from None
+                cause = error.strerror or str(error)
+                if error.errno == errno.EADDRINUSE:
+                    free = f"[{self.address}]" if ":" in self.address else self.address
+                    cause = (
+                        f"port {self.port} is in use (another relay?); stop what listens there "
+                        f"or choose another port ({free}:0 picks a free one), and "
+                        "forward the SSH tunnel to that port"
+                    )
+                raise RelayError(f"piwf relay cannot listen on {where}: {cause}") from None
             async with server:
                 ready([_url(sock.getsockname()) for sock in server.sockets])
                 await stop.wait()

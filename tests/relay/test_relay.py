@@ -331,5 +331,9 @@ def test_a_port_in_use_is_a_runtime_error_naming_it(relays: RelayFactory) -> Non
     assert second.returncode == 1, second
     error = json.loads(second.stdout)["error"]
     assert error["code"] == "relayError"
-    assert error["message"].startswith(f"piwf relay cannot listen on ws://127.0.0.1:{port}: ")
+    assert error["message"] == (
+        f"piwf relay cannot listen on ws://127.0.0.1:{port}: port {port} is in use (another "
+        "relay?); stop what listens there or choose another port (127.0.0.1:0 picks a free "
+        "one), and forward the SSH tunnel to that port"
+    )
     assert first.alive()

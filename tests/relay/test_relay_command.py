@@ -52,6 +52,13 @@ def test_a_listen_address_that_is_not_loopback_is_a_usage_error_naming_the_ssh_t
     assert not (tmp_path / "home").exists(), "nothing was started or written"
 
 
+def test_a_url_given_to_listen_is_a_usage_error_asking_for_host_port(tmp_path: Path) -> None:
+    result = piwf(tmp_path, "relay", "--listen", "ws://127.0.0.1:8765")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "'ws://127.0.0.1:8765' is a URL; --listen takes HOST:PORT" in result.stderr
+    assert "brackets" not in result.stderr, result.stderr
+
+
 def test_a_refused_listen_address_with_json_is_one_usage_document(tmp_path: Path) -> None:
     result = piwf(tmp_path, "relay", "--listen", "0.0.0.0:8765", "--json")
     assert result.returncode == 2
