@@ -255,6 +255,33 @@ def test_a_credential_file_with_a_loose_mode_is_refused(
     assert bot.calls == []
 
 
+def test_a_credential_path_that_is_no_regular_file_fails_its_profile_and_says_why(
+    channel_server: ServerProcess, bot: FakeBotApi
+) -> None:
+    home = channel_server.home
+    config = home / "channels.json"
+    profile = json.loads(config.read_text())["profiles"]["ops"]
+    (home / "channels" / "link.token").symlink_to(home / "channels" / "ops.token")
+    os.mkfifo(home / "channels" / "fifo.token", 0o600)  # opening it for reading must not block
+    with raw_client(channel_server) as client:
+        adapter(client)
+        for credential_file, problem in (
+            ("channels", "not a regular file; name the token file itself"),
+            ("channels/fifo.token", "not a regular file; name the token file itself"),
+            ("channels/link.token", "is a symbolic link; put the token in a regular file"),
+        ):
+            changed = {"profiles": {"ops": {**profile, "credentialFile": credential_file}}}
+            config.write_text(json.dumps(changed))
+            reloaded = piwf(home, "channel", "reload", "--json")
+            assert reloaded.returncode == 0, reloaded  # the server and other profiles go on
+            assert json.loads(reloaded.stdout)["restarted"] == ["ops"], reloaded
+            (failed,) = status(client)["profiles"]
+            assert failed["state"] == "failed", failed
+            assert failed["error"].startswith(f"credential file {credential_file}: {problem}"), (
+                failed
+            )
+
+
 # conformance: I9
 def test_a_stale_adapter_epoch_is_refused_before_its_payload() -> None:
     frame = AnswerFrame(

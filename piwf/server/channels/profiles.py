@@ -18,6 +18,7 @@ host (a local test double).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import ipaddress
 import json
@@ -188,15 +189,25 @@ def read_credential(home: Path, configured: str) -> str:
     if root not in resolved.parents:
         raise ChannelConfigError(f"credential file {configured}: must be inside the state home")
     try:
-        descriptor = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO put in its place must not hang the server in open().
+        descriptor = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ChannelConfigError(
+                f"credential file {configured}: is a symbolic link; put the token in a regular "
+                "file inside the state home and name that file"
+            ) from None
         raise ChannelConfigError(
             f"credential file {configured}: cannot be opened ({error.strerror})"
         ) from None
+    # Checked on the descriptor before any read: a directory or a FIFO is never read.
+    info = os.fstat(descriptor)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(descriptor)
+        raise ChannelConfigError(
+            f"credential file {configured}: not a regular file; name the token file itself"
+        )
     with os.fdopen(descriptor, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ChannelConfigError(f"credential file {configured}: not a regular file")
         if info.st_uid != os.getuid():
             raise ChannelConfigError(f"credential file {configured}: belongs to another user")
         if info.st_mode & 0o077:
