@@ -384,6 +384,8 @@ def test_reload_refuses_wrong_types_and_secrets_in_the_url_and_changes_nothing(
         ({"allowedUserIds": [2**60]}, "allowedUserIds.0: Input should be less than or equal"),
         ({"allowedUserIds": [-1]}, "allowedUserIds.0: Input should be greater than or equal"),
         ({"pollTimeoutS": "1"}, "pollTimeoutS: Input should be a valid integer"),
+        ({"requestTimeoutS": float("nan")}, "requestTimeoutS: Input should be a finite number"),
+        ({"chatId": "1\n"}, "chatId must be a numeric chat id"),
         ({"apiBaseUrl": f"https://user:{secret}@api.example"}, "takes no user name, password"),
         ({"apiBaseUrl": f"{bot.url}/?token={secret}"}, "takes no user name, password"),
     )

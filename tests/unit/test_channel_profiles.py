@@ -45,3 +45,37 @@ def test_a_profiles_own_problem_is_located_and_says_what_is_wanted(tmp_path: Pat
 def test_a_document_that_is_not_an_object_says_what_it_must_be(tmp_path: Path) -> None:
     assert problem_with(tmp_path, "[]").startswith("the document must be a JSON object")
     assert problem_with(tmp_path, "{not json").startswith("not valid JSON (")
+
+
+def profile_with(**changes: object) -> str:
+    profile = {
+        "kind": "telegram",
+        "chatId": "1",
+        "allowedUserIds": [1],
+        "credentialFile": "channels/ops.token",
+    }
+    return json.dumps({"profiles": {"ops": {**profile, **changes}}})
+
+
+def test_a_chat_id_is_a_number_or_a_channel_username(tmp_path: Path) -> None:
+    for chat_id in ("1\n", "", "chat 1", "@"):
+        assert problem_with(tmp_path, profile_with(chatId=chat_id)).startswith(
+            "profiles.ops.chatId: "
+        ), chat_id
+    assert "numeric chat id" in problem_with(tmp_path, profile_with(chatId="1\u0000"))
+
+
+def test_a_timeout_that_is_not_finite_is_refused(tmp_path: Path) -> None:
+    document = profile_with(requestTimeoutS=1.0).replace("1.0", "NaN")
+    assert problem_with(tmp_path, document) == (
+        "profiles.ops.requestTimeoutS: Input should be a finite number"
+    )
+
+
+def test_a_profile_named_twice_is_refused_not_silently_dropped(tmp_path: Path) -> None:
+    profile = json.loads(profile_with())["profiles"]["ops"]
+    entry = json.dumps(profile)
+    twice = f'{{"profiles": {{"ops": {entry}, "ops": {entry}}}}}'
+    assert problem_with(tmp_path, twice) == (
+        "not valid JSON (the key 'ops' appears twice in one object)"
+    )

@@ -41,6 +41,8 @@ PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 #: Telegram user ids are positive and have at most 52 significant bits; the bound keeps every
 #: id exact in JSON (a larger number would fail later, in the canonical encoding).
 MAX_USER_ID = 2**53 - 1
+#: A numeric chat id (negative for groups) or a public channel's ``@username``.
+_CHAT_ID = re.compile(r"-?[0-9]{1,20}|@[A-Za-z0-9_]{1,64}")
 #: The largest configuration file and credential file read.
 _MAX_CONFIG_BYTES = 256 * 1024
 _MAX_CREDENTIAL_BYTES = 512
@@ -74,7 +76,7 @@ class TelegramProfileConfig(BaseModel):
     )
     credential_file: str = Field(min_length=1, max_length=4096)
     poll_timeout_s: int = Field(default=25, ge=0, le=60)
-    request_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    request_timeout_s: float = Field(default=30.0, gt=0, le=300, allow_inf_nan=False)
 
     @field_validator("api_base_url")
     @classmethod
@@ -100,6 +102,16 @@ class TelegramProfileConfig(BaseModel):
     @classmethod
     def _chat_id_text(cls, value: object) -> object:
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("chat_id")
+    @classmethod
+    def _chat_id_form(cls, value: str) -> str:
+        if not _CHAT_ID.fullmatch(value):
+            raise ValueError(
+                "chatId must be a numeric chat id (negative for a group, as in -1001234567890) "
+                "or a public channel's @username"
+            )
+        return value
 
 
 class ChannelsFile(BaseModel):
@@ -160,7 +172,7 @@ def load_profiles(home: Path) -> list[Profile]:
     if len(raw) > _MAX_CONFIG_BYTES:
         raise ChannelConfigError(f"{path}: larger than {_MAX_CONFIG_BYTES} bytes")
     try:
-        document = ChannelsFile.model_validate(json.loads(raw))
+        document = ChannelsFile.model_validate(json.loads(raw, object_pairs_hook=_unique_keys))
     except (ValueError, ValidationError) as error:
         raise ChannelConfigError(f"{path}: {_first_problem(error)}") from None
     profiles = []
@@ -220,6 +232,17 @@ def read_credential(home: Path, configured: str) -> str:
     if not text or len(content) > _MAX_CREDENTIAL_BYTES or any(c.isspace() for c in text):
         raise ChannelConfigError(f"credential file {configured}: not one token on one line")
     return text
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys are unique: a repeated key (two profiles of one name) would
+    otherwise keep only its last value without a word."""
+    document: dict[str, object] = {}
+    for key, value in pairs:
+        if key in document:
+            raise ValueError(f"the key {key[:64]!r} appears twice in one object")
+        document[key] = value
+    return document
 
 
 def _is_loopback(host: str) -> bool:
