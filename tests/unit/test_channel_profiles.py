@@ -79,3 +79,19 @@ def test_a_profile_named_twice_is_refused_not_silently_dropped(tmp_path: Path) -
     assert problem_with(tmp_path, twice) == (
         "not valid JSON (the key 'ops' appears twice in one object)"
     )
+
+
+def test_a_token_given_as_the_credential_file_is_refused_without_echoing_it(
+    tmp_path: Path,
+) -> None:
+    token = "123456789:AAF" + "x" * 32
+    message = problem_with(tmp_path, profile_with(credentialFile=token))
+    assert message.startswith("profiles.ops.credentialFile: credentialFile looks like a bot token")
+    assert token not in message and "AAF" not in message
+    # A path that merely holds a colon is still a path.
+    assert load_profiles_ok(tmp_path, profile_with(credentialFile="channels/ops:1.token"))
+
+
+def load_profiles_ok(home: Path, document: str) -> bool:
+    (home / "channels.json").write_text(document)
+    return len(load_profiles(home)) == 1

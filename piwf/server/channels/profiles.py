@@ -43,6 +43,9 @@ PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MAX_USER_ID = 2**53 - 1
 #: A numeric chat id (negative for groups) or a public channel's ``@username``.
 _CHAT_ID = re.compile(r"-?[0-9]{1,20}|@[A-Za-z0-9_]{1,64}")
+#: The shape of a Telegram bot token (``<bot id>:<secret>``): what a ``credentialFile`` must
+#: never be, since a path is shown in errors and the token itself never is.
+_TOKEN_SHAPE = re.compile(r"[0-9]{5,}:[A-Za-z0-9_-]{20,}")
 #: The largest configuration file and credential file read.
 _MAX_CONFIG_BYTES = 256 * 1024
 _MAX_CREDENTIAL_BYTES = 512
@@ -58,15 +61,9 @@ class TelegramProfileConfig(BaseModel):
     """One Telegram profile as configured."""
 
     # Strict: a JSON string, float or boolean is not silently taken for a number (``true`` is
-    # not user id 1); the camelCase names of docs/CHANNELS.md are the only field names.
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        strict=True,
-        alias_generator=to_camel,
-        validate_by_name=False,
-        validate_by_alias=True,
-    )
+    # not user id 1); the camelCase names of docs/CHANNELS.md are the only field names (no
+    # ``populate_by_name``).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=to_camel)
 
     kind: Literal["telegram"]
     api_base_url: str = Field(default="https://api.telegram.org", max_length=2048)
@@ -102,6 +99,16 @@ class TelegramProfileConfig(BaseModel):
     @classmethod
     def _chat_id_text(cls, value: object) -> object:
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("credential_file")
+    @classmethod
+    def _a_path_not_a_token(cls, value: str) -> str:
+        if _TOKEN_SHAPE.fullmatch(value.strip()):
+            raise ValueError(
+                "credentialFile looks like a bot token itself: put the token in a file inside "
+                "the state home (mode 0600) and name that file here"
+            )
+        return value
 
     @field_validator("chat_id")
     @classmethod
