@@ -135,6 +135,37 @@ def test_arguments_outside_the_input_schema_get_the_short_argument_error(
     speak(tmp_path, body)
 
 
+def test_a_wrong_type_is_refused_and_a_text_argument_stays_the_text_sent(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        async with mcp_session(fast_server, errlog) as session:
+            coerced = [
+                await session.call_tool("list", {"limit": limit}) for limit in (True, "5", 2.0)
+            ]
+            for result in coerced:
+                text = text_of(result)
+                assert result.is_error, text
+                assert "invalid argument: limit: Input should be a valid integer" in text, text
+            titles = ["null", '{"a": 1}', "[1]"]
+            for title in titles:
+                started = await session.call_tool(
+                    "start",
+                    {
+                        "workflow": CHECKPOINT,
+                        "input": {"steps": []},
+                        "title": title,
+                        "idempotency_key": title.replace(" ", ""),
+                    },
+                )
+                assert data_of(started)["run"]["title"] == title
+
+    speak(tmp_path, body)
+    stored = query(fast_server, "SELECT title FROM runs", ())
+    assert sorted(title for (title,) in stored) == sorted(["null", '{"a": 1}', "[1]"])
+
+
 def test_an_argument_the_tool_does_not_take_is_refused_and_nothing_is_done(
     fast_server: ServerProcess,  # noqa: F811
     tmp_path: Path,
