@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -374,3 +377,40 @@ def test_update_and_submit_through_the_full_tool_name_the_exact_request(
         assert (run["status"], view["output"]) == ("completed", {"summary": "Tides rise."})
 
     speak(tmp_path, body)
+
+
+def test_started_in_a_terminal_it_says_what_it_is_instead_of_waiting_silently(
+    tmp_path: Path,
+) -> None:
+    from piwf.cli.mcp import TERMINAL_NOTE
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "piwf", "mcp"],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PIWF_HOME": str(tmp_path / "home")},
+        text=True,
+    )
+    os.close(terminal)
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "terminal", "version": "0"},
+        },
+    }
+    try:
+        # Typed at the terminal: the answer on stdout shows the note was written before it.
+        os.write(controller, json.dumps(initialize).encode() + b"\n")
+        assert process.stdout is not None
+        assert json.loads(process.stdout.readline())["id"] == 1
+    finally:
+        process.terminate()
+        _, errors = process.communicate(timeout=30)
+        os.close(controller)
+    assert errors.startswith(TERMINAL_NOTE + "\n"), errors
