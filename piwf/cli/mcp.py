@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import click
 
@@ -10,6 +11,12 @@ from piwf.cli.common import command, json_option
 from piwf.errors import MissingExtraError
 
 MISSING_SDK = "piwf mcp needs the MCP SDK: pip install 'piwf[mcp]'"
+#: What a person who starts ``piwf mcp`` in a terminal reads (on stderr) instead of silence.
+TERMINAL_NOTE = (
+    "piwf mcp serves the workflow tool to an MCP client over stdin/stdout (JSON-RPC); it is "
+    "started by the client, not typed at. Configure your MCP client to run `piwf mcp` "
+    "(docs/MCP.md). Press Ctrl-C to stop."
+)
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
 
 
@@ -50,4 +57,6 @@ def mcp_command(request_id: str | None, as_json: bool) -> None:
         if (error.name or "").partition(".")[0] != "mcp":
             raise
         raise MissingExtraError(MISSING_SDK) from None
+    if sys.stdin.isatty():
+        click.echo(TERMINAL_NOTE, err=True)
     serve(request_id=request_id)

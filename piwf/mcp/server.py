@@ -5,7 +5,8 @@ for it first. Each tool is a thin function with typed, described arguments (the 
 input schema from them) that calls :class:`~piwf.mcp.tools.WorkflowTools`. A
 :class:`~piwf.mcp.tools.ToolCallError` becomes the SDK's :class:`ToolError`, so the model reads
 its text as the tool's error; anything unexpected becomes a generic tool error naming only the
-exception class, so no traceback or payload reaches the model or the log.
+exception class, so no traceback or payload reaches the model or the log. Each tool's arguments
+are checked by :class:`_ExactArguments`: strictly, and a text argument stays the text sent.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_args
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
@@ -86,6 +89,47 @@ class _WorkflowToolServer(MCPServer[Any]):
             raise ToolError(f"Error executing tool {name}: {short}") from refusal
 
 
+class _ExactArguments(FuncMetadata):
+    """The SDK's argument check, without two liberties it takes with what the model sent.
+
+    - A text argument (``str`` or ``str | None``: ``title``, ``project``, ``idempotency_key``,
+      a bound ``request_id``) stays the text sent. The SDK reads a string as JSON for every
+      argument not annotated plain ``str``, so a title ``"null"`` would vanish and a key
+      ``"[1]"`` be refused as not a string.
+    - Validation is strict: ``limit: true``, ``"5"`` or ``2.0`` is refused, not read as 1, 5
+      or 2.
+
+    A JSON-valued argument (``input``, ``output``, ``response``, ``data``) keeps the SDK's
+    reading, which docs/MCP.md states: a string holding a JSON object or array is that object
+    or array, since some clients send every object as a string.
+    """
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        parsed = super().pre_parse_json(data)
+        text = {
+            name
+            for name, field in self.arg_model.model_fields.items()
+            if field.annotation is str or str in get_args(field.annotation)
+        }
+        return {key: data[key] if key in text else value for key, value in parsed.items()}
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        arguments = self.pre_parse_json(arguments_to_validate)
+        return self.arg_model.model_validate(arguments, strict=True).model_dump_one_level()
+
+    @classmethod
+    def of(cls, tool: Tool) -> Tool:
+        """Return ``tool`` with its arguments checked by this class."""
+        metadata = tool.fn_metadata
+        exact = cls(
+            arg_model=metadata.arg_model,
+            output_schema=metadata.output_schema,
+            output_model=metadata.output_model,
+            wrap_output=metadata.wrap_output,
+        )
+        return tool.model_copy(update={"fn_metadata": exact})
+
+
 def _safe_name(argument: str) -> str:
     """An unknown argument's name as the error may show it: printable ASCII, at most 64."""
     if len(argument) <= 64 and argument.isascii() and argument.isprintable():
@@ -95,22 +139,25 @@ def _safe_name(argument: str) -> str:
 
 def build_server(tools: WorkflowTools) -> MCPServer[Any]:
     """Return the MCP server offering ``tools.names()`` with their model-facing descriptions."""
-    server: MCPServer[Any] = _WorkflowToolServer(
+    functions = _functions(tools)
+    return _WorkflowToolServer(
         "piwf",
         instructions=tools.instructions(),
         version=__version__,
         # Tool failures are the model's to read, not the log's: keep stderr to warnings.
         log_level="WARNING",
+        tools=[
+            _ExactArguments.of(
+                Tool.from_function(
+                    functions[name],
+                    name=name,
+                    description=tools.description(name),
+                    annotations=ANNOTATIONS[name],
+                )
+            )
+            for name in tools.names()
+        ],
     )
-    functions = _functions(tools)
-    for name in tools.names():
-        server.add_tool(
-            functions[name],
-            name=name,
-            description=tools.description(name),
-            annotations=ANNOTATIONS[name],
-        )
-    return server
 
 
 def serve(*, request_id: str | None = None, home: Path | None = None) -> None:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -133,6 +136,37 @@ def test_arguments_outside_the_input_schema_get_the_short_argument_error(
             assert "pydantic" not in text and "input_value" not in text, text
 
     speak(tmp_path, body)
+
+
+def test_a_wrong_type_is_refused_and_a_text_argument_stays_the_text_sent(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        async with mcp_session(fast_server, errlog) as session:
+            coerced = [
+                await session.call_tool("list", {"limit": limit}) for limit in (True, "5", 2.0)
+            ]
+            for result in coerced:
+                text = text_of(result)
+                assert result.is_error, text
+                assert "invalid argument: limit: Input should be a valid integer" in text, text
+            titles = ["null", '{"a": 1}', "[1]"]
+            for title in titles:
+                started = await session.call_tool(
+                    "start",
+                    {
+                        "workflow": CHECKPOINT,
+                        "input": {"steps": []},
+                        "title": title,
+                        "idempotency_key": title.replace(" ", ""),
+                    },
+                )
+                assert data_of(started)["run"]["title"] == title
+
+    speak(tmp_path, body)
+    stored = query(fast_server, "SELECT title FROM runs", ())
+    assert sorted(title for (title,) in stored) == sorted(["null", '{"a": 1}', "[1]"])
 
 
 def test_an_argument_the_tool_does_not_take_is_refused_and_nothing_is_done(
@@ -343,3 +377,40 @@ def test_update_and_submit_through_the_full_tool_name_the_exact_request(
         assert (run["status"], view["output"]) == ("completed", {"summary": "Tides rise."})
 
     speak(tmp_path, body)
+
+
+def test_started_in_a_terminal_it_says_what_it_is_instead_of_waiting_silently(
+    tmp_path: Path,
+) -> None:
+    from piwf.cli.mcp import TERMINAL_NOTE
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "piwf", "mcp"],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PIWF_HOME": str(tmp_path / "home")},
+        text=True,
+    )
+    os.close(terminal)
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "terminal", "version": "0"},
+        },
+    }
+    try:
+        # Typed at the terminal: the answer on stdout shows the note was written before it.
+        os.write(controller, json.dumps(initialize).encode() + b"\n")
+        assert process.stdout is not None
+        assert json.loads(process.stdout.readline())["id"] == 1
+    finally:
+        process.terminate()
+        _, errors = process.communicate(timeout=30)
+        os.close(controller)
+    assert errors.startswith(TERMINAL_NOTE + "\n"), errors
