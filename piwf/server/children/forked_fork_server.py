@@ -1,10 +1,11 @@
-"""A server's first fork server is a fork of the server, not a new interpreter.
+"""A server's first fork server and resource tracker are forks of the server, not new
+interpreters.
 
 The standard library starts a fork server as a new interpreter (``python -c "from
 multiprocessing.forkserver import main; main(...)"``) that imports the children's modules
 (:data:`~piwf.processes.FORKSERVER_PRELOAD`) from nothing: about 0.3 s of CPU, most of it
 pydantic and the protocol models the server has just imported itself. Within
-:func:`fork_server_from_here`, that start forks the calling process instead, which
+:func:`fork_helpers_from_here`, that start forks the calling process instead, which
 ``piwf server run`` does once the server's imports are done and before it opens anything: no
 instance lock, database, socket, log or thread exists yet, so the fork inherits nothing of the
 server's but imported modules and the settings it read.
@@ -23,9 +24,16 @@ with ``os._exit``, never through the server's exit handlers. Everything else is 
 library's: the fork server's address, its "alive" pipe, how it forks children and reports their
 pids and exit statuses.
 
-Only that first start forks. A fork server started later (one that died or stopped answering
-is replaced) is a new interpreter as before: by then the server holds its database and its
-sockets. A process with more than one thread never forks here either.
+The resource tracker (``python -c "from multiprocessing.resource_tracker import main;
+main(FD)"``, which ``forkserver.ensure_running`` starts first) is forked the same way within
+the block: about 50 ms of CPU for a new interpreter that imports ``multiprocessing``, against
+a fork. It closes the same descriptors, puts the same signal handlers back, takes its command
+line as its title, and runs the standard library's tracker ``main`` with the descriptor read
+from that command line as a literal, ending with ``os._exit``. It imports nothing more.
+
+Only that first start forks. A fork server or a tracker started later (one that died or
+stopped answering is replaced) is a new interpreter as before: by then the server holds its
+database and its sockets. A process with more than one thread never forks here either.
 """
 
 from __future__ import annotations
@@ -39,8 +47,8 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Sequence
-from multiprocessing import forkserver, util
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing import forkserver, resource_tracker, util
 from pathlib import Path
 from typing import Any
 
@@ -50,21 +58,27 @@ from piwf.processes import CHILDREN_SESSION, FORKSERVER_PRELOAD
 _SERVER_ONLY_PACKAGES = ("click", "piwf.server", "piwf.cli")
 #: How the standard library's fork server command begins (``forkserver.ensure_running``).
 FORK_SERVER_COMMAND = "from multiprocessing.forkserver import main"
+#: How its resource tracker's command begins (``resource_tracker.ensure_running``).
+RESOURCE_TRACKER_COMMAND = "from multiprocessing.resource_tracker import main"
 
 
 @contextlib.contextmanager
-def fork_server_from_here() -> Iterator[None]:
-    """Within the block, a fork server the standard library starts (``util.spawnv_passfds``
-    with the fork server's command) is a fork of this process (see the module docstring).
-    Any other start, and every start while this process has more than one thread, goes to
-    the standard library unchanged. Call it from the main thread only."""
+def fork_helpers_from_here() -> Iterator[None]:
+    """Within the block, a fork server or a resource tracker the standard library starts
+    (``util.spawnv_passfds`` with its command) is a fork of this process (see the module
+    docstring). Any other start, and every start while this process has more than one
+    thread, goes to the standard library unchanged. Call it from the main thread only."""
     original = util.spawnv_passfds
 
     def start(path: bytes, args: Sequence[Any], passfds: Sequence[int]) -> int:
-        arguments = _fork_server_arguments(args)
-        if arguments is None or threading.active_count() != 1:
-            return int(original(path, args, passfds))
-        return _fork([_text(part) for part in args], arguments, tuple(passfds))
+        if threading.active_count() == 1:
+            server_arguments = _fork_server_arguments(args)
+            if server_arguments is not None:
+                return _fork(args, passfds, lambda: _become_fork_server(server_arguments))
+            tracker_arguments = _helper_arguments(args, RESOURCE_TRACKER_COMMAND)
+            if tracker_arguments is not None:
+                return _fork(args, passfds, lambda: _become_tracker(tracker_arguments))
+        return int(original(path, args, passfds))
 
     util.spawnv_passfds = start
     try:
@@ -91,11 +105,18 @@ _MainArguments = tuple[list[Any], dict[str, Any]]
 def _fork_server_arguments(args: Sequence[Any]) -> _MainArguments | None:
     """The arguments ``args`` (a new interpreter's ``-c`` program) would call the fork
     server's ``main`` with, read as literals (never run); None for any other program."""
+    return _helper_arguments(args, FORK_SERVER_COMMAND)
+
+
+def _helper_arguments(args: Sequence[Any], helper_command: str) -> _MainArguments | None:
+    """The arguments ``args`` (a new interpreter's ``-c`` program beginning with
+    ``helper_command``) would call that helper's ``main`` with, read as literals (never run);
+    None for any other program."""
     try:
         command = args[list(args).index("-c") + 1]
     except (ValueError, IndexError):
         return None
-    if not isinstance(command, str) or not command.startswith(FORK_SERVER_COMMAND):
+    if not isinstance(command, str) or not command.startswith(helper_command):
         return None
     try:
         statements = ast.parse(command).body
@@ -112,9 +133,10 @@ def _fork_server_arguments(args: Sequence[Any]) -> _MainArguments | None:
     return positional, keywords
 
 
-def _fork(args: list[str], arguments: _MainArguments, passfds: tuple[int, ...]) -> int:
-    """Fork; in the parent return the child's pid, in the child become the fork server and
-    never return."""
+def _fork(args: Sequence[Any], passfds: Sequence[int], become: Callable[[], None]) -> int:
+    """Fork; in the parent return the child's pid. The child makes itself what a new
+    interpreter running ``args`` with only ``passfds`` would start as (descriptors, signal
+    handlers, title), runs ``become`` and never returns."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -123,7 +145,10 @@ def _fork(args: list[str], arguments: _MainArguments, passfds: tuple[int, ...]) 
         return pid
     code = 1
     try:
-        _become_fork_server(args, arguments, passfds)
+        _close_descriptors(keep={0, 1, 2, *passfds})
+        _default_signal_handlers()
+        _take_title(" ".join(_text(part) for part in args))
+        become()
         code = 0
     except SystemExit as stop:  # how the fork server ends, once no one holds its "alive" pipe
         code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
@@ -137,12 +162,7 @@ def _fork(args: list[str], arguments: _MainArguments, passfds: tuple[int, ...]) 
         os._exit(code)
 
 
-def _become_fork_server(
-    args: list[str], arguments: _MainArguments, passfds: tuple[int, ...]
-) -> None:
-    _close_descriptors(keep={0, 1, 2, *passfds})
-    _default_signal_handlers()
-    _take_title(" ".join(args))
+def _become_fork_server(arguments: _MainArguments) -> None:
     _forget_server_modules()
     children_session = importlib.import_module(CHILDREN_SESSION)
     children_session.lead_children_session()  # a no-op when its import just did it
@@ -153,6 +173,12 @@ def _become_fork_server(
     gc.freeze()
     positional, keywords = arguments
     forkserver.main(*positional, **keywords)
+
+
+def _become_tracker(arguments: _MainArguments) -> None:
+    """Run the standard library's resource tracker until every holder of its pipe closed it."""
+    positional, keywords = arguments
+    resource_tracker.main(*positional, **keywords)
 
 
 def _forget_server_modules() -> None:

@@ -4,8 +4,9 @@
 imports :data:`~piwf.processes.FORKSERVER_PRELOAD` once, never opens SQLite and runs no thread,
 and forks each child from it in a few milliseconds: spawn's guarantees (no descriptor, lock or
 connection of the server is ever inherited) at a fork's cost. A server's first fork server is
-a fork of the server made before it opens anything, sharing its imports
-(:mod:`~piwf.server.children.forked_fork_server`); a replacement is a new interpreter. ``spawn``
+a fork of the server made before it opens anything, sharing its imports, and so is its
+resource tracker (:mod:`~piwf.server.children.forked_fork_server`); a replacement is a new
+interpreter. ``spawn``
 (``PIWF_START_METHOD=spawn``, and the default elsewhere) starts a fresh interpreter per child.
 Either way the ``Process`` target is :func:`~piwf.processes.enter_child` with plain values and
 connections as its arguments; nothing else is pickled. A child never re-runs the server's main
@@ -58,7 +59,7 @@ from piwf.processes import (
     enter_child,
     kill_own_children,
 )
-from piwf.server.children.forked_fork_server import FORK_SERVER_COMMAND, fork_server_from_here
+from piwf.server.children.forked_fork_server import FORK_SERVER_COMMAND, fork_helpers_from_here
 from piwf.server.children.forkserver_launch import PidLaterContext
 
 #: The longest a start may take from a fork server that has forked before: far above a fork,
@@ -160,15 +161,14 @@ class ChildStarter:
     def start_helpers(self, *, fork_from_here: bool = False) -> None:
         """Start the resource tracker and, with ``forkserver``, the fork server now, so the
         first child does not wait for their imports (they run while the server serves).
-        ``fork_from_here``: the fork server is a fork of this process, which must have opened
-        nothing the fork server must not hold (see
+        ``fork_from_here``: the fork server and the resource tracker are forks of this
+        process, which must have opened nothing they must not hold (see
         :mod:`~piwf.server.children.forked_fork_server`)."""
-        with self._helpers_streams(), self._helpers_environment():
+        forking = fork_helpers_from_here() if fork_from_here else contextlib.nullcontext()
+        with self._helpers_streams(), self._helpers_environment(), forking:
             resource_tracker.ensure_running()
             if self.method is StartMethod.FORKSERVER:
-                forking = fork_server_from_here() if fork_from_here else contextlib.nullcontext()
-                with forking:
-                    forkserver.ensure_running()
+                forkserver.ensure_running()
 
     @property
     def timeout_s(self) -> float:
