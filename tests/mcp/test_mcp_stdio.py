@@ -281,6 +281,7 @@ def test_a_protected_decision_is_refused_and_stays_pending(
         assert refused.is_error
         text = text_of(refused)
         assert "a protected decision accepts only a human answer" in text
+        assert f"piwf answer {request['requestId']} VALUE" in text, "it says what to do"
         assert "answerRejected" in text
         with raw_client(fast_server) as client:
             view = run_view(client, run_id)

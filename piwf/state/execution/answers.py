@@ -327,7 +327,10 @@ def _refusal(
     if source not in _PROVENANCE_OF_SOURCE:
         return f"a {source.value} answer cannot settle a request"
     if decision.protected and source is not SubmissionSource.HUMAN:
-        return "a protected decision accepts only a human answer (decision.answer)"
+        return (
+            "a protected decision accepts only a human answer: ask a person to run "
+            f"`piwf answer {decision.decision_id} VALUE`"
+        )
     request = requests.get_request(tx, decision.decision_id)
     status = None if request is None else request.status
     if status is not InteractionStatus.PENDING:
