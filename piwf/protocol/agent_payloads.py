@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from piwf import canonical
+from piwf.protocol.client_v1 import OpaqueId
 from piwf.protocol.payloads import ContentRef, WireModel
 
 #: Canonical JSON bytes one agent progress update (``interaction.update``) may carry.
@@ -19,7 +20,7 @@ MAX_UPDATE_DATA_BYTES = 64 * 1024
 class SubmitPayload(WireModel):
     """An agent's output for one exact agent request (``interaction.submit``)."""
 
-    request_id: str = Field(min_length=1, max_length=256)
+    request_id: OpaqueId
     output: Any = None
     #: The origin session's active coordinator epoch (required for an interactive run).
     coordinator_epoch: str | None = Field(default=None, max_length=256)
@@ -45,7 +46,7 @@ class UpdatePayload(WireModel):
     """A non-completing progress update on one exact agent request (``interaction.update``);
     ``data`` is at most :data:`MAX_UPDATE_DATA_BYTES` of canonical JSON."""
 
-    request_id: str = Field(min_length=1, max_length=256)
+    request_id: OpaqueId
     data: Any = None
     #: The origin session's active coordinator epoch (required for an interactive run).
     coordinator_epoch: str | None = Field(default=None, max_length=256)

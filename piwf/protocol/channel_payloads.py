@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import Field
 
 from piwf.protocol.channel_v1 import ApiProblem
+from piwf.protocol.client_v1 import OpaqueId
 from piwf.protocol.payloads import EffectInfo, WireModel
 
 
@@ -72,7 +73,7 @@ class ChannelReloadReceipt(WireModel):
 class ChannelRecoverPayload(WireModel):
     """The operator's resolution of an ambiguous send, after checking the chat."""
 
-    effect_id: str = Field(min_length=1, max_length=256)
+    effect_id: OpaqueId
     action: Literal["confirm", "retry"]
 
 

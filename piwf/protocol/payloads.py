@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from piwf.config import CONTENT_PART_BYTES, agent_command_problem
+from piwf.protocol.client_v1 import OpaqueId
 from piwf.protocol.content import MAX_CONTENT_BYTES
 from piwf.protocol.display_status import RunDisplayStatus as RunDisplayStatus
 
@@ -156,7 +157,7 @@ class RunCursor(WireModel):
     """Position in the newest-first run list."""
 
     created_at: int = Field(ge=0)
-    run_id: str = Field(min_length=1, max_length=256)
+    run_id: OpaqueId
 
 
 class RunListPayload(WireModel):
@@ -451,7 +452,7 @@ class RunDetail(WireModel):
 class AnswerPayload(WireModel):
     """An answer to one exact request (``checkpoint.answer`` / ``decision.answer``)."""
 
-    request_id: str = Field(min_length=1, max_length=256)
+    request_id: OpaqueId
     response: Any = None
     coordinator_epoch: str | None = Field(default=None, max_length=256)
 
@@ -481,7 +482,7 @@ class RequestList(WireModel):
 class EffectResolvePayload(WireModel):
     """An operator's decision about an ambiguous effect, recorded as an event."""
 
-    effect_id: str = Field(min_length=1, max_length=256)
+    effect_id: OpaqueId
     resolution: Literal["applied", "retry"]
     note: str | None = Field(default=None, max_length=1000)
 

@@ -103,6 +103,24 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: c.apply_resource("Greeting", "k", {}),
         "manager: a resource manager's name: a lowercase letter, then lowercase letters",
     ),
+    # An id the server made is plain ASCII: a control character (an escape sequence, a line
+    # break) is refused here, never echoed back in a "not found".
+    "channel send id": (
+        lambda c: c.recover_channel_send("effect-\n\x1b[31m", "confirm"),
+        "effect_id: 1 to 256 printable ASCII characters, no spaces",
+    ),
+    "effect id": (
+        lambda c: c.resolve_effect("effect 1", "applied"),
+        "effect_id: 1 to 256 printable ASCII characters, no spaces",
+    ),
+    "request id to answer": (
+        lambda c: c.answer("request-\t1", {}),
+        "request_id: 1 to 256 printable ASCII characters, no spaces",
+    ),
+    "request id to submit": (
+        lambda c: c.submit("request-é", {}),
+        "request_id: 1 to 256 printable ASCII characters, no spaces",
+    ),
     "resource key": (
         lambda c: c.get_resource("greeting", "a key"),
         "key: 1 to 256 printable ASCII characters, no spaces",
