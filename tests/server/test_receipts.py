@@ -50,6 +50,21 @@ def test_another_payload_under_the_same_key_is_a_conflict(
     assert len(receipts(server.home)) == 1
 
 
+def test_a_stop_under_a_key_used_for_another_command_is_a_conflict_and_does_not_stop(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    with raw_client(server) as client:
+        first = client.request("state.backup", backup_payload(tmp_path, "a.sqlite"), key="k")
+        stop = client.request("server.stop", key="k")
+        assert first.outcome == "accepted"
+        assert stop.outcome == "conflict"
+        assert stop.error is not None
+        assert stop.error.code == "idempotencyConflict"
+        assert client.request("server.status").outcome == "accepted"
+    assert server.alive(), "a refused stop left the server running"
+    assert len(receipts(server.home)) == 1
+
+
 def test_reusing_a_request_id_for_another_payload_is_a_conflict(
     server: ServerProcess, tmp_path: Path
 ) -> None:
