@@ -75,8 +75,16 @@ def test_reusing_a_request_id_for_another_payload_is_a_conflict(
         reused = client.request(
             "state.backup", backup_payload(tmp_path, "b.sqlite"), key="k2", request_id="same"
         )
-    assert reused.outcome == "conflict"
+    with raw_client(server, "another-client") as other:
+        elsewhere = other.request(
+            "state.backup", backup_payload(tmp_path, "c.sqlite"), key="k1", request_id="same"
+        )
+    for refused in (reused, elsewhere):
+        assert refused.outcome == "conflict"
+        assert refused.error is not None
+        assert "give every request a new id" in refused.error.message
     assert not (tmp_path / "b.sqlite").exists()
+    assert not (tmp_path / "c.sqlite").exists()
 
 
 def test_a_refused_command_is_stored_and_replayed(server: ServerProcess) -> None:
