@@ -212,16 +212,23 @@ class Handlers:
 
     def server_stop(self, request: Request, reply: Reply) -> None:
         """Store the stop receipt and answer, then stop; the server stops even when the receipt
-        cannot be stored (a full or damaged database): it answers that error first."""
+        cannot be stored (a full or damaged database): it answers that error first.
+
+        A ``conflict`` (the idempotency key was used for another command) is the one answer
+        that does not stop the server: that request was refused, and nothing may change.
+        """
         payload_of(request, EmptyPayload)
+        stop = True
         try:
             response = self.context.commands.execute(
                 request, lambda _tx: CommandResult.accepted(StopReceipt(stopping=True).to_wire())
             )
+            stop = response.outcome != "conflict"
         except Exception as error:
             response = failure_response(request, error)
         finally:
-            self.context.request_stop()
+            if stop:
+                self.context.request_stop()
         reply(response)
 
     # -- checkpoints and decisions --------------------------------------------------------

@@ -329,7 +329,7 @@ class ClientListener:
             self._close(connection)
             return
         if not data:
-            self._close(connection)
+            self._end_of_stream(connection)
             return
         now = time.monotonic()
         connection.received(len(data), now)
@@ -340,6 +340,16 @@ class ClientListener:
             connection.backlog.extend(error.frames)
             connection.refusal = error
         self._serve_slice(connection)
+
+    def _end_of_stream(self, connection: ClientConnection) -> None:
+        """The client sent its last byte: a frame it left unfinished is refused as
+        ``truncatedFrame`` (it may still read after a half-close); then the connection closes."""
+        try:
+            connection.decoder.finish()
+        except FrameError as error:
+            self._refuse(connection, error)
+            return
+        self._close(connection)
 
     def _serve_slice(self, connection: ClientConnection) -> None:
         """Serve up to one slice of the connection's waiting frames, in order.

@@ -35,11 +35,12 @@ from piwf.server.commands import CommandResult
 from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
-from piwf.server.replies import InvalidPayloadError, error_response, ok, payload_of
+from piwf.server.replies import InvalidPayloadError, error_response, no_run, ok, payload_of
 from piwf.state import Transaction
 from piwf.state.enums import ActorType, TurnStopReason
 from piwf.state.execution import messages, requests, turns
 from piwf.state.execution.messages import MessageRow
+from piwf.state.execution.runs import load_run
 from piwf.state.records import Actor
 
 
@@ -184,6 +185,8 @@ class SessionHandlers:
         payload = payload_of(request, FollowUpQueuePayload)
 
         def change(tx: Transaction) -> CommandResult:
+            if load_run(tx, payload.run_id) is None:
+                return no_run(payload.run_id, self.context.home)
             if messages.session_of(tx, payload.run_id) not in (None, payload.session_id):
                 refused = SessionError(
                     f"run {payload.run_id} belongs to another session; queue its follow-ups there"

@@ -84,7 +84,10 @@ def lookup_command(
     by_request = tx.one(_SELECT + " WHERE request_id = ?", (request_id,))
     if by_request is not None:
         if bytes(by_request["request_fingerprint"]) != fingerprint:
-            return Reused("this request id was already used for another request")
+            return Reused(
+                "this request id was already used for another durable request of this state"
+                " home; give every request a new id (a random one, such as a UUID)"
+            )
         return Replay(_read(tx, by_request))
     by_key = tx.one(
         _SELECT + " WHERE client_id = ? AND idempotency_key = ?", (client_id, idempotency_key)
@@ -92,7 +95,10 @@ def lookup_command(
     if by_key is None:
         return Fresh()
     if bytes(by_key["request_fingerprint"]) != fingerprint:
-        return Reused("this idempotency key was already used for another request")
+        return Reused(
+            "this idempotency key was already used for another request of this client id;"
+            " a new command needs a new key"
+        )
     return Replay(_read(tx, by_key))
 
 

@@ -125,6 +125,25 @@ def test_a_bad_frame_gets_a_typed_error_and_closes_only_its_connection(
     assert state_fingerprint(server) == before
 
 
+def test_a_stream_that_ends_inside_a_frame_is_refused_as_truncated(
+    bad_frames_server: ServerProcess,
+) -> None:
+    server = bad_frames_server
+    before = state_fingerprint(server)
+    with raw_client(server, "half-closer") as client:
+        client.send_bytes(request_frame("done") + b"\n" + request_frame("cut")[:30])
+        client.sock.shutdown(socket.SHUT_WR)  # it still reads
+        assert client.response().request_id == "done"
+        refusal = client.response()
+        assert refusal.outcome == "rejected"
+        assert refusal.error is not None
+        assert refusal.error.code == "badFrame"
+        assert "ended in the middle of a frame" in refusal.error.message
+        assert client.closed_by_server()
+    assert_server_healthy(server)
+    assert state_fingerprint(server) == before
+
+
 def test_frames_up_to_the_limit_are_read_and_one_byte_more_is_refused(
     server: ServerProcess,
 ) -> None:

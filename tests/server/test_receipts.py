@@ -50,6 +50,21 @@ def test_another_payload_under_the_same_key_is_a_conflict(
     assert len(receipts(server.home)) == 1
 
 
+def test_a_stop_under_a_key_used_for_another_command_is_a_conflict_and_does_not_stop(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    with raw_client(server) as client:
+        first = client.request("state.backup", backup_payload(tmp_path, "a.sqlite"), key="k")
+        stop = client.request("server.stop", key="k")
+        assert first.outcome == "accepted"
+        assert stop.outcome == "conflict"
+        assert stop.error is not None
+        assert stop.error.code == "idempotencyConflict"
+        assert client.request("server.status").outcome == "accepted"
+    assert server.alive(), "a refused stop left the server running"
+    assert len(receipts(server.home)) == 1
+
+
 def test_reusing_a_request_id_for_another_payload_is_a_conflict(
     server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -60,8 +75,16 @@ def test_reusing_a_request_id_for_another_payload_is_a_conflict(
         reused = client.request(
             "state.backup", backup_payload(tmp_path, "b.sqlite"), key="k2", request_id="same"
         )
-    assert reused.outcome == "conflict"
+    with raw_client(server, "another-client") as other:
+        elsewhere = other.request(
+            "state.backup", backup_payload(tmp_path, "c.sqlite"), key="k1", request_id="same"
+        )
+    for refused in (reused, elsewhere):
+        assert refused.outcome == "conflict"
+        assert refused.error is not None
+        assert "give every request a new id" in refused.error.message
     assert not (tmp_path / "b.sqlite").exists()
+    assert not (tmp_path / "c.sqlite").exists()
 
 
 def test_a_refused_command_is_stored_and_replayed(server: ServerProcess) -> None:

@@ -107,3 +107,6 @@ def test_cancel_and_failure_cancel_pending_follow_ups_and_remove_withdraws_one(
         headless = client.start_run(CHECKPOINT, input={"steps": []})
         with pytest.raises(RejectedError, match="headless"):
             host.queue_follow_up(headless.run_id, "four")
+        with pytest.raises(NotFoundError, match="no run run-missing") as unknown:
+            host.queue_follow_up("run-missing", "five")
+        assert unknown.value.error_code == "runNotFound"
