@@ -69,6 +69,20 @@ MANUAL = """
     )
     """
 
+SELF_KILLING = """
+    import os, signal
+    from piwf.workflow import action, define_workflow, idempotent_effect
+
+    def deploy(ctx):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    workflow = define_workflow(
+        name="selfkill", start_at="deploy",
+        nodes={"deploy": action(effect=idempotent_effect("preview.deploy"), run=deploy)},
+        edges=[],
+    )
+    """
+
 HELD_POST = """
     import os, pathlib, time
     from piwf.workflow import action, define_workflow, manual_effect
@@ -339,3 +353,33 @@ def test_a_server_killed_inside_a_manual_effect_leaves_a_reason_that_names_it(
     assert human.returncode == 1
     assert f"is parked effectAmbiguous: effect {effect['effectId']} (chat.post)" in human.stderr
     assert not (tmp_path / "posting").exists(), "the manual action ran again by itself"
+
+
+def test_a_crash_loop_says_once_what_to_do(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """An idempotent action that SIGKILLs its runner every time stops relaunching at the fifth
+    crash; each view gives the count and the resume once."""
+    flow = write(tmp_path / "selfkill.py", SELF_KILLING)
+    started, took = timed(piwf, "run", "start", str(flow), "--wait", "--timeout", "120")
+    assert took < ENDS_WITHIN_S + 30, f"run start --wait sat out {took:.0f} s on a crash loop"
+    assert started.returncode == 1, (started.stdout, started.stderr)
+    run_id = started.stdout.split()[1]
+    assert "parked runnerCrashed: the runner crashed 5 times in a row" in started.stderr
+    resume = f"piwf run resume {run_id}"
+
+    explained = piwf.json("run", "explain", run_id)
+    assert explained["explanation"] == (
+        "its runner crashed repeatedly: the runner crashed 5 times in a row without finishing"
+        f" a node; fix the cause, then resume the run ({resume})."
+    )
+    assert explained["commands"] == [resume]
+    shown = piwf.run("run", "show", run_id).stdout
+    action = next(line for line in shown.splitlines() if line.startswith("  action"))
+    assert action == (
+        "  action      the runner crashed 5 times in a row without finishing a node;"
+        f" fix the cause, then resume the run ({resume})"
+    )
+    (effect,) = piwf.json("run", "show", run_id)["effects"]
+    assert (effect["status"], effect["attemptCount"]) == ("pending", 5)
