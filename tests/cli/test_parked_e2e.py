@@ -383,3 +383,39 @@ def test_a_crash_loop_says_once_what_to_do(
     )
     (effect,) = piwf.json("run", "show", run_id)["effects"]
     assert (effect["status"], effect["attemptCount"]) == ("pending", 5)
+
+
+def test_a_run_paused_inside_a_manual_effect_parks_cleanly_when_resumed(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A pause stops the runner while its manual action runs; on resume the next runner finds
+    the effect still applying from the older generation: the effect becomes ambiguous and the
+    runner's own park commits (it used to be refused at a stale revision, so the runner exited
+    with a protocol error and only the exit's recovery parked the run)."""
+    flow = write(tmp_path / "held.py", HELD_POST)
+    started = piwf.json("run", "start", str(flow), "--input", json.dumps({"dir": str(tmp_path)}))
+    run_id = started["run"]["runId"]
+    wait_for((tmp_path / "posting").exists, 60, "the manual action to begin")
+    (tmp_path / "posting").unlink()
+    assert piwf.json("run", "pause", run_id)["run"]["paused"] is True
+    piwf.json("run", "resume", run_id)
+
+    waited, took = timed(piwf, "run", "wait", run_id, "--timeout", "120", "--json")
+    assert took < ENDS_WITHIN_S, f"run wait sat out {took:.0f} s on a parked run"
+    assert waited.returncode == 1, (waited.stdout, waited.stderr)
+    document = one_document(waited)
+    assert document["run"]["errorCode"] == "effectAmbiguous"
+    assert document["parkedReason"] == (
+        "effect 'chat.post' may or may not have been applied: an earlier attempt of this visit"
+        " stopped while its action ran"
+    )
+    (effect,) = piwf.json("run", "show", run_id)["effects"]
+    assert (effect["status"], effect["attemptCount"]) == ("ambiguous", 1)
+    assert not (tmp_path / "posting").exists(), "the manual action ran again by itself"
+    logs = piwf.run("run", "logs", run_id)
+    assert "invalidTransition" not in logs.stdout, logs.stdout
+
+    piwf.json("effect", "resolve", effect["effectId"], "--applied")
+    piwf.json("run", "resume", run_id)
+    assert piwf.json("run", "wait", run_id, "--timeout", "60")["run"]["status"] == "completed"
