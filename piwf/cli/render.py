@@ -184,6 +184,8 @@ def _needed_action(detail: RunDetail) -> str | None:
         step = f"resolve its ambiguous effect (piwf effect resolve EFFECT_ID), then {resume}"
     elif run.paused and run.error_code is None:
         step = f"it is paused: {resume}"
+    elif reason and resume in reason:
+        return reason  # a crash loop's reason already says to fix the cause and resume
     else:
         step = f"fix the cause, then {resume}"
     return f"{reason}; {step}" if reason else step

@@ -196,7 +196,8 @@ _PARKED: dict[str, str] = {
         "it made no progress and is not retried by itself: {reason}. Fix the cause (a node "
         "that kills its process or overruns its deadline), then resume."
     ),
-    "runnerCrashed": ("its runner crashed repeatedly ({reason}); fix the cause, then resume."),
+    # Its reason gives the count and says to fix the cause and resume.
+    "runnerCrashed": "its runner crashed repeatedly: {reason}.",
     # Reached only once no effect is ambiguous any more (the resolve comes first above).
     "effectAmbiguous": (
         "it parked for an effect that may or may not have been applied, and {reason}."

@@ -306,8 +306,12 @@ class VisitExecutor:
                         f"request ({evidence}); the action did not run"
                     ),
                 )
-            case RecoveryRequired(reason=reason):
-                return VisitParked(ParkReason.EFFECT_AMBIGUOUS, detail=reason)
+            case RecoveryRequired():
+                detail = (
+                    f"effect {spec.effect.type!r} may or may not have been applied: an earlier"
+                    " attempt of this visit stopped while its action ran"
+                )
+                return VisitParked(ParkReason.EFFECT_AMBIGUOUS, detail=detail)
             case Adopted(Committed(settled=SettledEffect() as settled)):
                 return self._adopt(spec, settled)
             case Applied() | Adopted():

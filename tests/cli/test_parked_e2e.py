@@ -10,6 +10,8 @@ run that merely waits (a request, a timer) is still waited for.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import textwrap
 import time
@@ -21,7 +23,7 @@ import pytest
 
 from piwf.client import Client
 from tests.cli.test_cli import COMMANDS
-from tests.cli.test_cli_e2e import PIWF, REPO, Piwf, piwf  # noqa: F401 (the fixture)
+from tests.cli.test_cli_e2e import PIWF, REPO, Piwf, piwf, wait_gone  # noqa: F401 (the fixture)
 from tests.server.harness import wait_for
 
 #: What each wait below is given: far longer than a park takes.
@@ -63,6 +65,38 @@ MANUAL = """
 
     workflow = define_workflow(
         name="manual", start_at="post",
+        nodes={"post": action(effect=manual_effect("chat.post"), run=post)}, edges=[],
+    )
+    """
+
+SELF_KILLING = """
+    import os, signal
+    from piwf.workflow import action, define_workflow, idempotent_effect
+
+    def deploy(ctx):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    workflow = define_workflow(
+        name="selfkill", start_at="deploy",
+        nodes={"deploy": action(effect=idempotent_effect("preview.deploy"), run=deploy)},
+        edges=[],
+    )
+    """
+
+HELD_POST = """
+    import os, pathlib, time
+    from piwf.workflow import action, define_workflow, manual_effect
+
+    def post(ctx):
+        folder = pathlib.Path(ctx.input["dir"])
+        (folder / "posting").touch()
+        deadline = time.monotonic() + 120
+        while not (folder / "never").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return {"posted": True}
+
+    workflow = define_workflow(
+        name="held", start_at="post",
         nodes={"post": action(effect=manual_effect("chat.post"), run=post)}, edges=[],
     )
     """
@@ -190,6 +224,11 @@ def test_a_wait_ends_when_its_run_has_an_ambiguous_effect(
     )
     # A resume before the effect is settled names it and the command that settles it.
     (effect,) = piwf.json("run", "show", run["runId"])["effects"]
+    # The wait says which effect may or may not have happened, and how its runner ended.
+    assert one_document(started)["parkedReason"] == (
+        f"effect {effect['effectId']} (chat.post) may or may not have been applied: its runner"
+        ' exited with code 23 while node "post" (visit 1, attempt 1) ran'
+    )
     refused = piwf.json("run", "resume", run["runId"], exit_code=1)["error"]
     assert refused == {
         "code": "runCommand",
@@ -271,7 +310,8 @@ def test_a_run_parked_for_an_effect_that_is_resolved_since_asks_only_for_the_res
     assert (display["activity"], display["controls"]) == ("blocked", ["resume", "cancel"])
     assert display["reason"] == "its ambiguous effects are resolved; it goes on when resumed"
     text = piwf.run("run", "show", run_id).stdout
-    assert f"action      parked for an ambiguous effect, which is resolved now; {resume}" in text
+    assert "action      parked for an ambiguous effect (effect " in text
+    assert f"(visit 1, attempt 1) ran), which is resolved now; {resume}" in text
     assert "resolve its ambiguous effect" not in text and "piwf effect resolve" not in text
     explained = piwf.json("run", "explain", run_id)
     assert explained["commands"] == [resume]
@@ -281,3 +321,101 @@ def test_a_run_parked_for_an_effect_that_is_resolved_since_asks_only_for_the_res
     piwf.json("run", "resume", run_id)
     waited = piwf.json("run", "wait", run_id, "--timeout", "60")
     assert waited["run"]["status"] == "completed"  # the applied effect is adopted, not redone
+
+
+def test_a_server_killed_inside_a_manual_effect_leaves_a_reason_that_names_it(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """SIGKILL the server while a manual action runs: the next server parks the run
+    ``effectAmbiguous`` with a stored reason naming the effect, never running it again."""
+    flow = write(tmp_path / "held.py", HELD_POST)
+    started = piwf.json("run", "start", str(flow), "--input", json.dumps({"dir": str(tmp_path)}))
+    run_id = started["run"]["runId"]
+    wait_for((tmp_path / "posting").exists, 60, "the manual action to begin")
+    (tmp_path / "posting").unlink()
+    lock = json.loads((piwf.home / "server" / "server.lock").read_text())
+    os.kill(lock["pid"], signal.SIGKILL)
+    assert wait_gone(lock["pid"], 30), "the server outlived its SIGKILL"
+
+    waited, took = timed(piwf, "run", "wait", run_id, "--timeout", "120", "--json")
+    assert took < ENDS_WITHIN_S, f"run wait sat out {took:.0f} s on a parked run"
+    assert waited.returncode == 1, (waited.stdout, waited.stderr)
+    document = one_document(waited)
+    assert document["run"]["errorCode"] == "effectAmbiguous"
+    (effect,) = piwf.json("run", "show", run_id)["effects"]
+    assert (effect["status"], effect["attemptCount"]) == ("ambiguous", 1)
+    assert document["parkedReason"] == (
+        f"effect {effect['effectId']} (chat.post) may or may not have been applied: its server"
+        ' stopped or died while node "post" (visit 1, attempt 1) ran'
+    )
+    human = piwf.run("run", "wait", run_id, "--timeout", "120")
+    assert human.returncode == 1
+    assert f"is parked effectAmbiguous: effect {effect['effectId']} (chat.post)" in human.stderr
+    assert not (tmp_path / "posting").exists(), "the manual action ran again by itself"
+
+
+def test_a_crash_loop_says_once_what_to_do(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """An idempotent action that SIGKILLs its runner every time stops relaunching at the fifth
+    crash; each view gives the count and the resume once."""
+    flow = write(tmp_path / "selfkill.py", SELF_KILLING)
+    started, took = timed(piwf, "run", "start", str(flow), "--wait", "--timeout", "120")
+    assert took < ENDS_WITHIN_S + 30, f"run start --wait sat out {took:.0f} s on a crash loop"
+    assert started.returncode == 1, (started.stdout, started.stderr)
+    run_id = started.stdout.split()[1]
+    assert "parked runnerCrashed: the runner crashed 5 times in a row" in started.stderr
+    resume = f"piwf run resume {run_id}"
+
+    explained = piwf.json("run", "explain", run_id)
+    assert explained["explanation"] == (
+        "its runner crashed repeatedly: the runner crashed 5 times in a row without finishing"
+        f" a node; fix the cause, then resume the run ({resume})."
+    )
+    assert explained["commands"] == [resume]
+    shown = piwf.run("run", "show", run_id).stdout
+    action = next(line for line in shown.splitlines() if line.startswith("  action"))
+    assert action == (
+        "  action      the runner crashed 5 times in a row without finishing a node;"
+        f" fix the cause, then resume the run ({resume})"
+    )
+    (effect,) = piwf.json("run", "show", run_id)["effects"]
+    assert (effect["status"], effect["attemptCount"]) == ("pending", 5)
+
+
+def test_a_run_paused_inside_a_manual_effect_parks_cleanly_when_resumed(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A pause stops the runner while its manual action runs; on resume the next runner finds
+    the effect still applying from the older generation: the effect becomes ambiguous and the
+    runner's own park commits (it used to be refused at a stale revision, so the runner exited
+    with a protocol error and only the exit's recovery parked the run)."""
+    flow = write(tmp_path / "held.py", HELD_POST)
+    started = piwf.json("run", "start", str(flow), "--input", json.dumps({"dir": str(tmp_path)}))
+    run_id = started["run"]["runId"]
+    wait_for((tmp_path / "posting").exists, 60, "the manual action to begin")
+    (tmp_path / "posting").unlink()
+    assert piwf.json("run", "pause", run_id)["run"]["paused"] is True
+    piwf.json("run", "resume", run_id)
+
+    waited, took = timed(piwf, "run", "wait", run_id, "--timeout", "120", "--json")
+    assert took < ENDS_WITHIN_S, f"run wait sat out {took:.0f} s on a parked run"
+    assert waited.returncode == 1, (waited.stdout, waited.stderr)
+    document = one_document(waited)
+    assert document["run"]["errorCode"] == "effectAmbiguous"
+    assert document["parkedReason"] == (
+        "effect 'chat.post' may or may not have been applied: an earlier attempt of this visit"
+        " stopped while its action ran"
+    )
+    (effect,) = piwf.json("run", "show", run_id)["effects"]
+    assert (effect["status"], effect["attemptCount"]) == ("ambiguous", 1)
+    assert not (tmp_path / "posting").exists(), "the manual action ran again by itself"
+    logs = piwf.run("run", "logs", run_id)
+    assert "invalidTransition" not in logs.stdout, logs.stdout
+
+    piwf.json("effect", "resolve", effect["effectId"], "--applied")
+    piwf.json("run", "resume", run_id)
+    assert piwf.json("run", "wait", run_id, "--timeout", "60")["run"]["status"] == "completed"

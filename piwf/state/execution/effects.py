@@ -44,7 +44,9 @@ def apply_reserve_effect(
     resource, ``idempotency_key`` = ``effect_key`` and the message's recovery; a new attempt
     records the claim's owner and generation. An effect still ``applying`` under this same claim
     generation is a ``Conflict`` (the action may be running right now). Run events:
-    ``effect.reserved``, ``effect.retried``, ``effect.ambiguous``.
+    ``effect.reserved``, ``effect.retried``; an ``applying`` manual effect of an older
+    generation becomes ``ambiguous`` (the effect's event) and the answer is
+    ``RecoveryRequired`` with the run revision unchanged.
     """
     claim = require_run_claim(tx, claim, message.run_id, lease_ms)
     run = load_run(tx, message.run_id)
@@ -87,7 +89,9 @@ def apply_reserve_effect(
             return Conflict(f"effect {effect_id} is applying under this generation")
         recovered = fx.recover_uncertain(tx, effect_id, actor=RUNNER_ACTOR, claim=claim).value
         if recovered.status is EffectStatus.AMBIGUOUS:
-            _run_event(tx, run, "effect.ambiguous", claim, recovered, message)
+            # The effect records its own ``effect.ambiguous`` event; the run revision stays as
+            # the runner knows it (a RecoveryRequired answer carries none), so the park it
+            # sends next applies (the run's record of it is that ``run.parked``).
             return RecoveryRequired("effectAmbiguous")
     _begin(tx, effect_id, claim)
     revision = _run_event(tx, run, "effect.retried", claim, effect, message)

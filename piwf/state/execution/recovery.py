@@ -204,7 +204,11 @@ def recover_after_runner_exit(
         )
     elif decision is RecoveryDecision.EFFECT_AMBIGUOUS:
         queue.set_queue(
-            tx, run.run_id, QueueStatus.PARKED, error_code=FailureClass.EFFECT_AMBIGUOUS
+            tx,
+            run.run_id,
+            QueueStatus.PARKED,
+            error_code=FailureClass.EFFECT_AMBIGUOUS,
+            error_text=_ambiguous_reason(tx, run, runner, effects),
         )
     elif decision is RecoveryDecision.WAITING:
         runs.set_status(tx, run.run_id, RunStatus.WAITING)
@@ -427,6 +431,39 @@ def _no_progress_reason(tx: Transaction, run: RunRow, runner: RunnerRecord) -> s
         else f'while node "{active.path}" (visit {active.visit}, attempt {active.attempt}) ran'
     )
     return f"its runner {how} {where}, with no progress since it started"
+
+
+def _ambiguous_reason(
+    tx: Transaction, run: RunRow, runner: RunnerRecord | None, effects: list[fx.Effect]
+) -> str:
+    """The stored reason of an ``effectAmbiguous`` park: which effects may or may not have
+    been applied and how their runner ended. Bounded, no payload (ids, types and the node
+    path only); no command, since the run view adds the one that fits its state."""
+    named = [
+        f"{effect.effect_id} ({effect.effect_type})"
+        for effect in effects
+        if effect.status is EffectStatus.AMBIGUOUS
+        or (effect.status is EffectStatus.APPLYING and effect.recovery is EffectRecovery.MANUAL)
+    ]
+    shown = ", ".join(named[:_AMBIGUOUS_NAMED])
+    if len(named) > _AMBIGUOUS_NAMED:
+        shown += f" and {len(named) - _AMBIGUOUS_NAMED} more"
+    which = "effect" if len(named) == 1 else "effects"
+    if runner is None or runner.status in _STOPPED_BY_SERVER:
+        how = "its server stopped or died"
+    else:
+        how = f"its runner {_how_runner_ended(runner, runner_diagnostic(tx, runner.runner_epoch))}"
+    active = attempts.active_attempt(tx, run.run_id)
+    where = (
+        ""
+        if active is None
+        else f' while node "{active.path}" (visit {active.visit}, attempt {active.attempt}) ran'
+    )
+    return f"{which} {shown} may or may not have been applied: {how}{where}"
+
+
+#: How many ambiguous effects a park reason names; the run view lists them all.
+_AMBIGUOUS_NAMED = 3
 
 
 def _how_runner_ended(runner: RunnerRecord, diagnostic: str | None) -> str:
