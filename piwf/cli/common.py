@@ -41,7 +41,10 @@ _OPAQUE_ID = re.compile(r"[\x21-\x7e]{1,256}")
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED_EXIT = 130
 #: What Ctrl-C leaves as it was, said to the person who pressed it.
-_GOES_ON = "only this command stopped: a run it started or waited on goes on"
+_GOES_ON = (
+    "only this command stopped: a run it started or waited on goes on (piwf run list shows"
+    " whether a start got that far)"
+)
 
 
 def json_option(function: _F) -> _F:

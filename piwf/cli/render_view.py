@@ -187,7 +187,8 @@ _PARKED: dict[str, str] = {
     "sourceChanged": (
         "a recorded source file is not what the run started with ({reason}); the changed code "
         "never runs. Restore the file, then resume; or cancel the run and start a new one of "
-        "the current sources (a restart would run the recorded sources too)."
+        "the current sources, giving it the input you gave this one (--input; a restart "
+        "would run the recorded sources too)."
     ),
     "protocolRejected": (
         "its runner broke the runner protocol ({reason}) and was stopped; resume to try again."

@@ -47,7 +47,10 @@ def test_ctrl_c_stops_a_wait_with_status_130_and_the_run_goes_on(piwf: Piwf, as_
             waiter.communicate()
     assert waiter.returncode == 130, (stdout, stderr)
     assert "Traceback" not in stderr and "Aborted!" not in stderr, stderr
-    goes_on = "only this command stopped: a run it started or waited on goes on"
+    goes_on = (
+        "only this command stopped: a run it started or waited on goes on (piwf run list shows"
+        " whether a start got that far)"
+    )
     if as_json:
         assert stdout.count("\n") == 1, stdout
         assert json.loads(stdout)["error"] == {

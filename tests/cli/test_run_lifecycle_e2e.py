@@ -207,3 +207,5 @@ def test_a_run_parked_for_a_missing_source_says_missing_and_how_to_run_the_curre
         f"piwf run start {workflow}",
     ]
     assert not any("restart" in command for command in explained["commands"])
+    # The run had an input: the advice to start anew says to give it again (it is never shown).
+    assert "giving it the input you gave this one" in explained["explanation"]
