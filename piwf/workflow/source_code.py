@@ -31,14 +31,27 @@ def compile_workflow_source(path: Path, filename: Path, data: bytes) -> CodeType
 
 def _check_encoding(path: Path, data: bytes) -> None:
     """Refuse bytes that are not in the file's encoding, comments included."""
+    encoding = "utf-8"
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         data.decode(encoding)
-    except SyntaxError as error:  # a coding line naming no known encoding
+    except SyntaxError as error:
+        # A coding line naming no known encoding, or a first or second line that is not
+        # UTF-8 ("invalid or missing encoding declaration", which names no line).
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as not_utf8:
+            raise _not_in_encoding(path, data, not_utf8, encoding) from None
         raise WorkflowLoadError(f"{path}: syntax error: {error.msg}") from None
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise WorkflowLoadError(
-            f"{path}: syntax error at line {line}: the file is not valid {encoding} there;"
-            " save it as UTF-8, or declare its encoding in a coding line (# -*- coding: ... -*-)"
-        ) from None
+        raise _not_in_encoding(path, data, error, encoding) from None
+
+
+def _not_in_encoding(
+    path: Path, data: bytes, error: UnicodeDecodeError, encoding: str
+) -> WorkflowLoadError:
+    line = data.count(b"\n", 0, error.start) + 1
+    return WorkflowLoadError(
+        f"{path}: syntax error at line {line}: the file is not valid {encoding} there;"
+        " save it as UTF-8, or declare its encoding in a coding line (# -*- coding: ... -*-)"
+    )

@@ -30,6 +30,7 @@ import hashlib
 import importlib.util
 import itertools
 import os
+import stat
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -47,6 +48,12 @@ from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.definition import BUILTIN_PREFIX, WorkflowDefinition
 from piwf.workflow.failure import WORKFLOW_MODULE_PREFIX
 from piwf.workflow.source_code import compile_workflow_source
+from piwf.workflow.source_paths import (
+    is_workflow_file,
+    python_files_in,
+    refused_path_error,
+    workflow_file_mode,
+)
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "builtins"
 _MODULE_NUMBERS = itertools.count(1)
@@ -333,13 +340,12 @@ def workflow_directories(
 def discover_workflows(
     project: Path | None = None, home: Path | None = None
 ) -> tuple[DiscoveredWorkflow, ...]:
-    """Return every discoverable workflow by name; an earlier directory hides a later one."""
+    """Return every discoverable workflow by name; an earlier directory hides a later one.
+    Raises :class:`WorkflowLoadError` naming a directory this user may not list."""
     found: dict[str, DiscoveredWorkflow] = {}
     for origin, directory in workflow_directories(project, home):
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.glob("*.py")):
-            if path.name.startswith("_") or not path.is_file():
+        for path in python_files_in(directory):
+            if path.name.startswith("_") or not is_workflow_file(path):
                 continue
             found.setdefault(path.stem, DiscoveredWorkflow(path.stem, path.absolute(), origin))
     return tuple(found[name] for name in sorted(found))
@@ -360,8 +366,9 @@ def find_workflow(
         path = Path(reference).expanduser()
         if not path.is_absolute():
             path = (project or Path.cwd()) / path
-        if not path.is_file():
-            if path.exists():  # a directory, a device, a FIFO: nothing to read a workflow from
+        mode = workflow_file_mode(path)
+        if mode is None or not stat.S_ISREG(mode):
+            if mode is not None:  # a directory, a device, a FIFO: nothing to read a workflow from
                 raise WorkflowLoadError(
                     f"{path}: is not a regular file; a workflow is a Python file"
                 )
@@ -385,7 +392,7 @@ def _discover_name(name: str, project: Path | None, home: Path | None) -> Discov
         return None
     for origin, directory in workflow_directories(project, home):
         path = directory / f"{name}.py"
-        if path.is_file():
+        if is_workflow_file(path):
             return DiscoveredWorkflow(name, path.absolute(), origin)
     return None
 
@@ -469,7 +476,7 @@ class _Loader:
         try:
             data = key.read_bytes()
         except OSError as error:
-            raise WorkflowLoadError(f"{path}: cannot read: {error.strerror or error}") from None
+            raise refused_path_error(path, error, "read it") from None
         source = SourceFile(source_location(key), hashlib.sha256(data).hexdigest())
         module = self.execute(path, key, data, source.sha256)
         definition = self.single_definition(path, key, module)
@@ -543,7 +550,7 @@ class _Loader:
         kind = reference_kind(reference)
         if kind is ReferenceKind.PATH:
             target = Path(including.source_file).parent / reference
-            if not target.is_file():
+            if not is_workflow_file(target):
                 raise WorkflowLoadError(
                     f"{including.source_file}: include {reference!r} does not exist ({target})"
                 )

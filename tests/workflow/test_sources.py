@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,7 @@ from piwf.workflow.sources import (
     load_workflow,
     verify_sources,
 )
+from tests.server.harness import NOBODY_UID, as_uid
 
 from .conftest import FIXTURES, load_fixture
 
@@ -135,10 +140,64 @@ def test_bytes_python_would_not_import_are_refused_with_their_line(tmp_path: Pat
     unknown = tmp_path / "unknown.py"
     unknown.write_bytes(b"# -*- coding: klingon -*-\n" + GOOD.replace("NAME", "x").encode())
     assert "syntax error: unknown encoding" in load_error(unknown)
+    # Python's encoding detection refuses a first or second line that is not UTF-8 with
+    # "invalid or missing encoding declaration", naming no line and no fix.
+    first = tmp_path / "first.py"
+    first.write_bytes(b'x = "\xff\xfe"\n' + GOOD.replace("NAME", "first").encode())
+    message = load_error(first)
+    assert "syntax error at line 1: the file is not valid utf-8 there; save it as UTF-8" in message
 
 
 def test_missing_file(tmp_path: Path) -> None:
     assert "cannot read" in load_error(tmp_path / "absent.py")
+
+
+def as_a_user_without_access(action: Callable[[], str]) -> str:
+    """What ``action`` returned (or ``"error: Type: message"``) for a user the closed modes
+    apply to: ``nobody`` when the test runs as root, whom they do not stop."""
+    if os.geteuid() == 0:
+        return as_uid(NOBODY_UID, action)
+    try:
+        return action()
+    except Exception as error:
+        return f"error: {type(error).__name__}: {error}"
+
+
+def test_a_path_this_user_may_not_look_at_is_a_load_error_that_says_what_to_change() -> None:
+    # Path.is_file raised a bare PermissionError for a file under a directory closed to this
+    # user (the server answered "PermissionError: [Errno 13] ..."), and workflow.list's
+    # discovery failed as a state-home I/O error.
+    root = Path(tempfile.mkdtemp(prefix="piwf-closed-", dir="/tmp"))  # nobody reaches /tmp
+    closed = root / "closed"
+    listing = root / "project" / ".piwf" / "workflows"
+    try:
+        root.chmod(0o755)
+        write(closed, "hidden.py", GOOD.replace("NAME", "hidden"))
+        write(listing, "mine.py", GOOD.replace("NAME", "mine"))
+        (root / "project").chmod(0o755)
+        (root / "project" / ".piwf").chmod(0o755)
+        closed.chmod(0o000)
+        listing.chmod(0o000)
+        project, home = root / "project", root / "home"
+        advice = "Permission denied; let the user the server runs as read it"
+
+        by_path = as_a_user_without_access(lambda: str(find_workflow(str(closed / "hidden.py"))))
+        assert by_path == (
+            f"error: WorkflowLoadError: {closed / 'hidden.py'}: cannot look at it: {advice}"
+            " (and search every directory on its path)"
+        ), by_path
+        listed = as_a_user_without_access(lambda: str(discover_workflows(project, home)))
+        assert listed.startswith(
+            f"error: WorkflowLoadError: {listing}: cannot list workflows in it: {advice}"
+        ), listed
+        by_name = as_a_user_without_access(lambda: str(find_workflow("noop", project, home)))
+        assert by_name.startswith(
+            f"error: WorkflowLoadError: {listing / 'noop.py'}: cannot look at it: {advice}"
+        ), by_name
+    finally:
+        closed.chmod(0o700)
+        listing.chmod(0o700)
+        shutil.rmtree(root)
 
 
 def test_missing_include_names_including_file(tmp_path: Path) -> None:
