@@ -214,6 +214,16 @@ def test_a_hanging_agent_is_stopped_at_its_active_time_deadline(
     assert answered_by(server, run_id) == [("cancelled", "expired")]
     [(_, _, _, ended, elapsed)] = intervals(server, run_id)
     assert ended is not None and elapsed >= 1_500
+    # A late submission is told the deadline closed the request, not that it was cancelled.
+    [(request_id,)] = query(
+        server, "SELECT request_id FROM interactive_requests WHERE run_id = ?", (run_id,)
+    )
+    late = piwf(server, "submit", "--json", request_id, '{"summary": "late"}')
+    assert late.returncode == 1, late.stderr
+    refused = json.loads(late.stdout)["error"]
+    assert refused["code"] == "requestNotOpen"
+    assert "reached its active-time deadline" in refused["message"], refused
+    assert "cancelled" not in refused["message"]
     if routed:
         assert run["status"] == "completed"
         assert [row[1:] for row in rest] == [("late", 1, 1, "completed")]
