@@ -262,11 +262,12 @@ class CommandDriver:
             )
             argv = expand_arguments(command, environment)
             self._refuse_when_stopping()
+            directory = self._directory()
             try:
                 process = subprocess.Popen(
                     argv,
                     stdin=subprocess.PIPE,
-                    cwd=self._directory(),
+                    cwd=directory,
                     env=environment,
                     start_new_session=True,
                     close_fds=True,
@@ -275,8 +276,8 @@ class CommandDriver:
                 # Named as given (before $VARIABLES expand: their values stay out of errors).
                 return AgentFailed(
                     f"{AgentCommandError.code}: the agent command {command[0]!r} could "
-                    f"not be started ({error.strerror or type(error).__name__}); install it or "
-                    "fix --agent-command, agent(command=...) or PIWF_AGENT_COMMAND"
+                    f"not be started ({_why_not_started(argv[0], directory, error)}); install "
+                    "it or fix --agent-command, agent(command=...) or PIWF_AGENT_COMMAND"
                 )
             watch = _ExitWatch(process.pid)
             try:
@@ -353,6 +354,20 @@ def _feed(process: subprocess.Popen[bytes], prompt: str) -> None:
             stdin.close()
 
     threading.Thread(target=write, name="piwf-agent-prompt", daemon=True).start()
+
+
+def _why_not_started(program: str, directory: str, error: OSError) -> str:
+    """The reason ``program`` could not be started: the system's, made precise where it
+    misleads (a script that exists but whose ``#!`` interpreter does not, a directory)."""
+    reason = error.strerror or type(error).__name__
+    if os.sep not in program:
+        return reason  # looked up on PATH: the system's reason is the whole story
+    path = Path(directory, program)
+    if isinstance(error, FileNotFoundError) and path.is_file():
+        return f"{reason}: the file exists, so its #! interpreter was not found"
+    if isinstance(error, PermissionError) and path.is_dir():
+        return f"{reason}: it is a directory"
+    return reason
 
 
 def _missing_submission(turn: AgentTurn, rejection: str | None, exit_code: int | None) -> str:

@@ -371,6 +371,22 @@ def test_a_command_that_cannot_be_started_fails_the_attempt_without_reminders(
     assert processes(agent_server, run_id) == []
 
 
+def test_a_script_whose_interpreter_is_missing_is_not_called_missing_itself(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = headless_workflow(tmp_path)
+    script = tmp_path / "agent.sh"
+    script.write_text(f"#!{tmp_path / 'no-such-interpreter'}\nexit 0\n", encoding="utf-8")
+    script.chmod(0o755)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, [str(script)], "interpreter")
+        assert wait_run(client, run_id)["status"] == "completed"  # the failed route
+        error = run_view(client, run_id)["output"]["error"]
+    assert error.startswith("agentCommand: ") and repr(str(script)) in error, error
+    assert "the file exists, so its #! interpreter was not found" in error, error
+    assert processes(agent_server, run_id) == []
+
+
 def test_a_command_that_lingers_after_its_request_was_settled_is_stopped(
     agent_server: ServerProcess, tmp_path: Path
 ) -> None:
