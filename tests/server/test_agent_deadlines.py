@@ -236,6 +236,35 @@ def test_a_hanging_agent_is_stopped_at_its_active_time_deadline(
         assert "active-time deadline" in shown.stdout  # the error says why
 
 
+def test_a_request_that_expired_after_a_rejection_shows_as_expired(
+    servers: ServerFactory, tmp_path: Path, agent_pids: Path
+) -> None:
+    server = servers.start(env=DEADLINE_ENV)
+    command = [sys.executable, HANGS, str(agent_pids), '["not an object"]']
+    workflow = write_workflow(
+        tmp_path,
+        "rejected",
+        f"""
+        from piwf.workflow import agent, define_workflow
+
+        def refuse(output, ctx):
+            raise ValueError("submit an object")
+
+        workflow = define_workflow(name="rejected", start_at="ask", nodes={{
+            "ask": agent(prompt="Try.", expected_output="{{}}", validate=refuse,
+                         timeout_ms=4_000, command={command!r})}}, edges=[])
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start_run(client, workflow, "rejected")
+        assert wait_run(client, run_id)["status"] == "timed_out"
+        [shown] = run_view(client, run_id)["agentRequests"]
+    assert [item["outcome"] for item in shown["submissions"]] == ["rejected"]
+    assert shown["status"] == "expired"  # not "cancelled": nobody cancelled it
+    text = piwf(server, "run", "show", run_id)
+    assert f"{shown['requestId']} (expired)" in text.stdout, text.stdout
+
+
 # conformance: I4
 def test_paused_time_does_not_count(
     servers: ServerFactory, tmp_path: Path, agent_pids: Path
