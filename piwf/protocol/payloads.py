@@ -354,8 +354,9 @@ class AgentSubmissionInfo(WireModel):
 
 
 class AgentRequestInfo(WireModel):
-    """One agent request of a run (``status``: pending, answered, settled, cancelled) and
-    every output submitted for it, oldest first."""
+    """One agent request of a run (``status``: pending, answered, settled, cancelled, or
+    expired when its active-time deadline closed it) and every output submitted for it,
+    oldest first."""
 
     request_id: str
     path: str

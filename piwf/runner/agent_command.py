@@ -35,6 +35,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -220,9 +221,10 @@ class CommandDriver:
             return None
         while True:
             self._refuse_when_stopping()
-            ended = self._one_turn(command, turn)
-            if not isinstance(ended, TurnEnded):
-                return ended
+            outcome = self._one_turn(command, turn)
+            if isinstance(outcome, AgentFailed):
+                return outcome
+            ended, exit_code = outcome
             request = ended.request
             if request.status == "answered":
                 return AgentAccepted(request.value)
@@ -234,7 +236,7 @@ class CommandDriver:
             if request.status == "cancelled":
                 return AgentFailed(f"agent request {turn.request_id} was cancelled")
             if ended.unproductive_turns >= MAX_UNPRODUCTIVE_TURNS:
-                return AgentFailed(_missing_submission(turn, request.rejection))
+                return AgentFailed(_missing_submission(turn, request.rejection, exit_code))
 
     def _refuse_when_stopping(self) -> None:
         """Start no agent command while this runner is being ended.
@@ -247,7 +249,11 @@ class CommandDriver:
             threading.Event().wait(_STOPPING_WAIT_S)
             raise RunCommandError("the runner is being stopped; no further agent turn starts")
 
-    def _one_turn(self, command: list[str], turn: AgentTurn) -> TurnEnded | AgentFailed:
+    def _one_turn(
+        self, command: list[str], turn: AgentTurn
+    ) -> tuple[TurnEnded, int | None] | AgentFailed:
+        """One turn of ``command``: what the server says after it, and how its leader exited
+        (negative: the signal; None: unknown); an :class:`AgentFailed` when it cannot start."""
         home = self.launch.state_home or str(state_home())
         with tempfile.TemporaryDirectory(prefix="piwf-agent-") as directory:
             config = write_mcp_config(Path(directory), request_id=turn.request_id, home=home)
@@ -256,11 +262,12 @@ class CommandDriver:
             )
             argv = expand_arguments(command, environment)
             self._refuse_when_stopping()
+            directory = self._directory()
             try:
                 process = subprocess.Popen(
                     argv,
                     stdin=subprocess.PIPE,
-                    cwd=self._directory(),
+                    cwd=directory,
                     env=environment,
                     start_new_session=True,
                     close_fds=True,
@@ -269,8 +276,8 @@ class CommandDriver:
                 # Named as given (before $VARIABLES expand: their values stay out of errors).
                 return AgentFailed(
                     f"{AgentCommandError.code}: the agent command {command[0]!r} could "
-                    f"not be started ({error.strerror or type(error).__name__}); install it or "
-                    "fix --agent-command, agent(command=...) or PIWF_AGENT_COMMAND"
+                    f"not be started ({_why_not_started(argv[0], directory, error)}); install "
+                    "it or fix --agent-command, agent(command=...) or PIWF_AGENT_COMMAND"
                 )
             watch = _ExitWatch(process.pid)
             try:
@@ -286,7 +293,7 @@ class CommandDriver:
                     self._wait(watch, turn.request_id)
             finally:
                 self._shut_down(process, watch)
-            return self._unregister(turn, identity, watch.code)
+            return self._unregister(turn, identity, watch.code), watch.code
 
     def _directory(self) -> str:
         project = self.launch.project_path
@@ -349,10 +356,25 @@ def _feed(process: subprocess.Popen[bytes], prompt: str) -> None:
     threading.Thread(target=write, name="piwf-agent-prompt", daemon=True).start()
 
 
-def _missing_submission(turn: AgentTurn, rejection: str | None) -> str:
+def _why_not_started(program: str, directory: str, error: OSError) -> str:
+    """The reason ``program`` could not be started: the system's, made precise where it
+    misleads (a script that exists but whose ``#!`` interpreter does not, a directory)."""
+    reason = error.strerror or type(error).__name__
+    if os.sep not in program:
+        return reason  # looked up on PATH: the system's reason is the whole story
+    path = Path(directory, program)
+    if isinstance(error, FileNotFoundError) and path.is_file():
+        return f"{reason}: the file exists, so its #! interpreter was not found"
+    if isinstance(error, PermissionError) and path.is_dir():
+        return f"{reason}: it is a directory"
+    return reason
+
+
+def _missing_submission(turn: AgentTurn, rejection: str | None, exit_code: int | None) -> str:
     """The error of a request whose command used its turns without an accepted submission:
-    the latest rejection when there was one, else where the command's own output (a crash,
-    a missing program or module) can be read."""
+    how the last turn's command exited (when known), then the latest rejection when there was
+    one, else where the command's own output (a crash, a missing program or module) can be
+    read."""
     last = (
         f" The last submission was rejected: {rejection}"
         if rejection
@@ -361,6 +383,20 @@ def _missing_submission(turn: AgentTurn, rejection: str | None) -> str:
     return (
         f"{MissingSubmissionError.code}: agent request {turn.request_id} ended "
         f"{MAX_UNPRODUCTIVE_TURNS} turns of its agent command (two with a reminder) without an "
-        f"accepted submission.{last} Fix the agent command or its prompt, then restart the run, "
-        f"or route on $result.outcome."
+        f"accepted submission.{_exit_text(exit_code)}{last} Fix the agent command or its "
+        "prompt, then restart the run, or route on $result.outcome."
     )
+
+
+def _exit_text(exit_code: int | None) -> str:
+    """How the last turn's command exited, as a sentence (empty when unknown)."""
+    if exit_code is None:
+        return ""
+    if exit_code >= 0:
+        return f" Its last turn's command exited with status {exit_code}."
+    number = -exit_code
+    try:
+        name = f"{signal.Signals(number).name}, "
+    except ValueError:
+        name = ""
+    return f" Its last turn's command was ended by a signal ({name}{number})."

@@ -214,6 +214,16 @@ def test_a_hanging_agent_is_stopped_at_its_active_time_deadline(
     assert answered_by(server, run_id) == [("cancelled", "expired")]
     [(_, _, _, ended, elapsed)] = intervals(server, run_id)
     assert ended is not None and elapsed >= 1_500
+    # A late submission is told the deadline closed the request, not that it was cancelled.
+    [(request_id,)] = query(
+        server, "SELECT request_id FROM interactive_requests WHERE run_id = ?", (run_id,)
+    )
+    late = piwf(server, "submit", "--json", request_id, '{"summary": "late"}')
+    assert late.returncode == 1, late.stderr
+    refused = json.loads(late.stdout)["error"]
+    assert refused["code"] == "requestNotOpen"
+    assert "reached its active-time deadline" in refused["message"], refused
+    assert "cancelled" not in refused["message"]
     if routed:
         assert run["status"] == "completed"
         assert [row[1:] for row in rest] == [("late", 1, 1, "completed")]
@@ -224,6 +234,35 @@ def test_a_hanging_agent_is_stopped_at_its_active_time_deadline(
         assert shown.returncode == 0, shown.stderr
         assert "timed_out" in shown.stdout
         assert "active-time deadline" in shown.stdout  # the error says why
+
+
+def test_a_request_that_expired_after_a_rejection_shows_as_expired(
+    servers: ServerFactory, tmp_path: Path, agent_pids: Path
+) -> None:
+    server = servers.start(env=DEADLINE_ENV)
+    command = [sys.executable, HANGS, str(agent_pids), '["not an object"]']
+    workflow = write_workflow(
+        tmp_path,
+        "rejected",
+        f"""
+        from piwf.workflow import agent, define_workflow
+
+        def refuse(output, ctx):
+            raise ValueError("submit an object")
+
+        workflow = define_workflow(name="rejected", start_at="ask", nodes={{
+            "ask": agent(prompt="Try.", expected_output="{{}}", validate=refuse,
+                         timeout_ms=4_000, command={command!r})}}, edges=[])
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start_run(client, workflow, "rejected")
+        assert wait_run(client, run_id)["status"] == "timed_out"
+        [shown] = run_view(client, run_id)["agentRequests"]
+    assert [item["outcome"] for item in shown["submissions"]] == ["rejected"]
+    assert shown["status"] == "expired"  # not "cancelled": nobody cancelled it
+    text = piwf(server, "run", "show", run_id)
+    assert f"{shown['requestId']} (expired)" in text.stdout, text.stdout
 
 
 # conformance: I4

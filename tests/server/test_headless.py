@@ -165,6 +165,7 @@ def test_a_command_that_never_submits_gets_two_reminders_then_the_attempt_fails(
     assert error.startswith("missingSubmission: ") and request_id in error
     # Nothing was submitted: the error says where the command's own output can be read.
     assert f"what the command printed: piwf run logs {run_id}." in error, error
+    assert "Its last turn's command exited with status 0." in error, error
     assert [row[2] for row in processes(agent_server, run_id)] == ["unregistered"] * 3
     assert query(
         agent_server,
@@ -172,6 +173,27 @@ def test_a_command_that_never_submits_gets_two_reminders_then_the_attempt_fails(
         (request_id,),
     ) == [(3, 3)]
     assert all(ended is not None for _, _, ended, _ in intervals(agent_server, run_id))
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        (["--exit", "3"], "Its last turn's command exited with status 3."),
+        (["--signal", "KILL"], "Its last turn's command was ended by a signal (SIGKILL, 9)."),
+    ],
+    ids=["exit-3", "sigkill"],
+)
+def test_the_missing_submission_error_says_how_the_last_turn_ended(
+    agent_server: ServerProcess, tmp_path: Path, how: list[str], said: str
+) -> None:
+    workflow = headless_workflow(tmp_path)
+    command = agent_command("never_submits.py", str(tmp_path / "turns.log"), *how)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, command, "ended")
+        assert wait_run(client, run_id)["status"] == "completed"  # the failed route
+        error = run_view(client, run_id)["output"]["error"]
+    assert error.startswith("missingSubmission: ") and said in error, error
+    assert len(lines(tmp_path / "turns.log")) == 3  # reminded twice, as after an exit 0
 
 
 def test_the_command_gets_its_request_its_home_and_a_private_mcp_config_only(
@@ -346,6 +368,22 @@ def test_a_command_that_cannot_be_started_fails_the_attempt_without_reminders(
         assert wait_run(client, run_id)["status"] == "completed"  # the failed route
         error = run_view(client, run_id)["output"]["error"]
     assert error.startswith("agentCommand: ") and repr(missing[0]) in error  # the path as given
+    assert processes(agent_server, run_id) == []
+
+
+def test_a_script_whose_interpreter_is_missing_is_not_called_missing_itself(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = headless_workflow(tmp_path)
+    script = tmp_path / "agent.sh"
+    script.write_text(f"#!{tmp_path / 'no-such-interpreter'}\nexit 0\n", encoding="utf-8")
+    script.chmod(0o755)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, [str(script)], "interpreter")
+        assert wait_run(client, run_id)["status"] == "completed"  # the failed route
+        error = run_view(client, run_id)["output"]["error"]
+    assert error.startswith("agentCommand: ") and repr(str(script)) in error, error
+    assert "the file exists, so its #! interpreter was not found" in error, error
     assert processes(agent_server, run_id) == []
 
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from piwf.errors import ClaimLostError, PiwfError, SubmissionRejectedError
-from piwf.lifecycle import InteractionKind
+from piwf.lifecycle import AnsweredBy, InteractionKind
 from piwf.protocol.agent_payloads import (
     SubmissionReceipt,
     SubmitPayload,
@@ -220,7 +220,8 @@ def agent_request_infos(
                 request_id=request_id,
                 path=row.path,
                 visit=row.visit,
-                status=row.status.value,
+                # An expired request (answered, later maybe cancelled with its run) says so.
+                status="expired" if row.answered_by is AnsweredBy.EXPIRED else row.status.value,
                 submissions=submissions,
             )
         )

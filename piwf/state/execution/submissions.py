@@ -468,6 +468,15 @@ def _refusal(tx: Transaction, request: RequestRow, run_id: str | None) -> Submit
 
 
 def _not_open(request: RequestRow) -> str:
+    """Why a closed agent request takes no output, in the words of how it closed: its
+    active-time deadline (``answered_by = expired``, whatever its status became since), an
+    accepted submission, or its step's end (a cancel, the run's end)."""
+    if request.answered_by is AnsweredBy.EXPIRED:
+        return (
+            f"request {request.request_id} reached its active-time deadline before an output "
+            f"was accepted; its step ended timed_out and takes no output (piwf run show "
+            f"{request.run_id})"
+        )
     if request.status is InteractionStatus.ANSWERED or request.status is InteractionStatus.SETTLED:
         return (
             f"request {request.request_id} was already completed by an accepted submission; "
