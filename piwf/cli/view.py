@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from piwf.cli import render, render_view
+from piwf.cli import render, render_view, safe_text
 from piwf.cli.common import command, id_check, json_option, open_client
 from piwf.client.websocket import MISSING_WEBSOCKETS, check_remote_url
 from piwf.errors import MissingExtraError
@@ -97,6 +97,8 @@ def wording() -> Wording:
         explain=explanation_line,
         step_cells=render_view.step_cells,
         timestamp=render.timestamp,
+        one_line=safe_text.one_line,
+        log_text=safe_text.log_text,
     )
 
 
