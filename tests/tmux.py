@@ -42,6 +42,10 @@ class TmuxTerminal:
         history = ("-S", f"-{self.history_lines}") if self.history_lines else ()
         return self._tmux("capture-pane", "-p", "-J", *history, "-t", "t")
 
+    def title(self) -> str:
+        """The pane's title, as the program in it set it (an OSC 0/2 escape sets it)."""
+        return self._tmux("display-message", "-p", "-t", "t", "#{pane_title}").rstrip("\n")
+
     def type(self, text: str) -> None:
         """Type ``text`` and press Enter."""
         self._tmux("send-keys", "-t", "t", "-l", text)

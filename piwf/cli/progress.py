@@ -5,7 +5,10 @@ terminal, else after the slice), so nothing polls faster than :data:`SLICE_S`. W
 run's revision moved, the run view is read and what changed is printed to standard error, one
 line each: a step that finished (node, outcome, duration), the node that runs now and the
 updates it publishes, the request a waiting run waits on with the command that answers it.
-Standard output keeps only the result, so ``piwf run start --wait > out`` still works.
+Each line shows the control characters of what a workflow wrote (a failure message, an
+update's data, a stored reason) as their escapes, as ``run show`` does: a node cannot drive the
+terminal or reorder the line. Standard output keeps only the result, so
+``piwf run start --wait > out`` still works.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from piwf.canonical import encode_text
 from piwf.cli.render import duration
+from piwf.cli.safe_text import one_line
 
 if TYPE_CHECKING:
     from piwf.client import Client
@@ -78,7 +82,7 @@ class RunProgress:
         took = f" in {duration(step.duration_ms)}" if step.duration_ms is not None else ""
         failure = step.failure
         why = f": {failure.error_type or failure.kind}: {failure.message}" if failure else ""
-        self.echo(f"  {step.outcome} {_node(step.path, step.visit)}{took}{why}")
+        self.echo(one_line(f"  {step.outcome} {_node(step.path, step.visit)}{took}{why}"))
 
     def _now(self, view: RunView) -> None:
         display = view.display
@@ -113,7 +117,7 @@ class RunProgress:
     def _once(self, key: str, line: str) -> None:
         if key not in self.shown:
             self.shown.add(key)
-            self.echo(line)
+            self.echo(one_line(line))
 
 
 def _node(path: str, visit: int) -> str:

@@ -430,7 +430,7 @@ def _show_and_follow(run_id: str) -> None:
         if receipt.output is not None or receipt.output_ref is not None:
             click.echo(f"output: {render.value_preview(receipt.output, receipt.output_ref)}")
         elif receipt.error is not None:
-            click.echo(f"error: {receipt.error}")
+            click.echo(f"error: {render.printable(receipt.error)}")
 
 
 def _stderr_is_a_terminal() -> bool:

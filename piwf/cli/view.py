@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from piwf.cli import render, render_view
+from piwf.cli import render, render_view, safe_text
 from piwf.cli.common import command, id_check, json_option, open_client
 from piwf.client.websocket import MISSING_WEBSOCKETS, check_remote_url
 from piwf.errors import MissingExtraError
@@ -73,7 +73,14 @@ def view_command(run_id: str | None, remote: str | None, as_json: bool) -> None:
         raise MissingExtraError(MISSING_WEBSOCKETS)  # before --json's refusal: it shapes this
     if as_json:
         raise click.UsageError("piwf view is interactive; for JSON use `piwf run show RUN --json`")
-    with open_client(remote=remote) as client:
+    if remote is None:
+        # A server is started when none runs, once, as the screen opens (as the run commands
+        # start one). The viewer's own client never starts one: a server stopped under it
+        # (`piwf server stop`, before a `state restore`) stays stopped, and the screens say
+        # they cannot reach it until one runs again.
+        with open_client() as starter:
+            starter.connect()
+    with open_client(autostart=False, remote=remote) as client:
         if remote is not None:
             client.connect()  # an unreachable relay or server: exit 1 before the screen opens
         if run_id is not None:
@@ -97,6 +104,8 @@ def wording() -> Wording:
         explain=explanation_line,
         step_cells=render_view.step_cells,
         timestamp=render.timestamp,
+        one_line=safe_text.one_line,
+        log_text=safe_text.log_text,
     )
 
 

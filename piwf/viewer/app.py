@@ -22,12 +22,20 @@ class Wording:
 
     ``explain``: the one-line "why is the run where it is, and what to run next";
     ``step_cells``: a step's NODE, VISIT, OUTCOME, STARTED, TOOK and RESULT cells;
-    ``timestamp``: a time in milliseconds since the epoch as local time.
+    ``timestamp``: a time in milliseconds since the epoch as local time;
+    ``one_line``: stored text (a reason, a branch's case, an error) safe to show in one line;
+    ``log_text``: what a node printed, safe to show with its line breaks and tabs.
+
+    The last two show each control character as its escape (``\x1b``, ``\u202e``): text a
+    workflow or a node wrote must never reach the terminal as an escape sequence or a
+    bidirectional control, which would drive the terminal or reorder what it shows.
     """
 
     explain: Callable[[RunView], str]
     step_cells: Callable[[Step], Sequence[str]]
     timestamp: Callable[[int | None], str]
+    one_line: Callable[[str], str]
+    log_text: Callable[[str], str]
 
 
 class ViewerApp(App[None]):

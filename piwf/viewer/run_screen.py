@@ -9,7 +9,7 @@ derived it; a control key works only when ``display.controls`` offers that contr
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, ClassVar, Final, cast
 
 from rich.text import Text
@@ -166,9 +166,11 @@ class RunScreen(Screen[None]):
     def show_view(self, view: RunView) -> None:
         """Show one view: header, explanation, steps; then read the log pane again."""
         self.view = view
-        self.query_one("#run-status", Static).update(header_text(view))
-        self.query_one("#explain", Static).update(self.viewer.wording.explain(view))
-        self.query_one("#graph", Static).update("\n".join(graph_lines(view)))
+        wording = self.viewer.wording
+        self.query_one("#run-status", Static).update(header_text(view, wording.one_line))
+        self.query_one("#explain", Static).update(wording.one_line(wording.explain(view)))
+        graph = "\n".join(map(wording.one_line, graph_lines(view)))
+        self.query_one("#graph", Static).update(graph)
         table = self.query_one("#steps", DataTable)
         cursor = table.cursor_row
         self._steps = list(view.steps.steps)
@@ -226,7 +228,8 @@ class RunScreen(Screen[None]):
             if wanted is None or (attempt.info.visit, attempt.info.attempt) == wanted
         ]
         if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._show_log, log_lines(attempts, whole=step is None))
+            lines = log_lines(attempts, whole=step is None, safe=self.viewer.wording.log_text)
+            self.app.call_from_thread(self._show_log, lines)
 
     def _show_log(self, lines: list[str]) -> None:
         log = self.query_one("#log", Log)
@@ -317,15 +320,16 @@ class RunScreen(Screen[None]):
 
     def say(self, text: str) -> None:
         """Show one line above the key bindings (why a key did nothing, what a control did)."""
-        self.query_one("#message", Static).update(text)
+        self.query_one("#message", Static).update(self.viewer.wording.one_line(text))
 
 
-def header_text(view: RunView) -> str:
+def header_text(view: RunView, one_line: Callable[[str], str]) -> str:
     """The run's id and workflow, then its display: status, activity and the current node or
-    the request it waits on, exactly as the server derived them."""
+    the request it waits on, exactly as the server derived them; ``one_line`` makes the
+    display's line safe to show (its stored reason is free text)."""
     run = view.detail.run
-    return f"{run.run_id}  {run.workflow_name}  (revision {view.revision})\n" + display_text(
-        view.display
+    return f"{run.run_id}  {run.workflow_name}  (revision {view.revision})\n" + one_line(
+        display_text(view.display)
     )
 
 
@@ -343,8 +347,9 @@ def display_text(display: Display) -> str:
     return text
 
 
-def log_lines(attempts: list[AttemptLog], *, whole: bool) -> list[str]:
-    """The lines of the given attempt logs; ``whole``: each under a line naming its attempt."""
+def log_lines(attempts: list[AttemptLog], *, whole: bool, safe: Callable[[str], str]) -> list[str]:
+    """The lines of the given attempt logs, each made safe to show by ``safe``; ``whole``:
+    each attempt under a line naming it."""
     lines: list[str] = []
     for attempt in attempts:
         if whole:
@@ -353,5 +358,8 @@ def log_lines(attempts: list[AttemptLog], *, whole: bool) -> list[str]:
             lines.append(f"── {info.node_path} ({where}) ──")
         if attempt.info.missing:
             lines.append(f"({MISSING_LOG_NOTE})")
-        lines.extend(attempt.text.splitlines())
+        # Lines end at line feeds only: a carriage return or a form feed is shown escaped,
+        # as `piwf run logs` shows it, never taken as a line break that could hide text.
+        text = attempt.text.removesuffix("\n")
+        lines.extend(safe(line) for line in text.split("\n") if text)
     return lines[-LOG_LINES:]

@@ -638,6 +638,64 @@ def test_run_show_follow_prints_the_run_then_its_progress_until_it_ends(
     assert both.returncode == 2 and "--follow" in json.loads(both.stdout)["error"]["message"]
 
 
+def test_run_show_follow_prints_what_a_node_wrote_with_its_control_characters_escaped(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """An update's data, a step's failure and the run's error hold a terminal escape (it would
+    set the terminal's title) and a right-to-left override: --follow shows them escaped."""
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = write_workflow(
+        tmp_path,
+        "noisy",
+        f"""
+        from piwf.workflow import compute, define_workflow
+
+        {hold_until_gate()}
+
+        TEXT = "\\x1b]0;HIJACKED\\x07abc\\u202eevil"
+
+        def noisy(ctx):
+            ctx.publish_update("progress", "main", {{"note": TEXT}})
+            wait_for_gate({str(entered)!r}, {str(gate)!r})
+            raise RuntimeError("failed: " + TEXT)
+
+        workflow = define_workflow(
+            name="noisy", start_at="noisy", nodes={{"noisy": compute(noisy)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "noisy")
+    wait_for(entered.exists, timeout_s=30, what="the noisy node")
+    follower = subprocess.Popen(
+        [str(PIWF), "run", "show", run_id, "--follow"],
+        env={**os.environ, "PIWF_HOME": str(server.home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 30
+        while not any(line.startswith("    progress main") for line in lines):
+            assert time.monotonic() < deadline, lines
+            lines.append(follower.stdout.readline())
+        gate.touch()
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait(timeout=10)
+    assert follower.returncode == 0, err
+    after = ("".join(lines) + out).split("following (Ctrl-C stops):", 1)[1]
+    assert "\x1b" not in after and "\x07" not in after and "\u202e" not in after, repr(after)
+    assert r'progress main: {"note":"\u001b]0;HIJACKED\u0007abc\u202eevil"}' in after, after
+    shown = r"failed: \x1b]0;HIJACKED\x07abc\u202eevil"
+    assert 'failed "noisy" in ' in after and f"RuntimeError: {shown}" in after, after
+    assert after.splitlines()[-1].startswith("error: ") and shown in after.splitlines()[-1]
+
+
 def large_step_output_pages_through_a_reference(server: ServerProcess, n: int) -> None:
     """A step whose output is far beyond a frame: its view page carries a reference, and the
     client's steps hold the complete, verified value (big_output fixture: 9 bytes an item)."""
