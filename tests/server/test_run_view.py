@@ -599,14 +599,9 @@ def test_run_list_filters_by_display_status(server: ServerProcess, tmp_path: Pat
     assert refused.error is not None and refused.error.code == "invalidPayload"
 
 
-def test_run_show_follow_prints_the_run_then_its_progress_until_it_ends(
-    server: ServerProcess, tmp_path: Path
-) -> None:
-    entered, gate = tmp_path / "entered", tmp_path / "gate"
-    workflow = gated_workflow(tmp_path, "follow", entered, gate)
-    with raw_client(server) as client:
-        run_id = start(client, workflow, {}, "follow")
-    wait_for(entered.exists, timeout_s=30, what="the hold node")
+def follow_past_a_gate(server: ServerProcess, run_id: str, until: str, gate: Path) -> str:
+    """Run ``piwf run show RUN --follow`` until it prints a line starting with ``until``, then
+    open ``gate`` and return everything it printed once the run ended (it must exit 0)."""
     follower = subprocess.Popen(
         [str(PIWF), "run", "show", run_id, "--follow"],
         env={**os.environ, "PIWF_HOME": str(server.home)},
@@ -618,7 +613,7 @@ def test_run_show_follow_prints_the_run_then_its_progress_until_it_ends(
         assert follower.stdout is not None
         lines: list[str] = []
         deadline = time.monotonic() + 30
-        while not any(line.startswith("following") for line in lines):
+        while not any(line.startswith(until) for line in lines):
             assert time.monotonic() < deadline, lines
             lines.append(follower.stdout.readline())
         gate.touch()
@@ -628,7 +623,18 @@ def test_run_show_follow_prints_the_run_then_its_progress_until_it_ends(
             follower.kill()
             follower.wait(timeout=10)
     assert follower.returncode == 0, err
-    text = "".join(lines) + out
+    return "".join(lines) + out
+
+
+def test_run_show_follow_prints_the_run_then_its_progress_until_it_ends(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = gated_workflow(tmp_path, "follow", entered, gate)
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "follow")
+    wait_for(entered.exists, timeout_s=30, what="the hold node")
+    text = follow_past_a_gate(server, run_id, "following", gate)
     assert 'now       running node "hold"' in text
     after = text.split("following (Ctrl-C stops):", 1)[1]
     assert 'completed "hold"' in after and 'completed "last"' in after
@@ -667,28 +673,8 @@ def test_run_show_follow_prints_what_a_node_wrote_with_its_control_characters_es
     with raw_client(server) as client:
         run_id = start(client, workflow, {}, "noisy")
     wait_for(entered.exists, timeout_s=30, what="the noisy node")
-    follower = subprocess.Popen(
-        [str(PIWF), "run", "show", run_id, "--follow"],
-        env={**os.environ, "PIWF_HOME": str(server.home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert follower.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 30
-        while not any(line.startswith("    progress main") for line in lines):
-            assert time.monotonic() < deadline, lines
-            lines.append(follower.stdout.readline())
-        gate.touch()
-        out, err = follower.communicate(timeout=60)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
-            follower.wait(timeout=10)
-    assert follower.returncode == 0, err
-    after = ("".join(lines) + out).split("following (Ctrl-C stops):", 1)[1]
+    text = follow_past_a_gate(server, run_id, "    progress main", gate)
+    after = text.split("following (Ctrl-C stops):", 1)[1]
     assert "\x1b" not in after and "\x07" not in after and "\u202e" not in after, repr(after)
     assert r'progress main: {"note":"\u001b]0;HIJACKED\u0007abc\u202eevil"}' in after, after
     shown = r"failed: \x1b]0;HIJACKED\x07abc\u202eevil"

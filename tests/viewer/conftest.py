@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterator
 
 import pytest
 
 from tests.server.conftest import server, servers, short_home
+from tests.tmux import TmuxTerminal
 
 __all__ = ["require_textual", "server", "servers", "short_home"]
 
@@ -27,3 +29,12 @@ def require_textual() -> None:
     if os.environ.get("PIWF_REQUIRE_VIEW") == "1":
         pytest.fail(f"PIWF_REQUIRE_VIEW=1 but {SKIP_REASON}", pytrace=False)
     pytest.skip(SKIP_REASON, allow_module_level=True)
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[TmuxTerminal]]:
+    """Real terminals (tmux sessions) a test opens; each is closed after the test."""
+    opened: list[TmuxTerminal] = []
+    yield opened
+    for terminal in opened:
+        terminal.close()

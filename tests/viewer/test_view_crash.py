@@ -13,7 +13,6 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,6 @@ workflow = define_workflow(
     edges=[],
 )
 """
-
-
-@pytest.fixture
-def terminals() -> Iterator[list[TmuxTerminal]]:
-    opened: list[TmuxTerminal] = []
-    yield opened
-    for terminal in opened:
-        terminal.close()
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

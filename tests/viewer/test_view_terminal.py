@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,14 +51,6 @@ workflow = define_workflow(
     edges=[],
 )
 """
-
-
-@pytest.fixture
-def terminals() -> Iterator[list[TmuxTerminal]]:
-    opened: list[TmuxTerminal] = []
-    yield opened
-    for terminal in opened:
-        terminal.close()
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
