@@ -23,7 +23,14 @@ from textual.worker import get_current_worker
 from piwf.canonical import JsonValue
 from piwf.client.logs import MISSING_LOG_NOTE
 from piwf.errors import PiwfError
-from piwf.protocol.view_payloads import MAX_STEP_PAGE_ITEMS, Control, Display, RunView, Step
+from piwf.protocol.view_payloads import (
+    MAX_STEP_PAGE_ITEMS,
+    Control,
+    Display,
+    RunView,
+    Step,
+    StepPage,
+)
 from piwf.viewer.answer import AnswerScreen
 from piwf.viewer.graph import graph_lines
 
@@ -36,6 +43,9 @@ if TYPE_CHECKING:
 WAKE_S: Final = 1.0
 #: How long the follower waits before it tries again after the server could not be reached.
 RETRY_S: Final = 1.0
+#: The steps table shows at most this many steps, the newest (a view's own page holds the
+#: oldest :data:`MAX_STEP_PAGE_ITEMS`; the rest are read page by page, once each).
+MAX_SHOWN_STEPS: Final = 5000
 #: The log pane keeps at most this many of the latest lines.
 LOG_LINES: Final = 2000
 #: The controls an answer key stands for: each is settled with the request's own command.
@@ -103,6 +113,8 @@ class RunScreen(Screen[None]):
         self.run_id = run_id
         self.view: RunView | None = None
         self._steps: list[Step] = []
+        #: Every finished step read so far, in order (a finished step never changes).
+        self._read_steps: list[Step] = []
         self._all_logs = False
 
     @property
@@ -148,7 +160,8 @@ class RunScreen(Screen[None]):
                         self.app.call_from_thread(self.say, "")
                     if view.revision != shown:
                         shown = view.revision
-                        self.app.call_from_thread(self.show_view, view)
+                        whole = self._with_every_step(view)
+                        self.app.call_from_thread(self.show_view, whole)
                     if view.detail.run.finished_at is not None:
                         return
             except TimeoutError:
@@ -162,6 +175,24 @@ class RunScreen(Screen[None]):
             finally:
                 if isinstance(views, Generator):
                     views.close()  # ends the subscription on the server now
+
+    def _with_every_step(self, view: RunView) -> RunView:
+        """``view`` with every finished step of the run, up to the newest
+        :data:`MAX_SHOWN_STEPS` (in the worker thread). A view carries the first page only;
+        the steps after it are read once each (``run_steps`` after the last one read), so a
+        long run's table and graph show where the run is now, not where it was at step 200."""
+        page = view.steps
+        if page.next_cursor is None:
+            self._read_steps = list(page.steps)
+            return view
+        if len(self._read_steps) < len(page.steps):
+            self._read_steps = list(page.steps)
+        self._read_steps += self.viewer.client.run_steps(
+            self.run_id, after=self._read_steps[-1].index, page_limit=MAX_STEP_PAGE_ITEMS
+        )
+        self._read_steps = self._read_steps[-MAX_SHOWN_STEPS:]
+        steps = StepPage(steps=list(self._read_steps), total=page.total)
+        return view.model_copy(update={"steps": steps})
 
     def show_view(self, view: RunView) -> None:
         """Show one view: header, explanation, steps; then read the log pane again."""

@@ -294,3 +294,46 @@ def test_esc_leaves_the_answer_form_without_answering(server: ServerProcess) -> 
             assert client.run_view(run_id).display.status == "waiting"
 
     drive(server, run_id, script)
+
+
+LONG_LOOP = """
+from piwf.workflow import compute, define_workflow
+
+def step(ctx):
+    n = ctx.outputs.get("step", {}).get("n", 0) + 1
+    return {"n": n, "route": "again" if n < 230 else "done"}
+
+workflow = define_workflow(
+    name="long_loop",
+    start_at="step",
+    max_steps=500,
+    nodes={"step": compute(step), "end": compute(lambda ctx: {"ended": True})},
+    edges=[
+        {
+            "from": "step",
+            "switch": {"on": "$output.route", "cases": {"again": "step", "done": "end"}},
+        }
+    ],
+)
+"""
+
+
+def test_a_run_of_more_steps_than_a_view_page_shows_every_step_and_where_it_ended(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A view carries its first 200 steps; the screen reads the rest, so a run of 231 steps
+    shows all of them, its last step is the last row, and the graph marks ``end`` as run."""
+    workflow = write_workflow(tmp_path, "long_loop", LONG_LOOP)
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "long")
+        assert wait_run(client, run_id)["status"] == "completed"
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "completed" in shown(app, "#run-status"), "the final view")
+        steps = app.screen.query_one("#steps", DataTable)
+        await until(pilot, lambda: steps.row_count == 231, "every step in the table")
+        assert row_text(steps, 230)[:4] == ["231", "end", "1", "completed"]
+        assert row_text(steps, 229)[1:3] == ["step", "230"]
+        assert shown(app, "#graph").splitlines()[-1].startswith("✓ end")
+
+    drive(server, run_id, script)
