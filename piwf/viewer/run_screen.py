@@ -46,6 +46,9 @@ RETRY_S: Final = 1.0
 #: The steps table shows at most this many steps, the newest (a view's own page holds the
 #: oldest :data:`MAX_STEP_PAGE_ITEMS`; the rest are read page by page, once each).
 MAX_SHOWN_STEPS: Final = 5000
+#: While the run runs, the log pane showing every attempt's log is read again this often (a
+#: node's output changes no revision, so no new view would bring it).
+LOG_REFRESH_S: Final = 1.0
 #: The log pane keeps at most this many of the latest lines.
 LOG_LINES: Final = 2000
 #: The controls an answer key stands for: each is settled with the request's own command.
@@ -116,6 +119,8 @@ class RunScreen(Screen[None]):
         #: Every finished step read so far, in order (a finished step never changes).
         self._read_steps: list[Step] = []
         self._all_logs = False
+        #: The lines the log pane shows now.
+        self._log_lines: list[str] = []
 
     @property
     def viewer(self) -> ViewerApp:
@@ -134,6 +139,7 @@ class RunScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.follow()
+        self.set_interval(LOG_REFRESH_S, self._refresh_live_log)
 
     # -- following the run -------------------------------------------------------------------
 
@@ -262,10 +268,22 @@ class RunScreen(Screen[None]):
             lines = log_lines(attempts, whole=step is None, safe=self.viewer.wording.log_text)
             self.app.call_from_thread(self._show_log, lines)
 
+    def _refresh_live_log(self) -> None:
+        """Read the log pane again while it shows every attempt (or no step is chosen) and
+        the run has not finished: the running node's output comes live."""
+        if self.view is None or self.view.detail.run.finished_at is not None:
+            return
+        if self._all_logs or not self._steps:
+            self._read_logs(None)
+
     def _show_log(self, lines: list[str]) -> None:
+        shown = lines or ["(nothing written)"]
+        if shown == self._log_lines:
+            return  # unchanged: keep where the reader has scrolled to
+        self._log_lines = shown
         log = self.query_one("#log", Log)
         log.clear()
-        log.write_lines(lines or ["(nothing written)"])
+        log.write_lines(shown)
 
     # -- controls ----------------------------------------------------------------------------
 

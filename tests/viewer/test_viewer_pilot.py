@@ -14,19 +14,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
-from tests.server.test_execution import start, wait_run, write_workflow
+from tests.server.test_execution import hold_until_gate, start, wait_run, write_workflow
 from tests.server.test_run_view import CHECKPOINT, gated_workflow
 from tests.viewer.conftest import require_textual
 
 require_textual()
 
 from textual.pilot import Pilot  # noqa: E402
-from textual.widgets import DataTable, Input, Static  # noqa: E402
+from textual.widgets import DataTable, Input, Log, Static  # noqa: E402
 from textual.widgets.data_table import ColumnKey  # noqa: E402
 
 from piwf import Client  # noqa: E402
 from piwf.cli.view import wording  # noqa: E402
 from piwf.viewer import ViewerApp  # noqa: E402
+from piwf.viewer.run_screen import RunScreen  # noqa: E402
 
 DEADLINE_S = 30.0
 
@@ -335,5 +336,52 @@ def test_a_run_of_more_steps_than_a_view_page_shows_every_step_and_where_it_ende
         assert row_text(steps, 230)[:4] == ["231", "end", "1", "completed"]
         assert row_text(steps, 229)[1:3] == ["step", "230"]
         assert shown(app, "#graph").splitlines()[-1].startswith("✓ end")
+
+    drive(server, run_id, script)
+
+
+def test_the_log_pane_shows_a_running_nodes_output_as_it_comes(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A node prints, waits on a gate, prints again: the second line reaches the log pane while
+    the run's revision stays where it was (no new view brought it: the pane reads again)."""
+    entered, gate = tmp_path / "entered", tmp_path / "gate"
+    workflow = write_workflow(
+        tmp_path,
+        "ticker",
+        f"""
+        from piwf.workflow import compute, define_workflow
+
+        {hold_until_gate()}
+
+        def ticker(ctx):
+            print("tick-before-the-gate", flush=True)
+            wait_for_gate({str(entered)!r}, {str(gate)!r})
+            print("tick-after-the-gate", flush=True)
+            wait_for_gate({str(entered)!r}, {str(gate) + "-2"!r})
+            return {{}}
+
+        workflow = define_workflow(
+            name="ticker", start_at="ticker", nodes={{"ticker": compute(ticker)}}, edges=[]
+        )
+        """,
+    )
+    with raw_client(server) as client:
+        run_id = start(client, workflow, {}, "ticker")
+    wait_for(entered.exists, timeout_s=DEADLINE_S, what="the ticker node")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        def logged() -> str:
+            return "\n".join(app.screen.query_one("#log", Log).lines)
+
+        await until(pilot, lambda: "tick-before-the-gate" in logged(), "the first line")
+        screen = app.screen
+        assert isinstance(screen, RunScreen) and screen.view is not None
+        revision = screen.view.revision
+        gate.touch()
+        await until(pilot, lambda: "tick-after-the-gate" in logged(), "the line after the gate")
+        assert screen.view.revision == revision, "no new view brought it"
+        (tmp_path / "gate-2").touch()
+        await until(pilot, lambda: "completed" in shown(app, "#run-status"), "the end")
 
     drive(server, run_id, script)
