@@ -15,7 +15,7 @@ from textual.worker import get_current_worker
 from piwf import faults
 from piwf.errors import PiwfError
 from piwf.protocol.payloads import RunInfo
-from piwf.viewer.run_screen import RETRY_S, WAKE_S, literal
+from piwf.viewer.run_screen import RETRY_S, WAKE_S, literal, unreachable_text
 
 if TYPE_CHECKING:
     from piwf.viewer.app import ViewerApp
@@ -67,7 +67,8 @@ class RunListScreen(Screen[None]):
             except PiwfError as error:
                 if cancelled():
                     return
-                self.app.call_from_thread(self._say, f"cannot list the runs: {error}")
+                problem = unreachable_text(error)
+                self.app.call_from_thread(self._say, f"cannot list the runs: {problem}")
                 threading.Event().wait(RETRY_S)
             finally:
                 pushes.close()  # ends the subscription on the server now

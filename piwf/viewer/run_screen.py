@@ -22,7 +22,7 @@ from textual.worker import get_current_worker
 
 from piwf.canonical import JsonValue
 from piwf.client.logs import MISSING_LOG_NOTE
-from piwf.errors import PiwfError
+from piwf.errors import PiwfError, ServerNotRunningError
 from piwf.protocol.view_payloads import (
     MAX_STEP_PAGE_ITEMS,
     Control,
@@ -175,7 +175,8 @@ class RunScreen(Screen[None]):
             except PiwfError as error:
                 if cancelled():
                     return
-                self.app.call_from_thread(self.say, f"cannot follow the run: {error}")
+                problem = unreachable_text(error)
+                self.app.call_from_thread(self.say, f"cannot follow the run: {problem}")
                 unreachable = True
                 threading.Event().wait(RETRY_S)
             finally:
@@ -370,6 +371,18 @@ class RunScreen(Screen[None]):
     def say(self, text: str) -> None:
         """Show one line above the key bindings (why a key did nothing, what a control did)."""
         self.query_one("#message", Static).update(self.viewer.wording.one_line(text))
+
+
+def unreachable_text(error: PiwfError) -> str:
+    """Why a screen cannot reach the server, in a viewer user's words: a server that is not
+    running is started with ``piwf server start`` (the viewer never starts one after it
+    opened: a stopped server stays stopped), and the screen picks up again by itself."""
+    if isinstance(error, ServerNotRunningError):
+        return (
+            "no piwf server is running; start one with `piwf server start` (this screen goes on "
+            "by itself once one runs)"
+        )
+    return str(error)
 
 
 def header_text(view: RunView, one_line: Callable[[str], str]) -> str:

@@ -97,7 +97,8 @@ def test_a_server_stopped_under_the_viewer_stays_stopped_until_one_is_started(
     wait_for(lambda: not server.alive(), timeout_s=30, what="the server to exit")
     try:
         # The viewer tried again (it does every second) and found no server: it started none.
-        terminal.wait_for_text("cannot list the runs: no piwf server is running")
+        terminal.wait_for_text("cannot list the runs: no piwf server is running; start one with")
+        assert "autostart" not in terminal.screen(), "no words of the Python client's"
         status = subprocess.run([PIWF, "server", "status"], env=piwf, capture_output=True)
         assert b"no piwf server is running" in status.stdout + status.stderr, status
         started = subprocess.run([PIWF, "server", "start"], env=piwf, capture_output=True)
