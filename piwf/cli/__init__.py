@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from piwf._version import __version__
+from piwf.cli.collector import collector_paused
 
 _JSON_REQUESTED = "piwf.json"
 
@@ -46,8 +47,10 @@ class LazyCommand:
     summary: str
 
     def load(self) -> click.Command:
-        """Import the module and return the command it defines."""
-        found = getattr(importlib.import_module(self.module), self.attribute)
+        """Import the module (without the garbage collector's passes) and return the command
+        it defines."""
+        with collector_paused():
+            found = getattr(importlib.import_module(self.module), self.attribute)
         if not isinstance(found, click.Command):
             raise TypeError(f"{self.module}.{self.attribute} is not a click command")
         return found

@@ -9,6 +9,7 @@ import sys
 import click
 
 from piwf import canonical
+from piwf.cli.collector import collector_paused
 from piwf.cli.common import Seconds, command, emit_json, json_option, open_client
 from piwf.config import (
     MAX_SETTING_INTEGER,
@@ -180,11 +181,14 @@ def server_run(
     # tests/unit/test_import_rules.py): its entry point, imported when this command runs so
     # that no other command loads the server.
     try:
-        from piwf.server.children.start_methods import start_helpers_early
-        from piwf.server.settings import ServerSettings
+        with collector_paused():
+            from piwf.server.children.start_methods import start_helpers_early
+            from piwf.server.settings import ServerSettings
 
-        settings = ServerSettings.from_environment(max_workers=max_workers, idle_exit_s=idle_exit_s)
-        from piwf.server import lifecycle
+            settings = ServerSettings.from_environment(
+                max_workers=max_workers, idle_exit_s=idle_exit_s
+            )
+            from piwf.server import lifecycle
 
         # Once imported and before anything is opened: the fork server is a fork of this
         # process and shares its imports instead of repeating them.

@@ -28,7 +28,7 @@ from piwf.cli import COMMANDS, cli
 
 #: The piwf modules ``piwf --version`` and ``piwf --help`` may import: the package (with its
 #: error classes), the version and the group. Nothing of the client, the protocol or a command.
-LIGHT = ["piwf", "piwf._version", "piwf.cli", "piwf.errors"]
+LIGHT = ["piwf", "piwf._version", "piwf.cli", "piwf.cli.collector", "piwf.errors"]
 #: Third-party packages that only a command's own module may bring in.
 HEAVY_PACKAGES = ("pydantic", "pydantic_core", "tenacity", "textual", "mcp")
 
