@@ -8,8 +8,13 @@ it submits as the session; a rejection is shown and the person types again. A pr
 decision is answered as a person. Ctrl-C during a turn aborts it (the run pauses; `piwf run
 resume` presents the step again); Ctrl-C while it waits detaches. The end of input (Ctrl-D, or
 a file or pipe read to its end) aborts the turn the same way and detaches: no line can come
-any more. Each turn's capture keeps the step as shown and every line typed (``piwf session
-capture RUN``).
+any more. Closing the terminal (a hang-up, SIGHUP) is the end of input too: the person is gone,
+so the turn is aborted, not left open to end ``lost`` (which counts toward the reminder rule and,
+the third time, fails the step). Each turn's capture keeps the step as shown and every line
+typed (``piwf session capture RUN``).
+
+After a reconnect (a server restart) the host attaches again and reports what it shows: the
+step of an open turn is on the screen and input waits for it, so the turn goes on.
 
 A detached host exits 0 (1 with ``--exit-when-done``: the run did not end under it). A host
 that learns another coordinator took the session over (its epoch was fenced) says so and
@@ -18,7 +23,11 @@ exits 1: the session is the other's now, and ``piwf session attach`` takes it ba
 
 from __future__ import annotations
 
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from types import FrameType
 from typing import Any
 
 import click
@@ -65,12 +74,15 @@ def session_attach(session_id: str, exit_when_done: bool, as_json: bool) -> None
     Example:
       piwf session attach chat-1
     """
-    with open_client() as client:
-        host = client.session(session_id, inspect_branch=_lost_everything)
+    screen = _Screen()
+    with open_client() as client, _hang_up_ends_input():
+        host = client.session(session_id, inspect_branch=screen.inspect_branch)
         host.attach()
         _say(f"attached to session {session_id} as its coordinator; waiting for messages")
         try:
-            _host(host, exit_when_done, as_json)
+            _host(host, screen, exit_when_done, as_json)
+        except _TerminalClosedError:
+            pass  # the terminal is gone: nobody to tell
         except EOFError:
             _say("end of input: detached")
         except SessionAuthorityCommandError:
@@ -83,11 +95,12 @@ def session_attach(session_id: str, exit_when_done: bool, as_json: bool) -> None
             raise SystemExit(1)
 
 
-def _host(host: SessionCoordinator, exit_when_done: bool, as_json: bool) -> None:
+def _host(host: SessionCoordinator, screen: _Screen, exit_when_done: bool, as_json: bool) -> None:
     """Show messages and take turns until Ctrl-C while waiting (a return) or, with
     ``exit_when_done``, the end of the session's last run (SystemExit). Raises EOFError
-    when input ends at a prompt and SessionAuthorityCommandError once another coordinator
-    took the session over."""
+    when input ends at a prompt (:class:`_TerminalClosedError`, at any moment, when the
+    terminal closes) and SessionAuthorityCommandError once another coordinator took the
+    session over."""
     shown = 0
     while True:
         try:
@@ -97,11 +110,19 @@ def _host(host: SessionCoordinator, exit_when_done: bool, as_json: bool) -> None
             return
         assert message is not None  # no timeout: it waits for one
         shown += 1
-        _show(message, as_json)
+        try:
+            _show(message, as_json)
+        except OSError:  # EIO or EPIPE: nobody reads what the host shows any more
+            _ignore_hang_ups()
+            raise _TerminalClosedError from None
         entry_id = f"terminal-{host.epoch}-{shown}"
         host.delivered(message.message_id, entry_id)
         if message.kind == "step":
-            _take_turn(host, message, entry_id)
+            screen.open_step = (message.message_id, entry_id)
+            try:
+                _take_turn(host, message, entry_id)
+            finally:
+                screen.open_step = None
         elif message.kind == "decision":
             _answer_decision(host, message)
         elif message.kind == "terminal" and exit_when_done and _session_free(host):
@@ -112,11 +133,55 @@ def _session_free(host: SessionCoordinator) -> bool:
     return host.view().active_run_id is None
 
 
-def _lost_everything(
-    messages: list[WorkflowMessageInfo],
-) -> tuple[dict[str, str], list[str], bool]:
-    """A terminal keeps no conversation: every sent message is missing from it."""
-    return {}, [message.message_id for message in messages if message.state == "sent"], True
+class _Screen:
+    """What the terminal shows, as the branch report after every (re)attach tells it."""
+
+    def __init__(self) -> None:
+        #: The step of the turn the person is typing for (message id, entry id), if any.
+        self.open_step: tuple[str, str] | None = None
+
+    def inspect_branch(
+        self, messages: list[WorkflowMessageInfo]
+    ) -> tuple[dict[str, str], list[str], bool]:
+        """A terminal keeps no conversation: every sent message is missing from it, except
+        the step of an open turn, which is on the screen with input waiting for it (so the
+        session is not idle, and the reattach after a server restart keeps the turn open)."""
+        if self.open_step is None:
+            missing = [message.message_id for message in messages if message.state == "sent"]
+            return {}, missing, True
+        open_message, entry_id = self.open_step
+        missing = [
+            message.message_id
+            for message in messages
+            if message.state == "sent" and message.message_id != open_message
+        ]
+        return {open_message: entry_id}, missing, False
+
+
+class _TerminalClosedError(EOFError):
+    """The terminal closed (SIGHUP): no line can come any more, and nobody reads the screen."""
+
+
+def _raise_hung_up(signum: int, frame: FrameType | None) -> None:
+    _ignore_hang_ups()
+    raise _TerminalClosedError
+
+
+def _ignore_hang_ups() -> None:
+    """Once input has ended, a hang-up has nothing left to stop: ignoring it (a pending one
+    too) lets the abort of the open turn finish instead of breaking off mid-request."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+@contextmanager
+def _hang_up_ends_input() -> Iterator[None]:
+    """Treat a hang-up as the end of input while the host runs (the previous handler back
+    afterwards): an open turn is aborted, and the host detaches."""
+    previous = signal.signal(signal.SIGHUP, _raise_hung_up)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id: str) -> None:
@@ -220,10 +285,15 @@ def _read_line(prompt: str) -> str:
     EOFError once input has ended (Ctrl-D in a terminal, the end of a file or pipe): no line
     will come any more, so the host detaches."""
     while True:
-        click.echo(prompt, nl=False, err=True)
-        data = b"" if sys.stdin is None else sys.stdin.buffer.readline()
+        try:
+            click.echo(prompt, nl=False, err=True)
+            data = b"" if sys.stdin is None else sys.stdin.buffer.readline()
+        except OSError:  # EIO: the terminal closed under the read
+            _ignore_hang_ups()
+            raise _TerminalClosedError from None
         if not data:
-            click.echo(err=True)  # end the prompt's line
+            _ignore_hang_ups()
+            _say("")  # end the prompt's line
             raise EOFError
         line = data.removesuffix(b"\n").decode("utf-8", "surrogateescape")
         if line:
@@ -291,5 +361,7 @@ def _echo(text: str) -> None:
 
 
 def _say(text: str) -> None:
-    """Tell the person (stderr); a quoted error's control characters show as escapes."""
-    click.echo(printable(text), err=True)
+    """Tell the person (stderr); a quoted error's control characters show as escapes. A
+    terminal that has closed hears nothing (its writes fail): the host goes on ending."""
+    with suppress(OSError):
+        click.echo(printable(text), err=True)
