@@ -296,6 +296,7 @@ class RunReadMethods(ClientCalls):
                 RunWaitReceipt,
                 run_id=run_id,
                 timeout_s=self.request_timeout_s + longest_s,
+                held_s=longest_s,
             )
             if not receipt.timed_out or (deadline is not None and time.monotonic() >= deadline):
                 return resolve_references(receipt, self.read_content, content_limit=content_limit)
