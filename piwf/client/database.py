@@ -6,7 +6,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from piwf.client.arguments import absolute_path_argument, build_payload, path_argument
+from piwf.client.arguments import (
+    absolute_path_argument,
+    build_payload,
+    path_argument,
+    whole_number_argument,
+)
 from piwf.client.calls import ClientCalls
 from piwf.protocol.payloads import EmptyPayload
 
@@ -42,10 +47,11 @@ class StateMethods(ClientCalls):
 
     def prune_preview(self, before_ms: int) -> PruneReport:
         """List the run trees a prune with cutoff ``before_ms`` (epoch ms) would delete and
-        those protected state keeps (``state.prunePreview``); nothing changes."""
+        those protected state keeps (``state.prunePreview``); nothing changes. A ``before_ms``
+        that is no time in epoch ms is an :class:`~piwf.errors.InvalidArgumentError`."""
         from piwf.protocol.state_payloads import PruneReport, StatePrunePreviewPayload
 
-        payload = build_payload(StatePrunePreviewPayload, before=before_ms)
+        payload = build_payload(StatePrunePreviewPayload, before=_cutoff(before_ms))
         return self._call("state.prunePreview", payload, PruneReport)
 
     def prune(
@@ -65,5 +71,20 @@ class StateMethods(ClientCalls):
         destination = absolute_path_argument(
             "backup", backup, "the absolute path of a new file (str or PathLike)"
         )
-        payload = build_payload(StatePrunePayload, before=before_ms, backup=str(destination))
+        payload = build_payload(
+            StatePrunePayload, before=_cutoff(before_ms), backup=str(destination)
+        )
         return self._call("state.prune", payload, PruneReport, idempotency_key=idempotency_key)
+
+
+def _cutoff(before_ms: object) -> int:
+    """``before_ms`` as a prune cutoff, checked under the name the caller gave it (the wire
+    field is ``before``). Raises :class:`~piwf.errors.InvalidArgumentError`."""
+    from piwf.protocol.state_payloads import MAX_TIMESTAMP_MS
+
+    rule = "a time in epoch milliseconds: a whole number from 0, before the year 10000"
+    cutoff = whole_number_argument(
+        "before_ms", before_ms, rule, most=MAX_TIMESTAMP_MS, optional=False
+    )
+    assert cutoff is not None  # optional=False
+    return cutoff

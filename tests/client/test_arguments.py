@@ -37,6 +37,24 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
     "workflow int": (lambda c: c.start_run(123), "workflow"),  # type: ignore[arg-type]
     "workflow None": (lambda c: c.start_run(None), "workflow"),  # type: ignore[arg-type]
     "workflow empty": (lambda c: c.start_run(""), "workflow"),
+    # A name with a NUL character went to the server, which answered "ValueError: embedded
+    # null byte": no name or path holds one.
+    "workflow name NUL": (lambda c: c.start_run("hello\x00"), "workflow: a workflow name or"),
+    "show workflow name NUL": (lambda c: c.show_workflow("a\x00b"), "workflow: a workflow name"),
+    # A malformed run id was sent and its "no run" answer echoed the control characters back.
+    "requests run id": (
+        lambda c: c.list_requests("run-\n\x1b[31m"),
+        "run_id: 1 to 256 printable ASCII characters, no spaces",
+    ),
+    # The cutoff is refused under the argument's own name, not the wire field's (before).
+    "prune preview cutoff negative": (
+        lambda c: c.prune_preview(-5),
+        "before_ms: a time in epoch milliseconds",
+    ),
+    "prune cutoff str": (
+        lambda c: c.prune("0", "/tmp/before-prune.sqlite"),  # type: ignore[arg-type]
+        "before_ms: a time in epoch milliseconds",
+    ),
     "title": (lambda c: c.start_run("noop", title=5), "title"),  # type: ignore[arg-type]
     "run id int": (lambda c: c.get_run(5), "run_id"),  # type: ignore[arg-type]
     "control action": (
