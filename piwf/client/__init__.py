@@ -14,6 +14,7 @@ module              contents
 ``sessions``        :meth:`Client.session`: the coordinator of an origin session
 ``capture``         :meth:`Client.read_capture`: a run's session capture, read back whole
 ``resources``       the ``resource.*`` methods of :class:`Client`
+``database``        the ``state.*`` methods of :class:`Client`: status, verify, backup, prune
 ``content``         assembling and verifying values the server sent by content reference
 ``connection``      socket path checks (lstat, no symlinks), ``hello``, the reader thread
 ``launcher``        start a detached server and wait for its ready line

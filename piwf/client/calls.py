@@ -87,6 +87,7 @@ class ClientCalls:
             run_id: str | None = None,
             idempotency_key: str | None = None,
             timeout_s: float | None = None,
+            held_s: float = 0.0,
         ) -> _Receipt:
             """Send one operation and validate its receipt."""
             ...

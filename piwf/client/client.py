@@ -41,13 +41,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from piwf.client.arguments import (
-    absolute_path_argument,
-    build_payload,
     flag_argument,
     invalid_argument_error,
     opaque_id_argument,
@@ -61,6 +59,7 @@ from piwf.client.channels import ChannelMethods
 from piwf.client.connection import ServerConnection
 from piwf.client.connectors import UnixSocketConnector
 from piwf.client.control import RunControlMethods
+from piwf.client.database import StateMethods
 from piwf.client.interactions import InteractionMethods
 from piwf.client.logs import RunLogMethods
 from piwf.client.resources import ResourceMethods
@@ -109,9 +108,6 @@ from piwf.protocol.payloads import (
     StopReceipt,
     WireModel,
 )
-
-if TYPE_CHECKING:
-    from piwf.protocol.state_payloads import BackupReceipt, PruneReport, StateStatus, VerifyReceipt
 
 DEFAULT_CONNECT_TIMEOUT_S: Final = 2.0
 DEFAULT_REQUEST_TIMEOUT_S: Final = 60.0
@@ -163,6 +159,7 @@ class Client(
     CaptureMethods,
     WorkflowMethods,
     SettingsMethods,
+    StateMethods,
 ):
     """A connection to the piwf server of one state home.
 
@@ -174,7 +171,8 @@ class Client(
     (default: a fresh ``py-<uuid>``); a retry must come from the same client id to adopt its
     receipt. Timeouts are in seconds: ``connect_timeout_s`` bounds
     connecting and reading the hello, ``request_timeout_s`` one response (a ``run.wait`` gets its
-    wait on top), ``retry_timeout_s`` the retrying of one call (0: no retry), ``start_timeout_s``
+    wait on top), ``retry_timeout_s`` the retrying of one call (0: no retry; the time the server
+    holds a ``run.wait`` does not count), ``start_timeout_s``
     a server start; each is a number of seconds above 0, else the constructor raises
     :class:`~piwf.errors.InvalidArgumentError` naming it, as it does for a malformed
     ``client_id``, an ``autostart`` that is not a ``bool`` or a ``remote`` that is no loopback
@@ -316,12 +314,15 @@ class Client(
         timeout_s: float | None,
         autostart: bool,
         payload_at_send: Callable[[], Mapping[str, Any]] | None = None,
+        held_s: float = 0.0,
     ) -> Response:
         """Send ``operation`` until it is answered (see :meth:`request`).
 
         ``payload_at_send`` (reads only) makes each attempt's payload anew once its connection
         is open, for a payload that depends on the time left (``run.wait``'s wait, see
         :meth:`wait_run`); an attempt after a reconnect then asks only for what is left.
+        ``held_s``: how long the server was asked to hold the answer (that wait); that much of
+        an attempt does not count toward ``retry_timeout_s`` (see :meth:`_retrying`).
         """
         idempotency_key = request_key(operation, idempotency_key)
         assert idempotency_key is None or not payload_at_send, "a command sends one payload"
@@ -359,7 +360,7 @@ class Client(
                 request_id, frame = request.request_id, encode_message(request)
             return self._send(connection, request_id, frame, wait_s)
 
-        response = self._retrying(operation, attempt, idempotency_key)
+        response = self._retrying(operation, attempt, idempotency_key, held_s=held_s)
         error_type = OUTCOME_ERRORS.get(response.outcome)
         if error_type is not None:
             error = response.error
@@ -416,57 +417,6 @@ class Client(
         finally:
             self.close()
 
-    def state_status(self) -> StateStatus:
-        """Return the state database's privacy-safe counts (``state.status``)."""
-        from piwf.protocol.state_payloads import StateStatus
-
-        return self._call("state.status", EmptyPayload(), StateStatus)
-
-    def state_verify(self) -> VerifyReceipt:
-        """Check the database invariants (``state.verify``); ``valid`` is False on violations."""
-        from piwf.protocol.state_payloads import VerifyReceipt
-
-        return self._call("state.verify", EmptyPayload(), VerifyReceipt)
-
-    def backup(
-        self, destination: str | os.PathLike[str], *, idempotency_key: str | None = None
-    ) -> BackupReceipt:
-        """Write a verified backup to ``destination`` (made absolute against the current
-        directory; it must not exist yet) through the server (``state.backup``)."""
-        from piwf.protocol.state_payloads import BackupReceipt, StateBackupPayload
-
-        destination = path_argument("destination", destination)
-        payload = build_payload(StateBackupPayload, destination=str(destination))
-        return self._call("state.backup", payload, BackupReceipt, idempotency_key=idempotency_key)
-
-    def prune_preview(self, before_ms: int) -> PruneReport:
-        """List the run trees a prune with cutoff ``before_ms`` (epoch ms) would delete and
-        those protected state keeps (``state.prunePreview``); nothing changes."""
-        from piwf.protocol.state_payloads import PruneReport, StatePrunePreviewPayload
-
-        payload = build_payload(StatePrunePreviewPayload, before=before_ms)
-        return self._call("state.prunePreview", payload, PruneReport)
-
-    def prune(
-        self,
-        before_ms: int,
-        backup: str | os.PathLike[str],
-        *,
-        idempotency_key: str | None = None,
-    ) -> PruneReport:
-        """Back up to ``backup`` (an absolute path that must not exist; the copy is verified
-        read-only first), then delete every expired run tree finished before ``before_ms``
-        (``state.prune``). A ``backup`` that is no absolute path is an
-        :class:`~piwf.errors.InvalidArgumentError` before anything is sent; a failed backup
-        raises :class:`~piwf.errors.RejectedError` and deletes nothing."""
-        from piwf.protocol.state_payloads import PruneReport, StatePrunePayload
-
-        destination = absolute_path_argument(
-            "backup", backup, "the absolute path of a new file (str or PathLike)"
-        )
-        payload = build_payload(StatePrunePayload, before=before_ms, backup=str(destination))
-        return self._call("state.prune", payload, PruneReport, idempotency_key=idempotency_key)
-
     # -- internals --------------------------------------------------------------------------
 
     def _call(
@@ -478,9 +428,11 @@ class Client(
         run_id: str | None = None,
         idempotency_key: str | None = None,
         timeout_s: float | None = None,
+        held_s: float = 0.0,
     ) -> _Receipt:
         """Send ``payload`` and validate the receipt; a callable ``payload`` (reads only) is
-        called again for each attempt, once its connection is open (see :meth:`_request`)."""
+        called again for each attempt, once its connection is open, and ``held_s`` is the
+        server's wait (see :meth:`_request`)."""
         payload_at_send: Callable[[], dict[str, Any]] | None = None
         if callable(payload):
             make_payload = payload
@@ -498,14 +450,24 @@ class Client(
             timeout_s=timeout_s,
             autostart=self.autostart,
             payload_at_send=payload_at_send,
+            held_s=held_s,
         )
         return parse_receipt(receipt_type, response)
 
     def _retrying(
-        self, what: str, attempt: Callable[[], _T], idempotency_key: str | None = None
+        self,
+        what: str,
+        attempt: Callable[[], _T],
+        idempotency_key: str | None = None,
+        *,
+        held_s: float = 0.0,
     ) -> _T:
         """Run ``attempt`` until it returns, retrying transport errors with jittered backoff.
 
+        The first attempt counts toward ``retry_timeout_s`` except for its first ``held_s``
+        seconds, the wait the server was asked to hold the answer for: a ``run.wait`` whose
+        server dies 20 s into a 30 s wait is still sent again (unless ``retry_timeout_s`` is 0),
+        while a response that never comes is not retried past ``retry_timeout_s``.
         When retrying runs out, raise ServerUnavailableError; for a durable operation it says
         that the outcome is unknown and names the key under which a later retry adopts it.
         """
@@ -530,7 +492,7 @@ class Client(
                 raise failed.pop()
             return attempt()
 
-        left_s = self.retry_timeout_s - (time.monotonic() - started)
+        left_s = self.retry_timeout_s - max(time.monotonic() - started - held_s, 0.0)
         retrying = Retrying(
             retry=retry_if_exception_type(TransportError),
             wait=wait_random_exponential(multiplier=RETRY_BASE_S, max=RETRY_MAX_WAIT_S),

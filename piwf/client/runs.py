@@ -296,6 +296,7 @@ class RunReadMethods(ClientCalls):
                 RunWaitReceipt,
                 run_id=run_id,
                 timeout_s=self.request_timeout_s + longest_s,
+                held_s=longest_s,
             )
             if not receipt.timed_out or (deadline is not None and time.monotonic() >= deadline):
                 return resolve_references(receipt, self.read_content, content_limit=content_limit)
@@ -303,11 +304,15 @@ class RunReadMethods(ClientCalls):
     def list_requests(
         self, run_id: str | None = None, *, content_limit: int | None = None
     ) -> list[OpenRequestInfo]:
-        """Return the pending checkpoints and decisions, oldest first (``requests.list``).
+        """Return the pending checkpoints and decisions, oldest first (``requests.list``);
+        with ``run_id``, only that run's (a malformed id is an
+        :class:`~piwf.errors.InvalidArgumentError`, as for :meth:`get_run`).
 
         Referenced content is read as :meth:`get_run` reads it (``content_limit`` likewise).
         """
         content_limit = content_limit_argument(content_limit)
+        if run_id is not None:
+            run_id = opaque_id_argument("run_id", run_id)
         payload = build_payload(RequestsListPayload, run_id=run_id)
         found = self._call("requests.list", payload, RequestList)
         return resolve_references(found, self.read_content, content_limit=content_limit).requests
@@ -389,13 +394,15 @@ def workflow_reference(workflow: str | os.PathLike[str]) -> str:
 
     An ``os.PathLike``, an existing file, or text that contains ``/`` or ends with ``.py`` is
     a path, made absolute against the current directory; any other text is a name. Raises
-    :class:`~piwf.errors.InvalidArgumentError` for anything else (an empty text too).
+    :class:`~piwf.errors.InvalidArgumentError` for anything else (an empty text, or one holding
+    a NUL character, which no name or path can, too).
     """
     if isinstance(workflow, os.PathLike):
         return str(path_argument("workflow", workflow))
-    if not isinstance(workflow, str) or not workflow:
+    if not isinstance(workflow, str) or not workflow or "\x00" in workflow:
         raise InvalidArgumentError(
-            "invalid argument: workflow: a workflow name or file path (a non-empty str or PathLike)"
+            "invalid argument: workflow: a workflow name or file path (a non-empty str or"
+            " PathLike without NUL characters)"
         )
     if "/" in workflow or workflow.endswith(".py") or _is_file(workflow):
         return str(path_argument("workflow", workflow))

@@ -347,7 +347,9 @@ class SessionCoordinator:
         payload=..., tool_call_id=...)``), in order, before the turn's end is reported. An
         entry recorded again is adopted; events are kept once per ``idempotency_key``. The
         turn's segment keeps at most 2000 entries and 5000 events; the receipt counts what it
-        dropped beyond. Read it back with :meth:`Client.read_capture`."""
+        dropped beyond. Read it back with :meth:`Client.read_capture`. A content or payload
+        that is no canonical JSON (a set, bytes, NaN) is a
+        :class:`~piwf.errors.CanonicalJsonError` before anything is sent."""
         from piwf.protocol.session_capture_payloads import (
             CapturedEntry,
             CapturedEvent,
@@ -363,6 +365,11 @@ class SessionCoordinator:
         _require_sequence("events", events)
         entry_models = [_model(CapturedEntry, entry) for entry in entries]  # before attaching
         event_models = [_model(CapturedEvent, event) for event in events]
+        # Sent as given, not through pydantic's JSON conversion (a set would become a list).
+        for entry in entry_models:
+            canonical.check_value(entry.content, "entries.content")
+        for event in event_models:
+            canonical.check_value(event.payload, "events.payload")
         payload = build_payload(
             CaptureRecordPayload,
             session_id=self.session_id,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from piwf import canonical
 from piwf.client.arguments import build_payload
 from piwf.client.calls import ClientCalls
 
@@ -48,12 +49,18 @@ class SettingsMethods(ClientCalls):
         the workflow does not grant, or that its ``parse`` refuses is a
         :class:`~piwf.errors.RejectedError` (``settingsRefused``) and changes nothing; with
         ``expected_change`` a newer change is a :class:`~piwf.errors.ConflictError`
-        (``settingsConflict``)."""
+        (``settingsConflict``). A value in ``patch`` that is no canonical JSON (a set, bytes,
+        NaN, nesting deeper than 128) is a :class:`~piwf.errors.CanonicalJsonError` before
+        anything is sent."""
         from piwf.protocol.settings_payloads import (
             RunChangeSettingsPayload,
             SettingsChangeReceipt,
         )
 
+        if isinstance(patch, (list, tuple)):
+            # The values are sent as given, never through pydantic's JSON conversion, which
+            # would quietly turn a set, bytes or a date into something else.
+            canonical.check_value(list(patch), "patch")
         payload = build_payload(
             RunChangeSettingsPayload,
             # A tuple is a list on the wire; anything else is refused by the model, named.

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from piwf.client import Client
+from piwf.client import CapturedEvent, Client
 from piwf.errors import (
     AgentCommandError,
+    CanonicalJsonError,
     InvalidArgumentError,
     RequestTooLargeError,
     SessionError,
@@ -37,6 +39,24 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
     "workflow int": (lambda c: c.start_run(123), "workflow"),  # type: ignore[arg-type]
     "workflow None": (lambda c: c.start_run(None), "workflow"),  # type: ignore[arg-type]
     "workflow empty": (lambda c: c.start_run(""), "workflow"),
+    # A name with a NUL character went to the server, which answered "ValueError: embedded
+    # null byte": no name or path holds one.
+    "workflow name NUL": (lambda c: c.start_run("hello\x00"), "workflow: a workflow name or"),
+    "show workflow name NUL": (lambda c: c.show_workflow("a\x00b"), "workflow: a workflow name"),
+    # A malformed run id was sent and its "no run" answer echoed the control characters back.
+    "requests run id": (
+        lambda c: c.list_requests("run-\n\x1b[31m"),
+        "run_id: 1 to 256 printable ASCII characters, no spaces",
+    ),
+    # The cutoff is refused under the argument's own name, not the wire field's (before).
+    "prune preview cutoff negative": (
+        lambda c: c.prune_preview(-5),
+        "before_ms: a time in epoch milliseconds",
+    ),
+    "prune cutoff str": (
+        lambda c: c.prune("0", "/tmp/before-prune.sqlite"),  # type: ignore[arg-type]
+        "before_ms: a time in epoch milliseconds",
+    ),
     "title": (lambda c: c.start_run("noop", title=5), "title"),  # type: ignore[arg-type]
     "run id int": (lambda c: c.get_run(5), "run_id"),  # type: ignore[arg-type]
     "control action": (
@@ -307,6 +327,54 @@ def test_a_settings_patch_may_be_a_tuple_of_operations(
     operation = {"op": "add", "path": "/x", "value": 1}
     with pytest.raises(AssertionError, match="must not start a server"):  # so it was sent
         Client(short_home).change_settings("run-1", (operation,))
+
+
+#: Values that are no canonical JSON, given where the client sends JSON as it is. The patch and
+#: the capture went through pydantic's JSON conversion instead: a set was sent as a list, a
+#: date as its text, and a deep nesting raised pydantic's own ValueError.
+NOT_JSON: dict[str, tuple[Callable[[Client], object], str]] = {
+    "settings patch set": (
+        lambda c: c.change_settings("run-1", [{"op": "add", "path": "/x", "value": {1, 2}}]),
+        "patch: set is not a JSON value",
+    ),
+    "settings patch date": (
+        lambda c: c.change_settings("run-1", [{"op": "add", "path": "/x", "value": date.today()}]),
+        "patch: date is not a JSON value",
+    ),
+    "settings patch deep": (
+        lambda c: c.change_settings("run-1", [{"op": "add", "path": "/x", "value": _nested(200)}]),
+        "patch: value nests deeper than 128 levels",
+    ),
+    "capture entry bytes": (
+        lambda c: c.session("s1").record(
+            "t-1", entries=[{"entry_id": "e-1", "kind": "assistant", "content": b"x"}]
+        ),
+        "entries.content: bytes is not a JSON value",
+    ),
+    "capture event nan": (
+        lambda c: c.session("s1").record(
+            "t-1", events=[CapturedEvent(event_type="toolCall", payload=math.nan)]
+        ),
+        "events.payload: NaN and Infinity are not JSON numbers",
+    ),
+}
+
+
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("name", sorted(NOT_JSON))
+def test_a_value_that_is_no_canonical_json_is_refused_before_sending(
+    name: str, short_home: Path, no_server_start: None
+) -> None:
+    call, expected = NOT_JSON[name]
+    with pytest.raises(CanonicalJsonError) as info:
+        call(Client(short_home))
+    assert str(info.value) == expected
 
 
 def test_a_malformed_session_id_is_a_session_error_as_start_run_says(

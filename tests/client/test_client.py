@@ -462,6 +462,20 @@ def test_wait_run_with_zero_timeout_asks_once(short_home: Path) -> None:
     assert [request.payload for _, request in server.requests] == [{"timeoutMs": 0}]
 
 
+def test_wait_run_without_retrying_is_not_sent_again_after_a_lost_connection(
+    short_home: Path,
+) -> None:
+    # The held wait does not count toward retry_timeout_s, but 0 still means no retry.
+    def handler(conn: FakeConnection, request: Request) -> None:
+        conn.close()
+
+    with FakeServer(short_home, handler) as server:
+        with client_for(short_home, retry_timeout_s=0) as client:
+            with pytest.raises(ServerUnavailableError, match="during run.wait"):
+                client.wait_run("run-1", timeout_s=5)
+    assert len(server.requests) == 1
+
+
 def test_stop_server_returns_once_the_server_closes(short_home: Path) -> None:
     def handler(conn: FakeConnection, request: Request) -> None:
         assert request.operation == "server.stop"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import piwf
+from piwf import errors
 
 PACKAGE = Path(piwf.__file__).parent
 
@@ -33,3 +35,23 @@ def test_public_api_is_sorted_and_importable() -> None:
 
 def test_package_is_typed() -> None:
     assert (PACKAGE / "py.typed").exists()
+
+
+def test_every_error_a_client_call_names_is_importable_from_piwf() -> None:
+    # A user catches what Client documents it raises with `from piwf import ...`; the package
+    # docstring calls everything else internal. InvalidArgumentError, the commonest client-side
+    # error, was missing.
+
+    named = {
+        name
+        for source in (PACKAGE / "client").glob("*.py")
+        for name in re.findall(r"piwf\.errors\.([A-Z]\w+Error)\b", source.read_text())
+    }
+    raised = {
+        name
+        for source in (PACKAGE / "client").glob("*.py")
+        for name in re.findall(r"raise ([A-Z]\w+Error)\(", source.read_text())
+        if hasattr(errors, name)
+    }
+    assert named and raised
+    assert sorted((named | raised) - set(piwf.__all__)) == []
