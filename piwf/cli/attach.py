@@ -344,10 +344,16 @@ def _show(message: WorkflowMessageInfo, as_json: bool) -> None:
         _echo(str(content.get("message", "")))
     elif message.kind == "terminal":
         outcome = content.get("output") if content.get("status") == "completed" else None
-        _echo(
-            f"run {content.get('status')}"
-            + ("" if outcome is None else f": {canonical.encode_text(outcome)}")
-        )
+        kept_with_the_run = content.get("outputBytes")
+        if outcome is not None:
+            _echo(f"run {content.get('status')}: {canonical.encode_text(outcome)}")
+        elif isinstance(kept_with_the_run, int):  # too large for a message (over 16 KiB)
+            _echo(
+                f"run {content.get('status')}: its output ({kept_with_the_run} bytes) is kept "
+                f"with the run; piwf run show {message.run_id} --json prints it"
+            )
+        else:
+            _echo(f"run {content.get('status')}")
         if content.get("error"):
             _echo(f"error: {content['error']}")
     else:

@@ -56,6 +56,10 @@ def test_a_session_and_an_agent_command_are_exclusive_everywhere(
         )
         assert "not both" in str(raised.value)
         assert client.list_runs().runs == []
+    # Refused, the run never used the session: showing it says so (a mistyped id looks alike).
+    shown = piwf.run("session", "show", "chat-1")
+    assert (shown.returncode, shown.stderr) == (0, ""), shown
+    assert "no run has used session chat-1 in this state home; piwf session list" in shown.stdout
 
 
 def test_a_malformed_session_id_is_a_usage_error_in_every_command(

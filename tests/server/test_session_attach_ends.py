@@ -8,6 +8,7 @@ and typed again, never the end of the host.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from piwf import canonical
 from piwf.client import Client
 from piwf.errors import SessionAuthorityCommandError
 from tests.server.harness import ServerFactory, ServerProcess, wait_for
@@ -227,3 +229,37 @@ def test_a_piped_host_refuses_bad_lines_and_goes_on_with_escaped_text(
     )
     assert capture.returncode == 0, capture.stderr
     assert b"\x1b" not in capture.stdout and b"bad \\x1b]0;TITLE\\x07" in capture.stdout
+
+
+def test_a_run_output_too_large_for_a_message_is_named_with_where_to_read_it(
+    server: ServerProcess,
+) -> None:
+    """A terminal message carries a run's output up to 16 KiB; past that the host says how
+    large it is and which command prints it (and that command does), not a bare status."""
+    note = "n" * 20_000
+    typed = json.dumps({"note": note}).encode() + b'\n{"approved": true}\n'
+    env = {**os.environ, "PIWF_HOME": str(server.home)}
+    with Client(server.home, autostart=False) as client:
+        run = client.start_run(REVIEW, input={"topic": "x"}, session="large-1")
+        host = subprocess.run(
+            [str(PIWF), "session", "attach", "large-1", "--exit-when-done"],
+            input=typed,
+            capture_output=True,
+            env=env,
+            timeout=EXIT_DEADLINE_S,
+        )
+        assert host.returncode == 0, host.stderr
+        size = len(canonical.encode(client.get_run(run.run_id).output))
+    said = host.stdout.decode()
+    assert (
+        f"run completed: its output ({size} bytes) is kept with the run; "
+        f"piwf run show {run.run_id} --json prints it"
+    ) in said, said
+    shown = subprocess.run(
+        [str(PIWF), "run", "show", run.run_id, "--json"],
+        capture_output=True,
+        env=env,
+        timeout=EXIT_DEADLINE_S,
+        check=True,
+    )
+    assert json.loads(shown.stdout)["output"]["note"] == note
