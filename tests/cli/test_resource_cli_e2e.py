@@ -120,3 +120,58 @@ def test_resource_refusals_say_what_to_do_next(piwf: Piwf, tmp_path: Path) -> No
         timeout_s=30,
         what="the deletion",
     )
+
+
+SHOUTER = r"""
+from piwf.resource import condition_false, define_resource_manager, settled
+
+def reconcile(ctx, resource):
+    if resource.spec.get("fail"):
+        raise RuntimeError("\x1b]0;owned\x07boom\n  errors      0\u202e")
+    return settled(
+        status={"s": "\u202ered\x9b"},
+        conditions=[condition_false("Ready", "Bad", "line1\n  FORGED  ROW\x1b[2J")],
+    )
+
+manager = define_resource_manager(
+    name="shouter", initial_status=lambda spec: {}, reconcile=reconcile
+)
+"""
+
+
+def test_resource_get_shows_what_a_manager_wrote_without_driving_the_terminal(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    managers = tmp_path / "project" / ".piwf" / "resource_managers"
+    managers.mkdir(parents=True)
+    (managers / "shouter.py").write_text(SHOUTER)
+    where = ("--project", str(managers.parent.parent))
+    piwf.json("resource", "apply", "shouter", "calm", "--spec", "{}", *where)
+    piwf.json("resource", "apply", "shouter", "loud", "--spec", '{"fail": true}', *where)
+    wait_for(
+        lambda: piwf.json("resource", "get", "shouter", "calm")["conditions"],
+        timeout_s=30,
+        what="the condition",
+    )
+    failing = wait_for(
+        lambda: (
+            piwf.json("resource", "get", "shouter", "loud")["resource"]
+            .get("queue", {})
+            .get("lastError")
+        ),
+        timeout_s=30,
+        what="the reconcile's error",
+    )
+    assert "\x1b]0;owned" in failing  # --json keeps the text as stored
+
+    calm = piwf.run("resource", "get", "shouter", "calm")
+    loud = piwf.run("resource", "get", "shouter", "loud")
+    assert calm.returncode == loud.returncode == 0
+    for shown in (calm.stdout, loud.stdout):
+        assert not any(character in shown for character in "\x1b\x07\x9b\u202e"), shown
+    # A line break the manager wrote forges no row or field line of its own.
+    assert "line1\\n  FORGED  ROW\\x1b[2J" in calm.stdout
+    assert not [line for line in calm.stdout.splitlines() if line.startswith("  FORGED")]
+    assert "RuntimeError: \\x1b]0;owned\\x07boom\\n  errors      0\\u202e" in loud.stdout
+    assert len([line for line in loud.stdout.splitlines() if line.startswith("  errors ")]) == 1
