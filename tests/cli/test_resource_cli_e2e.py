@@ -97,6 +97,18 @@ def test_resource_refusals_say_what_to_do_next(piwf: Piwf, tmp_path: Path) -> No
         "the spec is 300008 bytes of JSON, over the limit of 262144; keep large data outside"
         " the spec (in a file the spec names, for example)"
     )
+    # Far over the limit (and over the 1 MiB a request carries): the same refusal, not a
+    # usage error about the request frame.
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"x": "' + "a" * 3_000_000 + '"}')
+    far_too_large = piwf.json(
+        "resource", "apply", "keeper", "k", "--spec-file", str(huge), *where, exit_code=1
+    )
+    assert far_too_large["error"] == {
+        "code": "resourceSpec",
+        "message": "the spec is 3000008 bytes of JSON, over the limit of 262144; keep large data"
+        " outside the spec (in a file the spec names, for example)",
+    }
 
     piwf.json("resource", "apply", "keeper", "k", "--spec", "{}", *where)
     wait_for(
