@@ -23,7 +23,7 @@ def resource_group() -> None:
 
     \b
     Example:
-      piwf resource apply greeting ada --spec '{"name": "Ada"}'
+      piwf resource apply greeting ada --spec '{"dir": "/tmp/out", "name": "ada"}'
     """
 
 
@@ -65,7 +65,7 @@ def resource_apply(
 
     \b
     Example:
-      piwf resource apply greeting ada --spec '{"name": "Ada"}'
+      piwf resource apply greeting ada --spec '{"dir": "/tmp/out", "name": "ada"}'
     """
     spec = _read_spec(spec_text, spec_file)
     with open_client() as client:
