@@ -81,7 +81,11 @@ class PipeReconcilePort:
             }
         )
         if len(frame) > MAX_FRAME_BYTES:
-            raise resource_errors.ResourceError(f"{operation}: the request exceeds one frame")
+            raise resource_errors.ResourceError(
+                f"{operation}: the call is {len(frame):,} bytes of JSON, over the"
+                f" {MAX_FRAME_BYTES:,} bytes (1 MiB) one call carries; nothing was sent. Keep"
+                " large data outside the request and the input (in a file they name, for example)"
+            )
         self.connection.send_bytes(frame)
         response = ResponseFrame.model_validate(
             canonical.decode(self.connection.recv_bytes(maxlength=MAX_FRAME_BYTES))

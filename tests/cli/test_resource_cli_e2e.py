@@ -187,3 +187,42 @@ def test_resource_get_shows_what_a_manager_wrote_without_driving_the_terminal(
     assert not [line for line in calm.stdout.splitlines() if line.startswith("  FORGED")]
     assert "RuntimeError: \\x1b]0;owned\\x07boom\\n  errors      0\\u202e" in loud.stdout
     assert len([line for line in loud.stdout.splitlines() if line.startswith("  errors ")]) == 1
+
+
+HOARDER = """
+from piwf.resource import define_resource_manager, settled
+
+def reconcile(ctx, resource):
+    ctx.workflows.ensure("render", "hello", {"who": "x" * 2_000_000})
+    return settled()
+
+manager = define_resource_manager(
+    name="hoarder", initial_status=lambda spec: {}, reconcile=reconcile
+)
+"""
+
+
+def test_a_call_over_one_frame_fails_the_reconcile_saying_what_to_do(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    managers = tmp_path / "project" / ".piwf" / "resource_managers"
+    managers.mkdir(parents=True)
+    (managers / "hoarder.py").write_text(HOARDER)
+    where = ("--project", str(managers.parent.parent))
+    piwf.json("resource", "apply", "hoarder", "h", "--spec", "{}", *where)
+    error = wait_for(
+        lambda: (
+            piwf.json("resource", "get", "hoarder", "h")["resource"]
+            .get("queue", {})
+            .get("lastError")
+        ),
+        timeout_s=30,
+        what="the reconcile's error",
+    )
+    assert error.startswith("ResourceError: workflow.ensure: the call is 2,000,")
+    assert error.endswith(
+        " bytes of JSON, over the 1,048,576 bytes (1 MiB) one call carries; nothing was sent."
+        " Keep large data outside the request and the input (in a file they name, for example)"
+    )
+    assert piwf.json("resource", "get", "hoarder", "h")["workflows"] == []
