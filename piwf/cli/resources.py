@@ -143,8 +143,8 @@ def resource_list(manager: str | None, limit: int, as_json: bool) -> None:
 @json_option
 @command
 def resource_delete(manager: str, key: str, as_json: bool) -> None:
-    """Delete a resource: at once when it has no finalizer, otherwise mark it deleting so its
-    manager cleans up and removes its finalizers first.
+    """Delete a resource: at once when it has no finalizer and no reconcile running, otherwise
+    mark it deleting so its manager cleans up and removes its finalizers first.
 
     \b
     Example:
