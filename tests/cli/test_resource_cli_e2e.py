@@ -226,3 +226,45 @@ def test_a_call_over_one_frame_fails_the_reconcile_saying_what_to_do(
         " Keep large data outside the request and the input (in a file they name, for example)"
     )
     assert piwf.json("resource", "get", "hoarder", "h")["workflows"] == []
+
+
+RAISER = """
+from piwf.resource import define_resource_manager
+
+def reconcile(ctx, resource):
+    raise RuntimeError("the bucket is gone")
+
+manager = define_resource_manager(
+    name="raiser", initial_status=lambda spec: {}, reconcile=reconcile
+)
+"""
+
+
+def test_a_failed_reconcile_leaves_its_traceback_in_the_reconcile_log(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    managers = tmp_path / "project" / ".piwf" / "resource_managers"
+    managers.mkdir(parents=True)
+    (managers / "raiser.py").write_text(RAISER)
+    piwf.json(
+        "resource", "apply", "raiser", "r", "--spec", "{}", "--project", str(managers.parent.parent)
+    )
+
+    def failed() -> object:
+        detail = piwf.json("resource", "get", "raiser", "r")
+        queue = detail["resource"].get("queue") or {}
+        return detail if queue.get("lastError") else None
+
+    detail = wait_for(failed, timeout_s=30, what="the reconcile's failure")
+    assert detail["resource"]["queue"]["lastError"] == "RuntimeError: the bucket is gone"
+    failure = next(r for r in detail["reconciles"] if r["result"] == "failed")
+    path = piwf.home / "server" / "runners" / f"{failure['reconcileId']}.log"
+
+    def logged() -> str | None:  # the server copies the child's stderr as it reads it
+        text = path.read_text() if path.exists() else ""
+        return text if text.rstrip().endswith("RuntimeError: the bucket is gone") else None
+
+    log = wait_for(logged, timeout_s=30, what="the traceback in the reconcile's log")
+    assert "Traceback (most recent call last)" in log
+    assert f'File "{(managers / "raiser.py").resolve()}", line 5, in reconcile' in log
