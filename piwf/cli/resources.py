@@ -23,7 +23,7 @@ def resource_group() -> None:
 
     \b
     Example:
-      piwf resource apply greeting ada --spec '{"name": "Ada"}'
+      piwf resource apply greeting ada --spec '{"dir": "/tmp/out", "name": "ada"}'
     """
 
 
@@ -65,7 +65,7 @@ def resource_apply(
 
     \b
     Example:
-      piwf resource apply greeting ada --spec '{"name": "Ada"}'
+      piwf resource apply greeting ada --spec '{"dir": "/tmp/out", "name": "ada"}'
     """
     spec = _read_spec(spec_text, spec_file)
     with open_client() as client:
@@ -143,8 +143,8 @@ def resource_list(manager: str | None, limit: int, as_json: bool) -> None:
 @json_option
 @command
 def resource_delete(manager: str, key: str, as_json: bool) -> None:
-    """Delete a resource: at once when it has no finalizer, otherwise mark it deleting so its
-    manager cleans up and removes its finalizers first.
+    """Delete a resource: at once when it has no finalizer and no reconcile running, otherwise
+    mark it deleting so its manager cleans up and removes its finalizers first.
 
     \b
     Example:
@@ -213,18 +213,24 @@ def resource_detail(detail: ResourceDetail) -> str:
                     if queue is None or not queue.consecutive_errors
                     else queue.consecutive_errors,
                 ),
-                ("last error", None if queue is None else queue.last_error),
-                ("manager", f"{detail.source_path} ({detail.source_digest[:12]})"),
+                ("last error", _stored(None if queue is None else queue.last_error)),
+                ("manager", f"{render.one_line(detail.source_path)} ({detail.source_digest[:12]})"),
             ]
         ),
         "spec:",
-        "  " + canonical.encode_text(detail.spec),
+        "  " + render.one_line(canonical.encode_text(detail.spec)),
         "status:",
-        "  " + canonical.encode_text(detail.status),
+        "  " + render.one_line(canonical.encode_text(detail.status)),
     ]
     if detail.conditions:
         rows = [
-            [c.type, c.status, c.reason, str(c.observed_generation), c.message or ""]
+            [
+                render.one_line(c.type),
+                c.status,
+                render.one_line(c.reason),
+                str(c.observed_generation),
+                render.one_line(c.message or ""),
+            ]
             for c in detail.conditions
         ]
         lines += [
@@ -233,11 +239,12 @@ def resource_detail(detail: ResourceDetail) -> str:
         ]
     if detail.effects:
         rows = [
-            [e.effect_id, e.effect_type, e.status, str(e.attempt_count)] for e in detail.effects
+            [e.effect_id, render.one_line(e.effect_type), e.status, str(e.attempt_count)]
+            for e in detail.effects
         ]
         lines += ["effects:", _indent(render.table(["EFFECT", "KIND", "STATUS", "ATTEMPTS"], rows))]
     if detail.workflows:
-        rows = [[w.request_key, w.run_id, w.state] for w in detail.workflows]
+        rows = [[render.one_line(w.request_key), w.run_id, w.state] for w in detail.workflows]
         lines += ["child runs:", _indent(render.table(["REQUEST KEY", "RUN ID", "STATE"], rows))]
     if detail.reconciles:
         rows = [
@@ -255,6 +262,12 @@ def resource_detail(detail: ResourceDetail) -> str:
             _indent(render.table(["RECONCILE", "PROCESS", "RESULT", "GEN", "STARTED"], rows)),
         ]
     return "\n".join(lines)
+
+
+def _stored(text: str | None) -> str | None:
+    """Text a manager wrote (an exception's message) safe for one field line: a line break or
+    a terminal escape in it shows as its Python escape instead of forging a line."""
+    return None if text is None else render.one_line(text)
 
 
 def _when(ms: int | None) -> str | None:

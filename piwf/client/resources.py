@@ -16,6 +16,7 @@ from piwf import canonical
 from piwf.client.arguments import build_payload, project_argument, whole_number_argument
 from piwf.client.calls import ClientCalls
 from piwf.client.content import resolve_references
+from piwf.errors import RejectedError
 from piwf.protocol import InvalidMessageError, Response
 
 if TYPE_CHECKING:
@@ -49,13 +50,21 @@ class ResourceMethods(ClientCalls):
         ``expected_version`` the apply only happens if the resource is at that version (0 for
         a new one); otherwise :class:`~piwf.errors.ConflictError`. The receipt's ``outcome`` is
         ``created``, ``updated`` (new generation) or ``unchanged``. Raises
-        :class:`~piwf.errors.RejectedError` for an unknown manager or a refused spec, and
+        :class:`~piwf.errors.RejectedError` for an unknown manager or a refused spec (a spec
+        over 256 KiB of canonical JSON is refused, ``resourceSpec``, before anything is sent), and
         :class:`~piwf.errors.CanonicalJsonError` before anything is sent when ``spec`` breaks
         the canonical JSON rules (an integer beyond ±(2**53 - 1), NaN, a lone surrogate).
         """
-        from piwf.protocol.resource_payloads import ResourceApplyPayload, ResourceReceipt
+        from piwf.protocol.resource_payloads import (
+            ResourceApplyPayload,
+            ResourceReceipt,
+            oversized_spec,
+        )
 
         canonical.check_value(spec, "spec")
+        oversized = oversized_spec(spec)
+        if oversized is not None:  # refused as the server would, before the frame limit is met
+            raise RejectedError(oversized, error_code="resourceSpec")
         payload = build_payload(
             ResourceApplyPayload,
             manager=manager,

@@ -19,11 +19,28 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from piwf import canonical
 from piwf.protocol.client_v1 import MANAGER_NAME_PATTERN, OPAQUE_ID_PATTERN
 from piwf.protocol.payloads import ContentRef, EffectInfo, WireModel
+from piwf.resource.definition import MAX_SPEC_BYTES
 
 _MANAGER = Field(min_length=1, max_length=64, pattern=MANAGER_NAME_PATTERN)
 _KEY = Field(min_length=1, max_length=256, pattern=OPAQUE_ID_PATTERN)
+
+
+def oversized_spec(spec: dict[str, Any]) -> str | None:
+    """Why ``spec`` is refused for its size (``resourceSpec``), or None when it fits.
+
+    Both ends check it: the client before it sends (a spec far over the limit would otherwise
+    meet the 1 MiB frame limit first, with another error), the server before it resolves.
+    """
+    size = len(canonical.encode(spec))
+    if size <= MAX_SPEC_BYTES:
+        return None
+    return (
+        f"the spec is {size} bytes of JSON, over the limit of {MAX_SPEC_BYTES};"
+        " keep large data outside the spec (in a file the spec names, for example)"
+    )
 
 
 class ResourceApplyPayload(WireModel):

@@ -21,6 +21,7 @@ import itertools
 import sys
 import threading
 import time
+import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,11 @@ class PipeReconcilePort:
             }
         )
         if len(frame) > MAX_FRAME_BYTES:
-            raise resource_errors.ResourceError(f"{operation}: the request exceeds one frame")
+            raise resource_errors.ResourceError(
+                f"{operation}: the call is {len(frame):,} bytes of JSON, over the"
+                f" {MAX_FRAME_BYTES:,} bytes (1 MiB) one call carries; nothing was sent. Keep"
+                " large data outside the request and the input (in a file they name, for example)"
+            )
         self.connection.send_bytes(frame)
         response = ResponseFrame.model_validate(
             canonical.decode(self.connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
@@ -242,6 +247,10 @@ def _reconcile(
     except Exception as error:
         if port.claim_lost:
             raise port._claim_lost() from error
+        # The traceback goes to this runner's log ($PIWF_HOME/server/runners/<reconcile>.log),
+        # where a manager's author finds the line that raised; the queue row keeps the summary.
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
         port.call("reconcile.fail", {"error": f"{type(error).__name__}: {error}"[:4000]})
         return
     finally:

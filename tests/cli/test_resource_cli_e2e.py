@@ -97,6 +97,18 @@ def test_resource_refusals_say_what_to_do_next(piwf: Piwf, tmp_path: Path) -> No
         "the spec is 300008 bytes of JSON, over the limit of 262144; keep large data outside"
         " the spec (in a file the spec names, for example)"
     )
+    # Far over the limit (and over the 1 MiB a request carries): the same refusal, not a
+    # usage error about the request frame.
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"x": "' + "a" * 3_000_000 + '"}')
+    far_too_large = piwf.json(
+        "resource", "apply", "keeper", "k", "--spec-file", str(huge), *where, exit_code=1
+    )
+    assert far_too_large["error"] == {
+        "code": "resourceSpec",
+        "message": "the spec is 3000008 bytes of JSON, over the limit of 262144; keep large data"
+        " outside the spec (in a file the spec names, for example)",
+    }
 
     piwf.json("resource", "apply", "keeper", "k", "--spec", "{}", *where)
     wait_for(
@@ -120,3 +132,139 @@ def test_resource_refusals_say_what_to_do_next(piwf: Piwf, tmp_path: Path) -> No
         timeout_s=30,
         what="the deletion",
     )
+
+
+SHOUTER = r"""
+from piwf.resource import condition_false, define_resource_manager, settled
+
+def reconcile(ctx, resource):
+    if resource.spec.get("fail"):
+        raise RuntimeError("\x1b]0;owned\x07boom\n  errors      0\u202e")
+    return settled(
+        status={"s": "\u202ered\x9b"},
+        conditions=[condition_false("Ready", "Bad", "line1\n  FORGED  ROW\x1b[2J")],
+    )
+
+manager = define_resource_manager(
+    name="shouter", initial_status=lambda spec: {}, reconcile=reconcile
+)
+"""
+
+
+def test_resource_get_shows_what_a_manager_wrote_without_driving_the_terminal(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    managers = tmp_path / "project" / ".piwf" / "resource_managers"
+    managers.mkdir(parents=True)
+    (managers / "shouter.py").write_text(SHOUTER)
+    where = ("--project", str(managers.parent.parent))
+    piwf.json("resource", "apply", "shouter", "calm", "--spec", "{}", *where)
+    piwf.json("resource", "apply", "shouter", "loud", "--spec", '{"fail": true}', *where)
+    wait_for(
+        lambda: piwf.json("resource", "get", "shouter", "calm")["conditions"],
+        timeout_s=30,
+        what="the condition",
+    )
+    failing = wait_for(
+        lambda: (
+            piwf.json("resource", "get", "shouter", "loud")["resource"]
+            .get("queue", {})
+            .get("lastError")
+        ),
+        timeout_s=30,
+        what="the reconcile's error",
+    )
+    assert "\x1b]0;owned" in failing  # --json keeps the text as stored
+
+    calm = piwf.run("resource", "get", "shouter", "calm")
+    loud = piwf.run("resource", "get", "shouter", "loud")
+    assert calm.returncode == loud.returncode == 0
+    for shown in (calm.stdout, loud.stdout):
+        assert not any(character in shown for character in "\x1b\x07\x9b\u202e"), shown
+    # A line break the manager wrote forges no row or field line of its own.
+    assert "line1\\n  FORGED  ROW\\x1b[2J" in calm.stdout
+    assert not [line for line in calm.stdout.splitlines() if line.startswith("  FORGED")]
+    assert "RuntimeError: \\x1b]0;owned\\x07boom\\n  errors      0\\u202e" in loud.stdout
+    assert len([line for line in loud.stdout.splitlines() if line.startswith("  errors ")]) == 1
+
+
+HOARDER = """
+from piwf.resource import define_resource_manager, settled
+
+def reconcile(ctx, resource):
+    ctx.workflows.ensure("render", "hello", {"who": "x" * 2_000_000})
+    return settled()
+
+manager = define_resource_manager(
+    name="hoarder", initial_status=lambda spec: {}, reconcile=reconcile
+)
+"""
+
+
+def test_a_call_over_one_frame_fails_the_reconcile_saying_what_to_do(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    managers = tmp_path / "project" / ".piwf" / "resource_managers"
+    managers.mkdir(parents=True)
+    (managers / "hoarder.py").write_text(HOARDER)
+    where = ("--project", str(managers.parent.parent))
+    piwf.json("resource", "apply", "hoarder", "h", "--spec", "{}", *where)
+    error = wait_for(
+        lambda: (
+            piwf.json("resource", "get", "hoarder", "h")["resource"]
+            .get("queue", {})
+            .get("lastError")
+        ),
+        timeout_s=30,
+        what="the reconcile's error",
+    )
+    assert error.startswith("ResourceError: workflow.ensure: the call is 2,000,")
+    assert error.endswith(
+        " bytes of JSON, over the 1,048,576 bytes (1 MiB) one call carries; nothing was sent."
+        " Keep large data outside the request and the input (in a file they name, for example)"
+    )
+    assert piwf.json("resource", "get", "hoarder", "h")["workflows"] == []
+
+
+RAISER = """
+from piwf.resource import define_resource_manager
+
+def reconcile(ctx, resource):
+    raise RuntimeError("the bucket is gone")
+
+manager = define_resource_manager(
+    name="raiser", initial_status=lambda spec: {}, reconcile=reconcile
+)
+"""
+
+
+def test_a_failed_reconcile_leaves_its_traceback_in_the_reconcile_log(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    managers = tmp_path / "project" / ".piwf" / "resource_managers"
+    managers.mkdir(parents=True)
+    (managers / "raiser.py").write_text(RAISER)
+    piwf.json(
+        "resource", "apply", "raiser", "r", "--spec", "{}", "--project", str(managers.parent.parent)
+    )
+
+    def failed() -> object:
+        detail = piwf.json("resource", "get", "raiser", "r")
+        queue = detail["resource"].get("queue") or {}
+        return detail if queue.get("lastError") else None
+
+    detail = wait_for(failed, timeout_s=30, what="the reconcile's failure")
+    assert detail["resource"]["queue"]["lastError"] == "RuntimeError: the bucket is gone"
+    failure = next(r for r in detail["reconciles"] if r["result"] == "failed")
+    path = piwf.home / "server" / "runners" / f"{failure['reconcileId']}.log"
+
+    def logged() -> str | None:  # the server copies the child's stderr as it reads it
+        text = path.read_text() if path.exists() else ""
+        return text if text.rstrip().endswith("RuntimeError: the bucket is gone") else None
+
+    log = wait_for(logged, timeout_s=30, what="the traceback in the reconcile's log")
+    assert "Traceback (most recent call last)" in log
+    assert f'File "{(managers / "raiser.py").resolve()}", line 5, in reconcile' in log

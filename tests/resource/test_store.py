@@ -224,6 +224,53 @@ def test_an_enqueue_during_the_reconcile_survives_a_settled_result(db: StateData
     assert view(db).queue is not None
 
 
+def test_an_event_during_the_reconcile_is_not_postponed_by_its_backoff_or_requeue_after(
+    db: StateDatabase, clock: FakeClock
+) -> None:
+    """``piwf resource reconcile`` (or a child run's end) while a reconcile runs is due at once,
+    whether that reconcile then fails (its streak still counts) or asks to be requeued later."""
+    apply(db, {"name": "ada"})
+    for _ in range(3):  # a streak, so that a backoff would be long
+        launch = claim(db)
+        with db.write() as tx:
+            clock.set(rc.fail_reconcile(tx, launch.claim, rid(launch), "boom", lease_ms=LEASE_MS))
+    launch = claim(db)
+    with db.write() as tx:
+        row = store.get_resource(tx, "greeting", "ada")
+        assert row is not None
+        store.request_reconcile(tx, row)
+        due = rc.fail_reconcile(tx, launch.claim, rid(launch), "still boom", lease_ms=LEASE_MS)
+    assert due == clock.now_ms()
+    queue = view(db).queue
+    assert queue is not None
+    assert (queue.available_at, queue.reason, queue.consecutive_errors, queue.last_error) == (
+        clock.now_ms(),
+        ResourceQueueReason.REQUESTED,
+        4,
+        "still boom",
+    )
+
+    launch = claim(db)
+    with db.write() as tx:
+        row = store.get_resource(tx, "greeting", "ada")
+        assert row is not None
+        store.enqueue(tx, row.uid, ResourceQueueReason.CHILD_FINISHED)
+        rc.finish_reconcile(
+            tx,
+            launch.claim,
+            rid(launch),
+            rc.ResultIn(ReconcileOutcome.REQUEUE_AFTER, StatusPatch(), after_ms=60_000),
+            lease_ms=LEASE_MS,
+        )
+    queue = view(db).queue
+    assert queue is not None
+    assert (queue.available_at, queue.reason, queue.consecutive_errors) == (
+        clock.now_ms(),
+        ResourceQueueReason.CHILD_FINISHED,
+        0,
+    )
+
+
 def test_failures_back_off_exponentially_up_to_a_minute(
     db: StateDatabase, clock: FakeClock
 ) -> None:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import PiwfError
 from piwf.lifecycle import Adopted, Applied, Conflict
@@ -31,8 +30,8 @@ from piwf.protocol.resource_payloads import (
     ResourceQueueInfo,
     ResourceReceipt,
     ResourceRefPayload,
+    oversized_spec,
 )
-from piwf.resource.definition import MAX_SPEC_BYTES
 from piwf.resource.discovery import discovered_path, file_sha256
 from piwf.resource.errors import (
     ResourceConflictError,
@@ -74,13 +73,9 @@ class ResourceHandlers:
     def apply(self, request: Request, reply: Reply) -> None:
         """Resolve the manager in a child, re-check its source, then commit the resource."""
         payload = payload_of(request, ResourceApplyPayload)
-        spec_bytes = len(canonical.encode(payload.spec))
-        if spec_bytes > MAX_SPEC_BYTES:
-            message = (
-                f"the spec is {spec_bytes} bytes of JSON, over the limit of {MAX_SPEC_BYTES};"
-                " keep large data outside the spec (in a file the spec names, for example)"
-            )
-            reply(error_response(request, "rejected", ResourceSpecError.code, message))
+        oversized = oversized_spec(payload.spec)
+        if oversized is not None:
+            reply(error_response(request, "rejected", ResourceSpecError.code, oversized))
             return
         earlier = self.context.commands.lookup(request)
         if earlier is not None:

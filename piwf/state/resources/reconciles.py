@@ -236,10 +236,23 @@ def finish_reconcile(
             schedule(tx, row.uid, queue.reason, tx.now, errors=0)
     elif result.kind is ReconcileOutcome.REQUEUE:
         schedule(tx, row.uid, ResourceQueueReason.REQUEUE, tx.now, errors=0)
+    elif (event := _event_since_start(tx, runner)) is not None:
+        schedule(tx, row.uid, event, tx.now, errors=0)
     else:
         after = result.after_ms or 0
         schedule(tx, row.uid, ResourceQueueReason.REQUEUE_AFTER, tx.now + after, errors=0)
     return _close(tx, claim, runner, result.kind)
+
+
+def _event_since_start(tx: Transaction, runner: runners.RunnerRow) -> ResourceQueueReason | None:
+    """The reason of an event (an apply, a ``reconcile`` request, a child run's end) that
+    enqueued the resource while this reconcile ran, or None. Such an event is due now: a
+    later due time the reconcile asks for (``requeueAfter``, a failure's backoff) must not
+    postpone it."""
+    queue = read_queue(tx, runner.uid)
+    if queue is None or queue.queue_version == runner.queue_version:
+        return None
+    return queue.reason
 
 
 def fail_reconcile(
@@ -267,7 +280,10 @@ def fail_reconcile(
     if row is not None:
         queue = read_queue(tx, row.uid)
         errors = 0 if queue is None else queue.consecutive_errors
-        if count_error:
+        event = _event_since_start(tx, runner)
+        if count_error and event is not None:  # the streak counts; the event is not postponed
+            schedule(tx, row.uid, event, due, errors=errors + 1, error=error)
+        elif count_error:
             due = tx.now + backoff_ms(errors)
             schedule(tx, row.uid, ResourceQueueReason.ERROR, due, errors=errors + 1, error=error)
         else:
