@@ -11,6 +11,7 @@ import click
 from piwf import canonical
 from piwf.cli.collector import collector_paused
 from piwf.cli.common import Seconds, command, emit_json, json_option, open_client
+from piwf.cli.safe_text import one_line
 from piwf.config import (
     MAX_SETTING_INTEGER,
     MAX_SETTING_SECONDS,
@@ -75,9 +76,11 @@ def server_start(max_workers: int | None, idle_exit_s: float | None, as_json: bo
             document["pid"] = started.pid
         emit_json(document)
     elif started is not None:
-        click.echo(f"started piwf server (pid {started.pid}, epoch {status.epoch}) for {home}")
+        click.echo(
+            one_line(f"started piwf server (pid {started.pid}, epoch {status.epoch}) for {home}")
+        )
     else:
-        click.echo(f"piwf server already running (epoch {status.epoch}) for {home}")
+        click.echo(one_line(f"piwf server already running (epoch {status.epoch}) for {home}"))
 
 
 @server_group.command("stop")
@@ -98,7 +101,7 @@ def server_stop(as_json: bool) -> None:
         if as_json:
             emit_json({"state": "stopped", "wasRunning": False, "note": cannot_run})
         else:
-            click.echo(f"no piwf server can run for {state_home()}: {cannot_run}")
+            click.echo(one_line(f"no piwf server can run for {state_home()}: {cannot_run}"))
         return
     try:
         with open_client(autostart=False) as client:
@@ -111,7 +114,7 @@ def server_stop(as_json: bool) -> None:
     elif was_running:
         click.echo("piwf server stopped")
     else:
-        click.echo(f"no piwf server is running for {state_home()}")
+        click.echo(one_line(f"no piwf server is running for {state_home()}"))
 
 
 @server_group.command("status")
@@ -132,7 +135,7 @@ def server_status(as_json: bool) -> None:
         if as_json:
             emit_json({"state": "stopped", "note": cannot_run})
         else:
-            click.echo(f"no piwf server can run for {state_home()}: {cannot_run}")
+            click.echo(one_line(f"no piwf server can run for {state_home()}: {cannot_run}"))
         return
     try:
         with open_client(autostart=False) as client:
@@ -141,7 +144,7 @@ def server_status(as_json: bool) -> None:
         if as_json:
             emit_json({"state": "stopped"})
         else:
-            click.echo(f"no piwf server is running for {state_home()}")
+            click.echo(one_line(f"no piwf server is running for {state_home()}"))
         return
     if as_json:
         emit_json(status.to_wire())

@@ -94,7 +94,19 @@ def _new_file_path(_ctx: click.Context, _param: click.Parameter, value: str) -> 
     # Checked before it becomes a Path: Path("") is ".", the current directory.
     if not value:
         raise click.BadParameter("the path is empty; give the path of a new file for the backup")
+    _refuse_existing(value)
     return Path(value)
+
+
+def _refuse_existing(destination: str | Path, option: str = "") -> None:
+    """Raise a usage error when ``destination`` (a backup's path, named ``option`` in the
+    message) exists already, before anything is sent. ``lexists`` never raises: a path the OS
+    refuses (a name too long) is left to the server, which answers it with the reason."""
+    if os.path.lexists(destination):
+        named = f"{option} " if option else ""
+        raise click.UsageError(
+            f"{named}{render.one_line(str(destination))} already exists; choose a new file"
+        )
 
 
 @state_group.command("backup")
@@ -237,10 +249,7 @@ def state_prune(
             raise click.UsageError("--apply needs --backup DEST, a new file for the backup")
         if not backup.is_absolute():
             raise click.UsageError("--backup must be an absolute path")
-        # lexists never raises: a path the OS refuses (a name too long) is left to the server,
-        # which answers it with the reason.
-        if os.path.lexists(backup):
-            raise click.UsageError(f"--backup {backup} already exists; choose a new file")
+        _refuse_existing(backup, "--backup")
     with open_client() as client:
         if apply:
             assert backup is not None

@@ -53,6 +53,7 @@ from piwf.errors import (
 )
 from piwf.state.database import RESET_INSTRUCTION
 from piwf.state.file_damage import check_inactive_file, open_inactive_file
+from piwf.state.writable import file_kind
 
 #: The database and every file SQLite may pair with it, in the order they are moved aside.
 DATABASE_FAMILY: Final = ("", "-wal", "-shm", "-journal")
@@ -215,12 +216,13 @@ def _family_to_move(database: Path) -> list[Path]:
             continue
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeStateHomeError(
-                f"{member} is not a regular file (a symlink?); move it away yourself, then "
-                "restore again. Nothing was changed"
+                f"{member} is not a regular file ({file_kind(info.st_mode)}); move it away "
+                "yourself, then restore again. Nothing was changed"
             )
         if info.st_uid != os.geteuid():
             raise UnsafeStateHomeError(
-                f"{member} belongs to another user (uid {info.st_uid}); nothing was changed"
+                f"{member} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()}):"
+                " move it away (as its owner or root), then restore again. Nothing was changed"
             )
         found.append(member)
     return found

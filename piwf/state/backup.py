@@ -51,24 +51,15 @@ from piwf.state.failures import (
     sqlite_result,
     state_error_of_os,
 )
+from piwf.state.writable import file_kind
 
-__all__ = ["BackupError", "BackupReport", "backup_database", "check_destination", "file_kind"]
+__all__ = ["BackupError", "BackupReport", "backup_database", "check_destination"]
 
 #: Linux limits, used when ``pathconf`` cannot answer (the directory does not exist).
 DEFAULT_PATH_MAX = 4096
 DEFAULT_NAME_MAX = 255
 #: Errors of the destination that go away by themselves or by freeing space: retry later.
 _TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EAGAIN, errno.EINTR})
-
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISLNK, "a symlink"),
-    (stat.S_ISREG, "a file"),
-)
 
 
 @dataclass(frozen=True)
@@ -188,11 +179,6 @@ def _same_file(destination: Path, live: Path) -> bool:
         return destination.samefile(live)
     except OSError:
         return False
-
-
-def file_kind(mode: int) -> str:
-    """Name the kind of file ``mode`` (an ``lstat`` mode) describes: "a directory", "a FIFO"..."""
-    return next((kind for test, kind in _KINDS if test(mode)), "a special file")
 
 
 def _os_failure(doing: str, error: OSError) -> StateError:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from functools import cache
@@ -57,14 +56,13 @@ from piwf.errors import (
     ReadOnlyStateError,
     StateBusyError,
     StateUnavailableError,
-    UnsafeStateHomeError,
 )
 from piwf.state.failures import sqlite_result, state_error_of_sqlite
 from piwf.state.group_commit import GroupCommit
 from piwf.state.open_check import QUICK_CHECK_BUDGET_S, bounded_quick_check
 from piwf.state.schema import APPLICATION_ID, SCHEMA_DIGEST, SCHEMA_NAME, SCHEMA_VERSION, STATEMENTS
 from piwf.state.wal import refuse_foreign_wal
-from piwf.state.writable import refuse_unwritable_state
+from piwf.state.writable import refuse_unsafe_state_file, refuse_unwritable_state
 
 Mode = Literal["read-write", "read-only"]
 SqlParams = Sequence[Any] | dict[str, Any]
@@ -397,22 +395,13 @@ def _check_database_file(path: Path) -> bool:
         for suffix in ("-wal", "-shm"):
             if _sidecar(path, suffix).exists():
                 raise IncompatibleStateError(
-                    f"{path.name}{suffix} exists without {path.name}. "
-                    + RESET_INSTRUCTION.format(name=path.name)
+                    f"{path.name}{suffix} exists without {path.name}: an interrupted "
+                    "`piwf state restore` leaves this, and running it again finishes it; else "
+                    f"move {path.name}-wal and -shm aside, then start piwf again to create a new"
+                    " state database. The incompatible state was not changed."
                 ) from None
         return False
-    if stat.S_ISLNK(info.st_mode):
-        raise UnsafeStateHomeError(f"{path} is a symlink; piwf opens only real files")
-    if not stat.S_ISREG(info.st_mode):
-        raise UnsafeStateHomeError(f"{path} is not a regular file")
-    if info.st_nlink > 1:
-        raise UnsafeStateHomeError(f"{path} has {info.st_nlink} hard links; piwf needs one")
-    if info.st_uid != os.geteuid():
-        raise UnsafeStateHomeError(f"{path} belongs to another user (uid {info.st_uid})")
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        raise UnsafeStateHomeError(
-            f"{path} has mode {stat.S_IMODE(info.st_mode):04o}; run `chmod 600 {path}`"
-        )
+    refuse_unsafe_state_file(path, info)
     # Before SQLite pairs the file with a -wal beside it (piwf/state/wal.py).
     refuse_foreign_wal(path)
     return True

@@ -45,10 +45,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 from piwf.errors import UnsafeStateHomeError
-from piwf.state.backup import file_kind
 from piwf.state.database import Transaction
 from piwf.state.diagnostics import Violation, damage_violation, integrity_violations, is_damage
 from piwf.state.failures import os_reason
+from piwf.state.writable import file_kind
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 HEADER_BYTES = 100

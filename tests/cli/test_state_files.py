@@ -359,6 +359,32 @@ def test_restore_of_the_live_database_itself_is_refused(stopped_home: Piwf) -> N
     assert "itself" in message
 
 
+@pytest.mark.parametrize("kind", ["a directory", "a symlink"])
+def test_a_state_file_that_is_no_regular_file_is_refused_with_what_to_do(
+    cli: Piwf, sound_backup: Path, tmp_path: Path, kind: str
+) -> None:
+    cli.home.mkdir(mode=0o700)
+    database = cli.home / "state.sqlite"
+    if kind == "a directory":
+        database.mkdir()
+        says = f"{database} is not a regular file (a directory); move it away, or set PIWF_HOME"
+    else:
+        database.symlink_to(private_copy(sound_backup, tmp_path / "elsewhere.sqlite"))
+        says = f"{database} is a symlink; piwf opens only a real file: move the link away"
+    started = cli.json("server", "start", exit_code=1)
+    assert started["error"]["code"] == "unsafeStateHome"
+    assert started["error"]["message"].startswith(says), started
+    assert started["error"]["message"].endswith("or set PIWF_HOME to another directory")
+
+    message = refused_restore(cli, sound_backup, "unsafeStateHome")
+    assert message == (
+        f"{database} is not a regular file ({kind}); move it away yourself, then restore"
+        " again. Nothing was changed"
+    ), "the restore names what is there, not a guess"
+    assert database.is_symlink() if kind == "a symlink" else database.is_dir()
+    database.unlink() if kind == "a symlink" else database.rmdir()  # so the fixture can verify
+
+
 def test_restore_of_a_missing_backup_is_a_usage_error(cli: Piwf, tmp_path: Path) -> None:
     result = cli.json("state", "restore", str(tmp_path / "nope.sqlite"), exit_code=2)
     assert result["error"]["code"] == "usage"
@@ -436,6 +462,50 @@ def test_backup_to_an_empty_path_is_a_usage_error(cli: Piwf) -> None:
     human = cli.run("state", "backup", "")
     assert human.returncode == 2
     assert "the path is empty; give the path of a new file for the backup" in human.stderr
+    assert processes_of(cli.home) == [], "nothing was sent: no server was started for it"
+
+
+def test_server_commands_print_a_home_with_control_characters_escaped() -> None:
+    """PIWF_HOME is printed by server start, status and stop: a terminal escape in it shows
+    as its Python escape, never raw."""
+    root = Path(tempfile.mkdtemp(prefix="pf", dir="/tmp"))
+    cli = Piwf(root / "h\x1b]0;x\x07")
+    shown = str(root / "h\\x1b]0;x\\x07")
+    try:
+        assert cli.run("server", "status").stdout == f"no piwf server is running for {shown}\n"
+        started = cli.run("server", "start").stdout
+        assert started.startswith("started piwf server (pid ") and started.endswith(
+            f") for {shown}\n"
+        ), started
+        again = cli.run("server", "start").stdout
+        assert again.startswith("piwf server already running (epoch ") and again.endswith(
+            f") for {shown}\n"
+        ), again
+        assert cli.run("server", "stop").stdout == "piwf server stopped\n"
+        assert cli.run("server", "stop").stdout == f"no piwf server is running for {shown}\n"
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            cli.run("server", "stop")
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+
+
+def test_backup_to_an_existing_path_is_a_usage_error_before_anything_is_sent(
+    cli: Piwf, tmp_path: Path
+) -> None:
+    """As `state prune --backup` refuses it: exit 2, the path named (escaped), no server."""
+    taken = tmp_path / "taken\x1b[31m.sqlite"
+    taken.write_bytes(b"kept")
+    refused = cli.json("state", "backup", str(taken), exit_code=2)
+    escaped = str(tmp_path / "taken\\x1b[31m.sqlite")
+    assert refused["error"] == {
+        "code": "usage",
+        "message": f"{escaped} already exists; choose a new file",
+    }
+    human = cli.run("state", "backup", str(taken))
+    assert human.returncode == 2
+    assert human.stderr.endswith(f"Error: {escaped} already exists; choose a new file\n")
+    assert "\x1b" not in human.stderr
+    assert taken.read_bytes() == b"kept"
     assert processes_of(cli.home) == [], "nothing was sent: no server was started for it"
 
 
@@ -541,7 +611,11 @@ def test_a_restore_interrupted_after_moving_the_database_is_finished_by_running_
 
     refused = cli.json("server", "start", exit_code=1)
     assert refused["error"]["code"] == "incompatibleState", "the refusal keeps its own code"
-    assert "state.sqlite-wal exists without state.sqlite" in refused["error"]["message"]
+    message = refused["error"]["message"]
+    assert "state.sqlite-wal exists without state.sqlite: an interrupted `piwf state restore`" in (
+        message
+    ), "the refusal says what most likely happened and how to finish"
+    assert "move state.sqlite together" not in message, "no advice about a file that is gone"
 
     report = cli.json("state", "restore", str(source / "state.sqlite"))
     moved = sorted(Path(item["from"]).name for item in report["movedAside"])

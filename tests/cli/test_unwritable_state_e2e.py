@@ -202,3 +202,23 @@ def test_a_home_whose_socket_path_is_too_long_is_never_created(tmp_path: Path) -
     assert run.returncode == 1
     assert run.stderr.count("over the OS limit") == 1
     assert not home.exists()
+
+
+def test_a_database_of_another_user_is_refused_with_the_fix_and_nothing_changes(
+    user_piwf: UserPiwf, tmp_path: Path
+) -> None:
+    uid, _ = ordinary_user()
+    other = 0 if uid == NOBODY_UID else NOBODY_UID
+    database = user_piwf.home / "state.sqlite"
+    os.chown(database, other, other)
+    before = state_files(user_piwf.home)
+
+    started = user_piwf.json("server", "start", exit_code=1)
+    assert started["error"] == {
+        "code": "unsafeStateHome",
+        "message": f"{database} is not this user's (uid {uid}): it belongs to uid {other}; give"
+        f" it to this user (`chown {uid} {database}` as root), or set PIWF_HOME to another"
+        " directory",
+    }
+    assert user_piwf.json("run", "list", exit_code=1)["error"] == started["error"]
+    assert state_files(user_piwf.home) == before

@@ -212,9 +212,11 @@ def test_the_cli_exits_1_with_the_reason(
     destinations = bad_destinations(tmp_path, read_only_dir)
     before = entries(tmp_path, read_only_dir)
     # The CLI itself refuses, as usage errors (exit 2) before asking, what it can see: a backup
-    # to a directory, a prune to a path that exists. The server answers everything else.
-    checked_locally = {("backup", "directory")} | {
-        ("prune", kind) for kind in ("directory", "/dev/null", "FIFO")
+    # or a prune to a path that exists. The server answers everything else.
+    checked_locally = {
+        (operation, kind)
+        for operation in ("backup", "prune")
+        for kind in ("directory", "/dev/null", "FIFO")
     }
     for destination in destinations:
         for operation in ("backup", "prune"):
