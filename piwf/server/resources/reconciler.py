@@ -280,6 +280,11 @@ class Reconciler:
         assert handle is not None
         if handle.pid is None or handle.identity is None:
             return
+        if active.result_committed or active.server_lost_claim:
+            # A quick child's result can be served before its pid arrives: its claim is
+            # released (or lost) by then, so there is nothing left to fence, and the record
+            # would be refused and stop a child that succeeded.
+            return
         try:
             with self.db.write() as tx:
                 active.claim = runners.record_reconcile_process(
