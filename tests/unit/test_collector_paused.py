@@ -2,7 +2,7 @@
 they do, and the collector is left as it was found.
 
 The probe runs in a new interpreter (a command's modules must not be imported yet) and counts
-the collector's passes with ``gc.callbacks`` while the ``run`` command's module loads: once
+the collector's passes with ``gc.callbacks`` while the ``requests`` command's module loads: once
 through the command table (paused), once imported plainly (the collector on), which shows the
 count can see the passes a load would otherwise run.
 """
@@ -24,9 +24,9 @@ from piwf.cli import COMMANDS
 passes = []
 gc.callbacks.append(lambda phase, info: phase == "start" and passes.append(info["generation"]))
 if sys.argv[1] == "paused":
-    COMMANDS["run"].load()
+    COMMANDS["requests"].load()
 else:
-    importlib.import_module(COMMANDS["run"].module)
+    importlib.import_module(COMMANDS["requests"].module)
 print(json.dumps({"passes": len(passes), "enabledAfter": gc.isenabled()}))
 """
 
