@@ -43,9 +43,9 @@ and decodes the value itself (docs/PROTOCOL.md, "Content references").
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from piwf.config import CONTENT_PART_BYTES, agent_command_problem
@@ -130,11 +130,22 @@ class ContentPart(StrictWireModel):
     data: str = Field(max_length=(CONTENT_PART_BYTES + 2) // 3 * 4)
 
 
+def without_nul(value: str) -> str:
+    """A file name cannot hold NUL: refuse it by name, before the OS refuses it obscurely."""
+    if "\x00" in value:
+        raise ValueError("a workflow name or a path holds no NUL character")
+    return value
+
+
+#: A workflow name, or the path of a file or directory, as a client sends it.
+PathText = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(without_nul)]
+
+
 class RunStartPayload(WireModel):
     """Start a run of a workflow named by path (absolute) or by discovered name."""
 
-    workflow: str = Field(min_length=1, max_length=4096)
-    project_path: str | None = Field(default=None, min_length=1, max_length=4096)
+    workflow: PathText
+    project_path: PathText | None = None
     input: Any = Field(default_factory=dict)
     title: str | None = Field(default=None, min_length=1, max_length=512)
     #: The run's own headless agent command (argv); wins over the node's and the server's.

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from piwf import canonical
 from piwf.protocol.client_v1 import MANAGER_NAME_PATTERN, OPAQUE_ID_PATTERN
-from piwf.protocol.payloads import ContentRef, EffectInfo, WireModel
+from piwf.protocol.payloads import ContentRef, EffectInfo, PathText, WireModel
 from piwf.resource.definition import MAX_SPEC_BYTES
 
 _MANAGER = Field(min_length=1, max_length=64, pattern=MANAGER_NAME_PATTERN)
@@ -49,7 +49,7 @@ class ResourceApplyPayload(WireModel):
     manager: str = _MANAGER
     key: str = _KEY
     spec: dict[str, Any]
-    project_path: str | None = Field(default=None, min_length=1, max_length=4096)
+    project_path: PathText | None = None
 
 
 class ResourceRefPayload(WireModel):

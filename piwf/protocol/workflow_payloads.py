@@ -8,11 +8,11 @@ and describes it: its nodes, edges, exits, mounts and input contract. Neither ch
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-from piwf.protocol.payloads import RunSource, WireModel
+from piwf.protocol.payloads import PathText, RunSource, WireModel, without_nul
 
 WorkflowOrigin = Literal["project", "home", "builtin", "path"]
 
@@ -53,8 +53,8 @@ class WorkflowList(WireModel):
 class WorkflowShowPayload(WireModel):
     """A workflow name (discovered as ``run.start`` does) or a path to its file."""
 
-    workflow: str = Field(min_length=1, max_length=4096)
-    project_path: str | None = Field(default=None, max_length=4096)
+    workflow: PathText
+    project_path: Annotated[str, Field(max_length=4096), AfterValidator(without_nul)] | None = None
 
 
 class InputContract(WireModel):

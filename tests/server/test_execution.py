@@ -891,6 +891,28 @@ def test_a_client_chosen_run_id_must_be_well_formed(fast_server: ServerProcess) 
     assert response.error.code == "invalidPayload"
 
 
+@pytest.mark.parametrize(
+    ("operation", "payload"),
+    [
+        ("run.start", {"workflow": "hello\x00"}),
+        ("run.start", {"workflow": HELLO, "projectPath": "/tmp/\x00"}),
+        ("workflow.show", {"workflow": "a\x00b"}),
+    ],
+)
+def test_a_workflow_name_or_path_holding_nul_is_refused_by_name(
+    fast_server: ServerProcess, operation: str, payload: dict[str, str]
+) -> None:
+    """Any client, not only piwf's (which refuses it before sending): the answer names what
+    is wrong instead of the OS's "embedded null byte", and no run is made."""
+    with raw_client(fast_server) as client:
+        key = "nul" if operation == "run.start" else None  # a read takes no key
+        response = client.request(operation, payload, key=key)
+    assert (response.outcome, response.error is not None) == ("rejected", True), response
+    assert response.error is not None and response.error.code == "invalidPayload"
+    assert "holds no NUL character" in response.error.message
+    assert query(fast_server, "SELECT count(*) FROM runs") == [(0,)]
+
+
 # conformance: X13
 def test_a_message_of_another_generation_is_refused_and_the_run_is_not_failed(
     servers: ServerFactory, tmp_path: Path
