@@ -18,8 +18,9 @@ from piwf.config import (
     ServerPaths,
     socket_path_problem,
     state_home,
+    verify_private_dir,
 )
-from piwf.errors import ServerNotRunningError, ServerStartError
+from piwf.errors import ServerNotRunningError, ServerStartError, UnsafeStateHomeError
 
 
 @click.group("server")
@@ -124,7 +125,8 @@ def server_status(as_json: bool) -> None:
     """Show whether the server runs, with its counts; never starts one.
 
     Exits 0 in both cases; with --json a stopped server is {"state":"stopped"}. A state home
-    whose socket path is too long for the OS can have no server: stopped, with a "note" why.
+    whose socket path is too long for the OS can have no server: stopped, with a "note" why;
+    so does a stopped server's home that no server could start in (its mode, its owner).
 
     \b
     Example:
@@ -141,10 +143,19 @@ def server_status(as_json: bool) -> None:
         with open_client(autostart=False) as client:
             status = client.server_status()
     except ServerNotRunningError:
+        unusable = _why_the_home_is_unusable()
         if as_json:
-            emit_json({"state": "stopped"})
-        else:
+            emit_json(
+                {"state": "stopped"} if unusable is None else {"state": "stopped", "note": unusable}
+            )
+        elif unusable is None:
             click.echo(one_line(f"no piwf server is running for {state_home()}"))
+        else:
+            click.echo(
+                one_line(
+                    f"no piwf server is running for {state_home()}, and none can start: {unusable}"
+                )
+            )
         return
     if as_json:
         emit_json(status.to_wire())
@@ -152,6 +163,21 @@ def server_status(as_json: bool) -> None:
         from piwf.cli import render  # not at import: it loads the protocol's models
 
         click.echo(render.server_status(status))
+
+
+def _why_the_home_is_unusable() -> str | None:
+    """Why no server could start in ``$PIWF_HOME`` as it is (its mode, its owner, its kind),
+    or None; a home that does not exist yet is usable (the server creates it)."""
+    home = state_home()
+    try:
+        verify_private_dir(home)
+    except FileNotFoundError:
+        return None
+    except UnsafeStateHomeError as error:
+        return str(error)
+    except OSError as error:  # a parent we may not search, say
+        return f"{home} cannot be read ({error.strerror})"
+    return None
 
 
 def _why_no_server_can_run() -> str | None:

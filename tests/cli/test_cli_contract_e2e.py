@@ -231,6 +231,22 @@ def test_a_home_whose_socket_path_cannot_exist_has_no_server_running(tmp_path: P
     assert "set PIWF_HOME to a shorter directory" in refused["error"]["message"]
 
 
+def test_status_of_a_home_no_server_could_start_in_says_why(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir(mode=0o700)
+    cli = Piwf(home)
+    assert cli.json("server", "status") == {"state": "stopped"}, "a usable home has no note"
+    home.chmod(0o755)
+    fix = f"{home} has mode 0755; run `chmod 700 {home}`"
+    assert cli.json("server", "status") == {"state": "stopped", "note": fix}
+    text = cli.run("server", "status")
+    assert (text.returncode, text.stderr) == (0, "")
+    assert text.stdout == f"no piwf server is running for {home}, and none can start: {fix}\n"
+    refused = cli.json("server", "start", exit_code=1)
+    assert refused["error"]["code"] == "unsafeStateHome", "what status warned of, start refuses"
+    assert cli.json("server", "status") == {"state": "stopped", "note": fix}
+
+
 def test_an_unknown_id_says_where_to_look_in_every_command(piwf: Piwf) -> None:  # noqa: F811
     no_run = (
         f"no run run-nope (piwf run list shows the runs of this state home, PIWF_HOME={piwf.home})"
