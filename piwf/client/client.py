@@ -176,8 +176,8 @@ class Client(
     a server start; each is a number of seconds above 0, else the constructor raises
     :class:`~piwf.errors.InvalidArgumentError` naming it, as it does for a malformed
     ``client_id``, an ``autostart`` that is not a ``bool`` or a ``remote`` that is no loopback
-    ``ws://`` URL. Constructing a client does no
-    I/O; the first request connects. With ``remote``
+    ``ws://`` URL. Constructing a client opens nothing (a ``remote``'s host name is looked up,
+    to check it is loopback); the first request connects. With ``remote``
     (``ws://127.0.0.1:PORT``, a loopback URL: :func:`~piwf.client.websocket.check_remote_url`)
     the client talks to that piwf relay's server instead of ``home``'s and never starts one.
 
