@@ -10,6 +10,28 @@ from tests.server.harness import wait_for
 GREETING = REPO / "fixtures" / "resource_managers" / "greeting.py"
 
 
+def project_with_manager(tmp_path: Path, name: str, source: str) -> tuple[Path, tuple[str, str]]:
+    """A project whose ``.piwf/resource_managers/NAME.py`` holds ``source``; returns the file
+    and the ``--project`` option that names the project."""
+    managers = tmp_path / "project" / ".piwf" / "resource_managers"
+    managers.mkdir(parents=True)
+    module = managers / f"{name}.py"
+    module.write_text(source)
+    return module, ("--project", str(managers.parent.parent))
+
+
+def last_error(piwf: Piwf, manager: str, key: str) -> str:  # noqa: F811
+    """Wait (bounded) until the resource's queue records a reconcile's error; return it."""
+    error: str = wait_for(
+        lambda: (
+            piwf.json("resource", "get", manager, key)["resource"].get("queue", {}).get("lastError")
+        ),
+        timeout_s=30,
+        what="the reconcile's error",
+    )
+    return error
+
+
 def test_resource_apply_get_list_reconcile_and_delete(piwf: Piwf, tmp_path: Path) -> None:  # noqa: F811
     project = tmp_path / "project"
     (project / ".piwf" / "resource_managers").mkdir(parents=True)
@@ -155,10 +177,7 @@ def test_resource_get_shows_what_a_manager_wrote_without_driving_the_terminal(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    managers = tmp_path / "project" / ".piwf" / "resource_managers"
-    managers.mkdir(parents=True)
-    (managers / "shouter.py").write_text(SHOUTER)
-    where = ("--project", str(managers.parent.parent))
+    _, where = project_with_manager(tmp_path, "shouter", SHOUTER)
     piwf.json("resource", "apply", "shouter", "calm", "--spec", "{}", *where)
     piwf.json("resource", "apply", "shouter", "loud", "--spec", '{"fail": true}', *where)
     wait_for(
@@ -166,15 +185,7 @@ def test_resource_get_shows_what_a_manager_wrote_without_driving_the_terminal(
         timeout_s=30,
         what="the condition",
     )
-    failing = wait_for(
-        lambda: (
-            piwf.json("resource", "get", "shouter", "loud")["resource"]
-            .get("queue", {})
-            .get("lastError")
-        ),
-        timeout_s=30,
-        what="the reconcile's error",
-    )
+    failing = last_error(piwf, "shouter", "loud")
     assert "\x1b]0;owned" in failing  # --json keeps the text as stored
 
     calm = piwf.run("resource", "get", "shouter", "calm")
@@ -206,20 +217,9 @@ def test_a_call_over_one_frame_fails_the_reconcile_saying_what_to_do(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    managers = tmp_path / "project" / ".piwf" / "resource_managers"
-    managers.mkdir(parents=True)
-    (managers / "hoarder.py").write_text(HOARDER)
-    where = ("--project", str(managers.parent.parent))
+    _, where = project_with_manager(tmp_path, "hoarder", HOARDER)
     piwf.json("resource", "apply", "hoarder", "h", "--spec", "{}", *where)
-    error = wait_for(
-        lambda: (
-            piwf.json("resource", "get", "hoarder", "h")["resource"]
-            .get("queue", {})
-            .get("lastError")
-        ),
-        timeout_s=30,
-        what="the reconcile's error",
-    )
+    error = last_error(piwf, "hoarder", "h")
     assert error.startswith("ResourceError: workflow.ensure: the call is 2,000,")
     assert error.endswith(
         " bytes of JSON, over the 1,048,576 bytes (1 MiB) one call carries; nothing was sent."
@@ -244,20 +244,10 @@ def test_a_failed_reconcile_leaves_its_traceback_in_the_reconcile_log(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    managers = tmp_path / "project" / ".piwf" / "resource_managers"
-    managers.mkdir(parents=True)
-    (managers / "raiser.py").write_text(RAISER)
-    piwf.json(
-        "resource", "apply", "raiser", "r", "--spec", "{}", "--project", str(managers.parent.parent)
-    )
-
-    def failed() -> object:
-        detail = piwf.json("resource", "get", "raiser", "r")
-        queue = detail["resource"].get("queue") or {}
-        return detail if queue.get("lastError") else None
-
-    detail = wait_for(failed, timeout_s=30, what="the reconcile's failure")
-    assert detail["resource"]["queue"]["lastError"] == "RuntimeError: the bucket is gone"
+    module, where = project_with_manager(tmp_path, "raiser", RAISER)
+    piwf.json("resource", "apply", "raiser", "r", "--spec", "{}", *where)
+    assert last_error(piwf, "raiser", "r") == "RuntimeError: the bucket is gone"
+    detail = piwf.json("resource", "get", "raiser", "r")
     failure = next(r for r in detail["reconciles"] if r["result"] == "failed")
     path = piwf.home / "server" / "runners" / f"{failure['reconcileId']}.log"
 
@@ -267,4 +257,4 @@ def test_a_failed_reconcile_leaves_its_traceback_in_the_reconcile_log(
 
     log = wait_for(logged, timeout_s=30, what="the traceback in the reconcile's log")
     assert "Traceback (most recent call last)" in log
-    assert f'File "{(managers / "raiser.py").resolve()}", line 5, in reconcile' in log
+    assert f'File "{module.resolve()}", line 5, in reconcile' in log
