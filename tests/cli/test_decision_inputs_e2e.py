@@ -6,6 +6,7 @@ nothing itself; the first command autostarts the server, and the fixture stops a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.cli.test_cli_e2e import Piwf, piwf  # noqa: F401 - a fixture used by name
@@ -70,3 +71,29 @@ def test_piwf_requests_shows_what_a_checkpoint_asks(piwf: Piwf) -> None:  # noqa
         in block
     ), listed.stdout
     piwf.json("run", "cancel", run_id)
+
+
+def test_request_content_and_answers_print_with_their_control_characters_escaped(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    """JSON escapes only the C0 controls: a bidirectional override, a Unicode line separator
+    or a C1 control (CSI) in a request's content or an answer would reach the terminal raw
+    (reordering or driving it), so the human form shows them as escapes; --json keeps them."""
+    raw = "a\u202eb\u2028c\x9b2J"
+    escaped = "a\\u202eb\\u2028c\\x9b2J"
+    started = piwf.json("run", "start", CHECKPOINT, "--input", json.dumps({"steps": [raw]}))
+    run_id = started["run"]["runId"]
+    request_id = pending(piwf, run_id)["requestId"]
+
+    listed = piwf.run("requests", "--run", run_id)
+    assert listed.returncode == 0, listed.stderr
+    assert f'{{"content":{{"plan":{{"steps":["{escaped}"]}}}}' in listed.stdout, listed.stdout
+    answered = piwf.run("answer", request_id, json.dumps({"note": raw}))
+    assert answered.returncode == 0, answered.stderr
+    assert f'{{"note":"{escaped}"}}' in answered.stdout, answered.stdout
+    piwf.json("run", "wait", run_id, "--timeout", "30")
+    shown = piwf.run("run", "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    for output in (listed.stdout, answered.stdout, shown.stdout):
+        assert not {"\u202e", "\u2028", "\x9b"} & set(output), output
+    assert piwf.json("run", "show", run_id)["output"]["note"] == {"note": raw}
