@@ -14,6 +14,7 @@ from tests.server.harness import wait_for
 
 REPLAN = "fixtures/workflows/replan_decision.py"
 CHECKPOINT = "fixtures/workflows/checkpoint_review.py"
+DECISION = "fixtures/workflows/decision_timeout.py"
 
 
 def pending(cli: Piwf, run_id: str) -> dict[str, Any]:
@@ -97,3 +98,26 @@ def test_request_content_and_answers_print_with_their_control_characters_escaped
     for output in (listed.stdout, answered.stdout, shown.stdout):
         assert not {"\u202e", "\u2028", "\x9b"} & set(output), output
     assert piwf.json("run", "show", run_id)["output"]["note"] == {"note": raw}
+
+
+def test_a_refused_answer_does_not_repeat_what_was_sent(piwf: Piwf) -> None:  # noqa: F811
+    """A refusal is returned, stored with the submission and shown by `run show`: a huge or
+    odd choice is described, not echoed, so none of them carries the answer's text."""
+    started = piwf.json("run", "start", DECISION, "--input", '{"release": "1.4"}')
+    run_id = started["run"]["runId"]
+    request_id = pending(piwf, run_id)["requestId"]
+
+    huge = json.dumps({"choice": "x" * 100_000})
+    refused = piwf.json("answer", request_id, huge, exit_code=1)
+    assert refused["error"] == {
+        "code": "answerRejected",
+        "message": "choice (a string of 100,000 characters) is not one of hold, ship",
+    }
+    refused = piwf.run("answer", request_id, '{"choice": null}')
+    assert refused.returncode == 1 and "choice null is not one of hold, ship" in refused.stderr
+    reasons = [s["reason"] for s in piwf.json("run", "show", run_id)["decisions"][0]["submissions"]]
+    assert reasons == [
+        "choice (a string of 100,000 characters) is not one of hold, ship",
+        "choice null is not one of hold, ship",
+    ]
+    piwf.json("run", "cancel", run_id)
