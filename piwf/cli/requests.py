@@ -3,6 +3,7 @@ wait on, and answering it (a checkpoint or decision) or submitting to it (an age
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 
@@ -68,6 +69,10 @@ def answerable_requests_text(requests: Sequence[OpenRequestInfo]) -> str | None:
     )
 
 
+#: A word as a choice name is spelt: what a person types after reading "choose ship".
+_BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
 def stdin_if_dash(value: str, param_hint: str) -> str | bytes:
     """``value``, or for ``-`` what stdin holds. On a terminal a line on stderr says that it
     reads and how to end (a silent wait looks like a hang); stdin with no JSON in it (nothing
@@ -108,6 +113,13 @@ def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
       echo '{"choice": "ship"}' | piwf answer req-5d1e -
     """
     text = stdin_if_dash(response_json, "RESPONSE_JSON")
+    bare = (text if isinstance(text, str) else text.decode("utf-8", "replace")).strip()
+    if _BARE_WORD.match(bare) and bare not in ("true", "false", "null"):
+        raise click.BadParameter(
+            f"the answer is JSON, not a bare word: a decision takes "
+            f"""'{{"choice": "{bare}"}}', a checkpoint any JSON value ('"{bare}"' for a string)""",
+            param_hint="RESPONSE_JSON",
+        )
     response = parse_json(text, "RESPONSE_JSON")
     with open_client() as client:
         receipt = client.answer(request_id, response)

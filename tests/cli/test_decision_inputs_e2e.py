@@ -121,3 +121,28 @@ def test_a_refused_answer_does_not_repeat_what_was_sent(piwf: Piwf) -> None:  # 
         "choice null is not one of hold, ship",
     ]
     piwf.json("run", "cancel", run_id)
+
+
+def test_the_suggested_answer_command_is_json_and_a_bare_choice_is_pointed_at_it(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    """`run explain` suggested `piwf answer REQ CHOICE`; typing a choice's name there failed as
+    'not JSON: Expecting value: line 1 column 1'."""
+    started = piwf.json("run", "start", DECISION, "--input", '{"release": "1.4"}')
+    run_id = started["run"]["runId"]
+    request_id = pending(piwf, run_id)["requestId"]
+
+    suggested = f"""piwf answer {request_id} '{{"choice": "<choice>"}}'"""
+    explained = piwf.run("run", "explain", run_id)
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.splitlines()[1] == f"  {suggested}"
+    assert piwf.json("run", "show", run_id)["display"]["waitingOn"]["command"] == suggested
+
+    bare = piwf.run("answer", request_id, "ship")
+    assert bare.returncode == 2, bare.stderr
+    assert (
+        """the answer is JSON, not a bare word: a decision takes '{"choice": "ship"}', """
+        """a checkpoint any JSON value ('"ship"' for a string)"""
+    ) in bare.stderr
+    assert pending(piwf, run_id)["submissions"] == 0, "nothing was sent"
+    assert piwf.json("answer", request_id, '{"choice": "ship"}')["outcome"] == "won"
