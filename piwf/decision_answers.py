@@ -114,7 +114,7 @@ def check_decision_answer(
         )
     chosen = answer.get(CHOICE_KEY)
     if chosen not in choice_names:
-        return f"choice {chosen!r} is not one of {', '.join(choice_names)}"
+        return f"choice {_sent(chosen)} is not one of {', '.join(choice_names)}"
     if not inputs:
         return None
     assert isinstance(chosen, str)
@@ -123,8 +123,10 @@ def check_decision_answer(
     unknown = sorted(str(key) for key in answer if key not in allowed)
     if unknown:
         takes = f"takes only {wanted.name!r}" if wanted else "takes no input"
+        named = ", ".join(_sent(key) for key in unknown[:_NAMED_KEYS])
+        more = f" and {len(unknown) - _NAMED_KEYS} more" if len(unknown) > _NAMED_KEYS else ""
         return (
-            f"unknown input(s) {', '.join(repr(key) for key in unknown)} for choice {chosen!r}, "
+            f"unknown input(s) {named}{more} for choice {chosen!r}, "
             f"which {takes}; send exactly {_shape(chosen, wanted)}"
         )
     if wanted is None:
@@ -145,6 +147,29 @@ def check_decision_answer(
             f"{wanted.max_chars} are accepted"
         )
     return None
+
+
+#: The longest sent string a refusal repeats: a mistyped choice or key is easiest to see as
+#: itself, but a refusal is returned, stored with the submission and shown by ``run show``.
+_ECHOED_NAME_CHARS = 64
+#: How many unknown keys a refusal names.
+_NAMED_KEYS = 5
+
+
+def _sent(value: object) -> str:
+    """How a refusal names a value the answer carried (a choice, a key): a short printable
+    string as its repr, null, a boolean or a number as JSON, anything else (a long string, one
+    with control characters, an object, an array) by what it is, so a refusal stays short and
+    never repeats an answer's text."""
+    if isinstance(value, str):
+        if len(value) <= _ECHOED_NAME_CHARS and value.isprintable():
+            return repr(value)
+        return f"(a string of {len(value):,} characters)"
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    if isinstance(value, int | float):
+        return repr(value)
+    return "(an object)" if isinstance(value, Mapping) else "(an array)"
 
 
 def _shape(chosen: str, wanted: TextInput | None) -> str:

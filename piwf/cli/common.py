@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import sys
 import uuid
@@ -187,15 +188,28 @@ def parse_json(data: str | bytes, param_hint: str) -> canonical.JsonValue:
     Any whitespace and key order are fine; what the protocol refuses is refused here, before
     anything is sent: integers beyond ±(2**53 - 1) (``9007199254740992`` included), ``NaN``,
     ``Infinity``, overflowing numbers, duplicate keys, lone surrogates, invalid UTF-8. The
-    message names the rule, never the value.
+    message names the rule, never the value. Text from the command line holds the bytes that
+    were not UTF-8 as escaped surrogates (Python's ``surrogateescape``): parsed as those bytes,
+    invalid UTF-8 typed into an argument is ``badEncoding``, as it is in a file.
     """
     try:
-        return canonical.parse(data)
+        return canonical.parse(_argument_bytes(data))
     except CanonicalJsonError as error:
         raise click.BadParameter(
             f"not valid JSON for piwf ({error.reason}): {error}{_shell_quoting_hint(data, error)}",
             param_hint=param_hint,
         ) from None
+
+
+def _argument_bytes(data: str | bytes) -> str | bytes:
+    """``data`` as the bytes it was typed as when it is command-line text, else unchanged (a
+    surrogate that no command line gives is left for the JSON rules to name)."""
+    if isinstance(data, bytes):
+        return data
+    try:
+        return os.fsencode(data)
+    except UnicodeEncodeError:
+        return data
 
 
 def _shell_quoting_hint(data: str | bytes, error: CanonicalJsonError) -> str:

@@ -88,13 +88,20 @@ def timestamp(ms: int | None) -> str:
 
 def value_preview(value: object, ref: ContentRef | None = None, *, text: bool = False) -> str:
     """A stored value for reading: its JSON (``text``: the string itself) cut to
-    :data:`PREVIEW_CHARS` characters, or the size of a value that was left unread (``ref``)."""
+    :data:`PREVIEW_CHARS` characters, or the size of a value that was left unread (``ref``).
+    JSON escapes only the C0 controls; the others it leaves raw (a bidirectional override, a
+    Unicode line separator, a C1 control such as CSI) show as their Python escapes, as all
+    stored text does in the human form."""
     if ref is not None:
         return (
             f"<{ref.length:,} bytes of {ref.media_type}, not shown; "
             "--json prints the complete value>"
         )
-    shown = printable(value) if text and isinstance(value, str) else canonical.encode_text(value)
+    shown = (
+        printable(value)
+        if text and isinstance(value, str)
+        else one_line(canonical.encode_text(value))
+    )
     if len(shown) <= PREVIEW_CHARS:
         return shown
     return (

@@ -3,6 +3,7 @@ wait on, and answering it (a checkpoint or decision) or submitting to it (an age
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 
@@ -68,6 +69,28 @@ def answerable_requests_text(requests: Sequence[OpenRequestInfo]) -> str | None:
     )
 
 
+#: A word as a choice name is spelt: what a person types after reading "choose ship".
+_BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+def stdin_if_dash(value: str, param_hint: str) -> str | bytes:
+    """``value``, or for ``-`` what stdin holds. On a terminal a line on stderr says that it
+    reads and how to end (a silent wait looks like a hang); stdin with no JSON in it (nothing
+    piped in) is a usage error that says so, before anything is sent."""
+    if value != "-":
+        return value
+    if sys.stdin.isatty():
+        click.echo(f"reading {param_hint} from stdin: type it, then Ctrl-D", err=True)
+    data = sys.stdin.buffer.read()
+    if not data.strip():
+        raise click.BadParameter(
+            "'-' reads it from stdin, which was empty: "
+            "pipe the JSON in, or give it as the argument",
+            param_hint=param_hint,
+        )
+    return data
+
+
 @click.command("answer")
 @request_id_argument
 @click.argument("response_json", metavar="RESPONSE_JSON")
@@ -89,7 +112,14 @@ def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
       piwf answer req-5d1e '{"choice": "replan", "instructions": "split step 2"}'
       echo '{"choice": "ship"}' | piwf answer req-5d1e -
     """
-    text = sys.stdin.buffer.read() if response_json == "-" else response_json
+    text = stdin_if_dash(response_json, "RESPONSE_JSON")
+    bare = (text if isinstance(text, str) else text.decode("utf-8", "replace")).strip()
+    if _BARE_WORD.match(bare) and bare not in ("true", "false", "null"):
+        raise click.BadParameter(
+            f"the answer is JSON, not a bare word: a decision takes "
+            f"""'{{"choice": "{bare}"}}', a checkpoint any JSON value ('"{bare}"' for a string)""",
+            param_hint="RESPONSE_JSON",
+        )
     response = parse_json(text, "RESPONSE_JSON")
     with open_client() as client:
         receipt = client.answer(request_id, response)
@@ -117,7 +147,7 @@ def submit_command(request_id: str, output_json: str, as_json: bool) -> None:
       piwf submit request-2b1c '{"summary": "The moon pulls the sea."}'
       echo '{"summary": "..."}' | piwf submit request-2b1c -
     """
-    text = sys.stdin.buffer.read() if output_json == "-" else output_json
+    text = stdin_if_dash(output_json, "OUTPUT_JSON")
     output = parse_json(text, "OUTPUT_JSON")
     with open_client() as client:
         receipt = client.submit(request_id, output)
@@ -142,7 +172,7 @@ def update_command(request_id: str, data_json: str, as_json: bool) -> None:
     Example:
       piwf update request-2b1c '{"status": "reading the files", "completed": 2, "total": 5}'
     """
-    text = sys.stdin.buffer.read() if data_json == "-" else data_json
+    text = stdin_if_dash(data_json, "JSON")
     data = parse_json(text, "JSON")
     with open_client() as client:
         receipt = client.update(request_id, data)

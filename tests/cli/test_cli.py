@@ -880,9 +880,19 @@ def test_json_whose_quotes_a_shell_removed_is_refused_with_how_to_quote_it(typed
     assert "write the JSON in single quotes" in result.output
 
 
-@pytest.mark.parametrize("typed", ['{"choice": ship}', "ship", '{"a": 1,}'])
+@pytest.mark.parametrize("typed", ['{"choice": ship}', "ship it", '{"a": 1,}'])
 def test_other_json_errors_give_no_quoting_hint(typed: str) -> None:
     result = invoke("answer", "req-1", typed)
     assert result.exit_code == 2, result.output
     assert "not valid JSON for piwf" in result.output
     assert "single quotes" not in result.output
+
+
+@pytest.mark.parametrize("typed", ["ship", " hold\n", "NaN"])
+def test_a_bare_word_as_an_answer_is_shown_as_json(typed: str) -> None:
+    """A choice's name typed as it is (what `piwf answer REQ CHOICE` once suggested)."""
+    result = invoke("answer", "req-1", typed)
+    assert result.exit_code == 2, result.output
+    word = typed.strip()
+    assert f"""a decision takes '{{"choice": "{word}"}}'""" in result.output
+    assert f"""('"{word}"' for a string)""" in result.output

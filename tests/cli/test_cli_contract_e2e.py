@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 from pathlib import Path
 
@@ -619,3 +620,45 @@ def test_a_channel_reload_with_no_profiles_says_where_they_are_configured(
     )
     report = piwf.json("channel", "reload")
     assert report == {"restarted": [], "started": [], "stopped": [], "unchanged": []}
+
+
+def test_a_dash_with_nothing_on_stdin_says_so_and_a_terminal_is_told_how_to_end(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    """`piwf answer REQ -` typed at a terminal waited silently for stdin (it looked hung), and
+    an empty stdin was refused as a JSON syntax error at column 1."""
+    for command in ("answer", "submit", "update"):
+        empty = subprocess.run(
+            [str(PIWF), command, "req-1", "-", "--json"],
+            env=piwf.env,
+            cwd=REPO,
+            input="\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert empty.returncode == 2, empty.stdout
+        assert (
+            "stdin, which was empty: pipe the JSON in"
+            in json.loads(empty.stdout)["error"]["message"]
+        )
+    assert not (piwf.home / "server").exists(), "nothing was sent, so no server was started"
+
+    controller, terminal = pty.openpty()
+    with subprocess.Popen(
+        [str(PIWF), "answer", "req-1", "-"],
+        env=piwf.env,
+        cwd=REPO,
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as typed:
+        os.close(terminal)
+        assert typed.stderr is not None
+        assert typed.stderr.readline() == "reading RESPONSE_JSON from stdin: type it, then Ctrl-D\n"
+        os.write(controller, b'{"ok": true}\n\x04')
+        _, rest = typed.communicate(timeout=60)
+    os.close(controller)
+    assert typed.returncode == 1 and "no request req-1" in rest, rest

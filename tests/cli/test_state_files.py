@@ -592,6 +592,10 @@ def test_cli_json_arguments_beyond_the_protocol_are_usage_errors_before_anything
     spec_file.write_bytes(b'{"s": "\xed\xa0\x80"}')  # a UTF-8-encoded lone surrogate
     result = cli.run("run", "start", HELLO, "--input-file", str(spec_file))
     assert result.returncode == 2 and "badEncoding" in result.stderr
+    # b'\xff' typed into an argument: Python hands it over as the surrogate U+DCFF
+    result = cli.run("answer", "req-1", '{"choice": "\udcff"}', "--json")
+    assert result.returncode == 2, result.stdout
+    assert "not valid JSON for piwf (badEncoding)" in json.loads(result.stdout)["error"]["message"]
     assert run_ids(cli) == before, "a refused argument started a run"
 
 

@@ -285,6 +285,16 @@ def test_a_default_response_may_fill_the_input() -> None:
         ({"choice": "replan", "instructions": "ok", "extra": 1}, "unknown input(s) 'extra'"),
         ({"choice": "continue", "instructions": "hm"}, "which takes no input"),
         ({"choice": "later"}, "choice 'later' is not one of continue, replan"),
+        ({"choice": None}, "choice null is not one of continue, replan"),
+        ({"choice": True}, "choice true is not one of continue, replan"),
+        ({"choice": {"plan": "split"}}, "choice (an object) is not one of continue, replan"),
+        ({"choice": "x" * 500_000}, "choice (a string of 500,000 characters) is not one of"),
+        ({"choice": "later\x1b[2J"}, "choice (a string of 9 characters) is not one of"),
+        ({"choice": "continue", "x" * 100: 1}, "unknown input(s) (a string of 100 characters)"),
+        (
+            {"choice": "continue", **{f"k{n}": n for n in range(9)}},
+            "unknown input(s) 'k0', 'k1', 'k2', 'k3', 'k4' and 4 more for choice 'continue'",
+        ),
         (
             {},
             "the answer has no 'choice': send one of continue, replan, "
@@ -303,6 +313,7 @@ def test_the_answer_rule_of_a_choice_input(answer: Any, problem: str | None) -> 
     else:
         assert found is not None and problem in found
         assert "split" not in found and "xxxx" not in found, "the sent text is never echoed"
+        assert len(found) < 300 and found.isprintable(), "a refusal is short and plain"
 
 
 def test_a_decision_without_inputs_still_accepts_extra_keys() -> None:

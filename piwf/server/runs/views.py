@@ -60,7 +60,7 @@ RESOLVED_EFFECTS_REASON = "its ambiguous effects are resolved; it goes on when r
 #: What a pending request's kind asks for, and the command that gives it.
 _ACTIONS: dict[str, tuple[Control, str]] = {
     "checkpoint": ("answer", "piwf answer {request} VALUE"),
-    "human_decision": ("humanAnswer", "piwf answer {request} CHOICE"),
+    "human_decision": ("humanAnswer", """piwf answer {request} '{{"choice": "<choice>"}}'"""),
     "agent": ("submit", "piwf submit {request} '<json>'"),
 }
 
