@@ -53,19 +53,21 @@ def _plain_number(value: str) -> bool:
     return value.isascii() and "_" not in value
 
 
-def _check_run_lease(run_lease_ms: int, run_renew_s: float) -> None:
-    """Raise ``ValueError`` unless the run lease lasts at least two renewal intervals.
+def _check_lease(lease: str, lease_ms: int, renew: str, renew_s: float) -> None:
+    """Raise ``ValueError`` unless the lease ``lease_ms`` lasts at least two renewal
+    intervals ``renew_s``.
 
-    The server renews each run's claim every ``run_renew_s``; a lease that lapses before the
-    next renewal loses every claim while its runner still works, so the run is taken up again
-    by the next generation over and over and repeats its effects each time."""
-    if run_lease_ms >= 2 * run_renew_s * 1000:
+    The server renews its epoch and each run's claim on a timer; a lease that lapses before
+    the next renewal is lost while it is still in use: a run is taken up again by the next
+    generation over and over, repeating its effects, and the server loses its own epoch and
+    stops."""
+    if lease_ms >= 2 * renew_s * 1000:
         return
     raise ValueError(
-        f"PIWF_RUN_LEASE_MS ({run_lease_ms}) must be at least twice PIWF_RUN_RENEW_S"
-        f" ({run_renew_s:g} s, so at least {math.ceil(2 * run_renew_s * 1000)} ms): a run's"
-        " claim would lapse between two renewals and the run would be taken up again, repeating"
-        " its effects; raise the lease or shorten the renewal interval, or unset both"
+        f"{lease} ({lease_ms}) must be at least twice {renew} ({renew_s:g} s, so at least"
+        f" {math.ceil(2 * renew_s * 1000)} ms): the lease would lapse between two renewals,"
+        " losing what it holds while it is in use; raise the lease or shorten the renewal"
+        " interval, or unset both"
     )
 
 
@@ -161,7 +163,8 @@ class ServerSettings:
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
         """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``SPARE_RUNNERS`` (``0``: none),
-        ``IDLE_EXIT_S``, ``SERVER_LEASE_MS``, ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``,
+        ``IDLE_EXIT_S``, ``SERVER_LEASE_MS`` (at least twice ``SERVER_RENEW_S``),
+        ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``,
         ``FIRST_FRAME_DEADLINE_S`` and
         ``OUTPUT_STALL_DEADLINE_S`` (``0``: off), ``MAX_CONNECTIONS``, ``OUTPUT_CAP_BYTES``,
         ``RUN_LEASE_MS`` (at least twice ``RUN_RENEW_S``), ``RUN_RENEW_S``,
@@ -177,16 +180,17 @@ class ServerSettings:
         ``server start``)."""
         run_lease_ms = _env_int("PIWF_RUN_LEASE_MS", 30_000, maximum=MAX_SETTING_MILLISECONDS)
         run_renew_s = _env_float("PIWF_RUN_RENEW_S", 10.0, zero_allowed=False)
-        _check_run_lease(run_lease_ms, run_renew_s)
+        _check_lease("PIWF_RUN_LEASE_MS", run_lease_ms, "PIWF_RUN_RENEW_S", run_renew_s)
+        server_lease_ms = _env_int("PIWF_SERVER_LEASE_MS", 30_000, maximum=MAX_SETTING_MILLISECONDS)
+        server_renew_s = _env_float("PIWF_SERVER_RENEW_S", 10.0, zero_allowed=False)
+        _check_lease("PIWF_SERVER_LEASE_MS", server_lease_ms, "PIWF_SERVER_RENEW_S", server_renew_s)
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
             "spare_runners": _env_int("PIWF_SPARE_RUNNERS", 1, minimum=0),
             "idle_exit_s": _env_float("PIWF_IDLE_EXIT_S", DEFAULT_IDLE_EXIT_S),
-            "server_lease_ms": _env_int(
-                "PIWF_SERVER_LEASE_MS", 30_000, maximum=MAX_SETTING_MILLISECONDS
-            ),
-            "server_renew_s": _env_float("PIWF_SERVER_RENEW_S", 10.0, zero_allowed=False),
+            "server_lease_ms": server_lease_ms,
+            "server_renew_s": server_renew_s,
             "frame_deadline_s": _env_float("PIWF_FRAME_DEADLINE_S", 10.0, zero_allowed=False),
             "first_frame_deadline_s": _env_float("PIWF_FIRST_FRAME_DEADLINE_S", 10.0),
             "output_stall_deadline_s": _env_float("PIWF_OUTPUT_STALL_DEADLINE_S", 30.0),

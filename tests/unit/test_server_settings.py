@@ -109,28 +109,43 @@ def test_a_number_python_alone_would_read_is_refused(
         ServerSettings.from_environment()
 
 
+LEASES = [
+    ("PIWF_RUN_LEASE_MS", "PIWF_RUN_RENEW_S"),
+    ("PIWF_SERVER_LEASE_MS", "PIWF_SERVER_RENEW_S"),
+]
+
+
+@pytest.mark.parametrize(("lease", "renew"), LEASES)
 @pytest.mark.parametrize(
     ("lease_ms", "renew_s"), [("1", None), ("1000", None), ("19999", None), ("1000", "0.6")]
 )
-def test_a_run_lease_shorter_than_two_renewals_is_refused(
-    monkeypatch: pytest.MonkeyPatch, lease_ms: str, renew_s: str | None
+def test_a_lease_shorter_than_two_renewals_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+    lease: str,
+    renew: str,
+    lease_ms: str,
+    renew_s: str | None,
 ) -> None:
-    """A lease that lapsed between two renewals (default every 10 s) lost every claim of a
-    running run: the run was taken up again and again, its effect applied on every take."""
-    monkeypatch.setenv("PIWF_RUN_LEASE_MS", lease_ms)
+    """A run lease that lapsed between two renewals (default every 10 s) lost every claim of
+    a running run: the run was taken up again and again, its effect applied on every take. A
+    server lease of 1 ms lost the server its epoch at its first command: it stopped."""
+    monkeypatch.setenv(lease, lease_ms)
     if renew_s is not None:
-        monkeypatch.setenv("PIWF_RUN_RENEW_S", renew_s)
+        monkeypatch.setenv(renew, renew_s)
     with pytest.raises(ValueError) as raised:
         ServerSettings.from_environment()
     message = str(raised.value)
-    assert message.startswith(f"PIWF_RUN_LEASE_MS ({lease_ms}) must be at least twice "), message
-    assert "PIWF_RUN_RENEW_S" in message
+    assert message.startswith(f"{lease} ({lease_ms}) must be at least twice {renew} "), message
 
 
-def test_a_run_lease_of_two_renewals_or_more_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PIWF_RUN_LEASE_MS", "1000")
-    monkeypatch.setenv("PIWF_RUN_RENEW_S", "0.5")
-    assert ServerSettings.from_environment().run_lease_ms == 1000
-    monkeypatch.setenv("PIWF_RUN_RENEW_S", "40")
+@pytest.mark.parametrize(("lease", "renew"), LEASES)
+def test_a_lease_of_two_renewals_or_more_is_taken(
+    monkeypatch: pytest.MonkeyPatch, lease: str, renew: str
+) -> None:
+    monkeypatch.setenv(lease, "1000")
+    monkeypatch.setenv(renew, "0.5")
+    ServerSettings.from_environment()
+    monkeypatch.delenv(lease)
+    monkeypatch.setenv(renew, "40")
     with pytest.raises(ValueError, match="at least 80000 ms"):
         ServerSettings.from_environment()  # the default lease is 30 s
