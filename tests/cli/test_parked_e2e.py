@@ -390,7 +390,12 @@ def test_a_manual_action_past_its_deadline_parks_with_a_reason_that_names_its_ef
     (effect,) = piwf.json("run", "show", run_id)["effects"]
     assert (effect["status"], effect["attemptCount"]) == ("ambiguous", 1)
     human = piwf.run("run", "show", run_id)
-    assert "action      effect 'chat.post' may or may not have been applied" in human.stdout
+    # The action line gave the command with an EFFECT_ID placeholder; it names the effect.
+    assert (
+        "action      effect 'chat.post' may or may not have been applied: timed out after"
+        f" 200 ms; check whether it happened and settle it (piwf effect resolve"
+        f" {effect['effectId']} --applied|--retry), then piwf run resume {run_id}"
+    ) in human.stdout
     assert f"next      piwf effect resolve {effect['effectId']} --applied|--retry" in human.stdout
 
 
