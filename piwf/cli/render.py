@@ -188,7 +188,13 @@ def _needed_action(detail: RunDetail) -> str | None:
         why = f" ({reason})" if reason else ""
         return f"parked for an ambiguous effect{why}, which is resolved now; {resume}"
     if run.error_code == "effectAmbiguous":
-        step = f"resolve its ambiguous effect (piwf effect resolve EFFECT_ID), then {resume}"
+        ambiguous = [effect.effect_id for effect in detail.effects if effect.status == "ambiguous"]
+        if len(ambiguous) == 1:
+            command = f"piwf effect resolve {ambiguous[0]} --applied|--retry"
+            step = f"check whether it happened and settle it ({command}), then {resume}"
+        else:
+            command = "piwf effect resolve EFFECT_ID --applied|--retry"
+            step = f"settle each ambiguous effect listed below ({command}), then {resume}"
     elif run.paused and run.error_code is None:
         step = f"it is paused: {resume}"
     elif reason and resume in reason:

@@ -35,6 +35,8 @@ def _env_int(
         return default
     what = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
     problem = f"{name} must be {what} and at most {maximum}, not {value!r}; set it so, or unset it"
+    if not _plain_number(value):
+        raise ValueError(problem)
     try:
         number = int(value)
     except ValueError:
@@ -42,6 +44,31 @@ def _env_int(
     if not minimum <= number <= maximum:
         raise ValueError(problem)
     return number
+
+
+def _plain_number(value: str) -> bool:
+    """Whether ``value`` is written in plain ASCII without digit separators: Python's ``int``
+    and ``float`` also take ``1_000`` and non-ASCII digits such as ``\u0663``, which no
+    other tool reads as the same number."""
+    return value.isascii() and "_" not in value
+
+
+def _check_lease(lease: str, lease_ms: int, renew: str, renew_s: float) -> None:
+    """Raise ``ValueError`` unless the lease ``lease_ms`` lasts at least two renewal
+    intervals ``renew_s``.
+
+    The server renews its epoch and each run's claim on a timer; a lease that lapses before
+    the next renewal is lost while it is still in use: a run is taken up again by the next
+    generation over and over, repeating its effects, and the server loses its own epoch and
+    stops."""
+    if lease_ms >= 2 * renew_s * 1000:
+        return
+    raise ValueError(
+        f"{lease} ({lease_ms}) must be at least twice {renew} ({renew_s:g} s, so at least"
+        f" {math.ceil(2 * renew_s * 1000)} ms): the lease would lapse between two renewals,"
+        " losing what it holds while it is in use; raise the lease or shorten the renewal"
+        " interval, or unset both"
+    )
 
 
 def _env_start_method() -> StartMethod:
@@ -64,6 +91,8 @@ def _env_float(name: str, default: float, *, zero_allowed: bool = True) -> float
         f"{name} must be a finite number of seconds, {lowest} and at most"
         f" {MAX_SETTING_SECONDS}, not {value!r}; set it so, or unset it"
     )
+    if not _plain_number(value):
+        raise ValueError(problem)
     try:
         number = float(value)
     except ValueError:
@@ -134,10 +163,11 @@ class ServerSettings:
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
         """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``SPARE_RUNNERS`` (``0``: none),
-        ``IDLE_EXIT_S``, ``SERVER_LEASE_MS``, ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``,
+        ``IDLE_EXIT_S``, ``SERVER_LEASE_MS`` (at least twice ``SERVER_RENEW_S``),
+        ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``,
         ``FIRST_FRAME_DEADLINE_S`` and
         ``OUTPUT_STALL_DEADLINE_S`` (``0``: off), ``MAX_CONNECTIONS``, ``OUTPUT_CAP_BYTES``,
-        ``RUN_LEASE_MS``, ``RUN_RENEW_S``,
+        ``RUN_LEASE_MS`` (at least twice ``RUN_RENEW_S``), ``RUN_RENEW_S``,
         ``CLAIM_POLL_S``, ``RUNNER_READY_TIMEOUT_S``, ``RESOLVER_TIMEOUT_S``, ``RETENTION_DAYS``,
         ``RETENTION_RETRY_S``,
         ``RETENTION_INTERVAL_S``, ``RETENTION_VACUUM_MIN_BYTES``, ``RECONCILE_GRACE_S``,
@@ -148,22 +178,26 @@ class ServerSettings:
         of its range (every one is bounded above, so that it fits the protocol's exact integers
         and SQLite's), or 0 for an interval or deadline that 0 would break (docs/CLI.md,
         ``server start``)."""
+        run_lease_ms = _env_int("PIWF_RUN_LEASE_MS", 30_000, maximum=MAX_SETTING_MILLISECONDS)
+        run_renew_s = _env_float("PIWF_RUN_RENEW_S", 10.0, zero_allowed=False)
+        _check_lease("PIWF_RUN_LEASE_MS", run_lease_ms, "PIWF_RUN_RENEW_S", run_renew_s)
+        server_lease_ms = _env_int("PIWF_SERVER_LEASE_MS", 30_000, maximum=MAX_SETTING_MILLISECONDS)
+        server_renew_s = _env_float("PIWF_SERVER_RENEW_S", 10.0, zero_allowed=False)
+        _check_lease("PIWF_SERVER_LEASE_MS", server_lease_ms, "PIWF_SERVER_RENEW_S", server_renew_s)
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
             "spare_runners": _env_int("PIWF_SPARE_RUNNERS", 1, minimum=0),
             "idle_exit_s": _env_float("PIWF_IDLE_EXIT_S", DEFAULT_IDLE_EXIT_S),
-            "server_lease_ms": _env_int(
-                "PIWF_SERVER_LEASE_MS", 30_000, maximum=MAX_SETTING_MILLISECONDS
-            ),
-            "server_renew_s": _env_float("PIWF_SERVER_RENEW_S", 10.0, zero_allowed=False),
+            "server_lease_ms": server_lease_ms,
+            "server_renew_s": server_renew_s,
             "frame_deadline_s": _env_float("PIWF_FRAME_DEADLINE_S", 10.0, zero_allowed=False),
             "first_frame_deadline_s": _env_float("PIWF_FIRST_FRAME_DEADLINE_S", 10.0),
             "output_stall_deadline_s": _env_float("PIWF_OUTPUT_STALL_DEADLINE_S", 30.0),
             "max_connections": _env_int("PIWF_MAX_CONNECTIONS", 128),
             "output_cap_bytes": _env_int("PIWF_OUTPUT_CAP_BYTES", 8 * 1024 * 1024),
-            "run_lease_ms": _env_int("PIWF_RUN_LEASE_MS", 30_000, maximum=MAX_SETTING_MILLISECONDS),
-            "run_renew_s": _env_float("PIWF_RUN_RENEW_S", 10.0, zero_allowed=False),
+            "run_lease_ms": run_lease_ms,
+            "run_renew_s": run_renew_s,
             "claim_poll_s": _env_float("PIWF_CLAIM_POLL_S", 2.0, zero_allowed=False),
             "runner_ready_timeout_s": _env_float(
                 "PIWF_RUNNER_READY_TIMEOUT_S", 30.0, zero_allowed=False

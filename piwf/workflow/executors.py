@@ -398,7 +398,10 @@ class VisitExecutor:
     ) -> VisitOutcome:
         if spec.effect.recovery is Recovery.MANUAL:
             self._settle(key, EffectOutcome.AMBIGUOUS, None, text)
-            return VisitParked(ParkReason.EFFECT_AMBIGUOUS, detail=text)
+            # The park reason is what `run wait`, `run show` and `run explain` print: it says
+            # which effect is in doubt, not only that something timed out.
+            detail = f"effect {spec.effect.type!r} may or may not have been applied: {text}"
+            return VisitParked(ParkReason.EFFECT_AMBIGUOUS, detail=detail)
         self._settle(key, EffectOutcome.REJECTED, None, text)
         return VisitDone(outcome, error=text)
 

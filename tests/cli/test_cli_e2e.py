@@ -298,6 +298,25 @@ def test_a_setting_no_server_can_use_is_refused_before_it_starts(
     assert piwf.json("server", "status") == {"state": "stopped"}
 
 
+def test_a_lease_that_lapses_between_renewals_is_refused_before_the_server_starts(
+    piwf: Piwf,
+) -> None:
+    """With ``PIWF_RUN_LEASE_MS=1000`` (renewed every 10 s) a 3 s action lost its claim every
+    second: the run was taken up again and again, and its effect applied each time."""
+    piwf.env["PIWF_RUN_LEASE_MS"] = "1000"
+    error = piwf.json("server", "start", exit_code=1)["error"]
+    assert error["code"] == "serverStart"
+    assert "PIWF_RUN_LEASE_MS (1000) must be at least twice PIWF_RUN_RENEW_S" in error["message"]
+    assert piwf.json("server", "status") == {"state": "stopped"}
+    piwf.env["PIWF_RUN_RENEW_S"] = "0.5"
+    piwf.env["PIWF_SERVER_LEASE_MS"] = "1"  # the server lost its epoch at its first command
+    error = piwf.json("server", "start", exit_code=1)["error"]
+    assert "PIWF_SERVER_LEASE_MS (1) must be at least twice PIWF_SERVER_RENEW_S" in error["message"]
+    del piwf.env["PIWF_SERVER_LEASE_MS"]
+    assert piwf.json("server", "start")["started"] is True
+    piwf.json("server", "stop")
+
+
 def test_a_server_option_beyond_its_limit_is_a_usage_error(piwf: Piwf) -> None:
     for option, value in (("--max-workers", "99999999999999999999"), ("--idle-exit", "1e300")):
         error = piwf.json("server", "start", option, value, exit_code=2)["error"]

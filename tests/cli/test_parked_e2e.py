@@ -355,6 +355,50 @@ def test_a_server_killed_inside_a_manual_effect_leaves_a_reason_that_names_it(
     assert not (tmp_path / "posting").exists(), "the manual action ran again by itself"
 
 
+SLOW_POST = """
+    import time
+    from piwf.workflow import action, define_workflow, manual_effect
+
+    workflow = define_workflow(
+        name="slow", start_at="post",
+        nodes={
+            "post": action(
+                effect=manual_effect("chat.post"), run=lambda ctx: time.sleep(60), timeout_ms=200
+            ),
+        },
+        edges=[],
+    )
+    """
+
+
+def test_a_manual_action_past_its_deadline_parks_with_a_reason_that_names_its_effect(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The reason was only ``timed out after 200 ms``: `run wait` said the run parked
+    ``effectAmbiguous`` without saying which effect was in doubt."""
+    flow = write(tmp_path / "slow.py", SLOW_POST)
+    started, took = timed(piwf, "run", "start", str(flow), "--wait", "--timeout", "120", "--json")
+    assert took < ENDS_WITHIN_S, f"run start --wait sat out {took:.0f} s on a parked run"
+    assert started.returncode == 1, (started.stdout, started.stderr)
+    document = one_document(started)
+    assert document["run"]["errorCode"] == "effectAmbiguous"
+    assert document["parkedReason"] == (
+        "effect 'chat.post' may or may not have been applied: timed out after 200 ms"
+    )
+    run_id = document["run"]["runId"]
+    (effect,) = piwf.json("run", "show", run_id)["effects"]
+    assert (effect["status"], effect["attemptCount"]) == ("ambiguous", 1)
+    human = piwf.run("run", "show", run_id)
+    # The action line gave the command with an EFFECT_ID placeholder; it names the effect.
+    assert (
+        "action      effect 'chat.post' may or may not have been applied: timed out after"
+        f" 200 ms; check whether it happened and settle it (piwf effect resolve"
+        f" {effect['effectId']} --applied|--retry), then piwf run resume {run_id}"
+    ) in human.stdout
+    assert f"next      piwf effect resolve {effect['effectId']} --applied|--retry" in human.stdout
+
+
 def test_a_crash_loop_says_once_what_to_do(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,

@@ -244,7 +244,7 @@ def test_a_timed_out_manual_action_becomes_ambiguous_and_parks(subject: PortUnde
     assert (result.status, result.park_reason, result.detail) == (
         p.RunStatus.PARKED,
         p.ParkReason.EFFECT_AMBIGUOUS,
-        "timed out after 40 ms",
+        "effect 'svc.apply' may or may not have been applied: timed out after 40 ms",
     )
     saved = subject.saved()
     assert (saved.status, saved.park_reason) == (p.RunStatus.PARKED, p.ParkReason.EFFECT_AMBIGUOUS)

@@ -23,7 +23,7 @@ from piwf.errors import UnavailableError
 from piwf.state import StateDatabase
 from tests.server.harness import ServerFactory, ServerProcess, wait_for
 
-EXPIRING = {"PIWF_IDLE_EXIT_S": "0", "PIWF_SERVER_LEASE_MS": "1000", "PIWF_SERVER_RENEW_S": "60"}
+EXPIRING = {"PIWF_IDLE_EXIT_S": "0", "PIWF_SERVER_LEASE_MS": "1000", "PIWF_SERVER_RENEW_S": "0.5"}
 HELLO = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py")
 
 

@@ -90,7 +90,11 @@ def test_a_fork_server_killed_before_it_forks_a_runner_costs_that_start_and_the_
     """As a runner that could not be started at all: its slot is freed at once, and its run
     is rescued once its claim expires (short here), then finished by a runner of a new fork
     server."""
-    server = start_server(servers, "forkserver", env={"PIWF_RUN_LEASE_MS": "1500", **NO_SPARES})
+    server = start_server(
+        servers,
+        "forkserver",
+        env={"PIWF_RUN_LEASE_MS": "1500", "PIWF_RUN_RENEW_S": "0.5", **NO_SPARES},
+    )
     (fork_server,) = fork_servers(server)
     out = tmp_path / "facts.json"
     workflow = facts_workflow(tmp_path, "lost", out, prelude=STOP_THE_FORK_SERVER)

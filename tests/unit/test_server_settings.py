@@ -92,3 +92,60 @@ def test_the_largest_accepted_values_still_fit_what_carries_them(
     assert found.run_lease_ms + 10**13 <= MAX_SAFE_INTEGER
     assert found.retention_days * 86_400_000 <= MAX_SAFE_INTEGER
     assert int(found.validation_timeout_s * 1000) <= MAX_SAFE_INTEGER
+
+
+@pytest.mark.parametrize("value", ["1_000", "\u0663", "1\u0660"])
+def test_a_number_python_alone_would_read_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """``int`` and ``float`` take digit separators and non-ASCII digits: ``1_000`` started a
+    server with 1000 workers."""
+    monkeypatch.setenv("PIWF_MAX_WORKERS", value)
+    with pytest.raises(ValueError, match="^PIWF_MAX_WORKERS must be a positive integer"):
+        ServerSettings.from_environment()
+    monkeypatch.delenv("PIWF_MAX_WORKERS")
+    monkeypatch.setenv("PIWF_IDLE_EXIT_S", value)
+    with pytest.raises(ValueError, match="^PIWF_IDLE_EXIT_S must be a finite number"):
+        ServerSettings.from_environment()
+
+
+LEASES = [
+    ("PIWF_RUN_LEASE_MS", "PIWF_RUN_RENEW_S"),
+    ("PIWF_SERVER_LEASE_MS", "PIWF_SERVER_RENEW_S"),
+]
+
+
+@pytest.mark.parametrize(("lease", "renew"), LEASES)
+@pytest.mark.parametrize(
+    ("lease_ms", "renew_s"), [("1", None), ("1000", None), ("19999", None), ("1000", "0.6")]
+)
+def test_a_lease_shorter_than_two_renewals_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+    lease: str,
+    renew: str,
+    lease_ms: str,
+    renew_s: str | None,
+) -> None:
+    """A run lease that lapsed between two renewals (default every 10 s) lost every claim of
+    a running run: the run was taken up again and again, its effect applied on every take. A
+    server lease of 1 ms lost the server its epoch at its first command: it stopped."""
+    monkeypatch.setenv(lease, lease_ms)
+    if renew_s is not None:
+        monkeypatch.setenv(renew, renew_s)
+    with pytest.raises(ValueError) as raised:
+        ServerSettings.from_environment()
+    message = str(raised.value)
+    assert message.startswith(f"{lease} ({lease_ms}) must be at least twice {renew} "), message
+
+
+@pytest.mark.parametrize(("lease", "renew"), LEASES)
+def test_a_lease_of_two_renewals_or_more_is_taken(
+    monkeypatch: pytest.MonkeyPatch, lease: str, renew: str
+) -> None:
+    monkeypatch.setenv(lease, "1000")
+    monkeypatch.setenv(renew, "0.5")
+    ServerSettings.from_environment()
+    monkeypatch.delenv(lease)
+    monkeypatch.setenv(renew, "40")
+    with pytest.raises(ValueError, match="at least 80000 ms"):
+        ServerSettings.from_environment()  # the default lease is 30 s
