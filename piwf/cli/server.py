@@ -68,7 +68,14 @@ def server_start(max_workers: int | None, idle_exit_s: float | None, as_json: bo
     from piwf.client import launcher  # not at import: `server run` (the server) needs no client
 
     home = state_home()
-    started = launcher.ensure_server(home, max_workers=max_workers, idle_exit_s=idle_exit_s)
+    # A server that answers is left alone before anything is launched: a launched `server run`
+    # reads this environment's settings first, and a bad one would fail the start of a server
+    # that was never needed.
+    started = (
+        None
+        if _answers()
+        else launcher.ensure_server(home, max_workers=max_workers, idle_exit_s=idle_exit_s)
+    )
     with open_client() as client:
         status = client.server_status()
     if as_json:
@@ -163,6 +170,16 @@ def server_status(as_json: bool) -> None:
         from piwf.cli import render  # not at import: it loads the protocol's models
 
         click.echo(render.server_status(status))
+
+
+def _answers() -> bool:
+    """Whether a server answers on this home's socket now (none is started)."""
+    try:
+        with open_client(autostart=False) as client:
+            client.server_status()
+    except ServerNotRunningError:
+        return False
+    return True
 
 
 def _why_the_home_is_unusable() -> str | None:

@@ -313,7 +313,13 @@ def test_a_lease_that_lapses_between_renewals_is_refused_before_the_server_start
     error = piwf.json("server", "start", exit_code=1)["error"]
     assert "PIWF_SERVER_LEASE_MS (1) must be at least twice PIWF_SERVER_RENEW_S" in error["message"]
     del piwf.env["PIWF_SERVER_LEASE_MS"]
-    assert piwf.json("server", "start")["started"] is True
+    started = piwf.json("server", "start")
+    assert started["started"] is True
+    # A running server is left alone, whatever the environment of a later start holds: it is
+    # not launched again, so its settings are not read.
+    piwf.env["PIWF_RUN_LEASE_MS"] = "1000"
+    piwf.env["PIWF_MAX_WORKERS"] = "abc"
+    assert piwf.json("server", "start") == {"started": False, "epoch": started["epoch"]}
     piwf.json("server", "stop")
 
 
