@@ -20,7 +20,12 @@ from piwf.config import (
     state_home,
     verify_private_dir,
 )
-from piwf.errors import ServerNotRunningError, ServerStartError, UnsafeStateHomeError
+from piwf.errors import (
+    PiwfError,
+    ServerNotRunningError,
+    ServerStartError,
+    UnsafeStateHomeError,
+)
 
 
 @click.group("server")
@@ -173,11 +178,12 @@ def server_status(as_json: bool) -> None:
 
 
 def _answers() -> bool:
-    """Whether a server answers on this home's socket now (none is started)."""
+    """Whether a server answers on this home's socket now (none is started). Any error is
+    False: the start then goes on as before and meets the error where it did."""
     try:
         with open_client(autostart=False) as client:
             client.server_status()
-    except ServerNotRunningError:
+    except PiwfError:
         return False
     return True
 
