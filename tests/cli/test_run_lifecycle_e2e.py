@@ -15,6 +15,7 @@ from tests.cli.test_cli_e2e import HOLD, Piwf, piwf  # noqa: F401 - a fixture us
 from tests.server.harness import wait_for
 
 CHECKPOINT = "fixtures/workflows/checkpoint_review.py"
+HELLO = "fixtures/workflows/hello.py"
 #: A cutoff after every run of the test: only a protection keeps a tree from the prune.
 FAR_FUTURE = "2030-01-01"
 
@@ -79,6 +80,23 @@ def test_a_run_cancelled_while_paused_is_finished_prunable_and_not_paused(
     assert protected_reasons(piwf) == {}
     preview = piwf.json("state", "prune", "--before", FAR_FUTURE, "--dry-run")
     assert [tree["rootRunId"] for tree in preview["trees"]] == [run_id]
+
+
+def test_a_cancel_of_a_run_that_ended_otherwise_says_so_and_how_to_run_it_again(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    ended = piwf.json("run", "start", HELLO, "--input", '{"who": "Ada"}', "--wait")["run"]
+    run_id = ended["runId"]
+    refused = piwf.json("run", "cancel", run_id, exit_code=1)["error"]
+    assert refused == {
+        "code": "runCommand",
+        "message": f"run {run_id} has already ended (completed); there is nothing to cancel."
+        f" To run it again: piwf run restart {run_id}",
+    }
+    said = piwf.run("run", "cancel", run_id)
+    assert said.returncode == 1
+    assert said.stderr.strip() == f"Error: {refused['message']}", said.stderr
+    assert piwf.json("run", "show", run_id)["run"]["revision"] == ended["revision"]
 
 
 def test_a_run_cancelled_while_paused_and_queued_keeps_its_title(
