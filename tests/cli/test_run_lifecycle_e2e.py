@@ -122,6 +122,34 @@ def test_a_run_cancelled_while_paused_and_queued_keeps_its_title(
     assert any(line.startswith(queued) and line.endswith("checkpoint_review") for line in table)
 
 
+def test_the_logs_of_a_run_cancelled_before_any_node_ran_say_it_ended(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    assert piwf.json("server", "start", "--max-workers", "1")["started"] is True
+    hold = tmp_path / "hold.py"
+    hold.write_text(HOLD)
+    holding = start(piwf, str(hold))
+    queued = start(piwf, HELLO, "--input", '{"who": "Ada"}')
+    assert piwf.run("run", "logs", queued).stdout == f"run {queued} has no node output yet\n"
+    piwf.json("run", "cancel", queued)
+    piwf.json("run", "cancel", holding)
+
+    # A run that ended gets no output later: the line says so instead of "yet".
+    said = piwf.run("run", "logs", queued)
+    assert (said.returncode, said.stdout) == (
+        0,
+        f"run {queued} ended cancelled and no node of it ran: there is no output\n",
+    )
+    said = piwf.run("run", "logs", queued, "--node", "greet")
+    assert (said.returncode, said.stdout) == (
+        0,
+        f"run {queued} ended cancelled and node greet never ran: there is no output\n",
+    )
+    logs = piwf.json("run", "logs", queued)
+    assert (logs["attempts"], logs["runStatus"], logs["terminal"]) == ([], "cancelled", True)
+
+
 def test_a_server_start_clears_the_pause_an_older_piwf_left_on_a_cancelled_run(
     piwf: Piwf,  # noqa: F811
 ) -> None:
