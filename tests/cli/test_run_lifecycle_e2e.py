@@ -255,3 +255,21 @@ def test_a_run_parked_for_a_missing_source_says_missing_and_how_to_run_the_curre
     assert not any("restart" in command for command in explained["commands"])
     # The run had an input: the advice to start anew says to give it again (it is never shown).
     assert "giving it the input you gave this one" in explained["explanation"]
+
+
+def test_an_empty_input_file_is_refused_as_empty_and_nothing_starts(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "input.json"
+    empty.write_text("\n")
+    said = piwf.run("run", "start", HELLO, "--input-file", str(empty))
+    assert said.returncode == 2, said.stderr
+    assert said.stderr.rstrip().endswith(
+        "Error: Invalid value for --input-file: not valid JSON for piwf (notJson): not JSON:"
+        " Expecting value: line 2 column 1 (char 1); the text is empty: give a JSON value,"
+        " e.g. '{}'"
+    ), said.stderr
+    refused = piwf.json("run", "start", HELLO, "--input", "", exit_code=2)["error"]
+    assert refused["message"].endswith("; the text is empty: give a JSON value, e.g. '{}'")
+    assert piwf.json("server", "status") == {"state": "stopped"}, "nothing was sent"
