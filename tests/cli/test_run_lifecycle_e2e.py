@@ -273,3 +273,21 @@ def test_an_empty_input_file_is_refused_as_empty_and_nothing_starts(
     refused = piwf.json("run", "start", HELLO, "--input", "", exit_code=2)["error"]
     assert refused["message"].endswith("; the text is empty: give a JSON value, e.g. '{}'")
     assert piwf.json("server", "status") == {"state": "stopped"}, "nothing was sent"
+
+
+def test_the_explanation_of_a_restarted_run_points_at_its_restart(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    ended = start(piwf, CHECKPOINT, "--input", '{"steps": [1]}')
+    piwf.json("run", "cancel", ended)
+    offered = piwf.json("run", "explain", ended)
+    assert offered["commands"] == [f"piwf run restart {ended}"]
+    restart = piwf.json("run", "restart", ended)["run"]["runId"]
+
+    # A run restarts once: the explanation names the new run instead of a second restart.
+    explained = piwf.json("run", "explain", ended)
+    assert explained["commands"] == [f"piwf run show {restart}"]
+    assert explained["explanation"].endswith(f" It was restarted as {restart}."), explained
+    assert piwf.json("run", "show", ended)["display"]["restartedAs"] == restart
+    assert f"  next      piwf run show {restart}\n" in piwf.run("run", "show", ended).stdout
+    piwf.json("run", "cancel", restart)
