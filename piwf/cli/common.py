@@ -214,8 +214,11 @@ def _argument_bytes(data: str | bytes) -> str | bytes:
 
 def _shell_quoting_hint(data: str | bytes, error: CanonicalJsonError) -> str:
     """A hint for an object or array without a double quote (``{ok:true}``): what a shell
-    leaves of ``{"ok":true}`` typed without single quotes around it."""
+    leaves of ``{"ok":true}`` typed without single quotes around it; or for empty text."""
     text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+    if error.reason == "notJson" and not text.strip():
+        # An empty --input-file (or stdin that ended at once) says so, not "line 1 column 1".
+        return "; the text is empty: give a JSON value, e.g. '{}'"
     if error.reason != "notJson" or '"' in text or not text.lstrip().startswith(("{", "[")):
         return ""
     return (

@@ -67,6 +67,16 @@ def run_logs(run_id: str, node: str | None, follow: bool, raw: bool, as_json: bo
         raise click.exceptions.Exit(INTERRUPTED_EXIT) from None
 
 
+def _no_attempts(run_id: str, node: str | None, run_status: str, *, terminal: bool) -> str:
+    """The line for a run (or a node of it) without an attempt: one that ended never gets
+    output later (a run cancelled while queued, a branch not taken), so only an unfinished
+    run's says "yet"."""
+    if not terminal:
+        return f"run {run_id} has no node output yet" + (" for that node" if node else "")
+    never = f"node {node} never ran" if node else "no node of it ran"
+    return f"run {run_id} ended {run_status} and {never}: there is no output"
+
+
 def _shown(data: bytes, text: str, *, raw: bool) -> bytes | str:
     """What to print of a piece of output: with ``raw`` its bytes exactly as the node wrote
     them (invalid UTF-8 too, which ``text`` has replaced), else ``text`` with its control
@@ -94,7 +104,7 @@ def _show(client: Client, run_id: str, node: str | None, *, raw: bool, as_json: 
         )
         return
     if not logs:
-        click.echo(f"run {run_id} has no node output yet" + (" for that node" if node else ""))
+        click.echo(_no_attempts(run_id, node, found.run_status, terminal=found.terminal))
     for log in logs:
         click.echo(header(log.info))
         shown = _shown(log.data, log.text, raw=raw)

@@ -179,6 +179,11 @@ def _terminal(view: RunView) -> Explanation:
             "settle it (--applied if it happened, else --retry), then restart to run it again."
         )
         return Explanation(run.status, text, tuple(effect.command for effect in unsettled))
+    restarted = view.display.restarted_as
+    if restarted is not None:
+        # A run restarts once: a second restart only answers with this same run.
+        text += f" It was restarted as {restarted}."
+        return Explanation(run.status, text, (f"piwf run show {restarted}",))
     text += " Restart to run it again."
     return Explanation(run.status, text, (f"piwf run restart {run.run_id}",))
 

@@ -137,6 +137,8 @@ class Display(WireModel):
     capacity: Capacity | None = None
     available_at: int | None = None
     effects_to_resolve: list[EffectToResolve] = Field(default_factory=list)
+    #: The run a restart of this ended run started (a run restarts once), or None.
+    restarted_as: str | None = None
 
 
 class Step(WireModel):

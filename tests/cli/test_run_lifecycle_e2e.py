@@ -15,6 +15,7 @@ from tests.cli.test_cli_e2e import HOLD, Piwf, piwf  # noqa: F401 - a fixture us
 from tests.server.harness import wait_for
 
 CHECKPOINT = "fixtures/workflows/checkpoint_review.py"
+HELLO = "fixtures/workflows/hello.py"
 #: A cutoff after every run of the test: only a protection keeps a tree from the prune.
 FAR_FUTURE = "2030-01-01"
 
@@ -81,6 +82,23 @@ def test_a_run_cancelled_while_paused_is_finished_prunable_and_not_paused(
     assert [tree["rootRunId"] for tree in preview["trees"]] == [run_id]
 
 
+def test_a_cancel_of_a_run_that_ended_otherwise_says_so_and_how_to_run_it_again(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    ended = piwf.json("run", "start", HELLO, "--input", '{"who": "Ada"}', "--wait")["run"]
+    run_id = ended["runId"]
+    refused = piwf.json("run", "cancel", run_id, exit_code=1)["error"]
+    assert refused == {
+        "code": "runCommand",
+        "message": f"run {run_id} has already ended (completed); there is nothing to cancel."
+        f" To run it again: piwf run restart {run_id}",
+    }
+    said = piwf.run("run", "cancel", run_id)
+    assert said.returncode == 1
+    assert said.stderr.strip() == f"Error: {refused['message']}", said.stderr
+    assert piwf.json("run", "show", run_id)["run"]["revision"] == ended["revision"]
+
+
 def test_a_run_cancelled_while_paused_and_queued_keeps_its_title(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,
@@ -102,6 +120,34 @@ def test_a_run_cancelled_while_paused_and_queued_keeps_its_title(
     assert "cancelled  checkpoint_review" in piwf.run("run", "list").stdout
     table = piwf.run("run", "list").stdout.splitlines()
     assert any(line.startswith(queued) and line.endswith("checkpoint_review") for line in table)
+
+
+def test_the_logs_of_a_run_cancelled_before_any_node_ran_say_it_ended(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    assert piwf.json("server", "start", "--max-workers", "1")["started"] is True
+    hold = tmp_path / "hold.py"
+    hold.write_text(HOLD)
+    holding = start(piwf, str(hold))
+    queued = start(piwf, HELLO, "--input", '{"who": "Ada"}')
+    assert piwf.run("run", "logs", queued).stdout == f"run {queued} has no node output yet\n"
+    piwf.json("run", "cancel", queued)
+    piwf.json("run", "cancel", holding)
+
+    # A run that ended gets no output later: the line says so instead of "yet".
+    said = piwf.run("run", "logs", queued)
+    assert (said.returncode, said.stdout) == (
+        0,
+        f"run {queued} ended cancelled and no node of it ran: there is no output\n",
+    )
+    said = piwf.run("run", "logs", queued, "--node", "greet")
+    assert (said.returncode, said.stdout) == (
+        0,
+        f"run {queued} ended cancelled and node greet never ran: there is no output\n",
+    )
+    logs = piwf.json("run", "logs", queued)
+    assert (logs["attempts"], logs["runStatus"], logs["terminal"]) == ([], "cancelled", True)
 
 
 def test_a_server_start_clears_the_pause_an_older_piwf_left_on_a_cancelled_run(
@@ -209,3 +255,39 @@ def test_a_run_parked_for_a_missing_source_says_missing_and_how_to_run_the_curre
     assert not any("restart" in command for command in explained["commands"])
     # The run had an input: the advice to start anew says to give it again (it is never shown).
     assert "giving it the input you gave this one" in explained["explanation"]
+
+
+def test_an_empty_input_file_is_refused_as_empty_and_nothing_starts(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "input.json"
+    empty.write_text("\n")
+    said = piwf.run("run", "start", HELLO, "--input-file", str(empty))
+    assert said.returncode == 2, said.stderr
+    assert said.stderr.rstrip().endswith(
+        "Error: Invalid value for --input-file: not valid JSON for piwf (notJson): not JSON:"
+        " Expecting value: line 2 column 1 (char 1); the text is empty: give a JSON value,"
+        " e.g. '{}'"
+    ), said.stderr
+    refused = piwf.json("run", "start", HELLO, "--input", "", exit_code=2)["error"]
+    assert refused["message"].endswith("; the text is empty: give a JSON value, e.g. '{}'")
+    assert piwf.json("server", "status") == {"state": "stopped"}, "nothing was sent"
+
+
+def test_the_explanation_of_a_restarted_run_points_at_its_restart(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    ended = start(piwf, CHECKPOINT, "--input", '{"steps": [1]}')
+    piwf.json("run", "cancel", ended)
+    offered = piwf.json("run", "explain", ended)
+    assert offered["commands"] == [f"piwf run restart {ended}"]
+    restart = piwf.json("run", "restart", ended)["run"]["runId"]
+
+    # A run restarts once: the explanation names the new run instead of a second restart.
+    explained = piwf.json("run", "explain", ended)
+    assert explained["commands"] == [f"piwf run show {restart}"]
+    assert explained["explanation"].endswith(f" It was restarted as {restart}."), explained
+    assert piwf.json("run", "show", ended)["display"]["restartedAs"] == restart
+    assert f"  next      piwf run show {restart}\n" in piwf.run("run", "show", ended).stdout
+    piwf.json("run", "cancel", restart)

@@ -245,7 +245,8 @@ class RunHandlers:
 
     def run_cancel(self, request: Request, reply: Reply) -> None:
         """Cancel in one transaction (receipt included), then stop the fenced child."""
-        self._control(request, reply, ex.cancel_run, stop_reason="cancelled")
+        refuse = refusals.ended_refuses_cancel
+        self._control(request, reply, ex.cancel_run, stop_reason="cancelled", refuse=refuse)
 
     def run_pause(self, request: Request, reply: Reply) -> None:
         """Pause: flag, park and release the claim atomically, then stop the child."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from piwf.errors import RunCommandError
-from piwf.lifecycle import EffectStatus
+from piwf.lifecycle import EffectStatus, RunStatus
 from piwf.server.runs import recorded_sources
 from piwf.state import Transaction
 from piwf.state import effects as fx
@@ -34,6 +34,18 @@ def ended_refuses(
         )
 
     return refusal
+
+
+def ended_refuses_cancel(run: run_store.RunRow) -> RunCommandError | None:
+    """The refusal of a cancel of a run that ended other than cancelled (None for an
+    unfinished run, and for a cancelled one, whose cancel changes nothing): there is nothing
+    left to stop; a restart runs it again."""
+    if not run.terminal or run.status is RunStatus.CANCELLED:
+        return None
+    return RunCommandError(
+        f"run {run.run_id} has already ended ({run.status.value}); there is nothing to cancel."
+        f" To run it again: piwf run restart {run.run_id}"
+    )
 
 
 def restart_refusal(tx: Transaction, parent: run_store.RunRow) -> RunCommandError | None:

@@ -171,6 +171,7 @@ def display_of(
             activity="idle",
             controls=controls,
             effects_to_resolve=ambiguous,
+            restarted_as=run_store.restart_child_of(tx, run_id),
         )
     current = run_view.current_attempt(tx, run_id)
     node = (
