@@ -23,6 +23,7 @@ exits 1: the session is the other's now, and ``piwf session attach`` takes it ba
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -76,13 +77,13 @@ def session_attach(session_id: str, exit_when_done: bool, as_json: bool) -> None
     """
     screen = _Screen()
     with open_client() as client, _hang_up_ends_input():
-        host = client.session(session_id, inspect_branch=screen.inspect_branch)
-        host.attach()
-        _say(f"attached to session {session_id} as its coordinator; waiting for messages")
         try:
+            host = client.session(session_id, inspect_branch=screen.inspect_branch)
+            host.attach()
+            _say(f"attached to session {session_id} as its coordinator; waiting for messages")
             _host(host, screen, exit_when_done, as_json)
         except _TerminalClosedError:
-            pass  # the terminal is gone: nobody to tell
+            _write_nowhere()  # the terminal is gone: nobody to tell
         except EOFError:
             _say("end of input: detached")
         except SessionAuthorityCommandError:
@@ -171,6 +172,19 @@ def _ignore_hang_ups() -> None:
     """Once input has ended, a hang-up has nothing left to stop: ignoring it (a pending one
     too) lets the abort of the open turn finish instead of breaking off mid-request."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def _write_nowhere() -> None:
+    """Point stdout and stderr at /dev/null once the terminal is gone: what is still buffered
+    for it (a line whose write failed) must not fail the exit, which it would as exit status
+    120 when the interpreter's last flush fails."""
+    nowhere = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            with suppress(AttributeError, OSError, ValueError):
+                os.dup2(nowhere, stream.fileno())
+    finally:
+        os.close(nowhere)
 
 
 @contextmanager
@@ -368,6 +382,9 @@ def _echo(text: str) -> None:
 
 def _say(text: str) -> None:
     """Tell the person (stderr); a quoted error's control characters show as escapes. A
-    terminal that has closed hears nothing (its writes fail): the host goes on ending."""
-    with suppress(OSError):
+    terminal that has closed hears nothing (its writes fail): the host goes on ending, with
+    its output pointed at /dev/null from then on."""
+    try:
         click.echo(printable(text), err=True)
+    except OSError:
+        _write_nowhere()
