@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import uuid
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,6 +28,9 @@ from piwf.errors import (
     ServerStartError,
     UnsafeStateHomeError,
 )
+
+if TYPE_CHECKING:
+    from piwf.protocol.payloads import ServerStatus
 
 
 @click.group("server")
@@ -76,24 +81,43 @@ def server_start(max_workers: int | None, idle_exit_s: float | None, as_json: bo
     # A server that answers is left alone before anything is launched: a launched `server run`
     # reads this environment's settings first, and a bad one would fail the start of a server
     # that was never needed.
+    epoch = _quick_epoch()
     started = (
         None
-        if _answers()
+        if epoch is not None or _answers()
         else launcher.ensure_server(home, max_workers=max_workers, idle_exit_s=idle_exit_s)
     )
-    with open_client() as client:
-        status = client.server_status()
+    if started is not None or epoch is None:
+        epoch = _quick_epoch()
+    if epoch is None:
+        with open_client() as client:
+            epoch = client.server_status().epoch
     if as_json:
-        document: dict[str, object] = {"started": started is not None, "epoch": status.epoch}
+        document: dict[str, object] = {"started": started is not None, "epoch": epoch}
         if started is not None:
             document["pid"] = started.pid
         emit_json(document)
     elif started is not None:
-        click.echo(
-            one_line(f"started piwf server (pid {started.pid}, epoch {status.epoch}) for {home}")
-        )
+        click.echo(one_line(f"started piwf server (pid {started.pid}, epoch {epoch}) for {home}"))
     else:
-        click.echo(one_line(f"piwf server already running (epoch {status.epoch}) for {home}"))
+        click.echo(one_line(f"piwf server already running (epoch {epoch}) for {home}"))
+
+
+def _quick_epoch() -> int | None:
+    """The running server's epoch, read without the protocol's models
+    (:mod:`piwf.client.quick_read`); None when none answers or the full client must ask."""
+    from piwf.client.quick_read import read_quickly
+    from piwf.client.quick_stop import QUICK_TIMEOUT_S
+
+    receipt = read_quickly(
+        state_home(),
+        "server.status",
+        {},
+        client_id=f"cli-{uuid.uuid4().hex}",
+        timeout_s=QUICK_TIMEOUT_S,
+    )
+    epoch = None if receipt is None else receipt.get("epoch")
+    return epoch if type(epoch) is int else None
 
 
 @server_group.command("stop")
@@ -116,12 +140,14 @@ def server_stop(as_json: bool) -> None:
         else:
             click.echo(one_line(f"no piwf server can run for {state_home()}: {cannot_run}"))
         return
-    try:
-        with open_client(autostart=False) as client:
-            client.stop_server()
-        was_running = True
-    except ServerNotRunningError:
-        was_running = False
+    was_running = _stop_quickly()
+    if was_running is None:
+        try:
+            with open_client(autostart=False) as client:
+                client.stop_server()
+            was_running = True
+        except ServerNotRunningError:
+            was_running = False
     if as_json:
         emit_json({"state": "stopped", "wasRunning": was_running})
     elif was_running:
@@ -151,10 +177,8 @@ def server_status(as_json: bool) -> None:
         else:
             click.echo(one_line(f"no piwf server can run for {state_home()}: {cannot_run}"))
         return
-    try:
-        with open_client(autostart=False) as client:
-            status = client.server_status()
-    except ServerNotRunningError:
+    status = None if _nothing_listens() else _running_status()
+    if status is None:
         unusable = _why_the_home_is_unusable()
         if as_json:
             emit_json(
@@ -177,15 +201,48 @@ def server_status(as_json: bool) -> None:
         click.echo(render.server_status(status))
 
 
+def _running_status() -> ServerStatus | None:
+    """The running server's status, None when none runs (the full client asks)."""
+    try:
+        with open_client(autostart=False) as client:
+            return client.server_status()
+    except ServerNotRunningError:
+        return None
+
+
 def _answers() -> bool:
     """Whether a server answers on this home's socket now (none is started). Any error is
     False: the start then goes on as before and meets the error where it did."""
+    if _nothing_listens():
+        return False
     try:
         with open_client(autostart=False) as client:
             client.server_status()
     except PiwfError:
         return False
     return True
+
+
+def _nothing_listens() -> bool:
+    """Whether no server listens for this home, found without the protocol's models
+    (:func:`piwf.client.quick_stop.nothing_listens`); False when in doubt."""
+    from piwf.client.quick_stop import nothing_listens
+
+    return nothing_listens(state_home())
+
+
+def _stop_quickly() -> bool | None:
+    """Whether a server ran and is stopped now, asked without the protocol's models
+    (:mod:`piwf.client.quick_stop`); None when the full client must ask instead."""
+    from piwf.client.quick_stop import QUICK_TIMEOUT_S, STOP_WAIT_S, QuickStop, stop_quickly
+
+    found = stop_quickly(
+        state_home(),
+        client_id=f"cli-{uuid.uuid4().hex}",
+        timeout_s=QUICK_TIMEOUT_S,
+        wait_s=STOP_WAIT_S,
+    )
+    return None if found is None else found is QuickStop.STOPPED
 
 
 def _why_the_home_is_unusable() -> str | None:

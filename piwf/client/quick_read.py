@@ -62,8 +62,8 @@ def read_quickly(
         return None
     request_id = f"quick-{uuid.uuid4().hex}"
     try:
-        hello = _next_message(transport, deadline)
-        if not _is_compatible_hello(hello):
+        hello = next_message(transport, deadline)
+        if not is_compatible_hello(hello):
             return None
         transport.send_frame(
             encode_frame(
@@ -78,7 +78,7 @@ def read_quickly(
             )
         )
         while True:
-            message = _next_message(transport, deadline)
+            message = next_message(transport, deadline)
             if message is None or message.get("type") != "response":
                 return None
             if message.get("requestId") == request_id:
@@ -94,7 +94,7 @@ def read_quickly(
         transport.close()
 
 
-def _next_message(transport: SocketTransport, deadline: float) -> dict[str, Any] | None:
+def next_message(transport: SocketTransport, deadline: float) -> dict[str, Any] | None:
     """The next frame as a JSON object (None: not canonical JSON, or not an object); raises
     ``TimeoutError`` (an ``OSError``) once ``deadline`` passes."""
     while True:
@@ -115,7 +115,8 @@ def _next_message(transport: SocketTransport, deadline: float) -> dict[str, Any]
     return message if isinstance(message, dict) else None
 
 
-def _is_compatible_hello(message: dict[str, Any] | None) -> bool:
+def is_compatible_hello(message: dict[str, Any] | None) -> bool:
+    """Whether ``message`` is the hello of a server of this piwf version and protocol."""
     return (
         message is not None
         and message.get("type") == "hello"

@@ -55,8 +55,14 @@ _Schema = Literal["piwf.channel.v1"]
 
 
 class _Model(BaseModel):
+    # Built on first use (``defer_build``): only a server with a channel, and its adapter
+    # child, ever validates these; the rest would build them at every start for nothing.
     model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        defer_build=True,
     )
 
     def encode(self) -> bytes:

@@ -60,8 +60,15 @@ Operation = Literal[
 
 
 class _Frame(BaseModel):
+    # Built on first use (``defer_build``), here and in ``_Payload``: only a server whose
+    # runs use a resource manager, and its reconcile children, ever validate these.
     model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        defer_build=True,
     )
 
     def encode(self) -> bytes:
@@ -71,7 +78,11 @@ class _Frame(BaseModel):
 
 class _Payload(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        defer_build=True,
     )
 
 

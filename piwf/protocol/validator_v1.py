@@ -35,7 +35,10 @@ SCHEMA: Final = "piwf.validator.v1"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+    # Built on first use (``defer_build``): only a run with a validated output needs them.
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, populate_by_name=True, defer_build=True
+    )
 
     def encode(self) -> bytes:
         """Canonical JSON bytes of the message."""

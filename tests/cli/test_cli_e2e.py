@@ -213,23 +213,38 @@ def test_run_list_prints_the_full_clients_table_from_its_quick_read(
     assert "more runs exist" in piwf.run("run", "list", "--limit", "2").stdout
 
 
-def test_server_start_and_stop(piwf: Piwf) -> None:
+def test_server_start_and_stop(piwf: Piwf, tmp_path: Path) -> None:
+    def quickly(*arguments: str) -> Any:
+        """``piwf ARGUMENTS --json`` in a new interpreter that must not import pydantic:
+        start, stop and a stopped status take the quick paths (no protocol models)."""
+        found, stdout = run_probe(
+            [*arguments, "--json"], ["pydantic"], tmp_path / "imported.json", piwf.env
+        )
+        assert found["status"] == 0, stdout
+        assert found["heavy"] == [], f"piwf {' '.join(arguments)} loaded the protocol's models"
+        return json.loads(stdout)
+
+    assert quickly("server", "status") == {"state": "stopped"}
     first = piwf.json("server", "start", "--max-workers", "2", "--idle-exit", "60")
     assert first["started"] is True
     pid = first["pid"]
     assert psutil.Process(pid).environ()["PIWF_HOME"] == str(piwf.home)
 
-    again = piwf.json("server", "start")
+    again = quickly("server", "start")
     assert again == {"started": False, "epoch": first["epoch"]}
     assert piwf.json("server", "status")["maxWorkers"] == 2
 
-    assert piwf.json("server", "stop") == {"state": "stopped", "wasRunning": True}
+    assert quickly("server", "stop") == {"state": "stopped", "wasRunning": True}
     assert wait_gone(pid, 15), "the server process did not exit after stop"
-    assert piwf.json("server", "stop") == {"state": "stopped", "wasRunning": False}
+    assert quickly("server", "stop") == {"state": "stopped", "wasRunning": False}
+    with StateDatabase(piwf.home / "state.sqlite", mode="read-only") as db, db.read() as tx:
+        stops = tx.all("SELECT outcome FROM server_commands WHERE operation = 'server.stop'")
+    assert [str(row[0]) for row in stops] == ["accepted"], "one stop, recorded as accepted"
 
-    restarted = piwf.json("server", "start")
+    restarted = quickly("server", "start")
     assert restarted["started"] is True
     assert restarted["epoch"] > first["epoch"]
+    assert psutil.Process(restarted["pid"]).is_running()
 
 
 def test_runtime_error_without_json_goes_to_stderr(piwf: Piwf) -> None:

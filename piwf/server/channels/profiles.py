@@ -63,7 +63,9 @@ class TelegramProfileConfig(BaseModel):
     # Strict: a JSON string, float or boolean is not silently taken for a number (``true`` is
     # not user id 1); the camelCase names of docs/CHANNELS.md are the only field names (no
     # ``populate_by_name``).
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, alias_generator=to_camel)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, alias_generator=to_camel, defer_build=True
+    )
 
     kind: Literal["telegram"]
     api_base_url: str = Field(default="https://api.telegram.org", max_length=2048)
@@ -124,7 +126,9 @@ class TelegramProfileConfig(BaseModel):
 class ChannelsFile(BaseModel):
     """The whole configuration document."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built on first use (``defer_build``), like ``TelegramProfileConfig``: only a home with
+    # a channels file is ever read with them.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     profiles: dict[str, TelegramProfileConfig] = Field(default_factory=dict, max_length=32)
 
