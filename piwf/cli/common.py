@@ -28,6 +28,7 @@ import click
 
 from piwf import canonical
 from piwf.cli.safe_text import printable
+from piwf.config import plain_number
 from piwf.errors import CanonicalJsonError, CommandError, InvalidArgumentError, PiwfError
 
 if TYPE_CHECKING:
@@ -120,9 +121,43 @@ def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
     raise click.exceptions.Exit(1)
 
 
+class Integer(click.IntRange):
+    """An integer from ``minimum`` to ``maximum`` (inclusive; None: unbounded), written as the
+    ``PIWF_*`` variables take one (:func:`piwf.config.plain_number`): ``1_0`` and non-ASCII
+    digits such as ``\u0661\u0660``, which Python's ``int`` takes, are usage errors that name the
+    option and the range."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, maximum: int | None = None) -> None:
+        super().__init__(min=minimum, max=maximum)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number: int | None = None
+        if not isinstance(value, str) or plain_number(value):
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                number = None
+        low, high = self.min, self.max
+        if (
+            number is None
+            or (low is not None and number < low)
+            or (high is not None and number > high)
+        ):
+            self.fail(f"{value!r} is not {self.described()}.", param, ctx)
+        return number
+
+    def described(self) -> str:
+        """What the option takes, as its error says it."""
+        bounds = f"of at least {self.min}" if self.max is None else f"from {self.min} to {self.max}"
+        return f"an integer {bounds} written in ASCII digits without separators"
+
+
 class Seconds(click.FloatRange):
-    """A finite, non-negative number of seconds, at most ``maximum`` when given: ``nan`` and
-    ``inf`` are usage errors (a wait or an idle exit that never ends is no number of seconds)."""
+    """A finite, non-negative number of seconds, at most ``maximum`` when given, written in
+    plain ASCII (:func:`piwf.config.plain_number`): ``nan``, ``inf``, ``1_0`` and non-ASCII
+    digits are usage errors (a wait or an idle exit that never ends is no number of seconds)."""
 
     name = "seconds"
 
@@ -130,6 +165,12 @@ class Seconds(click.FloatRange):
         super().__init__(min=0, max=maximum)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not plain_number(value):
+            self.fail(
+                f"{value!r} is not a number of seconds in plain ASCII digits (such as 2.5).",
+                param,
+                ctx,
+            )
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):  # said before the range, which inf would miss too
             self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
