@@ -83,7 +83,7 @@ def command(function: _F) -> _F:
         except InvalidArgumentError as error:
             # An argument the client refused (a title too long, an input too large to send).
             # The message names the argument and the rule, never the value (it may be a payload).
-            raise click.UsageError(str(error)) from None
+            raise click.UsageError(as_cli_options(str(error))) from None
         except PiwfError as error:
             fail(error, as_json=as_json)
         except Exception as error:
@@ -91,11 +91,38 @@ def command(function: _F) -> _F:
                 raise
             from piwf.client.arguments import invalid_argument_error
 
-            raise click.UsageError(str(invalid_argument_error(error))) from None
+            raise click.UsageError(as_cli_options(str(invalid_argument_error(error)))) from None
         except KeyboardInterrupt:
             interrupted(as_json=as_json)
 
     return run  # type: ignore[return-value]
+
+
+#: Where a client's refusal names an argument: ``invalid argument: NAME: RULE[; NAME: RULE]``.
+_REFUSED_ARGUMENT = re.compile(r"(^invalid argument: |; )([a-z][a-z0-9_]*)(?=[.:])")
+
+
+def as_cli_options(message: str) -> str:
+    """``message`` (an :class:`InvalidArgumentError`'s) with each client argument it names
+    spelled as the running command's option or argument (``note`` as ``'--note'``), so the
+    person told which rule they broke knows what they typed it in; a name the command has no
+    parameter for is left as the client spells it."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return message
+    params = context.command.params
+
+    def spelled(match: re.Match[str]) -> str:
+        name = match[2]
+        flag = "--" + name.replace("_", "-")
+        for param in params:
+            if flag in param.opts or param.name == name:
+                hint = param.get_error_hint(context)
+                lead = "invalid value for " if match[1] != "; " else match[1] + "for "
+                return f"{lead}{hint}"
+        return match[0]
+
+    return _REFUSED_ARGUMENT.sub(spelled, message)
 
 
 def interrupted(*, as_json: bool) -> NoReturn:
