@@ -75,6 +75,14 @@ def agent_command_problem(command: object) -> str | None:
     return None
 
 
+def plain_number(text: str) -> bool:
+    """Whether ``text`` is written in plain ASCII without digit separators, as every numeric
+    ``PIWF_*`` variable and CLI option must be: Python's ``int`` and ``float`` also take
+    ``1_000`` and non-ASCII digits such as ``\u0663``, which no other tool reads as the same
+    number. Whether the rest is a number is for ``int`` or ``float`` to say."""
+    return text.isascii() and "_" not in text
+
+
 def split_agent_command(text: str) -> list[str]:
     """Split ``'CMD ARGS'`` the way a POSIX shell would (no expansion, nothing runs).
 

@@ -28,6 +28,7 @@ import click
 
 from piwf import canonical
 from piwf.cli.safe_text import printable
+from piwf.config import plain_number
 from piwf.errors import CanonicalJsonError, CommandError, InvalidArgumentError, PiwfError
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def command(function: _F) -> _F:
         except InvalidArgumentError as error:
             # An argument the client refused (a title too long, an input too large to send).
             # The message names the argument and the rule, never the value (it may be a payload).
-            raise click.UsageError(str(error)) from None
+            raise click.UsageError(as_cli_options(str(error))) from None
         except PiwfError as error:
             fail(error, as_json=as_json)
         except Exception as error:
@@ -90,11 +91,38 @@ def command(function: _F) -> _F:
                 raise
             from piwf.client.arguments import invalid_argument_error
 
-            raise click.UsageError(str(invalid_argument_error(error))) from None
+            raise click.UsageError(as_cli_options(str(invalid_argument_error(error)))) from None
         except KeyboardInterrupt:
             interrupted(as_json=as_json)
 
     return run  # type: ignore[return-value]
+
+
+#: Where a client's refusal names an argument: ``invalid argument: NAME: RULE[; NAME: RULE]``.
+_REFUSED_ARGUMENT = re.compile(r"(^invalid argument: |; )([a-z][a-z0-9_]*)(?=[.:])")
+
+
+def as_cli_options(message: str) -> str:
+    """``message`` (an :class:`InvalidArgumentError`'s) with each client argument it names
+    spelled as the running command's option or argument (``note`` as ``'--note'``), so the
+    person told which rule they broke knows what they typed it in; a name the command has no
+    parameter for is left as the client spells it."""
+    context = click.get_current_context(silent=True)
+    if context is None:
+        return message
+    params = context.command.params
+
+    def spelled(match: re.Match[str]) -> str:
+        name = match[2]
+        flag = "--" + name.replace("_", "-")
+        for param in params:
+            if flag in param.opts or param.name == name:
+                hint = param.get_error_hint(context)
+                lead = "invalid value for " if match[1] != "; " else match[1] + "for "
+                return f"{lead}{hint}"
+        return match[0]
+
+    return _REFUSED_ARGUMENT.sub(spelled, message)
 
 
 def interrupted(*, as_json: bool) -> NoReturn:
@@ -120,9 +148,43 @@ def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
     raise click.exceptions.Exit(1)
 
 
+class Integer(click.IntRange):
+    """An integer from ``minimum`` to ``maximum`` (inclusive; None: unbounded), written as the
+    ``PIWF_*`` variables take one (:func:`piwf.config.plain_number`): ``1_0`` and non-ASCII
+    digits such as ``\u0661\u0660``, which Python's ``int`` takes, are usage errors that name the
+    option and the range."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int, maximum: int | None = None) -> None:
+        super().__init__(min=minimum, max=maximum)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number: int | None = None
+        if not isinstance(value, str) or plain_number(value):
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                number = None
+        low, high = self.min, self.max
+        if (
+            number is None
+            or (low is not None and number < low)
+            or (high is not None and number > high)
+        ):
+            self.fail(f"{value!r} is not {self.described()}.", param, ctx)
+        return number
+
+    def described(self) -> str:
+        """What the option takes, as its error says it."""
+        bounds = f"of at least {self.min}" if self.max is None else f"from {self.min} to {self.max}"
+        return f"an integer {bounds} written in ASCII digits without separators"
+
+
 class Seconds(click.FloatRange):
-    """A finite, non-negative number of seconds, at most ``maximum`` when given: ``nan`` and
-    ``inf`` are usage errors (a wait or an idle exit that never ends is no number of seconds)."""
+    """A finite, non-negative number of seconds, at most ``maximum`` when given, written in
+    plain ASCII (:func:`piwf.config.plain_number`): ``nan``, ``inf``, ``1_0`` and non-ASCII
+    digits are usage errors (a wait or an idle exit that never ends is no number of seconds)."""
 
     name = "seconds"
 
@@ -130,6 +192,12 @@ class Seconds(click.FloatRange):
         super().__init__(min=0, max=maximum)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not plain_number(value):
+            self.fail(
+                f"{value!r} is not a number of seconds in plain ASCII digits (such as 2.5).",
+                param,
+                ctx,
+            )
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):  # said before the range, which inf would miss too
             self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)

@@ -9,7 +9,7 @@ import click
 
 from piwf import canonical
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client, parse_json
+from piwf.cli.common import Integer, command, json_option, open_client, parse_json
 from piwf.protocol.resource_payloads import ResourceDetail, ResourceInfo
 
 
@@ -99,7 +99,7 @@ def resource_get(manager: str, key: str, as_json: bool) -> None:
 @click.option("--manager", metavar="NAME", help="Only the resources of this manager.")
 @click.option(
     "--limit",
-    type=click.IntRange(1, 100),
+    type=Integer(1, 100),
     default=100,
     show_default=True,
     metavar="N",

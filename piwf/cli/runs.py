@@ -11,6 +11,7 @@ import click
 from piwf.cli import quick_list, render
 from piwf.cli.common import (
     INTERRUPTED_EXIT,
+    Integer,
     Seconds,
     check_session_id,
     command,
@@ -146,7 +147,7 @@ def run_start(
 @run_group.command("list")
 @click.option(
     "--limit",
-    type=click.IntRange(1, render.RUN_LIST_MOST),
+    type=Integer(1, render.RUN_LIST_MOST),
     default=50,
     show_default=True,
     metavar="N",

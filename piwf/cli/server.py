@@ -12,7 +12,7 @@ import click
 
 from piwf import canonical
 from piwf.cli.collector import collector_paused
-from piwf.cli.common import Seconds, command, emit_json, json_option, open_client
+from piwf.cli.common import Integer, Seconds, command, emit_json, json_option, open_client
 from piwf.cli.safe_text import one_line
 from piwf.config import (
     MAX_SETTING_INTEGER,
@@ -45,7 +45,7 @@ def server_group() -> None:
 
 _MAX_WORKERS = click.option(
     "--max-workers",
-    type=click.IntRange(min=1, max=MAX_SETTING_INTEGER),
+    type=Integer(1, MAX_SETTING_INTEGER),
     default=None,
     metavar="N",
     help="Execution slots (default: $PIWF_MAX_WORKERS or 4).",
@@ -268,7 +268,7 @@ def _why_no_server_can_run() -> str | None:
 @server_group.command("run")
 @_MAX_WORKERS
 @_IDLE_EXIT
-@click.option("--ready-fd", type=click.IntRange(min=0), default=None, hidden=True)
+@click.option("--ready-fd", type=Integer(0), default=None, hidden=True)
 @json_option
 @command
 def server_run(

@@ -8,7 +8,7 @@ import click
 
 from piwf import canonical
 from piwf.cli import render
-from piwf.cli.common import check_session_id, command, json_option, open_client
+from piwf.cli.common import Integer, check_session_id, command, json_option, open_client
 from piwf.cli.safe_text import one_line, printable
 from piwf.client.session_capture import CapturedTurn
 from piwf.protocol.session_payloads import SessionInfo, SessionView, WorkflowMessageInfo
@@ -32,7 +32,7 @@ def session_group() -> None:
 @session_group.command("list")
 @click.option(
     "--limit",
-    type=click.IntRange(1, 500),
+    type=Integer(1, 500),
     default=50,
     show_default=True,
     metavar="N",

@@ -8,8 +8,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
+from piwf.canonical import MAX_SAFE_INTEGER
 from piwf.cli import render
-from piwf.cli.common import command, json_option, open_client, parse_json, run_id_argument
+from piwf.cli.common import Integer, command, json_option, open_client, parse_json, run_id_argument
 from piwf.cli.logs import run_logs
 from piwf.cli.runs import run_group
 
@@ -39,7 +40,7 @@ _REGISTERED = (run_logs,)
 @click.option(
     "--expect",
     "expected_change",
-    type=click.IntRange(min=0),
+    type=Integer(0, MAX_SAFE_INTEGER),
     metavar="N",
     help="Refuse the patch unless the settings are still at change N.",
 )

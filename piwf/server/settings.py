@@ -12,6 +12,7 @@ from piwf.config import (
     MAX_SETTING_MILLISECONDS,
     MAX_SETTING_SECONDS,
     ServerPaths,
+    plain_number,
     split_agent_command,
     state_home,
 )
@@ -23,6 +24,12 @@ from piwf.server.children.start_methods import (
 
 DEFAULT_MAX_WORKERS = 4
 DEFAULT_IDLE_EXIT_S = 300.0
+#: The most spare runners ``PIWF_SPARE_RUNNERS`` asks for: each is a started Python process
+#: holding tens of MiB and five of the server's file descriptors while it waits, all started
+#: at once when the server starts; a huge value would fork the machine full. A spare saves a
+#: launch about a millisecond (docs/PERFORMANCE.md), so more than a burst of starts takes
+#: gains nothing.
+MAX_SPARE_RUNNERS = 32
 
 
 def _env_int(
@@ -35,7 +42,7 @@ def _env_int(
         return default
     what = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
     problem = f"{name} must be {what} and at most {maximum}, not {value!r}; set it so, or unset it"
-    if not _plain_number(value):
+    if not plain_number(value):
         raise ValueError(problem)
     try:
         number = int(value)
@@ -44,13 +51,6 @@ def _env_int(
     if not minimum <= number <= maximum:
         raise ValueError(problem)
     return number
-
-
-def _plain_number(value: str) -> bool:
-    """Whether ``value`` is written in plain ASCII without digit separators: Python's ``int``
-    and ``float`` also take ``1_000`` and non-ASCII digits such as ``\u0663``, which no
-    other tool reads as the same number."""
-    return value.isascii() and "_" not in value
 
 
 def _check_lease(lease: str, lease_ms: int, renew: str, renew_s: float) -> None:
@@ -91,7 +91,7 @@ def _env_float(name: str, default: float, *, zero_allowed: bool = True) -> float
         f"{name} must be a finite number of seconds, {lowest} and at most"
         f" {MAX_SETTING_SECONDS}, not {value!r}; set it so, or unset it"
     )
-    if not _plain_number(value):
+    if not plain_number(value):
         raise ValueError(problem)
     try:
         number = float(value)
@@ -162,7 +162,8 @@ class ServerSettings:
 
     @classmethod
     def from_environment(cls, **overrides: object) -> ServerSettings:
-        """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``SPARE_RUNNERS`` (``0``: none),
+        """Read the ``PIWF_*`` tunables (``MAX_WORKERS``, ``SPARE_RUNNERS`` (``0``: none; at most
+        :data:`MAX_SPARE_RUNNERS`),
         ``IDLE_EXIT_S``, ``SERVER_LEASE_MS`` (at least twice ``SERVER_RENEW_S``),
         ``SERVER_RENEW_S``, ``FRAME_DEADLINE_S``,
         ``FIRST_FRAME_DEADLINE_S`` and
@@ -187,7 +188,9 @@ class ServerSettings:
         values: dict[str, object] = {
             "paths": ServerPaths(state_home()),
             "max_workers": _env_int("PIWF_MAX_WORKERS", DEFAULT_MAX_WORKERS),
-            "spare_runners": _env_int("PIWF_SPARE_RUNNERS", 1, minimum=0),
+            "spare_runners": _env_int(
+                "PIWF_SPARE_RUNNERS", 1, minimum=0, maximum=MAX_SPARE_RUNNERS
+            ),
             "idle_exit_s": _env_float("PIWF_IDLE_EXIT_S", DEFAULT_IDLE_EXIT_S),
             "server_lease_ms": server_lease_ms,
             "server_renew_s": server_renew_s,

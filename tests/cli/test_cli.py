@@ -199,7 +199,7 @@ def test_an_empty_title_is_a_usage_error_and_nothing_is_sent(fake: FakeServer) -
     result = invoke("run", "start", "hello", "--title", "", "--json")
     assert result.exit_code == 2, result.output
     message = one_json_document(result.stdout)["error"]["message"]
-    assert "title: String should have at least 1 character" in message, message
+    assert "'--title': String should have at least 1 character" in message, message
     assert fake.requests == []
 
 

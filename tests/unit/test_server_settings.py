@@ -109,6 +109,15 @@ def test_a_number_python_alone_would_read_is_refused(
         ServerSettings.from_environment()
 
 
+def test_spare_runners_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every spare is a process started at once when the server starts."""
+    monkeypatch.setenv("PIWF_SPARE_RUNNERS", str(settings.MAX_SPARE_RUNNERS))
+    assert ServerSettings.from_environment().spare_runners == settings.MAX_SPARE_RUNNERS
+    monkeypatch.setenv("PIWF_SPARE_RUNNERS", str(settings.MAX_SPARE_RUNNERS + 1))
+    with pytest.raises(ValueError, match="^PIWF_SPARE_RUNNERS must be .* at most 32, "):
+        ServerSettings.from_environment()
+
+
 LEASES = [
     ("PIWF_RUN_LEASE_MS", "PIWF_RUN_RENEW_S"),
     ("PIWF_SERVER_LEASE_MS", "PIWF_SERVER_RENEW_S"),
