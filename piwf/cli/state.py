@@ -120,7 +120,7 @@ def _naming(destination: Path) -> Iterator[None]:
     try:
         yield
     except (BackupFailedError, StateFullCommandError, StateIoCommandError) as error:
-        absolute = os.fsencode(os.path.abspath(destination)).decode("utf-8", "backslashreplace")
+        absolute = os.fsencode(destination.absolute()).decode("utf-8", "backslashreplace")
         named = f"backup to {render.one_line(absolute)} failed: {error}"
         raise type(error)(named, error_code=error.error_code) from None
 
