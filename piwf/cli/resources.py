@@ -10,6 +10,7 @@ import click
 from piwf import canonical
 from piwf.cli import render
 from piwf.cli.common import Integer, command, json_option, open_client, parse_json
+from piwf.config import state_home
 from piwf.protocol.resource_payloads import ResourceDetail, ResourceInfo
 
 
@@ -92,7 +93,7 @@ def resource_get(manager: str, key: str, as_json: bool) -> None:
     if as_json:
         render.emit_json(detail.to_wire())
     else:
-        click.echo(resource_detail(detail))
+        click.echo(resource_detail(detail, state_home() / "server" / "runners"))
 
 
 @resource_group.command("list")
@@ -188,10 +189,15 @@ def resource_line(info: ResourceInfo) -> str:
     )
 
 
-def resource_detail(detail: ResourceDetail) -> str:
-    """The human form of ``resource.get``."""
+def resource_detail(detail: ResourceDetail, log_directory: Path | None = None) -> str:
+    """The human form of ``resource.get``. With the server's ``log_directory`` (its runners'
+    logs), a resource whose last reconcile failed also shows that reconcile's log, where its
+    traceback is (when the reconcile printed one)."""
     info = detail.resource
     queue = info.queue
+    failed_log = None
+    if queue is not None and queue.last_error is not None and log_directory is not None:
+        failed_log = _failed_reconcile_log(detail, log_directory)
     lines = [
         f"{info.manager}/{info.key}  {info.state}",
         render.fields(
@@ -214,6 +220,7 @@ def resource_detail(detail: ResourceDetail) -> str:
                     else queue.consecutive_errors,
                 ),
                 ("last error", _stored(None if queue is None else queue.last_error)),
+                ("traceback", None if failed_log is None else render.one_line(str(failed_log))),
                 ("manager", f"{render.one_line(detail.source_path)} ({detail.source_digest[:12]})"),
             ]
         ),
@@ -262,6 +269,18 @@ def resource_detail(detail: ResourceDetail) -> str:
             _indent(render.table(["RECONCILE", "PROCESS", "RESULT", "GEN", "STARTED"], rows)),
         ]
     return "\n".join(lines)
+
+
+def _failed_reconcile_log(detail: ResourceDetail, log_directory: Path) -> Path | None:
+    """The log of the newest failed reconcile, when it holds something (a traceback)."""
+    for reconcile in detail.reconciles:  # newest first
+        if reconcile.result == "failed":
+            path = log_directory / f"{reconcile.reconcile_id}.log"
+            try:
+                return path if path.stat().st_size > 0 else None
+            except OSError:
+                return None
+    return None
 
 
 def _stored(text: str | None) -> str | None:

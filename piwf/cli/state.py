@@ -4,8 +4,10 @@ needs the server stopped)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import click
 from piwf.cli import render
 from piwf.cli.common import command, json_option, open_client
 from piwf.config import state_home
+from piwf.errors import BackupFailedError, StateFullCommandError, StateIoCommandError
 from piwf.protocol.state_payloads import MAX_TIMESTAMP_MS, VerifyReceipt, ViolationInfo
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -109,6 +112,19 @@ def _refuse_existing(destination: str | Path, option: str = "") -> None:
         )
 
 
+@contextlib.contextmanager
+def _naming(destination: Path) -> Iterator[None]:
+    """Name ``destination`` in a backup's failure, keeping its class and code. The server's
+    message leaves it out (a request's path stays out of its log); here it is the user's own
+    argument, shown escaped on one line (control characters and undecodable bytes as escapes)."""
+    try:
+        yield
+    except (BackupFailedError, StateFullCommandError, StateIoCommandError) as error:
+        absolute = os.fsencode(destination.absolute()).decode("utf-8", "backslashreplace")
+        named = f"backup to {render.one_line(absolute)} failed: {error}"
+        raise type(error)(named, error_code=error.error_code) from None
+
+
 @state_group.command("backup")
 @click.argument(
     "destination", metavar="DEST", type=click.Path(dir_okay=False), callback=_new_file_path
@@ -126,7 +142,7 @@ def state_backup(destination: Path, as_json: bool) -> None:
     Example:
       piwf state backup ~/piwf-backup.sqlite
     """
-    with open_client() as client:
+    with open_client() as client, _naming(destination):
         receipt = client.backup(destination)
     if as_json:
         render.emit_json(receipt.to_wire())
@@ -253,7 +269,8 @@ def state_prune(
     with open_client() as client:
         if apply:
             assert backup is not None
-            report = client.prune(before, backup)
+            with _naming(backup):
+                report = client.prune(before, backup)
         else:
             report = client.prune_preview(before)
     if as_json:

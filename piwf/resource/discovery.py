@@ -78,8 +78,10 @@ def find_and_load(name: str, project: Path | None, home: Path | None = None) -> 
 def load_manager(path: Path, expected_name: str) -> LoadedManager:
     """Execute the manager file at ``path`` and return its one definition.
 
-    Raises :class:`ResourceManagerLoadError` for an unreadable file, a syntax or import error,
-    no definition, more than one, or a definition whose name is not ``expected_name``.
+    Raises :class:`ResourceManagerLoadError` for an unreadable file, a syntax or import error
+    (its message names the line of the file that failed; the exception that failed is its
+    ``__cause__``), no definition, more than one, or a definition whose name is not
+    ``expected_name``.
     """
     key = path.resolve()
     try:
@@ -110,8 +112,12 @@ def load_manager(path: Path, expected_name: str) -> LoadedManager:
         ) from error
     except Exception as error:
         sys.modules.pop(module_name, None)
+        from piwf.workflow.sources import line_in_file
+
+        line = line_in_file(error, key)
+        where = "" if line is None else f" at line {line}"
         raise ResourceManagerLoadError(
-            f"{path}: import failed: {type(error).__name__}: {error}"
+            f"{path}: import failed{where}: {type(error).__name__}: {error}"
         ) from error
     found = {
         id(value): value

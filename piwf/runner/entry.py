@@ -79,3 +79,19 @@ def enter_directory(directory: str) -> None:
     if sys.path and sys.path[0] in (getattr(mp_process, "ORIGINAL_DIR", None), _entered_path):
         sys.path[0] = here
         _entered_path = here
+
+
+def print_user_traceback(error: BaseException) -> bool:
+    """Print the traceback of the user code behind ``error`` to stderr (the child's captured
+    log under ``$PIWF_HOME/server/runners/``, private to the user, where the line that raised
+    is found; messages sent to clients name only the line): ``error`` itself, or the
+    exception it was raised ``from`` when it is a :class:`~piwf.errors.PiwfError` wrapping one.
+    Return whether anything was printed."""
+    import traceback
+
+    failed = error.__cause__ if isinstance(error, PiwfError) else error
+    if failed is None or isinstance(failed, PiwfError):
+        return False
+    traceback.print_exception(type(failed), failed, failed.__traceback__, file=sys.stderr)
+    sys.stderr.flush()
+    return True

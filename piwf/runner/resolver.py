@@ -33,7 +33,7 @@ from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
-from piwf.runner.entry import EXIT_OK, name_process
+from piwf.runner.entry import EXIT_OK, name_process, print_user_traceback
 from piwf.runner.lifeline import Lifeline
 
 
@@ -52,8 +52,10 @@ def resolver_main(connection: Connection) -> None:
         request = canonical.decode(connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
         reply = resolve(request)
     except PiwfError as error:
+        print_user_traceback(error)  # the server points the message at this child's log
         reply = {"ok": False, "error": {"code": error.code, "message": _bounded(str(error))}}
     except Exception as error:  # any failure of user code becomes a typed reply
+        print_user_traceback(error)
         message = _bounded(f"{type(error).__name__}: {error}")
         reply = {"ok": False, "error": {"code": "workflowLoad", "message": message}}
     faults.point("resolver.before_reply")

@@ -23,11 +23,13 @@ from piwf.errors import CanonicalJsonError
 from piwf.resource.definition import MAX_STATUS_BYTES
 from piwf.resource.discovery import find_and_load
 from piwf.resource.errors import ResourceManagerLoadError, ResourceSpecError
+from piwf.workflow.sources import line_in_file
 
 
 def resolve_resource_manager(request: dict[str, JsonValue]) -> dict[str, JsonValue]:
     """Load the named manager and compute the initial status of the spec; raise a
-    :class:`~piwf.resource.errors.ResourceError` on failure."""
+    :class:`~piwf.resource.errors.ResourceError` on failure (when manager code raised, that
+    exception is its ``__cause__`` and the message names the line of the manager's file)."""
     name, project, home = (
         request.get("manager"),
         request.get("projectPath"),
@@ -39,9 +41,11 @@ def resolve_resource_manager(request: dict[str, JsonValue]) -> dict[str, JsonVal
     try:
         status = loaded.definition.initial_status(request.get("spec"))
     except Exception as error:
+        line = line_in_file(error, loaded.path)
+        where = "" if line is None else f" at line {line} of {loaded.path.name}"
         raise ResourceSpecError(
-            f"manager {name!r} refused the spec: {type(error).__name__}: {error}"
-        ) from None
+            f"manager {name!r} refused the spec{where}: {type(error).__name__}: {error}"
+        ) from error
     if not isinstance(status, dict):
         raise ResourceSpecError(f"manager {name!r}: initial_status must return a JSON object")
     try:

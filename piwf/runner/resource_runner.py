@@ -41,7 +41,7 @@ from piwf.resource.context import (
     WorkflowState,
 )
 from piwf.resource.definition import ReconcileResult
-from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, name_process
+from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, name_process, print_user_traceback
 from piwf.runner.lifeline import Lifeline
 from piwf.workflow.context import CancellationSignal
 
@@ -206,6 +206,7 @@ def run_child(connection: Connection, _lifeline: Lifeline) -> int:
         loaded = find_and_load(launch.manager, project, Path(launch.state_home))
     except PiwfError as error:
         load_error = error
+        print_user_traceback(error)  # this reconcile's log, as for a reconcile that raised
     if loaded is not None:
         send("ready", sourceDigest=loaded.sha256)
     else:

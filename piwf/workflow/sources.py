@@ -502,7 +502,7 @@ class _Loader:
             exec(code, module.__dict__)  # noqa: S102
         except WorkflowDefinitionError as error:
             sys.modules.pop(name, None)
-            line = _line_of(error, key)
+            line = line_in_file(error, key)
             where = "" if line is None else f" (line {line})"
             raise WorkflowLoadError(f"{path}: {error}{where}") from error
         except SystemExit as error:  # sys.exit() or exit() at import: a refusal, not an exit
@@ -513,7 +513,7 @@ class _Loader:
             ) from error
         except Exception as error:
             sys.modules.pop(name, None)
-            line = _line_of(error, key)
+            line = line_in_file(error, key)
             where = "" if line is None else f" at line {line}"
             raise WorkflowLoadError(
                 f"{path}: import failed{where}: {type(error).__name__}: {error}"
@@ -581,7 +581,7 @@ class _Loader:
         return self.hashed[key]
 
 
-def _line_of(error: BaseException, file: Path) -> int | None:
+def line_in_file(error: BaseException, file: Path) -> int | None:
     """The last line of ``file`` that ``error``'s traceback passed through (where the module's
     own code failed), or None when it passed through none."""
     line: int | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tests.cli.test_cli_e2e import REPO, Piwf, piwf  # noqa: F401 - piwf is the fixture
@@ -258,3 +259,94 @@ def test_a_failed_reconcile_leaves_its_traceback_in_the_reconcile_log(
     log = wait_for(logged, timeout_s=30, what="the traceback in the reconcile's log")
     assert "Traceback (most recent call last)" in log
     assert f'File "{module.resolve()}", line 5, in reconcile' in log
+
+
+REFUSER = """
+from piwf.resource import define_resource_manager, settled
+
+def initial_status(spec):
+    return {"phase": spec["phase"]}
+
+manager = define_resource_manager(
+    name="refuser", initial_status=initial_status, reconcile=lambda ctx, r: settled()
+)
+"""
+
+BROKEN_AT_IMPORT = """
+def region():
+    return {}["region"]
+
+REGION = region()
+"""
+
+
+def test_manager_code_that_raises_names_its_line_and_where_its_traceback_is(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """``initial_status`` raising on apply, a manager file that fails at import on apply and
+    on a later reconcile: the error names the line of the manager's file, and the full
+    traceback is in a log the error (or ``resource get``) names."""
+    refuser, where = project_with_manager(tmp_path, "refuser", REFUSER)
+    refused = piwf.run("resource", "apply", "refuser", "a", "--spec", "{}", *where)
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.startswith(
+        "Error: manager 'refuser' refused the spec at line 5 of refuser.py: KeyError: 'phase';"
+        f" the traceback is in {piwf.home / 'server' / 'runners'}/resolver-"
+    ), refused.stderr
+    log = Path(refused.stderr.rsplit(" ", 1)[1].strip())
+    assert f'File "{refuser.resolve()}", line 5, in initial_status' in log.read_text()
+    machine = piwf.json("resource", "apply", "refuser", "a", "--spec", "{}", *where, exit_code=1)
+    assert machine["error"]["code"] == "resourceSpec"
+    assert "at line 5 of refuser.py" in machine["error"]["message"]
+    assert "the traceback is in " in machine["error"]["message"]
+
+    broken, _ = project_with_manager(tmp_path / "b", "broken", BROKEN_AT_IMPORT)
+    where = ("--project", str(broken.parent.parent.parent))
+    failed = piwf.json("resource", "apply", "broken", "b", "--spec", "{}", *where, exit_code=1)
+    message = failed["error"]["message"]
+    assert failed["error"]["code"] == "resourceManagerLoad"
+    assert f"{broken}: import failed at line 3: KeyError: 'region'" in message
+    log = Path(message.rsplit(" ", 1)[1])
+    assert f'File "{broken.resolve()}", line 5, in <module>' in log.read_text()
+
+    # A manager that loaded on apply and no longer does: the reconcile's log has the traceback,
+    # and `resource get` names that log next to the last error.
+    refuser.write_text(REFUSER.replace('spec["phase"]', '"new"'))
+    piwf.json(
+        "resource",
+        "apply",
+        "refuser",
+        "a",
+        "--spec",
+        "{}",
+        *("--project", str(refuser.parent.parent.parent)),
+    )
+    wait_for(
+        lambda: piwf.json("resource", "get", "refuser", "a")["resource"]["state"] == "settled",
+        timeout_s=30,
+        what="the resource to settle",
+    )
+    refuser.write_text(REFUSER + "\nraise RuntimeError('the manager is broken now')\n")
+    piwf.json("resource", "reconcile", "refuser", "a")
+    error = last_error(piwf, "refuser", "a")
+    assert error.endswith("import failed at line 11: RuntimeError: the manager is broken now")
+    detail = piwf.json("resource", "get", "refuser", "a")
+    failure = next(r for r in detail["reconciles"] if r["result"] == "failed")
+    path = piwf.home / "server" / "runners" / f"{failure['reconcileId']}.log"
+
+    def logged() -> str | None:  # the server copies the child's stderr as it reads it
+        text = path.read_text() if path.exists() else ""
+        return text if "the manager is broken now" in text else None
+
+    assert f'File "{refuser.resolve()}", line 11, in <module>' in wait_for(
+        logged, timeout_s=30, what="the traceback in the reconcile's log"
+    )
+    human = piwf.run("resource", "get", "refuser", "a")  # the newest failure's log (it retries)
+    shown = re.search(r"^  traceback   (\S+)$", human.stdout, re.MULTILINE)
+    assert shown is not None, human.stdout
+    assert Path(shown[1]).parent == path.parent and "line 11, in <module>" in logged_text(shown[1])
+
+
+def logged_text(path: str) -> str:
+    return Path(path).read_text()

@@ -231,7 +231,10 @@ def test_the_cli_exits_1_with_the_reason(
                 assert human.returncode == 2, (where, human.stderr)
                 continue
             assert human.returncode == 1, (where, human.stdout, human.stderr)
-            assert human.stderr.startswith("Error: "), (where, human.stderr)
+            # The CLI names the destination it was given (the server's message leaves it out).
+            named = f"Error: backup to {destination.path} failed: "
+            assert human.stderr.startswith(named), (where, human.stderr)
+            assert human.stderr.count("\n") == 1, (where, human.stderr)
             assert destination.reason in human.stderr, (where, human.stderr)
             assert "Traceback" not in human.stderr
             machine = piwf_cli(server.home, *args, "--json")
@@ -239,6 +242,21 @@ def test_the_cli_exits_1_with_the_reason(
             error = json.loads(machine.stdout)["error"]
             assert error["code"] == "backupFailed", (where, error)
             assert destination.reason in error["message"], (where, error)
+            assert error["message"].startswith(named[len("Error: ") :]), (where, error)
+    # A destination with a line break and a terminal escape: named escaped, on one line.
+    odd = tmp_path / "no\nsuch\x1b[2J" / "b.sqlite"
+    for args in (
+        ["state", "backup", str(odd)],
+        ["state", "prune", "--before", str(cutoff), "--backup", str(odd), "--apply"],
+    ):
+        human = piwf_cli(server.home, *args)
+        assert human.returncode == 1, human.stderr
+        assert human.stderr == (
+            f"Error: backup to {tmp_path}/no\\nsuch\\x1b[2J/b.sqlite failed: the backup"
+            " directory does not exist; create it or choose another\n"
+        ), human.stderr
+        machine = piwf_cli(server.home, *args, "--json")
+        assert json.loads(machine.stdout)["error"]["code"] == "backupFailed", machine.stdout
     assert entries(tmp_path, read_only_dir) == before, "no file was left beside a destination"
     assert run_count(server.home) == 1, "a failed backup deletes nothing"
     assert ("state.backup", "accepted") not in receipts(server.home)

@@ -13,7 +13,8 @@ same again: the resolution gets a refusal reply naming what it loaded and the ex
 (``workflowLoad``, or the resource manager's load error), like any import failure. A channel
 that ends before the exit is seen waits for the exit (its code decides), at most
 ``_EXIT_WAIT_S``. A resolver's captured output is kept in
-``$PIWF_HOME/server/runners/resolver-*.log`` only when it wrote something.
+``$PIWF_HOME/server/runners/resolver-*.log`` only when it wrote something; a refusal whose
+child printed a traceback there (the user's code raised) names that file.
 
 A workflow whose sources are unchanged since an earlier resolution forks no child: its answer
 comes from :class:`~piwf.server.children.definition_cache.DefinitionCache` (still from the
@@ -131,7 +132,27 @@ class ResolverJobs:
         if not isinstance(reply, dict):
             self._finish(job, ResolverFailedError("the resolver sent a malformed answer"))
             return
-        self._finish(job, reply)
+        self._finish(job, self._pointed_at_log(job, reply))
+
+    def _pointed_at_log(self, job: _Job, reply: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        """A refusal whose child printed a traceback (user code raised) says where it is: the
+        child wrote it to stderr before its reply, so draining the capture now puts it in the
+        log file. The message names the line; the traceback (source lines, values) stays in
+        that private file."""
+        error = reply.get("error")
+        handle = job.handle
+        if reply.get("ok") is not False or not isinstance(error, dict) or handle is None:
+            return reply
+        handle.output.drain()
+        try:
+            printed = handle.log_path.stat().st_size > 0
+        except OSError:
+            printed = False
+        message = error.get("message")
+        if not printed or not isinstance(message, str):
+            return reply
+        pointed = f"{message}; the traceback is in {handle.log_path}"
+        return {**reply, "error": {**error, "message": pointed}}
 
     def _broken(self, job: _Job, why: str) -> None:
         if why == "overflow":
