@@ -11,17 +11,23 @@ A command body raises; :func:`command` turns the error into the exit-code protoc
     click.UsageError (bad option, missing arg)     -> exit 2 (see piwf.cli.PiwfGroup for --json)
     KeyboardInterrupt (Ctrl-C)                     -> exit 130, {"error": {"code": "interrupted"}}
                                                       on stdout with --json
+    SIGTERM while a command waits on a run         -> exit 143, {"error": {"code": "terminated"}}
+      (:func:`sigterm_stops_waiting`)                 on stdout with --json
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import re
+import signal
 import sys
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
 
 import click
@@ -42,6 +48,8 @@ _OPAQUE_ID = re.compile(r"[\x21-\x7e]{1,256}")
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED_EXIT = 130
+#: The exit status of a waiting command stopped by SIGTERM (128 + SIGTERM).
+TERMINATED_EXIT = 143
 #: What Ctrl-C leaves as it was, said to the person who pressed it.
 _GOES_ON = (
     "only this command stopped: a run it started or waited on goes on (piwf run list shows"
@@ -92,10 +100,44 @@ def command(function: _F) -> _F:
             from piwf.client.arguments import invalid_argument_error
 
             raise click.UsageError(as_cli_options(str(invalid_argument_error(error)))) from None
-        except KeyboardInterrupt:
-            interrupted(as_json=as_json)
+        except KeyboardInterrupt as stop:
+            interrupted(as_json=as_json, stop=stop)
 
     return run  # type: ignore[return-value]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while the command waited (:func:`sigterm_stops_waiting`). It is a
+    ``KeyboardInterrupt`` so that every place that stops waiting on Ctrl-C stops on it too."""
+
+
+@contextlib.contextmanager
+def sigterm_stops_waiting() -> Iterator[None]:
+    """While the block waits on a run, SIGTERM (a service manager's stop, ``kill``) ends the
+    command as Ctrl-C does, saying so, with status :data:`TERMINATED_EXIT`: without it the
+    command died silently, and a script could not tell a stop from a crash. What it waited on
+    goes on. Only in the main thread, and only while SIGTERM has its default action (a caller
+    that handles it keeps its own handler)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def interrupt_status(stop: KeyboardInterrupt) -> int:
+    """The exit status of a command that ``stop`` ended: 143 for SIGTERM, 130 for Ctrl-C."""
+    return TERMINATED_EXIT if isinstance(stop, Terminated) else INTERRUPTED_EXIT
 
 
 #: Where a client's refusal names an argument: ``invalid argument: NAME: RULE[; NAME: RULE]``.
@@ -125,15 +167,20 @@ def as_cli_options(message: str) -> str:
     return _REFUSED_ARGUMENT.sub(spelled, message)
 
 
-def interrupted(*, as_json: bool) -> NoReturn:
-    """End a command that Ctrl-C stopped: exit 130, and with ``--json`` still one document
-    (the error ``interrupted``). What the command asked of the server stays asked: a wait only
-    stops waiting, the run goes on."""
-    if as_json:
-        emit_json({"error": {"code": "interrupted", "message": f"stopped by Ctrl-C; {_GOES_ON}"}})
+def interrupted(*, as_json: bool, stop: KeyboardInterrupt | None = None) -> NoReturn:
+    """End a command that Ctrl-C (or, while it waited, SIGTERM: ``stop`` is
+    :class:`Terminated`) stopped: exit 130 (143), and with ``--json`` still one document (the
+    error ``interrupted``, or ``terminated``). What the command asked of the server stays
+    asked: a wait only stops waiting, the run goes on."""
+    if isinstance(stop, Terminated):
+        code, by, said = "terminated", "SIGTERM", "terminated"
     else:
-        click.echo(f"interrupted; {_GOES_ON}", err=True)
-    raise click.exceptions.Exit(INTERRUPTED_EXIT)
+        code, by, said = "interrupted", "Ctrl-C", "interrupted"
+    if as_json:
+        emit_json({"error": {"code": code, "message": f"stopped by {by}; {_GOES_ON}"}})
+    else:
+        click.echo(f"{said}; {_GOES_ON}", err=True)
+    raise click.exceptions.Exit(interrupt_status(stop or KeyboardInterrupt()))
 
 
 def fail(error: PiwfError, *, as_json: bool) -> NoReturn:

@@ -13,11 +13,12 @@ import click
 
 from piwf.cli import render
 from piwf.cli.common import (
-    INTERRUPTED_EXIT,
     command,
+    interrupt_status,
     json_option,
     open_client,
     run_id_argument,
+    sigterm_stops_waiting,
 )
 from piwf.cli.runs import run_group
 
@@ -58,13 +59,13 @@ def run_logs(run_id: str, node: str | None, follow: bool, raw: bool, as_json: bo
       piwf run logs run-0b9c --follow
     """
     try:
-        with open_client() as client:
+        with sigterm_stops_waiting(), open_client() as client:
             if follow:
                 _follow(client, run_id, node, raw=raw, as_json=as_json)
             else:
                 _show(client, run_id, node, raw=raw, as_json=as_json)
-    except KeyboardInterrupt:
-        raise click.exceptions.Exit(INTERRUPTED_EXIT) from None
+    except KeyboardInterrupt as stop:
+        raise click.exceptions.Exit(interrupt_status(stop)) from None
 
 
 def _no_attempts(run_id: str, node: str | None, run_status: str, *, terminal: bool) -> str:

@@ -10,15 +10,16 @@ import click
 
 from piwf.cli import quick_list, render
 from piwf.cli.common import (
-    INTERRUPTED_EXIT,
     Integer,
     Seconds,
     check_session_id,
     command,
+    interrupt_status,
     json_option,
     open_client,
     parse_json,
     run_id_argument,
+    sigterm_stops_waiting,
 )
 from piwf.cli.progress import RunProgress
 from piwf.config import SESSION_OR_AGENT_COMMAND, split_agent_command
@@ -208,9 +209,10 @@ def run_show(run_id: str, follow: bool, as_json: bool) -> None:
         raise click.UsageError("--follow prints text; for JSON use `piwf run wait --json`")
     if follow:
         try:
-            _show_and_follow(run_id)
-        except KeyboardInterrupt:
-            raise click.exceptions.Exit(INTERRUPTED_EXIT) from None
+            with sigterm_stops_waiting():
+                _show_and_follow(run_id)
+        except KeyboardInterrupt as stop:
+            raise click.exceptions.Exit(interrupt_status(stop)) from None
         return
     from piwf.cli import render_view  # not at import: `run list` and the others show no view
 
@@ -313,7 +315,7 @@ def run_wait(run_id: str, timeout_s: float, as_json: bool) -> None:
     Example:
       piwf run wait run-0b9c --timeout 60
     """
-    with open_client() as client:
+    with sigterm_stops_waiting(), open_client() as client:
         _wait_and_report(client, run_id, timeout_s, as_json=as_json)
 
 
@@ -462,11 +464,12 @@ def _wait_and_report(
     limit = DEFAULT_WAIT_TIMEOUT_S if timeout_s is None else timeout_s
     # The human form previews the output, so it reads none of a very large one.
     content_limit = None if as_json else render.HUMAN_CONTENT_LIMIT
-    if not as_json and _stderr_is_a_terminal():
-        echo = lambda line: click.echo(line, err=True)  # noqa: E731
-        receipt = RunProgress(client, run_id, echo).wait(limit, content_limit=content_limit)
-    else:
-        receipt = client.wait_run(run_id, timeout_s=limit, content_limit=content_limit)
+    with sigterm_stops_waiting():
+        if not as_json and _stderr_is_a_terminal():
+            echo = lambda line: click.echo(line, err=True)  # noqa: E731
+            receipt = RunProgress(client, run_id, echo).wait(limit, content_limit=content_limit)
+        else:
+            receipt = client.wait_run(run_id, timeout_s=limit, content_limit=content_limit)
     run = receipt.run
     if as_json:
         render.emit_json(receipt.to_wire())

@@ -1,5 +1,6 @@
 """Ctrl-C stops a command under the exit-code protocol: status 130, and with ``--json`` still
-exactly one document; what the command asked of the server stays asked."""
+exactly one document; what the command asked of the server stays asked. SIGTERM stops a
+command that waits on a run the same way, with status 143 (not a silent death)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,31 @@ from tests.server.harness import WITH_DEFAULT_SIGINT, wait_for
 CHECKPOINT = "fixtures/workflows/checkpoint_review.py"
 
 
-@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
-def test_ctrl_c_stops_a_wait_with_status_130_and_the_run_goes_on(piwf: Piwf, as_json: bool) -> None:
-    started = piwf.json("run", "start", CHECKPOINT, "--input", '{"steps": [1]}')
-    run_id = started["run"]["runId"]
+GOES_ON = (
+    "only this command stopped: a run it started or waited on goes on (piwf run list shows"
+    " whether a start got that far)"
+)
+#: Each signal: the exit status, the error code, what the JSON message says stopped it, and
+#: the human line's first word.
+STOPS = {
+    signal.SIGINT: (130, "interrupted", "Ctrl-C", "interrupted"),
+    signal.SIGTERM: (143, "terminated", "SIGTERM", "terminated"),
+}
+
+
+def waiting_run(piwf: Piwf) -> str:
+    """A run that waits on its checkpoint request (it holds no child)."""
+    run_id: str = piwf.json("run", "start", CHECKPOINT, "--input", '{"steps": [1]}')["run"]["runId"]
     wait_for(lambda: piwf.json("requests", "--run", run_id)["requests"], timeout_s=30)
+    return run_id
+
+
+def stopped_while_waiting(
+    piwf: Piwf, arguments: list[str], signum: signal.Signals
+) -> subprocess.CompletedProcess[str]:
+    """Run ``piwf ARGUMENTS``, send it ``signum`` once it is connected, and return how it ended."""
     waiter = subprocess.Popen(
-        [sys.executable, "-c", WITH_DEFAULT_SIGINT, str(PIWF), "run", "wait", run_id]
-        + (["--json"] if as_json else []),
+        [sys.executable, "-c", WITH_DEFAULT_SIGINT, str(PIWF), *arguments],
         env=piwf.env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -39,27 +57,50 @@ def test_ctrl_c_stops_a_wait_with_status_130_and_the_run_goes_on(piwf: Piwf, as_
             timeout_s=30,
             what="the waiter's connection",
         )
-        waiter.send_signal(signal.SIGINT)
+        waiter.send_signal(signum)
         stdout, stderr = waiter.communicate(timeout=COMMAND_TIMEOUT_S)
     finally:
         if waiter.poll() is None:
             waiter.kill()
             waiter.communicate()
-    assert waiter.returncode == 130, (stdout, stderr)
-    assert "Traceback" not in stderr and "Aborted!" not in stderr, stderr
-    goes_on = (
-        "only this command stopped: a run it started or waited on goes on (piwf run list shows"
-        " whether a start got that far)"
+    return subprocess.CompletedProcess(waiter.args, waiter.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("signum", list(STOPS), ids=["sigint", "sigterm"])
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_a_signal_stops_a_wait_with_its_status_and_the_run_goes_on(
+    piwf: Piwf, as_json: bool, signum: signal.Signals
+) -> None:
+    status, code, by, said = STOPS[signum]
+    run_id = waiting_run(piwf)
+    ended = stopped_while_waiting(
+        piwf, ["run", "wait", run_id] + (["--json"] if as_json else []), signum
     )
+    stdout, stderr = ended.stdout, ended.stderr
+    assert ended.returncode == status, (stdout, stderr)
+    assert "Traceback" not in stderr and "Aborted!" not in stderr, stderr
     if as_json:
         assert stdout.count("\n") == 1, stdout
         assert json.loads(stdout)["error"] == {
-            "code": "interrupted",
-            "message": f"stopped by Ctrl-C; {goes_on}",
+            "code": code,
+            "message": f"stopped by {by}; {GOES_ON}",
         }
     else:
         assert stdout == ""
-        assert stderr == f"interrupted; {goes_on}\n"
+        assert stderr == f"{said}; {GOES_ON}\n"
     # Only the wait stopped: the run still waits on its checkpoint.
     shown = piwf.json("run", "show", run_id)
     assert shown["run"]["status"] == "waiting", shown["run"]
+
+
+@pytest.mark.parametrize(
+    "follow", [["run", "show", "--follow"], ["run", "logs", "--follow"]], ids=["show", "logs"]
+)
+def test_sigterm_stops_following_with_status_143_and_the_run_goes_on(
+    piwf: Piwf, follow: list[str]
+) -> None:
+    run_id = waiting_run(piwf)
+    ended = stopped_while_waiting(piwf, [*follow[:2], run_id, follow[2]], signal.SIGTERM)
+    assert ended.returncode == 143, (ended.stdout, ended.stderr)
+    assert "Traceback" not in ended.stderr, ended.stderr
+    assert piwf.json("run", "show", run_id)["run"]["status"] == "waiting"
