@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from piwf.cli import render
+from piwf.cli import render, render_state
 from piwf.cli.common import command, json_option, open_client
 from piwf.config import state_home
 from piwf.protocol.state_payloads import MAX_TIMESTAMP_MS, VerifyReceipt, ViolationInfo
@@ -45,7 +45,7 @@ def state_status(as_json: bool) -> None:
     if as_json:
         render.emit_json(status.to_wire())
     else:
-        click.echo(render.state_status(status))
+        click.echo(render_state.state_status(status))
 
 
 @state_group.command("verify")
@@ -73,7 +73,7 @@ def state_verify(backup: Path | None, as_json: bool) -> None:
     if as_json:
         render.emit_json(receipt.to_wire())
     else:
-        click.echo(render.verify(receipt))
+        click.echo(render_state.verify(receipt))
     if not receipt.valid:
         raise click.exceptions.Exit(1)
 
@@ -131,7 +131,7 @@ def state_backup(destination: Path, as_json: bool) -> None:
     if as_json:
         render.emit_json(receipt.to_wire())
     else:
-        click.echo(render.backup(receipt))
+        click.echo(render_state.backup(receipt))
 
 
 @state_group.command("restore")
@@ -259,4 +259,4 @@ def state_prune(
     if as_json:
         render.emit_json(report.to_wire())
     else:
-        click.echo(render.prune(report))
+        click.echo(render_state.prune(report))
