@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         ChoiceInputInfo,
         ContentRef,
         DecisionInfo,
+        EffectInfo,
         NodeFailureInfo,
         OpenRequestInfo,
         ResolutionInfo,
@@ -194,12 +195,42 @@ def _needed_action(detail: RunDetail) -> str | None:
             command = "piwf effect resolve EFFECT_ID --applied|--retry"
             step = f"settle each ambiguous effect listed below ({command}), then {resume}"
     elif run.paused and run.error_code is None:
-        step = f"it is paused: {resume}"
+        stopped = stopped_effects_text(detail)
+        step = f"it is paused: {resume}" + (f"; {stopped}" if stopped else "")
     elif reason and resume in reason:
         return reason  # a crash loop's reason already says to fix the cause and resume
     else:
         step = f"fix the cause, then {resume}"
     return f"{reason}; {step}" if reason else step
+
+
+def stopped_effects_text(detail: RunDetail) -> str | None:
+    """What the resume of a paused run does to the manual effects its pause stopped while they
+    applied (None for none): each becomes ambiguous and parks the run until it is settled."""
+    if not detail.run.paused or detail.run.finished_at is not None:
+        return None
+    manual = [
+        effect
+        for effect in detail.effects
+        if effect.status == "applying" and effect.recovery == "manual"
+    ]
+    if not manual:
+        return None
+    named = ", ".join(f"{effect.effect_id} ({effect.effect_type})" for effect in manual)
+    effect_id = manual[0].effect_id if len(manual) == 1 else "EFFECT_ID"
+    return (
+        f"the pause stopped manual effect {named} while it applied: after the resume the run "
+        "parks with it ambiguous, for you to check whether it happened and settle it "
+        f"(piwf effect resolve {effect_id} --applied|--retry)"
+    )
+
+
+def _effect_status(effect: EffectInfo, paused: bool) -> str:
+    """An effect's stored status; an ``applying`` one of a paused run says that nothing
+    applies it now (the pause stopped the run's child)."""
+    if paused and effect.status == "applying":
+        return "applying (stopped by the pause)"
+    return effect.status
 
 
 def source_table(sources: list[RunSource]) -> str:
@@ -254,7 +285,7 @@ def run_detail(detail: RunDetail) -> str:
                 effect.effect_id,
                 effect.effect_type,
                 effect.recovery,
-                effect.status,
+                _effect_status(effect, run.paused and run.finished_at is None),
                 str(effect.attempt_count),
             ]
             for effect in detail.effects
@@ -364,14 +395,33 @@ def request_fields(request: OpenRequestInfo) -> str:
         [
             ("request", request.request_id),
             ("kind", request.kind),
+            ("run", request.run_id),
+            ("paused", paused_run_text(request)),
             ("node", f"{request.path} (visit {request.visit})"),
             ("choices", choices_text(request.choices, request.inputs) if request.choices else None),
             ("answer", _answer_shape(request)),
-            ("content", value_preview(request.content, request.content_ref)),
+            ("content", value_preview(_asked(request), request.content_ref)),
             ("deadline", _deadline(request.deadline_at, request.has_default)),
             ("active time", active_time_text(request.active_time)),
         ]
     )
+
+
+def paused_run_text(request: OpenRequestInfo) -> str | None:
+    """What a request of a paused run needs first (None when its run is not paused): the
+    resume, since every answer or submission is refused until then."""
+    if not request.run_paused:
+        return None
+    return f"its run is paused and takes no answer until resumed: piwf run resume {request.run_id}"
+
+
+def _asked(request: OpenRequestInfo) -> object:
+    """A request's content without what the lines above it show already: a decision's content
+    repeats its declared choices and their inputs (``--json`` keeps them)."""
+    content = request.content
+    if request.choices and isinstance(content, dict):
+        return {key: value for key, value in content.items() if key not in ("choices", "inputs")}
+    return content
 
 
 def _answer_shape(request: OpenRequestInfo) -> str | None:
@@ -394,7 +444,7 @@ def request_table(requests: Sequence[OpenRequestInfo]) -> str:
         [
             item.request_id,
             item.kind,
-            item.run_id,
+            item.run_id + (" (paused)" if item.run_paused else ""),
             item.path,
             choices_text(item.choices, item.inputs),
             _deadline(item.deadline_at, item.has_default)
