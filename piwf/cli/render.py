@@ -27,14 +27,13 @@ if TYPE_CHECKING:
         ChoiceInputInfo,
         ContentRef,
         DecisionInfo,
+        EffectInfo,
         NodeFailureInfo,
         OpenRequestInfo,
         ResolutionInfo,
         RunDetail,
         RunSource,
-        ServerStatus,
     )
-    from piwf.protocol.state_payloads import BackupReceipt, PruneReport, StateStatus, VerifyReceipt
 
 
 class RunRow(Protocol):
@@ -196,12 +195,42 @@ def _needed_action(detail: RunDetail) -> str | None:
             command = "piwf effect resolve EFFECT_ID --applied|--retry"
             step = f"settle each ambiguous effect listed below ({command}), then {resume}"
     elif run.paused and run.error_code is None:
-        step = f"it is paused: {resume}"
+        stopped = stopped_effects_text(detail)
+        step = f"it is paused: {resume}" + (f"; {stopped}" if stopped else "")
     elif reason and resume in reason:
         return reason  # a crash loop's reason already says to fix the cause and resume
     else:
         step = f"fix the cause, then {resume}"
     return f"{reason}; {step}" if reason else step
+
+
+def stopped_effects_text(detail: RunDetail) -> str | None:
+    """What the resume of a paused run does to the manual effects its pause stopped while they
+    applied (None for none): each becomes ambiguous and parks the run until it is settled."""
+    if not detail.run.paused or detail.run.finished_at is not None:
+        return None
+    manual = [
+        effect
+        for effect in detail.effects
+        if effect.status == "applying" and effect.recovery == "manual"
+    ]
+    if not manual:
+        return None
+    named = ", ".join(f"{effect.effect_id} ({effect.effect_type})" for effect in manual)
+    effect_id = manual[0].effect_id if len(manual) == 1 else "EFFECT_ID"
+    return (
+        f"the pause stopped manual effect {named} while it applied: after the resume the run "
+        "parks with it ambiguous, for you to check whether it happened and settle it "
+        f"(piwf effect resolve {effect_id} --applied|--retry)"
+    )
+
+
+def _effect_status(effect: EffectInfo, paused: bool) -> str:
+    """An effect's stored status; an ``applying`` one of a paused run says that nothing
+    applies it now (the pause stopped the run's child)."""
+    if paused and effect.status == "applying":
+        return "applying (stopped by the pause)"
+    return effect.status
 
 
 def source_table(sources: list[RunSource]) -> str:
@@ -256,7 +285,7 @@ def run_detail(detail: RunDetail) -> str:
                 effect.effect_id,
                 effect.effect_type,
                 effect.recovery,
-                effect.status,
+                _effect_status(effect, run.paused and run.finished_at is None),
                 str(effect.attempt_count),
             ]
             for effect in detail.effects
@@ -366,14 +395,33 @@ def request_fields(request: OpenRequestInfo) -> str:
         [
             ("request", request.request_id),
             ("kind", request.kind),
+            ("run", request.run_id),
+            ("paused", paused_run_text(request)),
             ("node", f"{request.path} (visit {request.visit})"),
             ("choices", choices_text(request.choices, request.inputs) if request.choices else None),
             ("answer", _answer_shape(request)),
-            ("content", value_preview(request.content, request.content_ref)),
+            ("content", value_preview(_asked(request), request.content_ref)),
             ("deadline", _deadline(request.deadline_at, request.has_default)),
             ("active time", active_time_text(request.active_time)),
         ]
     )
+
+
+def paused_run_text(request: OpenRequestInfo) -> str | None:
+    """What a request of a paused run needs first (None when its run is not paused): the
+    resume, since every answer or submission is refused until then."""
+    if not request.run_paused:
+        return None
+    return f"its run is paused and takes no answer until resumed: piwf run resume {request.run_id}"
+
+
+def _asked(request: OpenRequestInfo) -> object:
+    """A request's content without what the lines above it show already: a decision's content
+    repeats its declared choices and their inputs (``--json`` keeps them)."""
+    content = request.content
+    if request.choices and isinstance(content, dict):
+        return {key: value for key, value in content.items() if key not in ("choices", "inputs")}
+    return content
 
 
 def _answer_shape(request: OpenRequestInfo) -> str | None:
@@ -396,7 +444,7 @@ def request_table(requests: Sequence[OpenRequestInfo]) -> str:
         [
             item.request_id,
             item.kind,
-            item.run_id,
+            item.run_id + (" (paused)" if item.run_paused else ""),
             item.path,
             choices_text(item.choices, item.inputs),
             _deadline(item.deadline_at, item.has_default)
@@ -489,108 +537,3 @@ def _deadline(deadline_at: int | None, has_default: bool) -> str | None:
         return None
     then = "default answer" if has_default else "cancel (no default)"
     return f"{timestamp(deadline_at)}, then {then}"
-
-
-def server_status(status: ServerStatus) -> str:
-    """The server's counts."""
-    return "\n".join(
-        [
-            f"piwf server {status.state} (epoch {status.epoch}, version {status.package_version})",
-            fields(
-                [
-                    ("runners", f"{status.active_runners} active of {status.max_workers}"),
-                    ("connections", status.connections),
-                    (
-                        "runs",
-                        f"{status.queued_runs} queued, {status.running_runs} running, "
-                        f"{status.waiting_runs} waiting, {status.parked_runs} parked",
-                    ),
-                    ("parked", _counts(status.parked_by_reason)),
-                    ("paused", status.paused_runs),
-                    (
-                        "interactions",
-                        f"{status.pending_interactions} pending, "
-                        f"{status.agent_deadlines} with an active-time deadline",
-                    ),
-                    ("effects", f"{status.ambiguous_effects} ambiguous"),
-                    ("claims", f"{status.expired_claims} expired"),
-                ]
-            ),
-        ]
-    )
-
-
-def _counts(counts: dict[str, int]) -> str:
-    """``"2 queued, 1 failed"``: the non-zero counts by name, or ``"none"``."""
-    shown = [f"{count} {name}" for name, count in sorted(counts.items()) if count]
-    return ", ".join(shown) or "none"
-
-
-def state_status(status: StateStatus) -> str:
-    """The database's counts."""
-    return "\n".join(
-        [
-            "piwf state",
-            fields(
-                [
-                    ("runs", _counts(status.runs)),
-                    ("queue", _counts(status.queue)),
-                    ("paused runs", status.paused_runs),
-                    ("leases", f"{status.active_leases} active, {status.expired_leases} expired"),
-                    (
-                        "effects",
-                        f"{status.unsettled_effects} unsettled, "
-                        f"{status.ambiguous_effects} ambiguous",
-                    ),
-                    ("events", status.events),
-                    ("blobs", status.blobs),
-                    ("size", f"{status.database_bytes} bytes"),
-                    ("retention", None if status.retention is None else _retention(status)),
-                ]
-            ),
-        ]
-    )
-
-
-def _retention(status: StateStatus) -> str:
-    info = status.retention
-    assert info is not None
-    text = f"last sweep {timestamp(info.last_completed_at)}"
-    if info.last_completed_at is not None:
-        text += f" ({info.last_trees_deleted} tree(s) deleted, {info.last_trees_protected} kept)"
-    if info.last_failure is not None:
-        text += f"; last failure {timestamp(info.last_failure_at)}: {info.last_failure}"
-    return text
-
-
-def verify(receipt: VerifyReceipt) -> str:
-    """The verification result, one line per violation."""
-    if receipt.valid:
-        return "state is valid: every invariant holds"
-    lines = [f"state is INVALID: {len(receipt.violations)} violation(s)"]
-    lines += [f"  {violation.code}: {violation.detail}" for violation in receipt.violations]
-    return "\n".join(lines)
-
-
-def backup(receipt: BackupReceipt) -> str:
-    """Where the backup went (the path as typed may hold control characters: escaped)."""
-    return f"backup written to {one_line(receipt.destination)} ({receipt.bytes} bytes, verified)"
-
-
-def prune(report: PruneReport) -> str:
-    """What a prune deleted (or would), then the trees protected state keeps."""
-    verb = "deleted" if report.applied else "would delete"
-    lines = []
-    if report.backup is not None:
-        lines.append(backup(report.backup))
-    lines.append(
-        f"{verb} {report.tree_count} run tree(s), {report.run_count} run(s),"
-        f" finished before {timestamp(report.before)}"
-    )
-    lines += [f"  {tree.root_run_id}  ({tree.runs} run(s))" for tree in report.trees]
-    if report.protected_count:
-        lines.append(f"kept {report.protected_count} expired tree(s) that protected state holds:")
-        lines += [f"  {tree.root_run_id}  {', '.join(tree.reasons)}" for tree in report.protected]
-    if report.truncated:
-        lines.append("(lists cut at 100 entries; the counts are complete)")
-    return "\n".join(lines)

@@ -10,6 +10,7 @@ from piwf.cli.render import (
     active_time_text,
     fields,
     one_line,
+    paused_run_text,
     printable,
     timestamp,
     value_preview,
@@ -62,6 +63,7 @@ def agent_request_fields(request: OpenRequestInfo) -> str:
         [
             ("request", request.request_id),
             ("run", request.run_id),
+            ("paused", paused_run_text(request)),
             ("node", f"{request.path} (visit {request.visit})"),
             ("prompt", prompt_head(request)),
             ("expected", expected_output(request)),

@@ -11,7 +11,15 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from piwf.cli.render import duration, fields, one_line, table, timestamp, value_preview
+from piwf.cli.render import (
+    duration,
+    fields,
+    one_line,
+    stopped_effects_text,
+    table,
+    timestamp,
+    value_preview,
+)
 from piwf.protocol.view_payloads import Display, RunView, Step
 
 #: ``run show`` lists at most this many steps (``run steps`` lists them all).
@@ -100,7 +108,10 @@ def explain(view: RunView) -> Explanation:
             (effect.command, resume),
         )
     if display.status == "paused":
-        return Explanation("paused", "the run is paused; it goes on when resumed.", (resume,))
+        stopped = stopped_effects_text(view.detail)
+        text = "the run is paused; it goes on when resumed"
+        text += f". But {stopped}." if stopped else "."
+        return Explanation("paused", text, (resume,))
     if display.waiting_on is not None:
         waiting = display.waiting_on
         who = {

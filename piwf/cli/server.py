@@ -196,9 +196,9 @@ def server_status(as_json: bool) -> None:
     if as_json:
         emit_json(status.to_wire())
     else:
-        from piwf.cli import render  # not at import: it loads the protocol's models
+        from piwf.cli import render_state  # not at import: it loads the protocol's models
 
-        click.echo(render.server_status(status))
+        click.echo(render_state.server_status(status))
 
 
 def _running_status() -> ServerStatus | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from piwf.cli import render
+from piwf.cli import render, render_state
 from piwf.cli.common import command, json_option, open_client
 from piwf.config import state_home
 from piwf.errors import BackupFailedError, StateFullCommandError, StateIoCommandError
@@ -48,7 +48,7 @@ def state_status(as_json: bool) -> None:
     if as_json:
         render.emit_json(status.to_wire())
     else:
-        click.echo(render.state_status(status))
+        click.echo(render_state.state_status(status))
 
 
 @state_group.command("verify")
@@ -76,7 +76,7 @@ def state_verify(backup: Path | None, as_json: bool) -> None:
     if as_json:
         render.emit_json(receipt.to_wire())
     else:
-        click.echo(render.verify(receipt))
+        click.echo(render_state.verify(receipt))
     if not receipt.valid:
         raise click.exceptions.Exit(1)
 
@@ -147,7 +147,7 @@ def state_backup(destination: Path, as_json: bool) -> None:
     if as_json:
         render.emit_json(receipt.to_wire())
     else:
-        click.echo(render.backup(receipt))
+        click.echo(render_state.backup(receipt))
 
 
 @state_group.command("restore")
@@ -276,4 +276,4 @@ def state_prune(
     if as_json:
         render.emit_json(report.to_wire())
     else:
-        click.echo(render.prune(report))
+        click.echo(render_state.prune(report))

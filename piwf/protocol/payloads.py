@@ -285,7 +285,7 @@ class OpenRequestInfo(WireModel):
     ``expectedOutput``; ``timeout_ms`` is its active-time budget, ``latest_rejection`` the error
     of its last rejected submission and ``submissions`` how many were made.
     ``active_time`` is set for an agent request that has a deadline; ``session`` for a request of
-    an interactive run.
+    an interactive run; ``run_paused`` while its run is paused (nothing settles it until then).
     """
 
     request_id: str
@@ -309,6 +309,9 @@ class OpenRequestInfo(WireModel):
     #: The origin session of an interactive run: its agent requests are answered through that
     #: session's host (``piwf session attach``), not by ``piwf submit``. None for a headless run.
     session: str | None = None
+    #: The request's run is paused: answers, submissions and updates are refused until
+    #: ``piwf run resume RUN_ID``.
+    run_paused: bool = False
 
 
 class ResolutionInfo(WireModel):

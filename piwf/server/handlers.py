@@ -22,7 +22,7 @@ from pathlib import Path
 
 from piwf._version import __version__
 from piwf.errors import BackupError, RunCommandError, StateUnavailableError
-from piwf.lifecycle import Applied, Conflict
+from piwf.lifecycle import Applied, Conflict, EffectStatus
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.payloads import (
     AnswerPayload,
@@ -277,6 +277,16 @@ class Handlers:
             if effect is None:
                 unknown = UnknownEffectError(unknown_effect(payload.effect_id, self.context.home))
                 return CommandResult.failed("notFound", unknown)
+            stopped_by = _paused_run_of_applying(tx, effect)
+            if stopped_by is not None:
+                refusal = RunCommandError(
+                    f"effect {effect.effect_id} is not ambiguous yet: its run {stopped_by} is "
+                    "paused, and the pause stopped its action while it applied. Resume the run "
+                    f"(piwf run resume {stopped_by}): a manual effect then becomes ambiguous "
+                    "and the run parks until this command settles it (an idempotent one is "
+                    "applied again by itself)"
+                )
+                return CommandResult.failed("rejected", refusal)
             result = fx.resolve_ambiguous(
                 tx,
                 payload.effect_id,
@@ -399,6 +409,19 @@ class Handlers:
             return False
         with self.context.db.read() as tx:
             return ex.count_runnable(tx) == 0
+
+
+def _paused_run_of_applying(tx: Transaction, effect: fx.Effect) -> str | None:
+    """The id of an ``applying`` effect's run when that run is paused, else None. A pause
+    stops the run's child, so such an effect's action is not running: it stays ``applying``
+    until the resume's recovery makes it ambiguous (manual) or runs it again (idempotent)."""
+    if effect.status is not EffectStatus.APPLYING:
+        return None
+    kind, _, run_id = effect.source_resource_id.partition(":")
+    if kind != ResourceType.RUN.value:
+        return None
+    run = run_store.load_run(tx, run_id)
+    return run_id if run is not None and run.paused and not run.terminal else None
 
 
 def _run_ended(tx: Transaction, source_resource_id: str) -> bool:

@@ -13,7 +13,9 @@ from piwf.lifecycle import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.protocol.client_v1 import ErrorInfo, Request, Response
 from piwf.protocol.payloads import EffectInfo, RunInfo, RunReceipt, WireModel
 from piwf.server.commands import CommandResult
+from piwf.state import Transaction
 from piwf.state import effects as fx
+from piwf.state.execution import list_open_requests
 from piwf.state.execution import runs as run_store
 
 P = TypeVar("P", bound=WireModel)
@@ -121,12 +123,46 @@ def unknown_run(run_id: str, home: Path) -> str:
     return f"no run {run_id} (piwf run list shows the runs of this state home, PIWF_HOME={home})"
 
 
-def unknown_request(request_id: str, home: Path) -> str:
-    """What to say about a request id the state home ``home`` does not have."""
-    return (
-        f"no request {request_id} (piwf requests lists the pending requests of this state home,"
-        f" PIWF_HOME={home})"
+#: The command that settles a pending request of each kind (``{request}``: its id).
+REQUEST_COMMANDS: dict[str, str] = {
+    "checkpoint": "piwf answer {request} VALUE",
+    "human_decision": """piwf answer {request} '{{"choice": "<choice>"}}'""",
+    "agent": "piwf submit {request} '<json>'",
+}
+
+
+def request_command(kind: str) -> str:
+    """The command template (``{request}`` for the id) that settles a request of ``kind``."""
+    return REQUEST_COMMANDS.get(kind, REQUEST_COMMANDS["checkpoint"])
+
+
+def unknown_request(tx: Transaction, request_id: str, home: Path) -> str:
+    """What to say about a request id the state home ``home`` does not have.
+
+    A run's id given where a request id belongs (``piwf answer RUN_ID ...``) is named as such,
+    with the run's open requests and the command that settles each, or the fact it has none.
+    """
+    run = run_store.load_run(tx, request_id)
+    if run is None:
+        return (
+            f"no request {request_id} (piwf requests lists the pending requests of this state"
+            f" home, PIWF_HOME={home})"
+        )
+    head = f"{request_id} is a run id, not a request id"
+    found = list_open_requests(tx, request_id)
+    if not found:
+        return (
+            f"{head}; the run waits on no request now"
+            f" (piwf run explain {request_id} says what it is doing)"
+        )
+    waits = "; ".join(
+        f'request {item.request_id} ({item.kind} at node "{item.path}"): '
+        + request_command(item.kind).format(request=item.request_id)
+        + (f" (choices: {', '.join(item.choices)})" if item.choices else "")
+        for item in found
     )
+    paused = f" (the run is paused: piwf run resume {request_id} first)" if run.paused else ""
+    return f"{head}; the run waits on {waits}{paused}"
 
 
 def unknown_effect(effect_id: str, home: Path) -> str:

@@ -88,7 +88,7 @@ def answer_change(
             submission_id=submission_id,
         )
         if result is None:
-            error = UnknownRequestError(unknown_request(payload.request_id, home))
+            error = UnknownRequestError(unknown_request(tx, payload.request_id, home))
             return CommandResult.failed("notFound", error)
         if isinstance(result, Conflict):
             return CommandResult.failed("rejected", RunCommandError(result.evidence))
@@ -127,7 +127,7 @@ def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestLis
 
 def open_request_info(item: ex.OpenRequest, offer: ContentOffer) -> OpenRequestInfo:
     """Return the wire form of one pending request; its content (and an agent request's latest
-    rejection) inline or by reference, its submission count, and
+    rejection) inline or by reference, its submission count, whether its run is paused, and
     for an agent request with a deadline, where its active time stands."""
     content = offer.json("run", item.run_id, item.content_hash)
     rejection = offer.text("run", item.run_id, item.rejection_hash)
@@ -151,8 +151,15 @@ def open_request_info(item: ex.OpenRequest, offer: ContentOffer) -> OpenRequestI
             "submissions": submission_count(offer.tx, item.request_id),
             "activeTime": None if active_time is None else active_time.to_wire(),
             "session": messages.session_of(offer.tx, item.run_id),
+            "runPaused": _run_paused(offer.tx, item.run_id),
         }
     )
+
+
+def _run_paused(tx: Transaction, run_id: str) -> bool:
+    """Whether the run is paused (its requests take no answer until it is resumed)."""
+    run = run_store.load_run(tx, run_id)
+    return run is not None and run.paused
 
 
 def resolution_info(resolution: decision_store.Resolution) -> ResolutionInfo:

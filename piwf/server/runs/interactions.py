@@ -84,7 +84,7 @@ class InteractionHandlers:
                 tx, payload.request_id, payload.output, idempotency_key=key, run_id=request.run_id
             )
             if found is None:
-                message = unknown_request(payload.request_id, self.context.home)
+                message = unknown_request(tx, payload.request_id, self.context.home)
                 answer = error_response(request, "notFound", "requestNotFound", message)
             elif isinstance(found, sub.SubmitRefused):
                 answer = refusal(request, found.error)
@@ -131,7 +131,7 @@ class InteractionHandlers:
         def change(tx: Transaction) -> CommandResult:
             found = sub.update_request(tx, payload.request_id, payload.data, run_id=request.run_id)
             if found is None:
-                message = unknown_request(payload.request_id, self.context.home)
+                message = unknown_request(tx, payload.request_id, self.context.home)
                 return CommandResult.failed("notFound", UnknownRequestError(message))
             if isinstance(found, sub.SubmitRefused):
                 outcome = _REFUSAL_OUTCOMES.get(found.error.code, "rejected")

@@ -44,7 +44,14 @@ from piwf.protocol.view_payloads import (
 from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
-from piwf.server.replies import InvalidPayloadError, not_found, ok, payload_of, run_id_of
+from piwf.server.replies import (
+    InvalidPayloadError,
+    not_found,
+    ok,
+    payload_of,
+    request_command,
+    run_id_of,
+)
 from piwf.server.runs.handlers import run_detail, step_failure
 from piwf.state import Transaction, blobs
 from piwf.state.enums import AttemptStatus, FailureClass
@@ -57,11 +64,11 @@ from piwf.state.execution.run_view import PublishedUpdate, StepRow
 #: The reason of a run parked ``effectAmbiguous`` once no effect of it is ambiguous any more.
 RESOLVED_EFFECTS_REASON = "its ambiguous effects are resolved; it goes on when resumed"
 
-#: What a pending request's kind asks for, and the command that gives it.
-_ACTIONS: dict[str, tuple[Control, str]] = {
-    "checkpoint": ("answer", "piwf answer {request} VALUE"),
-    "human_decision": ("humanAnswer", """piwf answer {request} '{{"choice": "<choice>"}}'"""),
-    "agent": ("submit", "piwf submit {request} '<json>'"),
+#: What a pending request's kind asks for (its command: :data:`REQUEST_COMMANDS`).
+_ACTIONS: dict[str, Control] = {
+    "checkpoint": "answer",
+    "human_decision": "humanAnswer",
+    "agent": "submit",
 }
 
 _OUTCOMES = {
@@ -259,7 +266,8 @@ def _waiting_on(detail: RunDetail) -> WaitingOn | None:
     request = detail.waiting_on
     if request is None:
         return None
-    action, command = _ACTIONS.get(request.kind, ("answer", "piwf answer {request} VALUE"))
+    action = _ACTIONS.get(request.kind, "answer")
+    command = request_command(request.kind)
     if detail.session is not None and request.kind != "human_decision":
         # The model-facing actions of an interactive run belong to its session.
         command = f"piwf session attach {detail.session}"
