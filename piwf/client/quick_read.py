@@ -60,31 +60,16 @@ def read_quickly(
         transport = SocketTransport(connect_socket(path, timeout_s))
     except _GIVE_UP:
         return None
-    request_id = f"quick-{uuid.uuid4().hex}"
     try:
-        hello = next_message(transport, deadline)
-        if not is_compatible_hello(hello):
+        if not is_compatible_hello(next_message(transport, deadline)):
             return None
-        transport.send_frame(
-            encode_frame(
-                {
-                    "clientId": client_id,
-                    "operation": operation,
-                    "payload": dict(payload),
-                    "requestId": request_id,
-                    "schema": SCHEMA,
-                    "type": "request",
-                }
-            )
+        message = exchange(
+            transport,
+            deadline,
+            {"clientId": client_id, "operation": operation, "payload": dict(payload)},
         )
-        while True:
-            message = next_message(transport, deadline)
-            if message is None or message.get("type") != "response":
-                return None
-            if message.get("requestId") == request_id:
-                break
-        receipt = message.get("receipt")
-        if message.get("outcome") != "accepted" or not isinstance(receipt, dict):
+        receipt = None if message is None else message.get("receipt")
+        if message is None or message.get("outcome") != "accepted" or not isinstance(receipt, dict):
             return None
         return receipt
     except _GIVE_UP:
@@ -92,6 +77,24 @@ def read_quickly(
     finally:
         transport.shutdown()
         transport.close()
+
+
+def exchange(
+    transport: SocketTransport, deadline: float, request: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Send ``request`` (an envelope's ``clientId``, ``operation``, ``payload`` and, for a
+    command, ``idempotencyKey``: the rest is added) and return the server's response to it;
+    None when another frame comes first. Raises what :func:`next_message` and the transport
+    raise."""
+    request_id = f"quick-{uuid.uuid4().hex}"
+    envelope = {**request, "requestId": request_id, "schema": SCHEMA, "type": "request"}
+    transport.send_frame(encode_frame(envelope))
+    while True:
+        message = next_message(transport, deadline)
+        if message is None or message.get("type") != "response":
+            return None
+        if message.get("requestId") == request_id:
+            return message
 
 
 def next_message(transport: SocketTransport, deadline: float) -> dict[str, Any] | None:

@@ -24,13 +24,11 @@ import uuid
 from pathlib import Path
 from typing import Final
 
-from piwf.client.quick_read import is_compatible_hello, next_message
+from piwf.client.quick_read import exchange, is_compatible_hello, next_message
 from piwf.client.sockets import NotListeningError, TransportError, connect_socket
 from piwf.client.transport import PeerClosedError, SocketTransport
 from piwf.config import ServerPaths, socket_path_problem
 from piwf.errors import PiwfError
-from piwf.protocol.framing import encode_frame
-from piwf.protocol.operations import SCHEMA
 
 #: How long connecting, the hello and the answer may take before the full client asks.
 QUICK_TIMEOUT_S: Final = 5.0
@@ -67,32 +65,22 @@ def stop_quickly(
         return QuickStop.NOT_RUNNING
     except _GIVE_UP:
         return None
-    request_id = f"quick-{uuid.uuid4().hex}"
     sent = False
     try:
         if not is_compatible_hello(next_message(transport, deadline)):
             return None
-        transport.send_frame(
-            encode_frame(
-                {
-                    "clientId": client_id,
-                    "idempotencyKey": f"server.stop-{uuid.uuid4().hex}",
-                    "operation": "server.stop",
-                    "payload": {},
-                    "requestId": request_id,
-                    "schema": SCHEMA,
-                    "type": "request",
-                }
-            )
+        sent = True  # from here on the request may have reached the server
+        message = exchange(
+            transport,
+            deadline,
+            {
+                "clientId": client_id,
+                "idempotencyKey": f"server.stop-{uuid.uuid4().hex}",
+                "operation": "server.stop",
+                "payload": {},
+            },
         )
-        sent = True
-        while True:
-            message = next_message(transport, deadline)
-            if message is None or message.get("type") != "response":
-                return None
-            if message.get("requestId") == request_id:
-                break
-        if message.get("outcome") not in _STOPPING:
+        if message is None or message.get("outcome") not in _STOPPING:
             return None
         return QuickStop.STOPPED if _closed_within(transport, wait_s) else None
     except PeerClosedError:
