@@ -193,6 +193,12 @@ class ServerPaths:
         return self.server_dir / "server.log"
 
     @property
+    def runners_dir(self) -> Path:
+        """Where the children's captured output is kept (``runner-*``, ``resolver-*`` and
+        reconcile logs)."""
+        return self.server_dir / "runners"
+
+    @property
     def database(self) -> Path:
         """The state database."""
         return self.home / "state.sqlite"

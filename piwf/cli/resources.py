@@ -10,7 +10,7 @@ import click
 from piwf import canonical
 from piwf.cli import render
 from piwf.cli.common import Integer, command, json_option, open_client, parse_json
-from piwf.config import state_home
+from piwf.config import ServerPaths, state_home
 from piwf.protocol.resource_payloads import ResourceDetail, ResourceInfo
 
 
@@ -93,7 +93,7 @@ def resource_get(manager: str, key: str, as_json: bool) -> None:
     if as_json:
         render.emit_json(detail.to_wire())
     else:
-        click.echo(resource_detail(detail, state_home() / "server" / "runners"))
+        click.echo(resource_detail(detail, ServerPaths(state_home()).runners_dir))
 
 
 @resource_group.command("list")

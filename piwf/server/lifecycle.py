@@ -178,7 +178,7 @@ class Server:
         # does not wait for their imports.
         supervisor = Supervisor(
             self.loop,
-            settings.paths.server_dir / "runners",
+            settings.paths.runners_dir,
             method=settings.start_method,
             early_helpers=early_helpers,
         )
