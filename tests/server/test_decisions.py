@@ -246,6 +246,44 @@ def test_answers_are_refused_while_the_run_is_paused_and_taken_after_resume(
         assert run_view(client, run_id)["output"] == "shipped"
 
 
+def test_a_deadline_that_passes_during_a_pause_settles_and_the_run_stays_paused(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The deadline is absolute, so it falls due while the run is paused too: the timeout
+    policy's winner is recorded, but nothing of the run executes until it is resumed."""
+    workflow = decision_workflow(tmp_path, "paused_deadline", 1_500)
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "paused_deadline")
+        request = waiting_request(client, run_id)
+        assert client.request("run.pause", run_id=run_id, key="pause").outcome == "accepted"
+        runners_before = query(
+            fast_server, "SELECT count(*) FROM run_runners WHERE run_id = ?", (run_id,)
+        )
+        wait_for(
+            lambda: winners(fast_server, request["requestId"]) == [("timeout_policy",)],
+            timeout_s=20,
+            what="the timeout default, recorded while the run is paused",
+        )
+        # The settling pass admits what is eligible before the loop serves this request, so
+        # a launch of the paused run would show as a second runner generation by now.
+        view = run_view(client, run_id)
+        assert view["run"]["paused"] is True, view["run"]
+        assert (
+            query(fast_server, "SELECT count(*) FROM run_runners WHERE run_id = ?", (run_id,))
+            == runners_before
+        ), "a paused run was launched"
+        assert query(fast_server, "SELECT paused FROM runs WHERE run_id = ?", (run_id,)) == [(1,)]
+        assert query(
+            fast_server,
+            "SELECT count(*) FROM node_attempts WHERE run_id = ? AND node_path = 'hold'",
+            (run_id,),
+        ) == [(0,)], "the timeout's route ran while the run was paused"
+        assert client.request("run.resume", run_id=run_id, key="resume").outcome == "accepted"
+        assert wait_run(client, run_id)["status"] == "completed"
+        assert run_view(client, run_id)["output"] == "held"
+
+
 def test_an_idle_server_stays_up_for_a_pending_decision_deadline(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
