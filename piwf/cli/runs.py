@@ -348,7 +348,11 @@ _control_command(
     "pause",
     "paused",
     "already paused, nothing changed:",
-    "Pause a run: park it at its last boundary and stop its child.",
+    "Pause a run: park it at its last boundary and stop its child.\n\n"
+    "Work the pause stopped midway runs again after `piwf run resume`, except a manual"
+    " effect that was applying: nothing can tell whether it took place, so the resume parks"
+    " the run with that effect ambiguous until `piwf effect resolve` says what happened"
+    " (an idempotent effect is simply applied again).",
 )
 _control_command(
     "resume",
