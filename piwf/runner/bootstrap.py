@@ -24,8 +24,10 @@ then the standard library has only unpickled the preparation data and the ``Proc
     entry                        ``run_child(channel, lifeline)`` of the :class:`ChildKind`
                                  module, through :func:`~piwf.runner.entry.serve_channel`
 
-The exit code becomes the process's through ``SystemExit`` (``multiprocessing`` reports it as
-``Process.exitcode``). Nothing here imports the server or SQLite.
+The entry's exit code becomes the process's through ``os._exit`` once stdout and stderr are
+flushed (:func:`end_process`; ``multiprocessing`` reports it as ``Process.exitcode``), so a
+thread the workflow code left running cannot keep the child alive. Nothing here imports the
+server or SQLite.
 """
 
 from __future__ import annotations
@@ -65,8 +67,8 @@ def main(
 ) -> NoReturn:
     """Become a supervised child of kind ``kind`` and run it; never returns.
 
-    Raises ``SystemExit`` with the entry's exit code (see :mod:`piwf.runner.entry`); an unknown
-    ``kind`` is refused before anything of a child runs.
+    Ends the process with the entry's exit code (see :mod:`piwf.runner.entry`) through
+    :func:`end_process`; an unknown ``kind`` is refused before anything of a child runs.
     """
     entry = ChildKind(kind)
     enter_own_group()
@@ -82,7 +84,26 @@ def main(
     enter_directory(directory)
     module = importlib.import_module(entry.value)
     sys.argv = [str(module.__file__), "--fd", str(channel.fileno())]
-    raise SystemExit(serve_channel(channel, life, label=label, run_child=module.run_child))
+    code = serve_channel(channel, life, label=label, run_child=module.run_child)
+    end_process(code)
+
+
+def end_process(code: int) -> NoReturn:
+    """End this child now with exit ``code``, once its output is flushed.
+
+    Not through ``SystemExit``: ``multiprocessing`` would then join every non-daemon thread
+    the workflow code started (at import, or in a node), and a thread that never ends would keep
+    the child, and so a runner slot, taken after its run ended. Nothing of the child outlives
+    its entry: :func:`~piwf.runner.entry.serve_channel` has already ended the processes it
+    started.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a closed or broken capture pipe: nothing to save
+            pass
+    os._exit(code)
 
 
 def enter_own_group() -> None:

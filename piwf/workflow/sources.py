@@ -46,7 +46,7 @@ from piwf.errors import WorkflowDefinitionError, WorkflowLoadError
 from piwf.lifecycle import StrEnum
 from piwf.workflow.compiler import CompiledWorkflow, compile_workflow
 from piwf.workflow.definition import BUILTIN_PREFIX, WorkflowDefinition
-from piwf.workflow.failure import WORKFLOW_MODULE_PREFIX
+from piwf.workflow.failure import WORKFLOW_MODULE_PREFIX, describe_error
 from piwf.workflow.source_code import compile_workflow_source
 from piwf.workflow.source_paths import (
     is_workflow_file,
@@ -511,12 +511,15 @@ class _Loader:
                 f"{path}: {error!r} raised while importing it (a workflow file must not call "
                 "sys.exit or exit when it is imported)"
             ) from error
-        except Exception as error:
+        except KeyboardInterrupt:  # a person pressed Ctrl-C: not the file's failure
+            sys.modules.pop(name, None)
+            raise
+        except BaseException as error:  # also asyncio.CancelledError and GeneratorExit
             sys.modules.pop(name, None)
             line = line_in_file(error, key)
             where = "" if line is None else f" at line {line}"
             raise WorkflowLoadError(
-                f"{path}: import failed{where}: {type(error).__name__}: {error}"
+                f"{path}: import failed{where}: {describe_error(error)}"
             ) from error
         return module
 

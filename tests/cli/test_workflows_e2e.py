@@ -205,6 +205,20 @@ def test_a_workflow_file_that_exits_at_import_is_a_load_error_naming_the_file(
     assert piwf.json("run", "list")["runs"] == []
 
 
+def test_a_cancelled_error_at_import_is_reported_with_its_line_not_as_an_exit(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    source = "import asyncio\n\nasync def main():\n    raise asyncio.CancelledError\n\n"
+    path = write(tmp_path / "broken", "cancelled", source + "asyncio.run(main())\n")
+    answer = piwf.json("run", "start", str(path), exit_code=1)
+    assert answer["error"]["code"] == "workflowLoad", answer
+    assert answer["error"]["message"].startswith(
+        f"{path}: import failed at line 4: CancelledError;"
+    ), answer
+    assert piwf.json("run", "list")["runs"] == []
+
+
 def test_the_client_lists_and_shows_workflows(
     piwf: Piwf,  # noqa: F811
     project: Path,

@@ -101,6 +101,29 @@ def test_runtime_error_in_module_names_file(tmp_path: Path) -> None:
     assert "import failed at line 1: RuntimeError: module refuses" in load_error(path)
 
 
+def test_a_base_exception_at_import_is_a_load_error_with_its_line(tmp_path: Path) -> None:
+    # asyncio.run() at import whose task is cancelled raises CancelledError, a BaseException.
+    text = "import asyncio\n\n\nasync def main():\n    raise asyncio.CancelledError()\n\n"
+    path = write(tmp_path, "cancelled.py", text + "asyncio.run(main())\n")
+    assert load_error(path) == f"{path}: import failed at line 5: CancelledError"
+    path = write(tmp_path, "generator.py", "\nraise GeneratorExit('closed')\n")
+    assert load_error(path) == f"{path}: import failed at line 2: GeneratorExit: closed"
+
+
+def test_an_exception_whose_str_fails_still_names_the_file_and_line(tmp_path: Path) -> None:
+    text = "class Odd(Exception):\n    def __str__(self):\n        raise RuntimeError\n\n"
+    path = write(tmp_path, "odd.py", text + "raise Odd()\n")
+    assert load_error(path) == (
+        f"{path}: import failed at line 5: Odd: <str() of the exception raised RuntimeError>"
+    )
+
+
+def test_ctrl_c_while_importing_is_not_taken_for_the_files_failure(tmp_path: Path) -> None:
+    path = write(tmp_path, "interrupted.py", "raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        load_workflow(path)
+
+
 def test_import_failure_names_the_line_of_the_file_that_failed(tmp_path: Path) -> None:
     text = "VALUE = 1\n\n\ndef build():\n    return undefined_name\n\n\nbuild()\n"
     path = write(tmp_path, "nested.py", text)
