@@ -388,6 +388,22 @@ def test_a_script_whose_interpreter_is_missing_is_not_called_missing_itself(
     assert processes(agent_server, run_id) == []
 
 
+def test_a_script_that_is_not_executable_is_said_so_with_the_fix(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = headless_workflow(tmp_path)
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    script.chmod(0o644)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, [str(script)], "not-executable")
+        assert wait_run(client, run_id)["status"] == "completed"  # the failed route
+        error = run_view(client, run_id)["output"]["error"]
+    assert error.startswith("agentCommand: ") and repr(str(script)) in error, error
+    assert "Permission denied: the file is not executable (chmod +x it" in error, error
+    assert processes(agent_server, run_id) == []
+
+
 def test_a_command_that_lingers_after_its_request_was_settled_is_stopped(
     agent_server: ServerProcess, tmp_path: Path
 ) -> None:
