@@ -358,7 +358,8 @@ def _feed(process: subprocess.Popen[bytes], prompt: str) -> None:
 
 def _why_not_started(program: str, directory: str, error: OSError) -> str:
     """The reason ``program`` could not be started: the system's, made precise where it
-    misleads (a script that exists but whose ``#!`` interpreter does not, a directory)."""
+    misleads (a script that exists but whose ``#!`` interpreter does not, a directory, a file
+    without its execute bit)."""
     reason = error.strerror or type(error).__name__
     if os.sep not in program:
         return reason  # looked up on PATH: the system's reason is the whole story
@@ -367,6 +368,11 @@ def _why_not_started(program: str, directory: str, error: OSError) -> str:
         return f"{reason}: the file exists, so its #! interpreter was not found"
     if isinstance(error, PermissionError) and path.is_dir():
         return f"{reason}: it is a directory"
+    if isinstance(error, PermissionError) and path.is_file() and not os.access(path, os.X_OK):
+        return (
+            f"{reason}: the file is not executable (chmod +x it, or name its interpreter "
+            "first, e.g. 'python3 SCRIPT')"
+        )
     return reason
 
 

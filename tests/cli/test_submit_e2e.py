@@ -6,7 +6,9 @@ person (or any agent with a shell) would make it.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, PIWF, REPO, Piwf
@@ -105,3 +107,41 @@ def test_a_rejected_then_accepted_submission_completes_the_run(
     update = piwf.run("update", request_id, '{"late": true}')
     assert update.returncode == 1
     assert "requestNotOpen" in piwf.run("update", request_id, "{}", "--json").stdout
+    # The run has ended: a late submission is told the step took its output, nothing more.
+    late = piwf.json("submit", request_id, '{"summary": "again"}', exit_code=1)["error"]
+    assert late["code"] == "requestNotOpen"
+    assert late["message"] == (
+        f"request {request_id} was already completed by an accepted submission; its step took"
+        f" that output (piwf run show {run_id})"
+    )
+
+
+def test_a_late_submission_says_how_the_step_without_an_output_ended(
+    piwf: Piwf, tmp_path: Path
+) -> None:
+    workflow = tmp_path / "summarise.py"
+    workflow.write_text(AGENT)
+    never = [sys.executable, str(REPO / "fixtures" / "agents" / "never_submits.py")]
+    failing = piwf.json(
+        "run", "start", str(workflow), "--input", '{"topic": "tides"}',
+        "--agent-command",
+        shlex.join([*never, str(tmp_path / "turns"), "--name", "$PIWF_REQUEST_ID"]),
+    )["run"]["runId"]  # fmt: skip
+    assert piwf.json("run", "wait", failing, exit_code=1)["run"]["status"] == "failed"
+    failed_request = (tmp_path / "turns").read_text().split(":", 1)[0]
+    cancelled = piwf.json("run", "start", str(workflow), "--input", '{"topic": "x"}')["run"][
+        "runId"
+    ]
+    (waiting,) = wait_for(lambda: piwf.json("requests", "--run", cancelled)["requests"], 30)
+    piwf.json("run", "cancel", cancelled)
+
+    for run_id, request_id, how in [
+        (failing, failed_request, "its step ended failed before an output was accepted"),
+        (cancelled, waiting["requestId"], "its step was cancelled with its run"),
+    ]:
+        refused = piwf.json("submit", request_id, '{"summary": "late"}', exit_code=1)["error"]
+        assert refused == {
+            "code": "requestNotOpen",
+            "message": f"request {request_id} is closed: {how}; it takes no output"
+            f" (piwf run show {run_id})",
+        }

@@ -22,6 +22,7 @@ import pytest
 from piwf import Client
 from piwf.server.children.capture import ATTEMPT_LOG_CAP
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.test_content_refs import piwf_cli
 from tests.server.test_execution import FAST, query, run_view, wait_run, write_workflow
 
 AGENTS = Path(__file__).resolve().parents[2] / "fixtures" / "agents"
@@ -387,6 +388,22 @@ def test_a_script_whose_interpreter_is_missing_is_not_called_missing_itself(
     assert processes(agent_server, run_id) == []
 
 
+def test_a_script_that_is_not_executable_is_said_so_with_the_fix(
+    agent_server: ServerProcess, tmp_path: Path
+) -> None:
+    workflow = headless_workflow(tmp_path)
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    script.chmod(0o644)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, [str(script)], "not-executable")
+        assert wait_run(client, run_id)["status"] == "completed"  # the failed route
+        error = run_view(client, run_id)["output"]["error"]
+    assert error.startswith("agentCommand: ") and repr(str(script)) in error, error
+    assert "Permission denied: the file is not executable (chmod +x it" in error, error
+    assert processes(agent_server, run_id) == []
+
+
 def test_a_command_that_lingers_after_its_request_was_settled_is_stopped(
     agent_server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -460,3 +477,40 @@ def accept(server: ServerProcess, request_id: str, value: Any) -> None:
     with Client(server.home, autostart=False) as client:
         receipt = client.submit(request_id, value)
     assert receipt.outcome == "accepted"
+
+
+@pytest.mark.parametrize("interruption", ["pause", "killed runner"])
+def test_a_resumed_turn_prints_to_its_attempts_log_like_the_first_turn(
+    agent_server: ServerProcess, tmp_path: Path, interruption: str
+) -> None:
+    pid_file = tmp_path / "pids"
+    workflow = headless_workflow(tmp_path)
+    with raw_client(agent_server) as client:
+        run_id = start(client, workflow, agent_command("says_each_turn.py", str(pid_file)), "r")
+        wait_for(lambda: lines(pid_file), timeout_s=30, what="the first turn")
+        if interruption == "pause":
+            control(client, "run.pause", run_id, "pause")
+            wait_for(lambda: intervals(agent_server, run_id)[-1][2] is not None, what="paused")
+            control(client, "run.resume", run_id, "resume")
+        else:
+            os.kill(runner_pid(agent_server, run_id), signal.SIGKILL)
+        wait_for(lambda: lines(pid_file)[1:], timeout_s=30, what="a resumed turn")
+        first, second = lines(pid_file)
+        expected = [f"turn by pid {first}", f"turn by pid {second}"]
+
+        def shown() -> list[str]:
+            logs = piwf_cli(agent_server, "run", "logs", run_id, "--node", "ask", "--json")
+            assert logs.returncode == 0, logs.stderr
+            (attempt,) = json.loads(logs.stdout)["attempts"]
+            return [line for line in attempt["text"].splitlines() if line.startswith("turn")]
+
+        # The resumed turn's output is the same attempt's, not only in the runner's own log.
+        wait_for(lambda: shown() == expected, timeout_s=10, what=f"{expected} in the log")
+        control(client, "run.cancel", run_id, "cancel")
+        wait_for(lambda: gone(int(second)), timeout_s=10, what="the second turn's command")
+    header = piwf_cli(agent_server, "run", "logs", run_id).stdout.splitlines()[0]
+    printed = sum(len(f"turn by pid {pid}\n") for pid in (first, second))
+    on_stderr = sum(len(f"pid {pid} on stderr\n") for pid in (first, second))
+    assert header == (
+        f"== ask (visit 1, attempt 1) cancelled: stdout {printed} B, stderr {on_stderr} B =="
+    )

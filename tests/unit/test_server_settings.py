@@ -158,3 +158,11 @@ def test_a_lease_of_two_renewals_or_more_is_taken(
     monkeypatch.setenv(renew, "40")
     with pytest.raises(ValueError, match="at least 80000 ms"):
         ServerSettings.from_environment()  # the default lease is 30 s
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_or_blank_agent_command_counts_as_unset(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("PIWF_AGENT_COMMAND", value)
+    assert ServerSettings.from_environment().agent_command is None

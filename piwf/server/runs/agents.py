@@ -51,6 +51,8 @@ class AgentAnswer:
     error: str | None = None
     violation: str | None = None
     claim_lost: bool = False
+    #: The attempt whose agent request a ``process.register`` just registered a turn of.
+    turn_of_attempt: str | None = None
 
 
 class AgentCalls:
@@ -86,10 +88,14 @@ class AgentCalls:
                 return AgentAnswer(
                     "rejected", error=f"protocolRejected: {problem}", violation=problem
                 )
+        attempt_id = None
         try:
             with self.db.write() as tx:
                 verify_server_claim(tx)
                 result = apply_agent_call(tx, claim, self.runner_epoch, call, lease_ms=lease_ms)
+                if isinstance(call.message, ProcessRegistration):
+                    request = requests.get_request(tx, call.message.request_id)
+                    attempt_id = None if request is None else request.attempt_id
         except ClaimLostError:
             return AgentAnswer("claimLost", error="claim lost", claim_lost=True)
         if isinstance(result, Conflict):
@@ -99,7 +105,7 @@ class AgentCalls:
         else:
             self.request_id = None
         outcome = "accepted" if isinstance(result, Applied) else "adopted"
-        return AgentAnswer(outcome, result=result.value.to_json())
+        return AgentAnswer(outcome, result=result.value.to_json(), turn_of_attempt=attempt_id)
 
     def check_settled(self) -> bytes | None:
         """The ``interaction.settled`` frame to send now, once: the registered command's

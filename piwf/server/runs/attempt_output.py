@@ -8,6 +8,8 @@ its nodes, around the call that reports them::
                           ─▶ commit ─▶ switch to the attempt's file
     node_finished | node_failed ─▶ drain ─▶ apply (+ record_counts of that attempt)
                           ─▶ commit ─▶ switch back to the runner log
+    process.register of another attempt's agent request (a resumed turn: the new runner
+                   reported no node_started) ─▶ commit ─▶ drain ─▶ switch to that attempt's file
     runner exit ─▶ (the capture drained when it closed) record_counts of the attempt still
                    current, inside the exit's transaction
 
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from piwf.config import ensure_private_dir
 from piwf.server.children.capture import LogTarget, OutputCapture
-from piwf.state import Transaction
+from piwf.state import StateDatabase, Transaction
 from piwf.state.enums import RunnerMessageOutcome
 from piwf.state.execution import attempt_logs
 from piwf.state.execution.attempts import attempt_id_for
@@ -82,6 +84,21 @@ class AttemptOutput:
             self._open_target(opened)
             return
         self._stop_target()
+
+    def follow_turn(self, db: StateDatabase, attempt_id: str) -> None:
+        """An agent turn of ``attempt_id`` was registered (committed): send the output to that
+        attempt's file from now on. A turn in the node's own visit changes nothing; a resumed
+        turn (a new runner goes on with a waiting attempt, so no ``node_started`` comes first)
+        gets its attempt's file, appended to, instead of the runner log. An attempt with no
+        log row (none was opened for it) leaves the output where it goes."""
+        if attempt_id == self.attempt_id:
+            return
+        with db.read() as tx:
+            row = attempt_logs.read_log(tx, attempt_id)
+        if row is None or row.run_id != self.run_id:
+            return
+        self.capture.drain()  # what came before the turn stays where it was written for
+        self._open_target(row)
 
     def record(self, tx: Transaction) -> None:
         """Store the counts of the attempt whose file is current (inside ``tx``), when it

@@ -412,6 +412,9 @@ class RunnerSession:
             lease_ms=self.host.lease_ms,
             verify_server_claim=self.host.verify_server_claim,
         )
+        if answer.turn_of_attempt is not None and self.attempt_output is not None:
+            # A resumed turn has no node_started before it: its output is its attempt's too.
+            self.attempt_output.follow_turn(self.host.db, answer.turn_of_attempt)
         self.respond(message.message_id, answer.outcome, answer.result, answer.error)
         self.host.agent_activity(self.run_id)
         if answer.violation is not None:

@@ -45,6 +45,8 @@ SELECT attempt_id, run_id, node_path, visit, attempt_number, node_type, status,
 FROM node_attempts
 """
 
+_SELECT_ONE = _SELECT_ATTEMPT + " WHERE attempt_id = ?"
+
 _SELECT_ACTIVE = (
     _SELECT_ATTEMPT + " WHERE run_id = ? AND status IN ('pending', 'running', 'waiting')"
 )
@@ -178,6 +180,12 @@ def attempt_id_for(run_id: str, path: str, visit: int, attempt: int) -> str:
 
 
 # Reads -------------------------------------------------------------------------------------
+
+
+def get_attempt(tx: Transaction, attempt_id: str) -> AttemptRow | None:
+    """Return one attempt by its id, or None when there is none."""
+    row = tx.one(_SELECT_ONE, (attempt_id,))
+    return None if row is None else attempt_of_row(row)
 
 
 def active_attempt(tx: Transaction, run_id: str) -> AttemptRow | None:

@@ -47,7 +47,7 @@ from piwf.errors import (
 from piwf.lifecycle import AnsweredBy, Conflict, InteractionKind
 from piwf.state import blobs
 from piwf.state.database import Transaction
-from piwf.state.enums import AgentSubmissionOutcome, InteractionStatus
+from piwf.state.enums import AgentSubmissionOutcome, AttemptStatus, InteractionStatus
 from piwf.state.execution import attempts, requests, runs, updates
 from piwf.state.execution.answers import make_waiting_run_eligible
 from piwf.state.execution.requests import RequestRow
@@ -455,7 +455,7 @@ def _refusal(tx: Transaction, request: RequestRow, run_id: str | None) -> Submit
             )
         )
     if request.status is not InteractionStatus.PENDING:
-        return SubmitRefused(RequestNotOpenError(_not_open(request)))
+        return SubmitRefused(RequestNotOpenError(_not_open(tx, request)))
     active = attempts.active_attempt(tx, request.run_id)
     if active is None or active.attempt_id != request.attempt_id:
         return SubmitRefused(
@@ -467,25 +467,30 @@ def _refusal(tx: Transaction, request: RequestRow, run_id: str | None) -> Submit
     return None
 
 
-def _not_open(request: RequestRow) -> str:
+def _not_open(tx: Transaction, request: RequestRow) -> str:
     """Why a closed agent request takes no output, in the words of how it closed: its
     active-time deadline (``answered_by = expired``, whatever its status became since), an
-    accepted submission, or its step's end (a cancel, the run's end)."""
+    accepted submission, or its step's end without one (its attempt failed, for instance after
+    its agent command's turns ended with no submission, or was cancelled with its run)."""
+    show = f"piwf run show {request.run_id}"
     if request.answered_by is AnsweredBy.EXPIRED:
         return (
             f"request {request.request_id} reached its active-time deadline before an output "
-            f"was accepted; its step ended timed_out and takes no output (piwf run show "
-            f"{request.run_id})"
+            f"was accepted; its step ended timed_out and takes no output ({show})"
         )
     if request.status is InteractionStatus.ANSWERED or request.status is InteractionStatus.SETTLED:
         return (
             f"request {request.request_id} was already completed by an accepted submission; "
-            f"its run goes on (piwf run show {request.run_id})"
+            f"its step took that output ({show})"
         )
-    return (
-        f"request {request.request_id} is {request.status.value}: its step no longer waits "
-        f"for output (piwf run show {request.run_id})"
-    )
+    attempt = attempts.get_attempt(tx, request.attempt_id)
+    if attempt is not None and attempt.status is AttemptStatus.CANCELLED:
+        how = "its step was cancelled with its run"
+    elif attempt is not None and attempt.status in (AttemptStatus.FAILED, AttemptStatus.TIMED_OUT):
+        how = f"its step ended {attempt.status.value} before an output was accepted"
+    else:
+        how = f"it is {request.status.value} and its step no longer waits for output"
+    return f"request {request.request_id} is closed: {how}; it takes no output ({show})"
 
 
 def _closed_while_validating(request: RequestRow) -> str:
