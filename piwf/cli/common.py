@@ -157,14 +157,31 @@ def as_cli_options(message: str) -> str:
     def spelled(match: re.Match[str]) -> str:
         name = match[2]
         flag = "--" + name.replace("_", "-")
-        for param in params:
-            if flag in param.opts or param.name == name:
-                hint = param.get_error_hint(context)
-                lead = "invalid value for " if match[1] != "; " else match[1] + "for "
-                return f"{lead}{hint}"
+        # ``input`` is typed as --input or --input-file: name the one this command was given.
+        candidates = [
+            param
+            for param in params
+            if flag in param.opts
+            or param.name == name
+            or any(opt.startswith(flag + "-") for opt in param.opts)
+        ]
+        given = [param for param in candidates if _given(context, param)]
+        for param in given or candidates[:1]:
+            hint = param.get_error_hint(context)
+            lead = "invalid value for " if match[1] != "; " else match[1] + "for "
+            return f"{lead}{hint}"
         return match[0]
 
     return _REFUSED_ARGUMENT.sub(spelled, message)
+
+
+def _given(context: click.Context, param: click.Parameter) -> bool:
+    """Whether ``param`` was typed on the command line (or read from its variable)."""
+    source = None if param.name is None else context.get_parameter_source(param.name)
+    return source in (
+        click.core.ParameterSource.COMMANDLINE,
+        click.core.ParameterSource.ENVIRONMENT,
+    )
 
 
 def interrupted(*, as_json: bool, stop: KeyboardInterrupt | None = None) -> NoReturn:

@@ -212,6 +212,7 @@ def test_an_input_too_large_to_send_is_a_usage_error_naming_its_size_and_what_to
     assert result.exit_code == 2, result.output
     message = one_json_document(result.stdout)["error"]["message"]
     assert "the run's input is 1,800,011 bytes of JSON" in message, message
+    assert message.startswith("invalid value for '--input-file': "), "the option it came from"
     assert "at most 1,048,576 bytes (1 MiB)" in message and "a path to a file" in message
     assert fake.requests == []
 
