@@ -31,6 +31,7 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── RunCommandError         runCommand         (command and saved state do not fit)
     │   │   └── RunPausedError      runPaused          (answers wait until the run resumes)
     │   ├── AnswerRejectedError     answerRejected     (an answer does not fit its request)
+    │   ├── NotDecisionRequestError notDecisionRequest (an agent step's request: submit to it)
     │   ├── SubmissionError                            (an agent submission was refused)
     │   │   ├── RequestNotOpenError     requestNotOpen     (answered, closed or a stale attempt)
     │   │   ├── NotAgentRequestError    notAgentRequest    (a checkpoint or decision: answer it)
@@ -297,6 +298,13 @@ class AnswerRejectedError(WorkflowError):
     """An answer does not fit its request (choices, protection, status); nothing settled."""
 
     code = "answerRejected"
+
+
+class NotDecisionRequestError(WorkflowError):
+    """An answer named an agent step's request; those take a submitted output
+    (``piwf submit``), not an answer. Nothing was recorded."""
+
+    code = "notDecisionRequest"
 
 
 class SubmissionError(WorkflowError):

@@ -173,10 +173,12 @@ def test_a_command_of_the_other_kind_offers_the_right_one_only_while_the_request
     run_id = agent_run["run"]["runId"]
     request_id = open_request(piwf, run_id)
     refused = piwf.json("answer", request_id, "{}", exit_code=1)["error"]
+    assert refused["code"] == "notDecisionRequest", refused
     assert refused["message"].endswith(f"submit its output with: piwf submit {request_id} '<json>'")
     piwf.json("submit", request_id, '{"summary": "done"}')
     piwf.json("run", "wait", run_id, "--timeout", "60")
     refused = piwf.json("answer", request_id, "{}", exit_code=1)["error"]
+    assert refused["code"] == "notDecisionRequest", refused
     assert refused["message"] == (
         f"request {request_id} is an agent step's request, not a checkpoint or decision; it is"
         f" settled already and takes nothing more (its accepted output: piwf run show {run_id})"

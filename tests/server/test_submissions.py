@@ -309,6 +309,7 @@ def test_refusals_are_typed_and_a_request_belongs_to_its_own_run(
             "decision.answer", {"requestId": request_a, "response": {"n": 1}}, key="d"
         )
         assert answered_as_checkpoint.outcome == "rejected"
+        assert answered_as_checkpoint.error.code == "notDecisionRequest"
         assert f"piwf submit {request_a}" in answered_as_checkpoint.error.message
         mismatch = submit(client, request_a, {"n": 1}, "m", run_id=run_b)
         assert mismatch.error.code == "requestRunMismatch"

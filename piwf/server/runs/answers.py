@@ -27,7 +27,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from piwf.errors import AnswerRejectedError, PiwfError, RunCommandError, RunPausedError
+from piwf.errors import (
+    AnswerRejectedError,
+    NotDecisionRequestError,
+    PiwfError,
+    RunCommandError,
+    RunPausedError,
+)
 from piwf.lifecycle import Adopted, Conflict
 from piwf.protocol.client_v1 import Request
 from piwf.protocol.payloads import (
@@ -91,6 +97,8 @@ def answer_change(
             error = UnknownRequestError(unknown_request(tx, payload.request_id, home))
             return CommandResult.failed("notFound", error)
         if isinstance(result, Conflict):
+            if decision_store.get_decision(tx, payload.request_id) is None:  # an agent step's
+                return CommandResult.failed("rejected", NotDecisionRequestError(result.evidence))
             return CommandResult.failed("rejected", RunCommandError(result.evidence))
         answer = result.value
         if answer.outcome is SubmissionOutcome.REJECTED or answer.resolution is None:
