@@ -211,7 +211,8 @@ _PARKED: dict[str, str] = {
     ),
     "runnerNoProgress": (
         "it made no progress and is not retried by itself: {reason}. Fix the cause (a node "
-        "that kills its process or overruns its deadline), then resume."
+        "that ends its process, by sys.exit or a signal, or overruns its deadline; piwf run "
+        "logs shows what it printed), then resume."
     ),
     # Its reason gives the count and says to fix the cause and resume.
     "runnerCrashed": "its runner crashed repeatedly: {reason}.",

@@ -368,6 +368,14 @@ def flush_output() -> None:
             stream.flush()
 
 
+def _exit_detail(error: BaseException) -> str:
+    """`` (code 3)`` for a ``SystemExit`` with a code, else nothing (never its message: it
+    may hold a payload)."""
+    if isinstance(error, SystemExit) and isinstance(error.code, int):
+        return f" (code {error.code})"
+    return ""
+
+
 def run_child(connection: Connection, lifeline: Lifeline) -> int:
     """Run one generation over ``connection``; return the process exit code."""
     # A runner may wait here long before its run exists (a spare, see server/runs/spares.py):
@@ -430,6 +438,20 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
             # A change that waited for a next call is still reported before the crash.
             with contextlib.suppress(Exception):
                 pipe_port.flush()
+            raise
+        except BaseException as error:
+            # SystemExit, asyncio.CancelledError ... from workflow code end this child, not
+            # the node; say which, in the log of the attempt that raised it (run logs). A
+            # KeyboardInterrupt is a SIGINT sent to this child, not something the code did.
+            if isinstance(error, KeyboardInterrupt):
+                raise
+            print(
+                f"piwf runner: workflow code raised {type(error).__name__}"
+                f"{_exit_detail(error)}, which ends the runner, not the node; raise an"
+                " Exception to fail the node",
+                file=sys.stderr,
+                flush=True,
+            )
             raise
     except ClaimLostError:
         return EXIT_CLAIM_LOST

@@ -191,6 +191,34 @@ def test_a_parked_run_shows_that_it_needs_action_everywhere_with_its_cause(
     assert piwf.json("server", "status")["parkedByReason"] == {"runnerNoProgress": 1}
 
 
+EXITS = """
+    import sys
+    from piwf.workflow import compute, define_workflow
+
+    def leave(ctx):
+        sys.exit(3)
+
+    workflow = define_workflow(name="exits", start_at="a", nodes={"a": compute(leave)}, edges=[])
+    """
+
+
+def test_a_node_that_calls_sys_exit_is_named_in_its_attempts_log(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """SystemExit prints no traceback, so the runner says what ended it, where run logs reads."""
+    flow = write(tmp_path / "exits.py", EXITS)
+    started, _ = timed(piwf, "run", "start", str(flow), "--wait", "--timeout", "120")
+    assert started.returncode == 1, (started.stdout, started.stderr)
+    run_id = started.stdout.split()[1]
+    assert "runnerNoProgress" in started.stderr
+    logs = piwf.run("run", "logs", run_id).stdout
+    said = "workflow code raised SystemExit (code 3), which ends the runner, not the node"
+    assert logs.count(said) == 2, logs  # once for each attempt
+    explained = piwf.run("run", "explain", run_id).stdout
+    assert "by sys.exit or a signal" in explained and "piwf run logs" in explained
+
+
 def test_a_wait_ends_when_its_run_parks_on_a_changed_source(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,
