@@ -21,7 +21,8 @@ def server_status(status: ServerStatus) -> str:
     """The server's counts."""
     return "\n".join(
         [
-            f"piwf server {status.state} (epoch {status.epoch}, version {status.package_version})",
+            f"piwf server {status.state} (pid {status.pid}, epoch {status.epoch}, version "
+            f"{status.package_version})",
             fields(
                 [
                     ("runners", f"{status.active_runners} active of {status.max_workers}"),

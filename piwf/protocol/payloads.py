@@ -537,10 +537,12 @@ class RunWaitReceipt(WireModel):
 
 
 class ServerStatus(WireModel):
-    """Privacy-safe server status: counts only."""
+    """Privacy-safe server status: the process id and counts, never a payload or a path."""
 
     state: str
     epoch: int
+    #: The server process's id (as ``piwf server start`` printed it).
+    pid: int
     package_version: str
     socket_available: bool
     max_workers: int

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -188,6 +189,7 @@ class Handlers:
         status = ServerStatus(
             state="running",
             epoch=self.context.epoch,
+            pid=os.getpid(),
             package_version=__version__,
             socket_available=True,
             max_workers=self.context.max_workers,

@@ -582,7 +582,7 @@ def test_server_status_and_stop_with_a_server(fake: FakeServer) -> None:
     status = invoke("server", "status", "--json")
     assert one_json_document(status.stdout) == SERVER_STATUS
     human = invoke("server", "status").stdout
-    assert "piwf server running (epoch 1" in human
+    assert "piwf server running (pid 4242, epoch 1" in human
     assert "2 queued, 0 running, 0 waiting, 1 parked" in human
     assert "1 runnerNoProgress" in human
     stop = invoke("server", "stop", "--json")

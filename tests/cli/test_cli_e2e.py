@@ -232,7 +232,12 @@ def test_server_start_and_stop(piwf: Piwf, tmp_path: Path) -> None:
 
     again = quickly("server", "start")
     assert again == {"started": False, "epoch": first["epoch"]}
-    assert piwf.json("server", "status")["maxWorkers"] == 2
+    status = piwf.json("server", "status")
+    assert (status["maxWorkers"], status["pid"]) == (2, pid), "the pid start printed"
+    assert (
+        f"piwf server running (pid {pid}, epoch {first['epoch']},"
+        in piwf.run("server", "status").stdout
+    )
 
     assert quickly("server", "stop") == {"state": "stopped", "wasRunning": True}
     assert wait_gone(pid, 15), "the server process did not exit after stop"

@@ -187,6 +187,7 @@ def run_info(run_id: str = "run-1", **fields: Any) -> dict[str, Any]:
 SERVER_STATUS: dict[str, Any] = {
     "state": "running",
     "epoch": 1,
+    "pid": 4242,
     "packageVersion": __version__,
     "socketAvailable": True,
     "maxWorkers": 4,
