@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import re
@@ -351,12 +352,28 @@ def _shell_quoting_hint(data: str | bytes, error: CanonicalJsonError) -> str:
     if error.reason == "notJson" and not text.strip():
         # An empty --input-file (or stdin that ended at once) says so, not "line 1 column 1".
         return "; the text is empty: give a JSON value, e.g. '{}'"
-    if error.reason != "notJson" or '"' in text or not text.lstrip().startswith(("{", "[")):
+    if error.reason != "notJson":
         return ""
-    return (
-        "; a shell removes double quotes that are not inside single quotes: write the JSON"
-        """ in single quotes, e.g. '{"choice": "ship"}'"""
-    )
+    bare_words = '"' not in text and any(character.isalpha() for character in text)
+    if bare_words and text.lstrip().startswith(("{", "[")):
+        return (
+            "; a shell removes double quotes that are not inside single quotes: write the JSON"
+            """ in single quotes, e.g. '{"choice": "ship"}'"""
+        )
+    if _ends_early(text):
+        return "; the text ends before its JSON does: close every string, array and object"
+    return ""
+
+
+def _ends_early(text: str) -> bool:
+    """Whether ``text`` is JSON cut off: its first error is at its (trimmed) end."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        return bool(text.strip()) and error.pos >= len(text.rstrip())
+    except ValueError:
+        return False
+    return False
 
 
 def open_client(*, autostart: bool = True, remote: str | None = None) -> Client:

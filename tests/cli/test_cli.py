@@ -881,12 +881,26 @@ def test_json_whose_quotes_a_shell_removed_is_refused_with_how_to_quote_it(typed
     assert "write the JSON in single quotes" in result.output
 
 
-@pytest.mark.parametrize("typed", ['{"choice": ship}', "ship it", '{"a": 1,}'])
+@pytest.mark.parametrize("typed", ['{"choice": ship}', "ship it", '{"a": 1,}', "[1, 2", "{}}"])
 def test_other_json_errors_give_no_quoting_hint(typed: str) -> None:
     result = invoke("answer", "req-1", typed)
     assert result.exit_code == 2, result.output
     assert "not valid JSON for piwf" in result.output
     assert "single quotes" not in result.output
+
+
+@pytest.mark.parametrize("typed", ["[1, 2", '{"choice": "ship"', '{"a": [1, {"b": 2}] '])
+def test_json_cut_off_is_said_to_end_early(typed: str) -> None:
+    result = invoke("answer", "req-1", typed)
+    assert result.exit_code == 2, result.output
+    assert "the text ends before its JSON does" in result.output, result.output
+
+
+@pytest.mark.parametrize("typed", ["{}}", '{"a": 1,}', "[1 2]"])
+def test_json_with_an_error_inside_is_not_said_to_end_early(typed: str) -> None:
+    result = invoke("answer", "req-1", typed)
+    assert result.exit_code == 2, result.output
+    assert "ends before" not in result.output, result.output
 
 
 @pytest.mark.parametrize("typed", ["ship", " hold\n", "NaN"])
