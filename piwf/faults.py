@@ -35,6 +35,7 @@ POINTS: frozenset[str] = frozenset(
         "cmd.after_commit_before_reply",
         "server.after_epoch",
         "server.before_listen",
+        "server.before_release",
         "backup.before_link",
         "run.after_claim_commit",
         "runner.after_launch_record",

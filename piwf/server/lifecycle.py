@@ -144,7 +144,16 @@ def run_server(
         server.serve()
     finally:
         server.shutdown()
-        _cleanup(db, server.claim, lock, socket_path=paths.socket, socket_inode=server.socket_inode)
+        try:
+            faults.point("server.before_release")
+            _cleanup(
+                db, server.claim, lock, socket_path=paths.socket, socket_inode=server.socket_inode
+            )
+        finally:
+            # Last: a `piwf server stop` returns when its connection closes, so by then the
+            # database is closed (its WAL checkpointed) and the home's lock released, and a
+            # script may copy the files or start another server at once.
+            server.close_clients()
         log.info("server stopped: epoch %d", claim.epoch)
     return EXIT_OK if server.claim_held else EXIT_FAILED
 
@@ -329,12 +338,16 @@ class Server:
         self.loop.stop_requested = True
 
     def shutdown(self) -> None:
-        """Close clients and children; the caller releases the epoch and the lock."""
+        """Stop every child; the caller then releases the epoch and the lock, and only then
+        closes the clients (:meth:`close_clients`)."""
         self.reconciler.stop_all()
         self.channels.stop_all()
         self.resolvers.stop_all()
         self.validations.stop_all()
         self.executor.stop_all()  # every child of the supervisor
+
+    def close_clients(self) -> None:
+        """Close every client connection, the listener and the loop."""
         self.clients.close_all()
         self.loop.close()
 

@@ -240,6 +240,9 @@ def test_server_start_and_stop(piwf: Piwf, tmp_path: Path) -> None:
     )
 
     assert quickly("server", "stop") == {"state": "stopped", "wasRunning": True}
+    # Returned only once the server let go of the home: its database closed (the WAL
+    # checkpointed into it and removed), so a script may copy the files at once.
+    assert sorted(path.name for path in piwf.home.glob("state.sqlite*")) == ["state.sqlite"]
     assert wait_gone(pid, 15), "the server process did not exit after stop"
     assert quickly("server", "stop") == {"state": "stopped", "wasRunning": False}
     with StateDatabase(piwf.home / "state.sqlite", mode="read-only") as db, db.read() as tx:

@@ -33,10 +33,12 @@ from tests.server.harness import (
     RawClient,
     ServerFactory,
     ServerProcess,
+    raw_client,
     runner_processes,
     wait_for,
 )
 from tests.server.history import Command, History
+from tests.server.test_execution import start, wait_run
 from tests.server.test_retention_crash import POINTS as RETENTION_POINTS
 
 FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05", "PIWF_RUN_RENEW_S": "0.2"}
@@ -260,6 +262,24 @@ def test_a_kill_while_starting_leaves_a_state_the_next_start_takes_over(
     assert verify(survivor) == {"valid": True, "violations": []}
 
 
+def test_a_kill_while_stopping_leaves_a_state_the_next_start_takes_over(
+    servers: ServerFactory,
+) -> None:
+    """Killed after its children stopped, before it released its epoch and closed the
+    database: the stop's client sees the connection drop, and the next server takes over."""
+    dying = servers.start(env={**FAST, "PIWF_FAULTS": "server.before_release@1=kill"})
+    with raw_client(dying) as client:
+        run_id = start(client, HELLO, {"who": "x"}, "hello")
+        assert wait_run(client, run_id)["status"] == "completed"
+        assert client.request("server.stop", key="stop").outcome == "accepted"
+        assert client.closed_by_server(timeout_s=15)
+    assert dying.process.wait(timeout=15) == -9
+    survivor = servers.start(env=FAST)
+    assert survivor.ready["ok"] is True
+    assert survivor.ready["epoch"] == 2
+    assert verify(survivor) == {"valid": True, "violations": []}
+
+
 def test_a_kill_during_recovery_converges_on_the_next_start(
     servers: ServerFactory, tmp_path: Path
 ) -> None:
@@ -285,6 +305,7 @@ def test_every_fault_point_is_in_the_matrix() -> None:
     ``test_agent_deadlines.py`` kills the server at an agent's deadline and
     ``tests/viewer/test_view_crash.py`` fails ``piwf view`` (no server state: not a crash case)."""
     startup = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
+    startup.add("server.before_release")  # and stopping (the test above)
     deadlines = {"deadline.before_stop"}
     viewer = {"viewer.show_runs"}
     covered = {point for point, _ in MATRIX} | startup | set(RETENTION_POINTS) | deadlines | viewer

@@ -82,6 +82,22 @@ def test_server_stop_answers_then_exits(server: ServerProcess) -> None:
     assert not server.socket_path.exists()
 
 
+def test_a_stopping_server_closes_its_clients_only_once_it_let_go_of_the_home(
+    servers: ServerFactory,
+) -> None:
+    """`piwf server stop` returns when its connection closes: by then the database is closed
+    (its WAL checkpointed into it and removed) and the lock released, however long that took
+    (here a second more), so a script may copy the files or start another server at once."""
+    server = servers.start(env={"PIWF_FAULTS": "server.before_release@1=delay:1000"})
+    with raw_client(server) as client:
+        assert client.request("server.stop", key="stop-1").outcome == "accepted"
+        assert client.closed_by_server(timeout_s=15)
+        left = sorted(path.name for path in server.home.glob("state.sqlite*"))
+        assert left == ["state.sqlite"], "the connection closed before the database did"
+        assert owner_epoch(server.home) == (1, None), "the epoch is released"
+    assert server.process.wait(timeout=15) == 0
+
+
 def test_an_idle_server_exits_by_itself(servers: ServerFactory) -> None:
     started = servers.start(env={"PIWF_IDLE_EXIT_S": "0.5"})
     assert started.ready["ok"] is True

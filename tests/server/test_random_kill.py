@@ -55,7 +55,11 @@ SHORT_TIER = range(5 * _SHARE, 5 * _SHARE + 5)
 LONG_TIER = range(200)
 
 STARTUP_ONLY = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
-POINTS = sorted(faults.POINTS - STARTUP_ONLY - CHILD_POINTS - {"resolver.before_reply"})
+#: Reached once per server, as it stops: the crash matrix kills it there.
+STOPPING_ONLY = {"server.before_release"}
+POINTS = sorted(
+    faults.POINTS - STARTUP_ONLY - STOPPING_ONLY - CHILD_POINTS - {"resolver.before_reply"}
+)
 
 
 @dataclass(frozen=True)
