@@ -317,8 +317,12 @@ class TelegramAdapter:
         return document.get("result")
 
     def _safe(self, text: str) -> str:
-        """``text`` with the credential replaced (an error may quote the request URL)."""
-        return text.replace(self._credential, "<credential>")
+        """``text`` with the credential replaced (an error may quote the request URL) and
+        every character that is not printable shown as its Python escape: what an API
+        answers (a description) must not forge a line of status or the server log, nor drive
+        a terminal."""
+        text = text.replace(self._credential, "<credential>")
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 #: The API's health before the first poll (see ``TelegramAdapter._reported_problem``).

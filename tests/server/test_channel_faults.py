@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.server.fake_bot_api import FakeBotApi
-from tests.server.harness import ServerFactory, raw_client, wait_for
-from tests.server.test_channels import adapter, configure, degraded, effects
+from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.test_channels import adapter, configure, degraded, effects, piwf
 from tests.server.test_decisions import decision_workflow, waiting_request
 from tests.server.test_execution import FAST, start
 
@@ -22,6 +22,14 @@ def bot() -> Iterator[FakeBotApi]:
     fake = FakeBotApi().start()
     yield fake
     fake.stop()
+
+
+@pytest.fixture
+def channel_server(servers: ServerFactory, bot: FakeBotApi) -> ServerProcess:
+    configure(servers.home, bot)
+    started = servers.start(env=FAST)
+    assert started.ready["ok"] is True, started.ready
+    return started
 
 
 def test_a_decision_left_undelivered_is_sent_once_after_a_restart_while_the_api_is_down(
@@ -49,3 +57,22 @@ def test_a_decision_left_undelivered_is_sent_once_after_a_restart_while_the_api_
         wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
         wait_for(lambda: effects(second) == [("channel.send", "applied", 1)], what="sent")
     assert len(bot.of("sendMessage")) == 1
+
+
+def test_what_an_api_answers_cannot_forge_status_or_log_lines(
+    channel_server: ServerProcess, bot: FakeBotApi
+) -> None:
+    forged = "2026-01-01 00:00:00,000 INFO channel ops: the Bot API answers again"
+    with raw_client(channel_server) as client:
+        adapter(client)
+        bot.poll_answer = {"ok": False, "description": f"nope\x1b]0;title\x07\n{forged}"}
+        found = wait_for(lambda: degraded(client, "apiError"), timeout_s=30, what="apiError")
+        assert "\n" not in found["error"] and "\x1b" not in found["error"], found
+        assert "\\n2026" in found["error"] and "\\x1b" in found["error"], found
+    shown = piwf(channel_server.home, "channel", "status")
+    assert shown.returncode == 0, shown
+    assert "\x1b" not in shown.stdout, shown
+    assert not any(line.startswith(forged) for line in shown.stdout.splitlines()), shown
+    log = (channel_server.home / "server" / "server.log").read_text()
+    assert not any(line.startswith(forged) for line in log.splitlines()), log
+    assert "\x1b" not in log
