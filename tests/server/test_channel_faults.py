@@ -5,6 +5,7 @@ nothing an API answers can forge a line of status or of the server log."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from tests.server.fake_bot_api import FakeBotApi
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_channels import adapter, configure, degraded, effects, piwf
 from tests.server.test_decisions import decision_workflow, waiting_request
-from tests.server.test_execution import FAST, start
+from tests.server.test_execution import FAST, query, start
 
 
 @pytest.fixture
@@ -57,6 +58,16 @@ def test_a_decision_left_undelivered_is_sent_once_after_a_restart_while_the_api_
         wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
         wait_for(lambda: effects(second) == [("channel.send", "applied", 1)], what="sent")
     assert len(bot.of("sendMessage")) == 1
+    # A send that did arrive has nothing to recover: the refusal names the channel's list and
+    # warns of no duplicate, since nothing is sent again.
+    (effect_id,) = (row[0] for row in query(second, "SELECT effect_id FROM effects"))
+    refused = piwf(second.home, "channel", "recover", effect_id, "retry", "--json")
+    assert refused.returncode == 1, refused
+    error = json.loads(refused.stdout)["error"]
+    assert error["code"] == "runCommand", error
+    assert error["message"].startswith(f"{effect_id}: effect is applied, not ambiguous"), error
+    assert "piwf channel status" in error["message"] and "run show" not in error["message"]
+    assert "duplicate" not in refused.stderr, refused.stderr
 
 
 def test_what_an_api_answers_cannot_forge_status_or_log_lines(
