@@ -118,10 +118,10 @@ def channel_recover(effect_id: str, action: str, as_json: bool) -> None:
       piwf channel recover effect-3f2a confirm
       piwf channel recover effect-3f2a retry
     """
-    if action == "retry":
-        click.echo(DUPLICATE_WARNING, err=True)
     with open_client() as client:
         receipt = client.recover_channel_send(effect_id, action)
+    if action == "retry":  # only once the send is back to pending: a refusal retries nothing
+        click.echo(DUPLICATE_WARNING, err=True)
     if as_json:
         render.emit_json(receipt.to_wire())
     else:

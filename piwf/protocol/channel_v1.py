@@ -23,7 +23,8 @@ reads anything else: ``adapterEpoch`` (the channel's current adapter; +1 at ever
                                         credentialRefused | apiError | badReply, reason?}
     child → server   channel.exiting   {..., attemptId: "exit"}
 
-``channel.health`` is sent when the API's health changes (it fails, fails differently, or
+``channel.health`` is sent after the adapter's first poll (the server sends nothing through
+an adapter before it), then when the API's health changes (it fails, fails differently, or
 answers again), never once per poll: without ``problem`` the API answers again; with it, the
 kind of failure and a short ``reason`` (the method and the HTTP status or network error; never
 the credential, a request URL or a payload).

@@ -8,8 +8,9 @@ Started by the server like every child (:mod:`piwf.runner.bootstrap`), speaking
        main thread   channel.present -> sendMessage | editMessageText -> channel.settle
        poll thread   getUpdates(offset) long poll -> channel.answer per update -> response
                      -> answerCallbackQuery (the server's notice) -> offset + 1;
-                     channel.health when a poll fails after one that did not (or fails
-                     differently), and when one succeeds again after failing
+                     channel.health with the first poll's outcome (a short poll), when a
+                     poll fails after one that did not (or fails differently), and when one
+                     succeeds again after failing
 
 It never opens SQLite, never loads workflow code and never changes run state: the server
 checks every answer and settles decisions. Only the Bot API over ``urllib`` (standard library)
@@ -85,8 +86,10 @@ class TelegramAdapter:
         self.stopping = threading.Event()
         self.responses: queue.Queue[ResponseFrame] = queue.Queue()
         self._send_lock = threading.Lock()
-        #: The API's health as last reported to the server (None: usable, as at launch).
-        self._reported_problem: ApiProblem | None = None
+        #: The API's health as last reported to the server (None: usable; ``_UNCHECKED`` until
+        #: the first poll, whose outcome is always reported: the server sends nothing through
+        #: an adapter before its API has answered once).
+        self._reported_problem: ApiProblem | object | None = _UNCHECKED
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -185,16 +188,19 @@ class TelegramAdapter:
     def _poll_once(self) -> bool:
         """One ``getUpdates`` and the relay of what it brought; False when the API failed.
 
-        The API's health is reported on each change only: a failure after a success (or a
-        different failure), and a success after a failure. Raises ``OSError`` or ``EOFError``
-        when the pipe to the server is gone.
+        The API's health is reported on each change only: the first poll's outcome, a failure
+        after a success (or a different failure), and a success after a failure. Raises
+        ``OSError`` or ``EOFError`` when the pipe to the server is gone.
         """
+        checking = self._reported_problem is _UNCHECKED
         try:
             updates = self.call(
                 "getUpdates",
                 {
                     "offset": self.offset,
-                    "timeout": self.profile.poll_timeout_s,
+                    # The first poll does not wait for updates: the server learns at once
+                    # whether the API answers.
+                    "timeout": 0 if checking else self.profile.poll_timeout_s,
                     "allowed_updates": ["callback_query", "message"],
                 },
                 timeout_s=self.profile.poll_timeout_s + self.profile.request_timeout_s,
@@ -311,8 +317,16 @@ class TelegramAdapter:
         return document.get("result")
 
     def _safe(self, text: str) -> str:
-        """``text`` with the credential replaced (an error may quote the request URL)."""
-        return text.replace(self._credential, "<credential>")
+        """``text`` with the credential replaced (an error may quote the request URL) and
+        every character that is not printable shown as its Python escape: what an API
+        answers (a description) must not forge a line of status or the server log, nor drive
+        a terminal."""
+        text = text.replace(self._credential, "<credential>")
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+#: The API's health before the first poll (see ``TelegramAdapter._reported_problem``).
+_UNCHECKED = object()
 
 
 def run_child(connection: Connection, life: Lifeline) -> int:

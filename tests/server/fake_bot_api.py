@@ -5,7 +5,8 @@ updates below the offset are confirmed and dropped, as Telegram does) and
 ``answerCallbackQuery``, under ``/bot<token>/<method>``. It records every call (method, token,
 body), lets a test inject a button press from any user id, and can be told to hang the next
 ``sendMessage`` (it has then been received and recorded, but never answered: an in-flight send),
-to refuse every token (HTTP 401, as Telegram answers a wrong one), or to go offline and come
+to refuse every token (HTTP 401, as Telegram answers a wrong one), to answer every
+``getUpdates`` with a given document (:attr:`FakeBotApi.poll_answer`), or to go offline and come
 back on the same port (:meth:`FakeBotApi.go_offline`, :meth:`FakeBotApi.go_online`).
 """
 
@@ -34,6 +35,8 @@ class FakeBotApi:
     updates: list[dict[str, Any]] = field(default_factory=list)
     hang_sends: bool = False
     refuse_credential: bool = False
+    #: When set, every getUpdates is answered (HTTP 200) with this document instead.
+    poll_answer: dict[str, Any] | None = None
     #: How many requests were refused with HTTP 401.
     refusals: int = 0
     #: How many getUpdates polls were answered (not recorded as calls).
@@ -65,6 +68,9 @@ class FakeBotApi:
                         fake.refusals += 1
                     refusal = {"ok": False, "error_code": 401, "description": "Unauthorized"}
                     self._answer(401, refusal)
+                    return
+                if method == "getUpdates" and fake.poll_answer is not None:
+                    self._answer(200, fake.poll_answer)
                     return
                 result = fake.handle(method, token, body)
                 if result is _HANG:

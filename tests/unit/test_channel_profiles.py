@@ -95,3 +95,41 @@ def test_a_token_given_as_the_credential_file_is_refused_without_echoing_it(
 def load_profiles_ok(home: Path, document: str) -> bool:
     (home / "channels.json").write_text(document)
     return len(load_profiles(home)) == 1
+
+
+LEAKED = "123456789:AAsecret-token-value_abcdefghij"
+
+
+def test_a_token_pasted_into_the_api_url_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    # Step 3 of the setup opens https://api.telegram.org/bot<token>/getUpdates: a person may
+    # paste that whole URL as the base URL.
+    for url in (
+        f"https://api.telegram.org/bot{LEAKED}",
+        f"https://api.telegram.org/bot{LEAKED}/getUpdates",
+    ):
+        problem = problem_with(tmp_path, profile_with(apiBaseUrl=url))
+        assert problem.startswith("profiles.ops.apiBaseUrl: apiBaseUrl carries a bot token"), (
+            problem
+        )
+        assert LEAKED not in problem and "AAsecret" not in problem
+
+
+def test_a_token_in_a_key_is_never_echoed(tmp_path: Path) -> None:
+    documents = (
+        json.dumps({"profiles": {LEAKED: {}}}),
+        json.dumps({LEAKED: {}}),
+        profile_with(**{LEAKED: 1}),
+        '{"profiles": {}, "' + LEAKED + '": 1, "' + LEAKED + '": 2}',
+    )
+    for document in documents:
+        problem = problem_with(tmp_path, document)
+        assert "AAsecret" not in problem, problem
+        assert "<token-like text>" in problem, problem
+
+
+def test_control_characters_in_a_key_are_shown_escaped(tmp_path: Path) -> None:
+    forged = "x\x1b[2K\n2026-01-01 00:00:00,000 INFO channel ops: the Bot API answers again"
+    for document in (profile_with(**{forged: 1}), json.dumps({"profiles": {forged: {}}})):
+        problem = problem_with(tmp_path, document)
+        assert "\n" not in problem and "\x1b" not in problem, problem
+        assert "\\n2026" in problem and "\\x1b" in problem, problem

@@ -9,8 +9,9 @@ Duties, driven by the server loop::
     serve      fence every frame (epoch, profile, sequence) before its payload; ready, settle
                and answer each commit one transaction; an answer is checked against the
                profile's allowed identities again and applied like ``decision.answer``;
-               health moves a ready adapter to ``degraded`` while its API fails and back
-               (one log line per change)
+               the first health report moves a started adapter to ``ready`` (its API
+               answered) or ``degraded``, later ones between the two while its API fails and
+               back (one log line per change)
     dispatch   (on a nudge and on the poll timer) for each ready adapter (not a degraded
                one: what it sent would fail, and a refused send is not retried): present open
                protected decisions, resume sends an operator sent back to pending, edit
@@ -23,6 +24,7 @@ Duties, driven by the server loop::
 Adapter states::
 
     starting -> ready <-> degraded        (its API fails: unreachable, credential refused, ...)
+    starting -> degraded                  (its first poll failed: it never was ready)
     starting | ready | degraded -> exited -> starting   (a new epoch, after a back-off)
     starting -> failed -> starting        (it could not be launched: a credential file, ...)
     any -> stopping -> stopped            (a reload removed or changed its profile)
@@ -117,6 +119,8 @@ class Adapter:
     link: ChildLink | None = None
     last_sequence: int = 0
     sent_sequence: int = 0
+    #: The child of this epoch reported ready (it is ``starting`` until its API answers once).
+    launched: bool = False
     error: str | None = None
     failures: int = 0
     stopping: bool = False
@@ -248,6 +252,7 @@ class ChannelAdapters:
             log.warning("channel %s: send %s may have happened: ambiguous", profile.name, effect_id)
         adapter.epoch, adapter.revision = begun.epoch, begun.revision
         adapter.last_sequence = adapter.sent_sequence = 0
+        adapter.launched = False
         self._enter(adapter, "starting")
         launch = LaunchFrame(
             adapter_epoch=begun.epoch,
@@ -317,7 +322,8 @@ class ChannelAdapters:
             self.supervisor.stop(adapter.handle)
 
     def _ready_overdue(self, adapter: Adapter, epoch: int) -> None:
-        if adapter.epoch == epoch and adapter.state == "starting" and adapter.handle is not None:
+        overdue = adapter.state == "starting" and not adapter.launched
+        if adapter.epoch == epoch and overdue and adapter.handle is not None:
             log.warning("channel %s: its adapter did not report ready", adapter.profile.name)
             self.supervisor.kill(adapter.handle)
 
@@ -385,9 +391,10 @@ class ChannelAdapters:
             return
         adapter.last_sequence = frame.sequence
         if isinstance(frame, ReadyFrame):
+            # Still ``starting``: nothing is sent before its API has answered once (its first
+            # health report), since a send the API refuses at the door is never retried.
             adapter.failures = 0
-            self._enter(adapter, "ready")
-            self.nudge()
+            adapter.launched = True
         elif isinstance(frame, SettleFrame):
             self._settle(adapter, frame)
         elif isinstance(frame, AnswerFrame):
@@ -409,9 +416,10 @@ class ChannelAdapters:
         adapter.since = self.db.clock.now_ms()
 
     def _health(self, adapter: Adapter, frame: HealthFrame) -> None:
-        """The adapter's API failed, failed differently or answers again: one log line each
-        (the adapter reports changes only). Nothing is dispatched to it while it fails."""
-        if adapter.state not in ("ready", "degraded"):
+        """The adapter's first poll answered or failed, or its API failed, failed differently
+        or answers again: one log line each (the adapter reports changes only). Nothing is
+        dispatched to it before its API answered once, nor while it fails."""
+        if adapter.state not in ("starting", "ready", "degraded") or not adapter.launched:
             return
         name = adapter.profile.name
         if frame.problem is None:
@@ -423,6 +431,7 @@ class ChannelAdapters:
                     adapter.problem,
                     failed_s,
                 )
+            if adapter.state != "ready":
                 self._enter(adapter, "ready")
                 self.nudge()
             return

@@ -127,7 +127,14 @@ class ChannelHandlers:
                 )
                 return CommandResult.failed("notFound", error)
             if isinstance(result, Conflict):
-                return CommandResult.failed("rejected", RunCommandError(result.evidence))
+                # The effects' own evidence points at a run's effects; name the channel's list.
+                state = result.evidence.partition(":")[0]
+                settled = RunCommandError(
+                    f"{payload.effect_id}: {state}: there is nothing to recover (only a send "
+                    "that may or may not have reached the chat takes confirm or retry; piwf "
+                    "channel status lists them)"
+                )
+                return CommandResult.failed("rejected", settled)
             receipt = ChannelRecoverReceipt(effect=effect_info(result.value), action=payload.action)
             return CommandResult.accepted(receipt.to_wire())
 

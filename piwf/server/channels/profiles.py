@@ -87,6 +87,12 @@ class TelegramProfileConfig(BaseModel):
                 "apiBaseUrl takes no user name, password, query or fragment: give the base "
                 "URL only (the token lives in credentialFile)"
             )
+        if _TOKEN_SHAPE.search(value):
+            # The setup's getUpdates URL pasted whole: refused without being echoed.
+            raise ValueError(
+                "apiBaseUrl carries a bot token (as in .../bot<token>): give the base URL only, "
+                "as https://api.telegram.org (the token lives in credentialFile)"
+            )
         try:
             parts.port  # noqa: B018 - a port that is not a number raises here, not in the adapter
         except ValueError:
@@ -141,7 +147,7 @@ class ChannelsFile(BaseModel):
             for name in value:
                 if not PROFILE_NAME.fullmatch(name):
                     raise ValueError(
-                        f"profile name {name[:64]!r} is not allowed: use 1 to 64 lowercase "
+                        f"profile name {shown(name)[:64]!r} is not allowed: use 1 to 64 lowercase "
                         "letters, digits, - and _, starting with a letter or digit"
                     )
         return value
@@ -251,9 +257,17 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     document: dict[str, object] = {}
     for key, value in pairs:
         if key in document:
-            raise ValueError(f"the key {key[:64]!r} appears twice in one object")
+            raise ValueError(f"the key {shown(key)[:64]!r} appears twice in one object")
         document[key] = value
     return document
+
+
+def shown(text: str) -> str:
+    """``text`` from the file (a key, a profile name) as an error may show it: what looks like
+    a bot token replaced, every character that is not printable (a line break, a terminal
+    escape) as its Python escape, so it can neither leak a credential nor forge a log line."""
+    text = _TOKEN_SHAPE.sub("<token-like text>", text)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _is_loopback(host: str) -> bool:
@@ -272,7 +286,7 @@ def _first_problem(error: Exception) -> str:
     first = error.errors(include_url=False, include_input=False)[0]
     if not first["loc"]:
         return 'the document must be a JSON object: {"profiles": {"<name>": {...}}}'
-    where = ".".join(str(part) for part in first["loc"])
+    where = ".".join(shown(str(part))[:64] for part in first["loc"])
     # A validator's own message, without pydantic's "Value error, " in front of it.
     cause = first.get("ctx", {}).get("error") if first["type"] == "value_error" else None
     return f"{where}: {cause if cause is not None else first['msg']}"

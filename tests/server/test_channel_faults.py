@@ -1,0 +1,89 @@
+"""Channel adapters against a Bot API that fails, through real processes: a server, its
+Telegram adapter child and the local fake Bot API on loopback. A decision left undelivered
+while the API is down is posted once when it answers again, across a server restart too, and
+nothing an API answers can forge a line of status or of the server log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.server.fake_bot_api import FakeBotApi
+from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.test_channels import adapter, configure, degraded, effects, piwf
+from tests.server.test_decisions import decision_workflow, waiting_request
+from tests.server.test_execution import FAST, query, start
+
+
+@pytest.fixture
+def bot() -> Iterator[FakeBotApi]:
+    fake = FakeBotApi().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def channel_server(servers: ServerFactory, bot: FakeBotApi) -> ServerProcess:
+    configure(servers.home, bot)
+    started = servers.start(env=FAST)
+    assert started.ready["ok"] is True, started.ready
+    return started
+
+
+def test_a_decision_left_undelivered_is_sent_once_after_a_restart_while_the_api_is_down(
+    servers: ServerFactory, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    configure(servers.home, bot)
+    bot.go_offline()
+    workflow = decision_workflow(tmp_path, "approve", 600_000)
+    first = servers.start(env=FAST)
+    assert first.ready["ok"] is True, first.ready
+    with raw_client(first) as client:
+        wait_for(lambda: degraded(client, "unreachable"), timeout_s=30, what="unreachable")
+        waiting_request(client, start(client, workflow, None, "r1"))
+    assert effects(first) == []  # nothing is sent while the API cannot be reached
+    assert first.terminate() == 0
+    # The new adapter must not send before its API has answered once: a send refused at the
+    # door is not retried, so the decision would never be posted.
+    second = servers.start(env=FAST)
+    assert second.ready["ok"] is True, second.ready
+    with raw_client(second) as client:
+        wait_for(lambda: degraded(client, "unreachable"), timeout_s=30, what="unreachable")
+        assert effects(second) == []
+        bot.go_online()
+        adapter(client, epoch=2)
+        wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
+        wait_for(lambda: effects(second) == [("channel.send", "applied", 1)], what="sent")
+    assert len(bot.of("sendMessage")) == 1
+    # A send that did arrive has nothing to recover: the refusal names the channel's list and
+    # warns of no duplicate, since nothing is sent again.
+    (effect_id,) = (row[0] for row in query(second, "SELECT effect_id FROM effects"))
+    refused = piwf(second.home, "channel", "recover", effect_id, "retry", "--json")
+    assert refused.returncode == 1, refused
+    error = json.loads(refused.stdout)["error"]
+    assert error["code"] == "runCommand", error
+    assert error["message"].startswith(f"{effect_id}: effect is applied, not ambiguous"), error
+    assert "piwf channel status" in error["message"] and "run show" not in error["message"]
+    assert "duplicate" not in refused.stderr, refused.stderr
+
+
+def test_what_an_api_answers_cannot_forge_status_or_log_lines(
+    channel_server: ServerProcess, bot: FakeBotApi
+) -> None:
+    forged = "2026-01-01 00:00:00,000 INFO channel ops: the Bot API answers again"
+    with raw_client(channel_server) as client:
+        adapter(client)
+        bot.poll_answer = {"ok": False, "description": f"nope\x1b]0;title\x07\n{forged}"}
+        found = wait_for(lambda: degraded(client, "apiError"), timeout_s=30, what="apiError")
+        assert "\n" not in found["error"] and "\x1b" not in found["error"], found
+        assert "\\n2026" in found["error"] and "\\x1b" in found["error"], found
+    shown = piwf(channel_server.home, "channel", "status")
+    assert shown.returncode == 0, shown
+    assert "\x1b" not in shown.stdout, shown
+    assert not any(line.startswith(forged) for line in shown.stdout.splitlines()), shown
+    log = (channel_server.home / "server" / "server.log").read_text()
+    assert not any(line.startswith(forged) for line in log.splitlines()), log
+    assert "\x1b" not in log
