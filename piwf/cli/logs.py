@@ -14,7 +14,7 @@ import click
 from piwf.cli import render
 from piwf.cli.common import (
     command,
-    interrupt_status,
+    interrupted,
     json_option,
     open_client,
     run_id_argument,
@@ -65,7 +65,7 @@ def run_logs(run_id: str, node: str | None, follow: bool, raw: bool, as_json: bo
             else:
                 _show(client, run_id, node, raw=raw, as_json=as_json)
     except KeyboardInterrupt as stop:
-        raise click.exceptions.Exit(interrupt_status(stop)) from None
+        interrupted(as_json=as_json, stop=stop)
 
 
 def _no_attempts(run_id: str, node: str | None, run_status: str, *, terminal: bool) -> str:

@@ -90,7 +90,7 @@ class RunProgress:
         if node is not None:
             self._once(
                 f"node:{node.path}:{node.visit}:{node.attempt}",
-                f"  running {_node(node.path, node.visit)}",
+                f"  running {_node(node.path, node.visit, node.attempt)}",
             )
             for update in display.current_updates:
                 data = encode_text(update.data) if update.data_ref is None else "<large value>"
@@ -120,5 +120,10 @@ class RunProgress:
             self.echo(one_line(line))
 
 
-def _node(path: str, visit: int) -> str:
-    return f'"{path}"' + (f" (visit {visit})" if visit > 1 else "")
+def _node(path: str, visit: int, attempt: int = 1) -> str:
+    """``"path"``, then its visit and attempt when either is not the first: a node shown
+    running again after a crash or a server restart says it is the next attempt."""
+    counts = ([f"visit {visit}"] if visit > 1 else []) + (
+        [f"attempt {attempt}"] if attempt > 1 else []
+    )
+    return f'"{path}"' + (f" ({', '.join(counts)})" if counts else "")

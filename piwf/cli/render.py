@@ -78,11 +78,18 @@ PREVIEW_CHARS = 2000
 HUMAN_CONTENT_LIMIT = 1024 * 1024
 
 
-def timestamp(ms: int | None) -> str:
-    """Format epoch milliseconds as local ``YYYY-MM-DD HH:MM:SS`` ('-' for None)."""
+def timestamp(ms: int | None, *, offset: bool = False) -> str:
+    """Format epoch milliseconds as local ``YYYY-MM-DD HH:MM:SS`` ('-' for None); with
+    ``offset``, followed by the local UTC offset (``+02:00``), for a time the user typed in
+    another zone (a prune's cutoff: UTC unless it says otherwise)."""
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    moment = datetime.fromtimestamp(ms / 1000).astimezone()
+    shown = moment.strftime("%Y-%m-%d %H:%M:%S")
+    if offset:
+        zone = moment.strftime("%z")
+        shown += f" {zone[:3]}:{zone[3:5]}"
+    return shown
 
 
 def value_preview(value: object, ref: ContentRef | None = None, *, text: bool = False) -> str:

@@ -84,9 +84,15 @@ def _retention(status: StateStatus) -> str:
     assert info is not None
     text = f"last sweep {timestamp(info.last_completed_at)}"
     if info.last_completed_at is not None:
-        text += f" ({info.last_trees_deleted} tree(s) deleted, {info.last_trees_protected} kept)"
+        text += (
+            f" ({info.last_trees_deleted} tree(s), {info.last_runs_deleted} run(s) deleted,"
+            f" {info.last_trees_protected} kept)"
+        )
+    # The running total counts what sweeps and applied prunes deleted.
+    if info.total_trees_deleted:
+        text += f"; {info.total_trees_deleted} tree(s) deleted in all"
     if info.last_failure is not None:
-        text += f"; last failure {timestamp(info.last_failure_at)}: {info.last_failure}"
+        text += f"; last failure {timestamp(info.last_failure_at)}: {one_line(info.last_failure)}"
     return text
 
 
@@ -112,7 +118,7 @@ def prune(report: PruneReport) -> str:
         lines.append(backup(report.backup))
     lines.append(
         f"{verb} {report.tree_count} run tree(s), {report.run_count} run(s),"
-        f" finished before {timestamp(report.before)}"
+        f" finished before {timestamp(report.before, offset=True)}"
     )
     lines += [f"  {tree.root_run_id}  ({tree.runs} run(s))" for tree in report.trees]
     if report.protected_count:

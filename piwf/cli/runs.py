@@ -14,7 +14,7 @@ from piwf.cli.common import (
     Seconds,
     check_session_id,
     command,
-    interrupt_status,
+    interrupted,
     json_option,
     open_client,
     parse_json,
@@ -212,7 +212,7 @@ def run_show(run_id: str, follow: bool, as_json: bool) -> None:
             with sigterm_stops_waiting():
                 _show_and_follow(run_id)
         except KeyboardInterrupt as stop:
-            raise click.exceptions.Exit(interrupt_status(stop)) from None
+            interrupted(as_json=False, stop=stop)
         return
     from piwf.cli import render_view  # not at import: `run list` and the others show no view
 

@@ -206,7 +206,9 @@ def parse_timestamp(text: str) -> int:
             moment = datetime.fromisoformat(iso)
         except ValueError:
             raise click.BadParameter(
-                f"{text[:64]!r} is neither ISO-8601 nor epoch milliseconds"
+                f"{text[:64]!r} is neither ISO-8601 nor epoch milliseconds; give a date"
+                " (2024-05-01), a time (2024-05-01T12:00:00Z, 2024-05-01T14:00:00+02:00)"
+                " or digits only (1714521600000)"
             ) from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=timezone.utc)

@@ -164,6 +164,8 @@ def test_version() -> None:
         (["state", "prune", "--before", "1", "--apply", "--backup", "b.sqlite"], "absolute"),
         (["state", "prune", "--before", "1", "--dry-run", "--backup", "/b"], "only applies"),
         (["state", "prune", "--before", "yesterday", "--dry-run"], "neither ISO-8601 nor epoch"),
+        # What to type instead: the forms it takes.
+        (["state", "prune", "--before", "24/05/01", "--dry-run"], "give a date (2024-05-01)"),
         (["state", "prune", "--before", "1969-12-31", "--dry-run"], "between 1970"),
         (["state", "prune", "--before", "2024-13-01", "--dry-run"], "neither ISO-8601"),
         (["server", "start", "--max-workers", "0"], "--max-workers"),
@@ -746,7 +748,7 @@ def test_prune_apply_sends_the_backup_path_under_one_key(fake: FakeServer, tmp_p
     human = invoke("state", "prune", "--before", "2024-05-01", "--backup", str(backup), "--apply")
     assert human.stdout.splitlines()[:2] == [
         f"backup written to {backup} (8192 bytes, verified)",
-        f"deleted 1 run tree(s), 2 run(s), finished before {render.timestamp(MAY_1)}",
+        f"deleted 1 run tree(s), 2 run(s), finished before {render.timestamp(MAY_1, offset=True)}",
     ]
 
 

@@ -291,6 +291,34 @@ def test_state_prune_lists_then_deletes_an_old_tree_after_a_verified_backup(
     assert backed_up == {"valid": True, "violations": []}, "the backup holds the old tree"
 
 
+def test_state_status_counts_the_trees_a_prune_deleted(piwf: Piwf, tmp_path: Path) -> None:
+    """A manual prune adds to the running total: the human form shows it too, although no
+    sweep has completed (it said only "last sweep -")."""
+    run = piwf.json("run", "start", HELLO, "--input", '{"who": "old"}', "--wait")["run"]
+    before = str(run["finishedAt"] + 1)
+    backup = str(tmp_path / "before-prune.sqlite")
+    assert (
+        piwf.json("state", "prune", "--before", before, "--backup", backup, "--apply")["treeCount"]
+        == 1
+    )
+    assert piwf.json("state", "status")["retention"]["totalTreesDeleted"] == 1
+    shown = piwf.run("state", "status")
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [line for line in shown.stdout.splitlines() if "retention" in line]
+    assert line.split(None, 1)[1] == "last sweep -; 1 tree(s) deleted in all", line
+
+
+def test_state_prune_shows_its_cutoff_with_the_local_offset(piwf: Piwf) -> None:
+    """``--before 2024-05-01`` means midnight UTC; a reader in Berlin sees it as 02:00 and is
+    told the offset, not a bare 02:00:00 that reads as a different cutoff."""
+    piwf.env["TZ"] = "Europe/Berlin"
+    shown = piwf.run("state", "prune", "--before", "2024-05-01", "--dry-run")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0] == (
+        "would delete 0 run tree(s), 0 run(s), finished before 2024-05-01 02:00:00 +02:00"
+    )
+
+
 @pytest.mark.parametrize(
     ("variable", "value"),
     [

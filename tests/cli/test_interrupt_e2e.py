@@ -93,14 +93,33 @@ def test_a_signal_stops_a_wait_with_its_status_and_the_run_goes_on(
     assert shown["run"]["status"] == "waiting", shown["run"]
 
 
-@pytest.mark.parametrize(
-    "follow", [["run", "show", "--follow"], ["run", "logs", "--follow"]], ids=["show", "logs"]
-)
-def test_sigterm_stops_following_with_status_143_and_the_run_goes_on(
-    piwf: Piwf, follow: list[str]
+FOLLOWS = {
+    "show": ["run", "show", "RUN", "--follow"],
+    "logs": ["run", "logs", "RUN", "--follow"],
+    "logs-json": ["run", "logs", "RUN", "--follow", "--json"],
+}
+
+
+@pytest.mark.parametrize("signum", list(STOPS), ids=["sigint", "sigterm"])
+@pytest.mark.parametrize("follow", list(FOLLOWS))
+def test_a_signal_stops_following_saying_so_with_its_status_and_the_run_goes_on(
+    piwf: Piwf, follow: str, signum: signal.Signals
 ) -> None:
+    status, code, by, said = STOPS[signum]
     run_id = waiting_run(piwf)
-    ended = stopped_while_waiting(piwf, [*follow[:2], run_id, follow[2]], signal.SIGTERM)
-    assert ended.returncode == 143, (ended.stdout, ended.stderr)
-    assert "Traceback" not in ended.stderr, ended.stderr
+    arguments = [run_id if word == "RUN" else word for word in FOLLOWS[follow]]
+    ended = stopped_while_waiting(piwf, arguments, signum)
+    assert ended.returncode == status, (ended.stdout, ended.stderr)
+    assert "Traceback" not in ended.stderr and "Aborted!" not in ended.stderr, ended.stderr
+    if "--json" in arguments:
+        # JSON lines: every piece read, then the error document that says why it stopped.
+        lines = ended.stdout.splitlines()
+        assert lines, ended.stdout
+        assert all("attempt" in json.loads(line) for line in lines[:-1]), lines
+        assert json.loads(lines[-1]) == {
+            "error": {"code": code, "message": f"stopped by {by}; {GOES_ON}"}
+        }
+        assert ended.stderr == ""
+    else:
+        assert ended.stderr == f"{said}; {GOES_ON}\n"
     assert piwf.json("run", "show", run_id)["run"]["status"] == "waiting"
