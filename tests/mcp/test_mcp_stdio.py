@@ -415,3 +415,27 @@ def test_started_in_a_terminal_it_says_what_it_is_instead_of_waiting_silently(
         _, errors = process.communicate(timeout=30)
         os.close(controller)
     assert errors.startswith(TERMINAL_NOTE + "\n"), errors
+
+
+def test_an_idempotency_key_holds_across_restarts_of_piwf_mcp(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A model retries with its key after the MCP client restarted ``piwf mcp`` (the case a key
+    is for: it cannot tell whether its call got through); the retry adopts the first run."""
+    arguments = {"workflow": CHECKPOINT, "input": {"steps": []}, "idempotency_key": "start-1"}
+
+    async def body(errlog: TextIO) -> None:
+        started = []
+        for _ in range(2):
+            async with mcp_session(fast_server, errlog) as session:
+                started.append(data_of(await session.call_tool("start", arguments)))
+        assert started[0]["run"]["runId"] == started[1]["run"]["runId"]
+        async with mcp_session(fast_server, errlog) as session:
+            reused = await session.call_tool("start", {**arguments, "title": "another"})
+        text = text_of(reused)
+        assert reused.is_error and "a new command needs a new key" in text, text
+        assert "idempotencyConflict" in text, text
+
+    speak(tmp_path, body)
+    assert query(fast_server, "SELECT COUNT(*) FROM runs", ()) == [(1,)]
