@@ -439,3 +439,29 @@ def test_an_idempotency_key_holds_across_restarts_of_piwf_mcp(
 
     speak(tmp_path, body)
     assert query(fast_server, "SELECT COUNT(*) FROM runs", ()) == [(1,)]
+
+
+def test_an_unknown_tool_is_named_safely_with_the_tools_offered(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        async with mcp_session(fast_server, errlog) as session:
+            misspelt = await session.call_tool("answr", {})
+            hostile = [await session.call_tool(name, {}) for name in ("\x1b[2Jlist", "y" * 100_000)]
+        async with mcp_session(fast_server, errlog, "request-bound") as session:
+            bound = await session.call_tool("answer", {"request_id": "x", "response": 1})
+        text = text_of(misspelt)
+        assert misspelt.is_error, text
+        assert "unknown tool 'answr'; this piwf mcp offers list, status, start" in text, text
+        assert "nothing was done" in text, text
+        for result in hostile:
+            text = text_of(result)
+            assert result.is_error and "unknown tool (a tool name); this piwf mcp" in text, text
+            assert "\x1b" not in text and len(text) < 400, text[:400]
+        text = text_of(bound)
+        assert bound.is_error, text
+        assert "unknown tool 'answer'; this piwf mcp offers submit, update" in text, text
+        assert "bound to request request-bound" in text, text
+
+    speak(tmp_path, body)
