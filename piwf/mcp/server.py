@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_args
 
+import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
@@ -123,6 +124,25 @@ class _ExactArguments(FuncMetadata):
     def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
         arguments = self.pre_parse_json(arguments_to_validate)
         return self.arg_model.model_validate(arguments, strict=True).model_dump_one_level()
+
+    async def call_fn(
+        self,
+        fn: Callable[..., Any],
+        fn_is_async: bool,
+        arguments: dict[str, Any],
+        arguments_to_pass_directly: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run a tool on a worker thread that a cancelled call leaves behind.
+
+        The SDK cancels the calls in flight when the MCP client closes stdin; a tool waiting
+        on the piwf server (a ``submit`` waits for its validation) would otherwise hold the
+        process until the server answers. What the call sent is durable on the server either
+        way, and :func:`serve` closes the client, which ends the abandoned wait.
+        """
+        if fn_is_async:
+            return await super().call_fn(fn, fn_is_async, arguments, arguments_to_pass_directly)
+        call = functools.partial(fn, **arguments, **(arguments_to_pass_directly or {}))
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
 
     @classmethod
     def of(cls, tool: Tool) -> Tool:
