@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_args
 
+import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
@@ -65,20 +66,27 @@ class _WorkflowToolServer(MCPServer[Any]):
     model reads here what a client call reads: each argument and what it allows.
 
     An argument the tool does not take is refused before the tool runs, where the SDK would
-    drop it silently: a misspelt ``idempotencyKey`` would otherwise start a second run.
+    drop it silently: a misspelt ``idempotencyKey`` would otherwise start a second run. A tool
+    this process does not offer is refused naming the tools it does, where the SDK would echo
+    the name as sent (control characters, any length).
     """
+
+    def __init__(self, workflow_tools: WorkflowTools, **settings: Any) -> None:
+        super().__init__("piwf", **settings)
+        self._workflow_tools = workflow_tools
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         schema = self._tool_input_schema(name)
-        if schema is not None:
-            known = list(schema.get("properties", {}))
-            unknown = sorted(set(arguments) - set(known))
-            if unknown:
-                raise ToolError(
-                    f"Error executing tool {name}: invalid argument: "
-                    f"{', '.join(_safe_name(argument) for argument in unknown)}: not an argument"
-                    f" of {name}; it takes {', '.join(known)}; nothing was done"
-                )
+        if schema is None:
+            raise ToolError(_unknown_tool(name, self._workflow_tools))
+        known = list(schema.get("properties", {}))
+        unknown = sorted(set(arguments) - set(known))
+        if unknown:
+            raise ToolError(
+                f"Error executing tool {name}: invalid argument: "
+                f"{', '.join(_safe_name(argument) for argument in unknown)}: not an argument"
+                f" of {name}; it takes {', '.join(known)}; nothing was done"
+            )
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as error:
@@ -117,6 +125,25 @@ class _ExactArguments(FuncMetadata):
         arguments = self.pre_parse_json(arguments_to_validate)
         return self.arg_model.model_validate(arguments, strict=True).model_dump_one_level()
 
+    async def call_fn(
+        self,
+        fn: Callable[..., Any],
+        fn_is_async: bool,
+        arguments: dict[str, Any],
+        arguments_to_pass_directly: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run a tool on a worker thread that a cancelled call leaves behind.
+
+        The SDK cancels the calls in flight when the MCP client closes stdin; a tool waiting
+        on the piwf server (a ``submit`` waits for its validation) would otherwise hold the
+        process until the server answers. What the call sent is durable on the server either
+        way, and :func:`serve` closes the client, which ends the abandoned wait.
+        """
+        if fn_is_async:
+            return await super().call_fn(fn, fn_is_async, arguments, arguments_to_pass_directly)
+        call = functools.partial(fn, **arguments, **(arguments_to_pass_directly or {}))
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+
     @classmethod
     def of(cls, tool: Tool) -> Tool:
         """Return ``tool`` with its arguments checked by this class."""
@@ -130,18 +157,32 @@ class _ExactArguments(FuncMetadata):
         return tool.model_copy(update={"fn_metadata": exact})
 
 
-def _safe_name(argument: str) -> str:
-    """An unknown argument's name as the error may show it: printable ASCII, at most 64."""
+def _safe_name(argument: str, what: str = "an argument name") -> str:
+    """An unknown name as the error may show it: printable ASCII, at most 64, else ``what``."""
     if len(argument) <= 64 and argument.isascii() and argument.isprintable():
         return repr(argument)
-    return "an argument name"
+    return what
+
+
+def _unknown_tool(name: str, tools: WorkflowTools) -> str:
+    """The refusal of a tool ``name`` this process does not offer: the tools it does."""
+    text = (
+        f"unknown tool {_safe_name(name, '(a tool name)')}; this piwf mcp offers "
+        f"{', '.join(tools.names())}"
+    )
+    if tools.bound_request is not None:
+        text += (
+            f" (it is bound to request {tools.bound_request}: submit its output, or record"
+            " progress with update)"
+        )
+    return text + "; nothing was done"
 
 
 def build_server(tools: WorkflowTools) -> MCPServer[Any]:
     """Return the MCP server offering ``tools.names()`` with their model-facing descriptions."""
     functions = _functions(tools)
     return _WorkflowToolServer(
-        "piwf",
+        tools,
         instructions=tools.instructions(),
         version=__version__,
         # Tool failures are the model's to read, not the log's: keep stderr to warnings.

@@ -23,7 +23,6 @@ which a protected human decision refuses: only a person answers one (``piwf answ
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -39,6 +38,11 @@ from piwf.errors import CommandError, PiwfError
 STATUS_CONTENT_LIMIT: Final = 64 * 1024
 DEFAULT_LIST_LIMIT: Final = 20
 MAX_LIST_LIMIT: Final = 200
+#: The client id of every ``piwf mcp`` of a state home. The server keeps receipts by client id
+#: and idempotency key, so one id for all of them is what lets a model's retry with its key
+#: adopt the first outcome after the MCP client restarted ``piwf mcp`` (a fresh id per process
+#: would act twice); a key reused for another command is refused (``idempotencyConflict``).
+CLIENT_ID: Final = "mcp"
 
 _T = TypeVar("_T")
 
@@ -131,8 +135,9 @@ class WorkflowTools:
     def connect(
         cls, home: Path | None = None, *, bound_request: str | None = None
     ) -> WorkflowTools:
-        """Return the tools over a fresh client of ``home`` (default ``$PIWF_HOME``)."""
-        client = Client(home, client_id=f"mcp-{uuid.uuid4().hex}")
+        """Return the tools over a fresh client of ``home`` (default ``$PIWF_HOME``), under
+        :data:`CLIENT_ID`."""
+        client = Client(home, client_id=CLIENT_ID)
         return cls(client, bound_request=bound_request)
 
     def names(self) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from piwf.mcp.config import request_config
 from tests.mcp.conftest import fast_server, require_sdk  # noqa: F401 - a fixture used by name
 from tests.server.harness import ServerProcess, raw_client, wait_for
 from tests.server.test_decisions import waiting_request, winners
-from tests.server.test_execution import query, run_view, start, wait_run
+from tests.server.test_execution import query, run_view, start, wait_run, write_workflow
 
 require_sdk()
 
@@ -415,3 +415,148 @@ def test_started_in_a_terminal_it_says_what_it_is_instead_of_waiting_silently(
         _, errors = process.communicate(timeout=30)
         os.close(controller)
     assert errors.startswith(TERMINAL_NOTE + "\n"), errors
+
+
+def test_an_idempotency_key_holds_across_restarts_of_piwf_mcp(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A model retries with its key after the MCP client restarted ``piwf mcp`` (the case a key
+    is for: it cannot tell whether its call got through); the retry adopts the first run."""
+    arguments = {"workflow": CHECKPOINT, "input": {"steps": []}, "idempotency_key": "start-1"}
+
+    async def body(errlog: TextIO) -> None:
+        started = []
+        for _ in range(2):
+            async with mcp_session(fast_server, errlog) as session:
+                started.append(data_of(await session.call_tool("start", arguments)))
+        assert started[0]["run"]["runId"] == started[1]["run"]["runId"]
+        async with mcp_session(fast_server, errlog) as session:
+            reused = await session.call_tool("start", {**arguments, "title": "another"})
+        text = text_of(reused)
+        assert reused.is_error and "a new command needs a new key" in text, text
+        assert "idempotencyConflict" in text, text
+
+    speak(tmp_path, body)
+    assert query(fast_server, "SELECT COUNT(*) FROM runs", ()) == [(1,)]
+
+
+def test_an_unknown_tool_is_named_safely_with_the_tools_offered(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async def body(errlog: TextIO) -> None:
+        async with mcp_session(fast_server, errlog) as session:
+            misspelt = await session.call_tool("answr", {})
+            hostile = [await session.call_tool(name, {}) for name in ("\x1b[2Jlist", "y" * 100_000)]
+        async with mcp_session(fast_server, errlog, "request-bound") as session:
+            bound = await session.call_tool("answer", {"request_id": "x", "response": 1})
+        text = text_of(misspelt)
+        assert misspelt.is_error, text
+        assert "unknown tool 'answr'; this piwf mcp offers list, status, start" in text, text
+        assert "nothing was done" in text, text
+        for result in hostile:
+            text = text_of(result)
+            assert result.is_error and "unknown tool (a tool name); this piwf mcp" in text, text
+            assert "\x1b" not in text and len(text) < 400, text[:400]
+        text = text_of(bound)
+        assert bound.is_error, text
+        assert "unknown tool 'answer'; this piwf mcp offers submit, update" in text, text
+        assert "bound to request request-bound" in text, text
+
+    speak(tmp_path, body)
+
+
+def gated_agent_workflow(directory: Path) -> str:
+    """An agent step whose validation says it started (``validating``), then holds until
+    ``gate`` exists (at most 60 s), so a test can act while a ``submit`` is in flight."""
+    return write_workflow(
+        directory,
+        "gated_agent",
+        f"""
+        import select
+        import time
+        from pathlib import Path
+
+        from piwf.workflow import agent, compute, define_workflow
+
+        def held(output, ctx):
+            Path({str(directory / "validating")!r}).touch()
+            deadline = time.monotonic() + 60
+            while not Path({str(directory / "gate")!r}).exists() and time.monotonic() < deadline:
+                select.select([], [], [], 0.02)
+            return output
+
+        workflow = define_workflow(
+            name="gated_agent",
+            start_at="ask",
+            nodes={{
+                "ask": agent(prompt="say ok", expected_output='{{"ok": true}}', validate=held),
+                "finish": compute(lambda ctx: ctx.outputs["ask"]),
+            }},
+            edges=[{{"from": "ask", "to": "finish"}}],
+        )
+        """,
+    )
+
+
+def test_closing_stdin_while_a_submit_waits_ends_piwf_mcp_at_once(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The MCP client is gone: piwf mcp exits 0 without waiting for the submission's
+    validation, which the server finishes all the same (the submission is durable)."""
+    workflow = gated_agent_workflow(tmp_path)
+    with raw_client(fast_server) as client:
+        run_id = start(client, workflow, {}, "gated")
+    request_id = pending_agent_request(fast_server, run_id)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "piwf", "mcp", "--request", request_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PIWF_HOME": str(fast_server.home)},
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        for message in (
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "0"},
+                },
+            },
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "submit", "arguments": {"output": {"ok": True}}},
+            },
+        ):
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+            process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 1
+        wait_for((tmp_path / "validating").exists, timeout_s=30, what="the validation to start")
+        process.stdin.close()
+        returncode = process.wait(timeout=15)
+        assert not (tmp_path / "gate").exists()
+    finally:
+        (tmp_path / "gate").touch()
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+        assert process.stderr is not None
+        errors = process.stderr.read()
+        process.stdout.close()
+        process.stderr.close()
+    assert returncode == 0
+    assert b"Traceback" not in errors, errors
+    with raw_client(fast_server) as client:
+        run = wait_run(client, run_id)
+        view = run_view(client, run_id)
+    assert (run["status"], view["output"]) == ("completed", {"ok": True})
