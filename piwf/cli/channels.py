@@ -32,7 +32,8 @@ def channel_group() -> None:
 @json_option
 @command
 def channel_status(as_json: bool) -> None:
-    """Show each profile, its adapter process and its pending or ambiguous sends.
+    """Show each profile, its adapter process and its pending or ambiguous sends, and the
+    decisions still open that the API refused to post (those are not sent again).
 
     No credential, chat id or answer is shown.
 
@@ -56,6 +57,7 @@ def channel_status(as_json: bool) -> None:
         click.echo(
             f"{profile.profile}  {profile.kind}  {profile.state}  pid {pid}  epoch {epoch}  "
             f"pending {profile.pending_sends}  ambiguous {len(profile.ambiguous)}"
+            + (f"  failed {len(profile.failed)}" if profile.failed else "")
         )
         if profile.error:
             click.echo(f"  since {render.timestamp(profile.since)}: {profile.error}")
@@ -64,6 +66,13 @@ def channel_status(as_json: bool) -> None:
                 f"  ambiguous {send.effect_id} ({send.effect_type}, {send.attempt_count} "
                 f"attempt(s)): check the chat, then piwf channel recover {send.effect_id} "
                 "confirm|retry"
+            )
+        for send in profile.failed:
+            why = "" if send.error is None else f" ({render.one_line(send.error)})"
+            click.echo(
+                f"  failed {send.effect_id}: the API refused to post decision {send.decision_id}"
+                f"{why}; it is not sent again: answer it with piwf answer {send.decision_id}"
+                " VALUE (piwf requests shows its choices)"
             )
 
 

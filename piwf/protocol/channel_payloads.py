@@ -6,7 +6,7 @@
     channel.recover  {effectId, action}            ChannelRecoverReceipt
 
 No field ever holds a credential, a chat id or an answer: status shows profiles, their adapter
-process and the sends that are pending or ambiguous.
+process and the sends that are pending, ambiguous, or failed while their decision is open.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ class ChannelSendInfo(WireModel):
     status: str
     attempt_count: int
     decision_id: str | None = None
+    #: Why the API refused it (a failed delivery): the method and the API's own description.
+    error: str | None = None
 
 
 class ChannelProfileInfo(WireModel):
@@ -48,6 +50,9 @@ class ChannelProfileInfo(WireModel):
     problem: ApiProblem | None = None
     pending_sends: int = 0
     ambiguous: list[ChannelSendInfo] = Field(default_factory=list)
+    #: Deliveries the API refused for good whose decision is still open (never retried: the
+    #: chat does not show those decisions; answer them with ``piwf answer``).
+    failed: list[ChannelSendInfo] = Field(default_factory=list)
 
 
 class ChannelStatus(WireModel):

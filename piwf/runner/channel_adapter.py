@@ -293,8 +293,9 @@ class TelegramAdapter:
             # A 4xx other than 429 is the API refusing the request: it did not take effect.
             definite = 400 <= error.code < 500 and error.code != 429
             problem: ApiProblem = "credentialRefused" if error.code == 401 else "apiError"
+            said = _description(error)
             raise BotApiError(
-                self._safe(f"{method}: HTTP {error.code}"), definite=definite, problem=problem
+                self._safe(f"{method}: HTTP {error.code}{said}"), definite=definite, problem=problem
             ) from None
         except urllib.error.URLError as error:
             refused = isinstance(error.reason, ConnectionRefusedError)
@@ -327,6 +328,23 @@ class TelegramAdapter:
 
 #: The API's health before the first poll (see ``TelegramAdapter._reported_problem``).
 _UNCHECKED = object()
+
+#: How much of an API's error body is read, and of its description kept.
+_ERROR_BODY_BYTES = 4096
+_DESCRIPTION_CHARS = 200
+
+
+def _description(error: urllib.error.HTTPError) -> str:
+    """``": <the API's description>"`` of a refusal (``Bad Request: chat not found``), cut
+    short; nothing when its body is not a Bot API error document."""
+    try:
+        document = json.loads(error.read(_ERROR_BODY_BYTES))
+    except (OSError, ValueError, http.client.HTTPException):
+        return ""
+    description = document.get("description") if isinstance(document, dict) else None
+    if not isinstance(description, str) or not description:
+        return ""
+    return f": {description[:_DESCRIPTION_CHARS]}"
 
 
 def run_child(connection: Connection, life: Lifeline) -> int:

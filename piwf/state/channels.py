@@ -99,6 +99,21 @@ LIMIT :limit
 """
 
 
+# Deliveries the API refused for good (never retried) whose decision is still open: a
+# decision the chat never showed, which someone must answer another way.
+_FAILED_OPEN = """
+SELECT m.message_id, m.channel_id, m.decision_id, m.purpose, m.token, m.effect_id, m.status,
+       m.created_at, m.updated_at
+FROM channel_messages m
+JOIN interactive_requests i ON i.request_id = m.decision_id
+WHERE m.channel_id = :channel AND m.purpose = 'delivery' AND m.status = 'failed'
+  AND i.status = 'pending'
+  AND NOT EXISTS (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = m.decision_id)
+ORDER BY m.created_at, m.message_id
+LIMIT :limit
+"""
+
+
 @dataclass(frozen=True)
 class ChannelRow:
     """One channel with its aggregate revision."""
@@ -266,6 +281,15 @@ def undelivered_decisions(tx: Transaction, channel_id: str, limit: int = 16) -> 
     """Open protected decisions not yet presented on the channel, oldest first."""
     rows = tx.all(_UNDELIVERED, {"channel": channel_id, "limit": limit})
     return [str(row[0]) for row in rows]
+
+
+def failed_open_deliveries(
+    tx: Transaction, channel_id: str, limit: int = 16
+) -> list[ChannelMessage]:
+    """Deliveries the API refused whose decision is still open, oldest first: the chat never
+    showed them, and a refused send is not retried."""
+    rows = tx.all(_FAILED_OPEN, {"channel": channel_id, "limit": limit})
+    return [_message(row) for row in rows]
 
 
 def unedited_deliveries(tx: Transaction, channel_id: str, limit: int = 16) -> list[str]:

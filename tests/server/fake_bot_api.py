@@ -37,6 +37,8 @@ class FakeBotApi:
     refuse_credential: bool = False
     #: When set, every getUpdates is answered (HTTP 200) with this document instead.
     poll_answer: dict[str, Any] | None = None
+    #: When set, every sendMessage is refused (HTTP 400) with this document (recorded first).
+    send_refusal: dict[str, Any] | None = None
     #: How many requests were refused with HTTP 401.
     refusals: int = 0
     #: How many getUpdates polls were answered (not recorded as calls).
@@ -73,6 +75,9 @@ class FakeBotApi:
                     self._answer(200, fake.poll_answer)
                     return
                 result = fake.handle(method, token, body)
+                if method == "sendMessage" and fake.send_refusal is not None:
+                    self._answer(400, fake.send_refusal)
+                    return
                 if result is _HANG:
                     fake.released.wait(120)
                     return

@@ -87,3 +87,38 @@ def test_what_an_api_answers_cannot_forge_status_or_log_lines(
     log = (channel_server.home / "server" / "server.log").read_text()
     assert not any(line.startswith(forged) for line in log.splitlines()), log
     assert "\x1b" not in log
+
+
+def test_a_decision_the_api_refused_to_post_is_listed_until_it_is_answered(
+    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    """A refused send is never retried, so status names the open decision the chat never
+    showed, with the API's reason and the command that answers it another way."""
+    bot.send_refusal = {
+        "ok": False,
+        "error_code": 400,
+        "description": "Bad Request: chat not found",
+    }
+    workflow = decision_workflow(tmp_path, "refused", 600_000)
+    with raw_client(channel_server) as client:
+        adapter(client)
+        run_id = start(client, workflow, None, "r1")
+        request_id = waiting_request(client, run_id)["requestId"]
+        wait_for(
+            lambda: effects(channel_server) == [("channel.send", "rejected", 1)], what="refused"
+        )
+        status = json.loads(piwf(channel_server.home, "channel", "status", "--json").stdout)
+        (profile,) = status["profiles"]
+        (failed,) = profile["failed"]
+        assert failed["decisionId"] == request_id, failed
+        assert "chat not found" in failed["error"], failed
+        human = piwf(channel_server.home, "channel", "status").stdout
+        assert "failed 1" in human, human
+        assert f"the API refused to post decision {request_id}" in human, human
+        assert f"piwf answer {request_id}" in human, human
+        answered = client.request(
+            "decision.answer", {"requestId": request_id, "response": {"choice": "ship"}}, key="a"
+        )
+        assert answered.outcome == "accepted", answered
+    status = json.loads(piwf(channel_server.home, "channel", "status", "--json").stdout)
+    assert status["profiles"][0]["failed"] == [], "an answered decision is no longer listed"

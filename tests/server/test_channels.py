@@ -446,7 +446,7 @@ def test_an_adapter_whose_api_fails_is_degraded_with_why_until_the_api_answers(
             lambda: degraded(client, "credentialRefused"), timeout_s=30, what="the 401"
         )
         assert refused["error"].startswith(
-            "the API refused the credential (getUpdates: HTTP 401): fix the token in "
+            "the API refused the credential (getUpdates: HTTP 401: Unauthorized): fix the token in "
             "channels/ops.token, then run piwf channel reload"
         ), refused
         shown = piwf(server.home, "channel", "status")

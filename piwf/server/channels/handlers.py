@@ -33,11 +33,15 @@ from piwf.server.commands import CommandResult
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
 from piwf.server.replies import effect_info, ok, payload_of, unknown_channel_send
-from piwf.state import Transaction
+from piwf.state import Transaction, blobs
 from piwf.state import channel_delivery as cd
 from piwf.state import channels as channel_store
+from piwf.state import effects as fx
 from piwf.state.enums import ActorType, ChannelAdapterType
 from piwf.state.records import Actor
+
+#: How much of an API's refusal status shows (the adapter keeps its reports short already).
+MAX_ERROR_CHARS = 300
 
 
 class UnknownChannelEffectError(PiwfError):
@@ -76,6 +80,7 @@ class ChannelHandlers:
                             decision_id=None if message is None else message.decision_id,
                         )
                     )
+                failed = [] if channel is None else self._failed(tx, channel.channel_id)
                 profiles.append(
                     ChannelProfileInfo(
                         profile=name,
@@ -91,6 +96,7 @@ class ChannelHandlers:
                             for e in effects
                         ),
                         ambiguous=ambiguous,
+                        failed=failed,
                     )
                 )
         status = ChannelStatus(
@@ -99,6 +105,27 @@ class ChannelHandlers:
             profiles=profiles,
         )
         reply(ok(request, status))
+
+    @staticmethod
+    def _failed(tx: Transaction, channel_id: str) -> list[ChannelSendInfo]:
+        """The channel's refused deliveries of decisions that are still open."""
+        found = []
+        for message in channel_store.failed_open_deliveries(tx, channel_id):
+            effect = fx.get_effect(tx, message.effect_id)
+            if effect is None:
+                continue
+            error = None if effect.error_hash is None else blobs.read_text(tx, effect.error_hash)
+            found.append(
+                ChannelSendInfo(
+                    effect_id=effect.effect_id,
+                    effect_type=effect.effect_type,
+                    status=effect.status.value,
+                    attempt_count=effect.attempt_count,
+                    decision_id=message.decision_id,
+                    error=None if error is None else error[:MAX_ERROR_CHARS],
+                )
+            )
+        return found
 
     def reload(self, request: Request, reply: Reply) -> None:
         """Reload once per idempotency key: a retry gets the stored report back. A file that
