@@ -26,7 +26,13 @@ from pydantic import Field, ValidationError
 
 from piwf._version import __version__
 from piwf.client.arguments import invalid_argument_error
-from piwf.mcp.tools import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, ToolCallError, WorkflowTools
+from piwf.mcp.tools import (
+    DEFAULT_LIST_LIMIT,
+    INVALID_ARGUMENT,
+    MAX_LIST_LIMIT,
+    ToolCallError,
+    WorkflowTools,
+)
 
 _F = TypeVar("_F", bound=Callable[..., dict[str, Any]])
 
@@ -86,6 +92,7 @@ class _WorkflowToolServer(MCPServer[Any]):
                 f"Error executing tool {name}: invalid argument: "
                 f"{', '.join(_safe_name(argument) for argument in unknown)}: not an argument"
                 f" of {name}; it takes {', '.join(known)}; nothing was done"
+                f" (error code: {INVALID_ARGUMENT})"
             )
         try:
             return await super().call_tool(name, arguments, context)
@@ -94,7 +101,9 @@ class _WorkflowToolServer(MCPServer[Any]):
             if isinstance(error, UnexpectedToolError) or not isinstance(refusal, ValidationError):
                 raise
             short = invalid_argument_error(refusal)
-            raise ToolError(f"Error executing tool {name}: {short}") from refusal
+            raise ToolError(
+                f"Error executing tool {name}: {short} (error code: {INVALID_ARGUMENT})"
+            ) from refusal
 
 
 class _ExactArguments(FuncMetadata):
@@ -175,7 +184,7 @@ def _unknown_tool(name: str, tools: WorkflowTools) -> str:
             f" (it is bound to request {tools.bound_request}: submit its output, or record"
             " progress with update)"
         )
-    return text + "; nothing was done"
+    return text + "; nothing was done (error code: unknownTool)"
 
 
 def build_server(tools: WorkflowTools) -> MCPServer[Any]:

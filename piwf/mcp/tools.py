@@ -116,8 +116,18 @@ DESCRIPTIONS: Final[dict[str, str]] = {
 BOUND_NOTE = " `request_id` may be left out: this tool is bound to request {request_id}."
 
 
+#: The code of a refusal of a tool's arguments, as the client's own (``invalidArgument``).
+INVALID_ARGUMENT = "invalidArgument"
+
+
 class ToolCallError(Exception):
     """A tool call failed; ``str()`` is the text the model reads."""
+
+
+def refused_argument(text: str) -> ToolCallError:
+    """A refusal of an argument: ``text`` (the argument and its rule, never its value) with
+    the error code every refusal ends with."""
+    return ToolCallError(f"{text} (error code: {INVALID_ARGUMENT})")
 
 
 class WorkflowTools:
@@ -174,7 +184,7 @@ class WorkflowTools:
     def list_all(self, limit: int = DEFAULT_LIST_LIMIT) -> dict[str, Any]:
         """Recent runs and every pending request (content left out)."""
         if isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
-            raise ToolCallError(f"limit must be an integer in 1..{MAX_LIST_LIMIT}")
+            raise refused_argument(f"limit must be an integer in 1..{MAX_LIST_LIMIT}")
         page = _call(lambda: self.client.list_runs(limit=limit))
         requests = _call(lambda: self.client.list_requests(content_limit=0))
         return {
@@ -203,7 +213,7 @@ class WorkflowTools:
         --project`` refuses it (a run there would find no workflows and run its nodes
         elsewhere)."""
         if project and not Path(project).is_dir():
-            raise ToolCallError(
+            raise refused_argument(
                 "project must be an existing directory (the one holding .piwf/), or left out"
                 " to use the directory piwf mcp runs in"
             )
@@ -285,13 +295,13 @@ class WorkflowTools:
         bound = self.bound_request
         if bound is None:
             if not request_id:
-                raise ToolCallError(
+                raise refused_argument(
                     "request_id is required: pass the exact request id of the agent step "
                     "(its step contract names it)"
                 )
             return request_id
         if request_id is not None and request_id != bound:
-            raise ToolCallError(
+            raise refused_argument(
                 f"this workflow tool is bound to request {bound}; it cannot act on another "
                 "request (leave request_id out)"
             )
@@ -308,7 +318,7 @@ def _call(action: Callable[[], _T]) -> _T:
         raise ToolCallError(f"{error} (error code: {error.code})") from None
     except ValidationError as error:
         # An argument a payload model refused: the field and rule, never the value.
-        raise ToolCallError(str(invalid_argument_error(error))) from None
+        raise refused_argument(str(invalid_argument_error(error))) from None
 
 
 def _wire(value: object) -> dict[str, Any]:

@@ -151,6 +151,7 @@ def test_a_wrong_type_is_refused_and_a_text_argument_stays_the_text_sent(
                 text = text_of(result)
                 assert result.is_error, text
                 assert "invalid argument: limit: Input should be a valid integer" in text, text
+                assert text.endswith("(error code: invalidArgument)"), text
             titles = ["null", '{"a": 1}', "[1]"]
             for title in titles:
                 started = await session.call_tool(
@@ -183,6 +184,7 @@ def test_an_argument_the_tool_does_not_take_is_refused_and_nothing_is_done(
             assert result.is_error, text
             assert "invalid argument: 'idempotencyKey': not an argument of start" in text, text
             assert "idempotency_key" in text, text
+            assert text.endswith("(error code: invalidArgument)"), text
         text = text_of(control_name)
         assert control_name.is_error and "\x1b" not in text, text
         assert "an argument name: not an argument of list; it takes limit" in text, text
@@ -455,6 +457,7 @@ def test_an_unknown_tool_is_named_safely_with_the_tools_offered(
         assert misspelt.is_error, text
         assert "unknown tool 'answr'; this piwf mcp offers list, status, start" in text, text
         assert "nothing was done" in text, text
+        assert text.endswith("(error code: unknownTool)"), text
         for result in hostile:
             text = text_of(result)
             assert result.is_error and "unknown tool (a tool name); this piwf mcp" in text, text

@@ -47,10 +47,13 @@ def test_a_bound_tool_refuses_another_request_before_reaching_the_server(tmp_pat
         with pytest.raises(ToolCallError) as info:
             call()
         assert "bound to request request-7; it cannot act on another request" in str(info.value)
+        assert str(info.value).endswith("(error code: invalidArgument)")
 
 
 def test_the_full_tool_needs_the_exact_request_id(tmp_path: Path) -> None:
-    with pytest.raises(ToolCallError, match="request_id is required"):
+    with pytest.raises(
+        ToolCallError, match=r"request_id is required.*\(error code: invalidArgument\)$"
+    ):
         tools(tmp_path).submit({"ok": True})
 
 
