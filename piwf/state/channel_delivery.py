@@ -239,7 +239,7 @@ def resume_pending(tx: Transaction, channel_id: str, epoch: int, *, actor: Actor
     if isinstance(channel, Conflict):
         return []
     found = []
-    for effect in fx.list_effects(tx, channel.resource_id):
+    for effect in fx.list_unsettled_effects(tx, channel.resource_id):
         if effect.status is not EffectStatus.PENDING:
             continue
         message = store.message_of_effect(tx, effect.effect_id)
@@ -385,8 +385,7 @@ def recover(
 
 def open_effects(tx: Transaction, channel: ChannelRow) -> list[fx.Effect]:
     """The channel's effects that are not settled (pending, applying, ambiguous)."""
-    unsettled = (EffectStatus.PENDING, EffectStatus.APPLYING, EffectStatus.AMBIGUOUS)
-    return [e for e in fx.list_effects(tx, channel.resource_id) if e.status in unsettled]
+    return fx.list_unsettled_effects(tx, channel.resource_id)
 
 
 # -- internals --------------------------------------------------------------------------------
@@ -498,7 +497,7 @@ def _begin(
 
 def _interrupt_applying(tx: Transaction, channel: ChannelRow, actor: Actor) -> tuple[str, ...]:
     interrupted = []
-    for effect in fx.list_effects(tx, channel.resource_id):
+    for effect in fx.list_unsettled_effects(tx, channel.resource_id):
         if effect.status is not EffectStatus.APPLYING:
             continue
         fx.recover_uncertain(tx, effect.effect_id, actor=actor)  # manual: ambiguous

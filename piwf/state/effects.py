@@ -42,6 +42,12 @@ SELECT e.effect_id, e.resource_id, e.source_resource_id, e.source_revision, e.ef
 FROM effects e JOIN resources r ON r.resource_id = e.resource_id
 """
 
+_SELECT_UNSETTLED = (
+    _SELECT_EFFECT.replace("FROM effects e", "FROM effects e INDEXED BY effects_pending_idx")
+    + " WHERE e.status IN ('pending', 'applying', 'ambiguous') AND e.source_resource_id = ?"
+    + " ORDER BY e.created_at, e.effect_id"
+)
+
 _COUNT_IN_STATUSES = """
 SELECT count(*) FROM effects
 WHERE source_resource_id = ? AND status IN (SELECT value FROM json_each(?))
@@ -119,6 +125,14 @@ def list_effects(tx: Transaction, source_resource_id: str) -> list[Effect]:
         _SELECT_EFFECT + " WHERE e.source_resource_id = ? ORDER BY e.created_at, e.effect_id",
         (source_resource_id,),
     )
+    return [_effect_from_row(row) for row in rows]
+
+
+def list_unsettled_effects(tx: Transaction, source_resource_id: str) -> list[Effect]:
+    """Return the source aggregate's effects that are not settled (pending, applying,
+    ambiguous), oldest first. Read through the status index, so the cost follows the effects
+    still open, not the source's whole history (a channel's sends and edits accumulate)."""
+    rows = tx.all(_SELECT_UNSETTLED, (source_resource_id,))
     return [_effect_from_row(row) for row in rows]
 
 

@@ -252,3 +252,36 @@ def test_a_stale_claim_cannot_reserve(db: StateDatabase, clock: FakeClock) -> No
     with db.read() as tx:
         assert tx.scalar("SELECT count(*) FROM effects") == 0
         assert tx.scalar("SELECT count(*) FROM resources WHERE resource_type = 'effect'") == 0
+
+
+def test_the_unsettled_effects_of_a_source_are_its_pending_applying_and_ambiguous_ones(
+    db: StateDatabase,
+) -> None:
+    source = run_resource(db)
+    with db.write() as tx:
+        other = ensure_resource(tx, ResourceType.RUN, "run-2")
+    settled = reserve(db, source, {"n": 1}, key="settled")
+    pending = reserve(db, source, {"n": 2}, key="pending")
+    applying = reserve(db, source, {"n": 3}, key="applying")
+    ambiguous = reserve(db, source, {"n": 4}, EffectRecovery.MANUAL, key="ambiguous")
+    elsewhere = reserve(db, other, {"n": 5}, key="elsewhere")
+    for effect in (settled, pending, applying, ambiguous, elsewhere):
+        assert isinstance(effect, fx.Effect)
+    assert isinstance(settled, fx.Effect) and isinstance(applying, fx.Effect)
+    assert isinstance(ambiguous, fx.Effect) and isinstance(pending, fx.Effect)
+    for effect in (settled, applying, ambiguous):
+        begin(db, effect.effect_id)
+    with db.write() as tx:
+        fx.settle_effect(tx, settled.effect_id, attempt_number=1, outcome="applied", actor=RUNNER)
+        fx.recover_uncertain(tx, ambiguous.effect_id, actor=RUNNER)
+    with db.read() as tx:
+        found = fx.list_unsettled_effects(tx, source)
+        everything = fx.list_effects(tx, source)
+    assert [(e.effect_id, e.status) for e in found] == [
+        (e.effect_id, e.status) for e in everything if e.status is not EffectStatus.APPLIED
+    ]
+    assert {e.effect_id: e.status for e in found} == {
+        pending.effect_id: EffectStatus.PENDING,
+        applying.effect_id: EffectStatus.APPLYING,
+        ambiguous.effect_id: EffectStatus.AMBIGUOUS,
+    }

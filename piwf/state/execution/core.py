@@ -142,7 +142,7 @@ def close_run_dependents(
     reason = f"the run closed its open requests ({attempt_status.value})"
     decisions.cancel_unresolved_in(tx, run.run_id, reason=reason, actor=actor)
     requests.cancel_open_of_run(tx, run.run_id)
-    for effect in fx.list_effects(tx, run.resource_id):
+    for effect in fx.list_unsettled_effects(tx, run.resource_id):
         if effect.status in (EffectStatus.PENDING, EffectStatus.APPLYING):
             fx.cancel_effect(tx, effect.effect_id, actor=actor, claim=claim)
 

@@ -299,7 +299,7 @@ def recover_applying_effects(
     """Turn every ``applying`` effect of the resource ``ambiguous`` (recovery ``observe``):
     nobody knows whether its apply happened, so the next reconcile observes before acting."""
     decided = []
-    for effect in fx.list_effects(tx, resource_id):
+    for effect in fx.list_unsettled_effects(tx, resource_id):
         if effect.status is not EffectStatus.APPLYING:
             continue
         recovered = fx.recover_uncertain(tx, effect.effect_id, actor=actor, claim=claim).value
