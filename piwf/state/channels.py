@@ -72,11 +72,14 @@ UPDATE channel_messages SET status = ?, updated_at = ? WHERE message_id = ?
 """
 
 # Protected decisions (kind human_decision) still open for an answer and not yet presented on
-# the channel: what the channel has to deliver next, oldest first.
+# the channel: what the channel has to deliver next, oldest first. The status term the open
+# requests' partial index is made with lets the read walk the open requests only, not every
+# request ever made (a dispatch runs on every run change).
 _UNDELIVERED = """
 SELECT d.decision_id FROM human_decisions d
 JOIN interactive_requests i ON i.request_id = d.decision_id
 WHERE d.kind = 'human_decision' AND i.status = 'pending'
+  AND i.status IN ('pending', 'answered')
   AND NOT EXISTS (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = d.decision_id)
   AND NOT EXISTS (SELECT 1 FROM channel_messages m
                   WHERE m.decision_id = d.decision_id AND m.channel_id = :channel
@@ -100,14 +103,15 @@ LIMIT :limit
 
 
 # Deliveries the API refused for good (never retried) whose decision is still open: a
-# decision the chat never showed, which someone must answer another way.
+# decision the chat never showed, which someone must answer another way. Driven from the open
+# requests (CROSS JOIN keeps that order), not from the channel's every message.
 _FAILED_OPEN = """
 SELECT m.message_id, m.channel_id, m.decision_id, m.purpose, m.token, m.effect_id, m.status,
        m.created_at, m.updated_at
-FROM channel_messages m
-JOIN interactive_requests i ON i.request_id = m.decision_id
-WHERE m.channel_id = :channel AND m.purpose = 'delivery' AND m.status = 'failed'
-  AND i.status = 'pending'
+FROM interactive_requests i
+CROSS JOIN channel_messages m ON m.decision_id = i.request_id AND m.channel_id = :channel
+  AND m.purpose = 'delivery'
+WHERE i.status = 'pending' AND i.status IN ('pending', 'answered') AND m.status = 'failed'
   AND NOT EXISTS (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = m.decision_id)
 ORDER BY m.created_at, m.message_id
 LIMIT :limit

@@ -201,3 +201,29 @@ def test_a_decision_answered_elsewhere_is_not_delivered(db: StateDatabase) -> No
         assert channel is not None
         assert [e.status for e in cd.open_effects(tx, channel)] == []
     assert EffectStatus.AMBIGUOUS.value == "ambiguous"
+
+
+def test_what_a_dispatch_reads_walks_the_open_requests_and_effects_not_the_history(
+    db: StateDatabase,
+) -> None:
+    """A channel's dispatch runs on every run change: its reads of undelivered decisions,
+    refused deliveries and unsettled sends must start from what is open (an index of open
+    requests, the effects' status index), never scan every request or effect ever made."""
+    plans = {}
+    with db.read() as tx:
+        for name, sql in (
+            ("undelivered", store._UNDELIVERED),
+            ("failed", store._FAILED_OPEN),
+            ("unsettled", fx._SELECT_UNSETTLED),
+        ):
+            rows = tx.all("EXPLAIN QUERY PLAN " + sql, _plan_parameters(sql))
+            plans[name] = [str(row[3]) for row in rows]
+    assert plans["undelivered"][0] == "SCAN i USING INDEX interactive_requests_open_run_idx"
+    assert plans["failed"][0] == "SCAN i USING INDEX interactive_requests_open_run_idx"
+    assert plans["unsettled"][0].startswith("SEARCH e USING INDEX effects_pending_idx (status=?")
+    for plan in plans.values():
+        assert not any(step.startswith("SCAN") and "USING" not in step for step in plan), plan
+
+
+def _plan_parameters(sql: str) -> dict[str, Any] | tuple[str]:
+    return {"channel": "telegram:ops", "limit": 16} if ":channel" in sql else ("run:1",)
