@@ -27,8 +27,9 @@ from piwf.workflow.nodes import ShellNode
 
 #: How often the waiting loop looks at the cancellation signal.
 _POLL_S = 0.05
-#: How long a group gets between SIGTERM and SIGKILL.
-_KILL_GRACE_S = 2.0
+#: How long a group gets between SIGTERM and SIGKILL (the server's backstop for an overdue
+#: node, ``piwf.server.runs.session.DEADLINE_GRACE_S``, waits longer than this).
+KILL_GRACE_S = 2.0
 _CHUNK = 65536
 
 
@@ -165,7 +166,7 @@ def _wait(
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    for sig, grace in ((signals.SIGTERM, _KILL_GRACE_S), (signals.SIGKILL, None)):
+    for sig, grace in ((signals.SIGTERM, KILL_GRACE_S), (signals.SIGKILL, None)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         try:
