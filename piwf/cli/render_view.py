@@ -84,7 +84,8 @@ def step_cells(step: Step) -> list[str]:
     return [
         step.path,
         str(step.visit) + (f".{step.attempt}" if step.attempt > 1 else ""),
-        step.outcome + (f" ({len(step.earlier_tries) + 1} tries)" if step.earlier_tries else ""),
+        step.outcome
+        + (f" ({step.earlier_tries_total + 1} tries)" if step.earlier_tries_total else ""),
         timestamp(step.started_at)[11:] if step.started_at else "-",
         duration(step.duration_ms) if step.duration_ms is not None else "-",
         _result(step),
