@@ -82,6 +82,11 @@ class NodeRef(WireModel):
     deadline_at: int | None = None
     #: A timer's wake time, or when a retry policy's next try starts.
     wake_at: int | None = None
+    #: How many tries of this visit failed and were run again by a retry policy (a crash
+    #: retry is not a try, so this is not ``attempt - 1`` after a crash).
+    failed_tries: int = 0
+    #: The record of the last of those tries (what the retry policy's back-off follows).
+    last_failure: NodeFailureInfo | None = None
 
 
 class WaitingOn(WireModel):

@@ -9,6 +9,7 @@ keeps each failed try as an attempt and waits out its back-off the same way.
 from __future__ import annotations
 
 import itertools
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,18 @@ def test_a_retry_policy_makes_exactly_its_tries_with_its_backoff_then_routes_the
         node = view.display.current_node
         assert node is not None and (node.path, node.attempt) == ("call", 2)
         assert runners_of(piwf.home, run_id) == [], "a back-off holds no runner"
+        assert node.failed_tries == 1
+        assert node.last_failure is not None and node.last_failure.message == "service down"
+    # A person sees it is a retry, which try comes next and why the last one failed (in one
+    # of the two back-offs: the show may come after the first has passed).
+    retrying = re.compile(
+        r'waiting to retry node "call" \(visit 1, try (\d)\) until [^;]+; '
+        r"try (\d) failed: ConnectionError: service down"
+    )
+    found = until(
+        lambda: retrying.search(piwf.run("run", "show", run_id).stdout), "run show to say retry"
+    )
+    assert int(found.group(1)) == int(found.group(2)) + 1, found.group(0)
     waited = piwf.json("run", "wait", run_id, "--timeout", str(DEADLINE_S))
     assert waited["run"]["status"] == "completed", waited
     assert waited["output"] == {"gave_up": "ConnectionError: service down"}

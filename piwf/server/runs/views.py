@@ -182,6 +182,7 @@ def display_of(
             restarted_as=run_store.restart_child_of(tx, run_id),
         )
     current = run_view.current_attempt(tx, run_id)
+    tries = [] if current is None else attempts.earlier_failed_tries(tx, current)
     node = (
         None
         if current is None
@@ -193,6 +194,8 @@ def display_of(
             started_at=current.started_at,
             deadline_at=current.deadline_at,
             wake_at=current.wake_at,
+            failed_tries=len(tries),
+            last_failure=step_failure(tx, tries[-1]) if tries else None,
         )
     )
     waiting = _waiting_on(detail)
