@@ -20,12 +20,15 @@ from piwf.cli.render import (
     timestamp,
     value_preview,
 )
+from piwf.protocol.payloads import NodeFailureInfo
 from piwf.protocol.view_payloads import Display, RunView, Step
 
 #: ``run show`` lists at most this many steps (``run steps`` lists them all).
 SHOWN_STEPS = 20
 #: A step's result column shows at most this many characters.
 RESULT_CHARS = 60
+#: How much of a failed try's error the line about its retry shows.
+FAILURE_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,8 @@ def step_cells(step: Step) -> list[str]:
     return [
         step.path,
         str(step.visit) + (f".{step.attempt}" if step.attempt > 1 else ""),
-        step.outcome + (f" ({len(step.earlier_tries) + 1} tries)" if step.earlier_tries else ""),
+        step.outcome
+        + (f" ({step.earlier_tries_total + 1} tries)" if step.earlier_tries_total else ""),
         timestamp(step.started_at)[11:] if step.started_at else "-",
         duration(step.duration_ms) if step.duration_ms is not None else "-",
         _result(step),
@@ -148,8 +152,9 @@ def explain(view: RunView) -> Explanation:
         what = (
             f"node {node.path} is a timer"
             if node.node_type == "timer"
-            else f"try {node.attempt - 1} of node {node.path} failed and its retry policy "
-            "tries again"
+            else f"try {node.failed_tries} of node {node.path} failed"
+            + _failure_text(node.last_failure)
+            + ", and its retry policy tries again"
         )
         return Explanation(
             "sleeping",
@@ -257,10 +262,25 @@ def _activity_text(display: Display) -> str:
     if display.activity == "blocked":
         return f"{text}: {display.reason or display.reason_code or display.status}"
     if display.activity == "sleeping" and node is not None and display.available_at:
+        if node.node_type != "timer" and node.failed_tries:
+            return (
+                f'waiting to retry node "{node.path}" (visit {node.visit}, try '
+                f"{node.failed_tries + 1}) until {timestamp(display.available_at)}; try "
+                f"{node.failed_tries} failed" + _failure_text(node.last_failure)
+            )
         return f'{text} at node "{node.path}" until {timestamp(display.available_at)}'
     if display.activity == "scheduled" and display.available_at is not None:
         return f"{text} at {timestamp(display.available_at)}"
     return text
+
+
+def _failure_text(failure: NodeFailureInfo | None) -> str:
+    """``: ErrorType: message`` on one line, cut to :data:`FAILURE_CHARS`; empty without one."""
+    if failure is None:
+        return ""
+    text = f"{failure.error_type}: {failure.message}" if failure.error_type else failure.message
+    text = one_line(" ".join(text.split()))
+    return ": " + (text if len(text) <= FAILURE_CHARS else text[: FAILURE_CHARS - 1] + "…")
 
 
 def _result(step: Step) -> str:

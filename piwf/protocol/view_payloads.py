@@ -65,6 +65,10 @@ DEFAULT_STEP_PAGE_ITEMS = 50
 STEP_PAGE_BYTES = 256 * 1024
 #: A step carries at most this many of its latest updates (``updates_total`` counts them all).
 MAX_STEP_UPDATES = 20
+#: The encoded bytes a step's earlier tries may take (``earlier_tries_total`` counts them all):
+#: a retry policy allows 100 tries, each record up to about 22 KiB, which together would not fit
+#: in one answer.
+EARLIER_TRIES_BYTES = 64 * 1024
 
 
 class NodeRef(WireModel):
@@ -78,6 +82,11 @@ class NodeRef(WireModel):
     deadline_at: int | None = None
     #: A timer's wake time, or when a retry policy's next try starts.
     wake_at: int | None = None
+    #: How many tries of this visit failed and were run again by a retry policy (a crash
+    #: retry is not a try, so this is not ``attempt - 1`` after a crash).
+    failed_tries: int = 0
+    #: The record of the last of those tries (what the retry policy's back-off follows).
+    last_failure: NodeFailureInfo | None = None
 
 
 class WaitingOn(WireModel):
@@ -158,8 +167,11 @@ class Step(WireModel):
     error: str | None = None
     error_ref: ContentRef | None = None
     failure: NodeFailureInfo | None = None
-    #: The tries of this visit a retry policy ran again, oldest first (each one's record).
+    #: The latest tries of this visit a retry policy ran again that fit in
+    #: :data:`EARLIER_TRIES_BYTES` (at least the last one), oldest first, each one's record;
+    #: ``earlier_tries_total`` counts them all.
     earlier_tries: list[NodeFailureInfo] = Field(default_factory=list)
+    earlier_tries_total: int = 0
     #: The latest :data:`MAX_STEP_UPDATES` updates, oldest first.
     updates: list[StepUpdate] = Field(default_factory=list)
     updates_total: int = 0

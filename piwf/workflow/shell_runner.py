@@ -6,12 +6,18 @@ drain the rest, so a chatty child can neither block nor exhaust memory. The stde
 keeps the stream's last :data:`~piwf.workflow.failure.MAX_STDERR_BYTES` bytes, so a failed
 command's error can show how it ended, not how it began. On the deadline or on cancellation the
 whole group gets SIGTERM, then SIGKILL after a short grace.
+
+The command's end is its own exit, not the end of its output: a process it leaves behind (a
+daemon in a session of its own) may hold stdout or stderr open for ever, so once the command
+has exited the readers take what arrives within :data:`DRAIN_S` and then stop. Ending such
+leftovers is the runner's duty (``Lifeline.end_descendants`` at the node's end).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import signal as signals
 import subprocess
 import threading
@@ -27,8 +33,11 @@ from piwf.workflow.nodes import ShellNode
 
 #: How often the waiting loop looks at the cancellation signal.
 _POLL_S = 0.05
-#: How long a group gets between SIGTERM and SIGKILL.
-_KILL_GRACE_S = 2.0
+#: How long a group gets between SIGTERM and SIGKILL (the server's backstop for an overdue
+#: node, ``piwf.server.runs.session.DEADLINE_GRACE_S``, waits longer than this).
+KILL_GRACE_S = 2.0
+#: How long the readers wait for the end of stdout and stderr after the command exited.
+DRAIN_S = 1.0
 _CHUNK = 65536
 
 
@@ -124,8 +133,9 @@ def run_shell(
     stdout = _Capture(process.stdout, byte_cap)
     stderr = _Capture(process.stderr, byte_cap, tail_bytes=MAX_STDERR_BYTES)
     stopped = _wait(process, deadline, signal)
-    stdout.join()
-    stderr.join()
+    drained_by = time.monotonic() + DRAIN_S
+    stdout.finish(drained_by)
+    stderr.finish(drained_by)
     code = process.returncode
     out_text, out_cut = stdout.text(max_output_chars)
     err_text, err_cut = stderr.text(max_output_chars)
@@ -165,7 +175,7 @@ def _wait(
 
 
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    for sig, grace in ((signals.SIGTERM, _KILL_GRACE_S), (signals.SIGKILL, None)):
+    for sig, grace in ((signals.SIGTERM, KILL_GRACE_S), (signals.SIGKILL, None)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         try:
@@ -176,8 +186,8 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
 
 
 class _Capture:
-    """Reads one stream to its end, keeping its first ``cap`` bytes and its last
-    ``tail_bytes`` bytes."""
+    """Reads one stream to its end (or until :meth:`finish` gives up on it), keeping its first
+    ``cap`` bytes and its last ``tail_bytes`` bytes."""
 
     def __init__(self, stream: IO[bytes], cap: int, *, tail_bytes: int = 0) -> None:
         self._stream = stream
@@ -188,23 +198,38 @@ class _Capture:
         self._tail_bytes = tail_bytes
         self._tail = b""
         self._total = 0
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, name="piwf-shell-capture", daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
-        with self._stream:
-            while chunk := self._stream.read1(_CHUNK):  # type: ignore[attr-defined]
-                self._total += len(chunk)
-                if self._tail_bytes:
-                    self._tail = (self._tail + chunk)[-self._tail_bytes :]
-                room = self._cap - self._kept
-                if room > 0:
-                    self._parts.append(chunk[:room])
-                    self._kept += min(room, len(chunk))
-                if len(chunk) > room:
-                    self._dropped = True
+        descriptor = self._stream.fileno()
+        with self._stream, selectors.DefaultSelector() as selector:
+            selector.register(descriptor, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                if not selector.select(_POLL_S):
+                    continue
+                chunk = os.read(descriptor, _CHUNK)
+                if not chunk:
+                    return
+                self._keep(chunk)
 
-    def join(self) -> None:
+    def _keep(self, chunk: bytes) -> None:
+        self._total += len(chunk)
+        if self._tail_bytes:
+            self._tail = (self._tail + chunk)[-self._tail_bytes :]
+        room = self._cap - self._kept
+        if room > 0:
+            self._parts.append(chunk[:room])
+            self._kept += min(room, len(chunk))
+        if len(chunk) > room:
+            self._dropped = True
+
+    def finish(self, by: float) -> None:
+        """Wait for the end of the stream until the monotonic instant ``by``; then stop
+        reading it (a process the command left behind still holds it open)."""
+        self._thread.join(max(0.0, by - time.monotonic()))
+        self._stop.set()
         self._thread.join()
 
     def tail(self) -> tuple[str, bool]:

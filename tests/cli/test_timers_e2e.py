@@ -9,6 +9,7 @@ keeps each failed try as an attempt and waits out its back-off the same way.
 from __future__ import annotations
 
 import itertools
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,18 @@ def test_a_retry_policy_makes_exactly_its_tries_with_its_backoff_then_routes_the
         node = view.display.current_node
         assert node is not None and (node.path, node.attempt) == ("call", 2)
         assert runners_of(piwf.home, run_id) == [], "a back-off holds no runner"
+        assert node.failed_tries == 1
+        assert node.last_failure is not None and node.last_failure.message == "service down"
+    # A person sees it is a retry, which try comes next and why the last one failed (in one
+    # of the two back-offs: the show may come after the first has passed).
+    retrying = re.compile(
+        r'waiting to retry node "call" \(visit 1, try (\d)\) until [^;]+; '
+        r"try (\d) failed: ConnectionError: service down"
+    )
+    found = until(
+        lambda: retrying.search(piwf.run("run", "show", run_id).stdout), "run show to say retry"
+    )
+    assert int(found.group(1)) == int(found.group(2)) + 1, found.group(0)
     waited = piwf.json("run", "wait", run_id, "--timeout", str(DEADLINE_S))
     assert waited["run"]["status"] == "completed", waited
     assert waited["output"] == {"gave_up": "ConnectionError: service down"}
@@ -196,3 +209,45 @@ def test_a_sleeping_run_can_be_cancelled_and_a_resume_before_its_wake_time_sleep
     assert cancelled["run"]["status"] == "cancelled", cancelled
     steps = piwf.json("run", "steps", run_id)["steps"]
     assert [step["path"] for step in steps] == ["before"]
+
+
+HOPELESS = """
+    from piwf.workflow import compute, define_workflow, retry_policy
+
+    def dive(depth):
+        if depth == 0:
+            raise ValueError("no luck " * 1000)
+        return dive(depth - 1)  # {pad}
+
+    workflow = define_workflow(
+        name="hopeless",
+        start_at="try_it",
+        nodes={{
+            "try_it": compute(
+                lambda ctx: dive(40),
+                retry=retry_policy(max_attempts=100, backoff_ms=0, max_backoff_ms=0),
+            ),
+        }},
+        edges=[],
+    )
+    """
+
+
+def test_a_step_with_a_hundred_large_failed_tries_still_shows(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Each try's record is about 20 KiB (a 4 KiB message, a 16 KiB traceback): all 99 earlier
+    # ones would not fit in one answer, so a step carries the latest that fit and the count.
+    flow = write(tmp_path / "hopeless.py", HOPELESS.format(pad="_" * 600))
+    run_id = piwf.json("run", "start", str(flow))["run"]["runId"]
+    waited = piwf.json("run", "wait", run_id, "--timeout", str(DEADLINE_S), exit_code=1)
+    assert waited["run"]["status"] == "failed", waited
+    step = piwf.json("run", "steps", run_id)["steps"][0]
+    assert (step["path"], step["attempt"], step["earlierTriesTotal"]) == ("try_it", 100, 99)
+    kept = [t["attempt"] for t in step["earlierTries"]]
+    assert kept and kept == list(range(100 - len(kept), 100)), kept  # the latest, oldest first
+    shown = piwf.json("run", "show", run_id)
+    assert shown["steps"]["steps"][0]["earlierTriesTotal"] == 99
+    text = piwf.run("run", "steps", run_id)
+    assert text.returncode == 0 and "failed (100 tries)" in text.stdout, text

@@ -74,13 +74,16 @@ from piwf.state.records import Actor
 from piwf.workflow import port
 from piwf.workflow.commands import RestartCommand, ResumeCommand, StartCommand, command_to_json
 from piwf.workflow.port_codec import from_json, to_json
+from piwf.workflow.shell_runner import KILL_GRACE_S
 from piwf.workflow.sources import SourceDrift
 
 log = logging.getLogger("piwf.server")
 
 #: How long past a node's deadline the server waits for the engine's own timeout before it
-#: kills the child.
-DEADLINE_GRACE_S = 2.0
+#: kills the child. The engine needs up to the shell node's SIGTERM-to-SIGKILL grace to stop a
+#: command that ignores SIGTERM, then a moment to report; a backstop that fired first would
+#: turn that timeout into a killed runner, and a crash retry would run the command again.
+DEADLINE_GRACE_S = KILL_GRACE_S + 3.0
 
 
 class SessionHost(Protocol):

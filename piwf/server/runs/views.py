@@ -20,6 +20,7 @@ from piwf.lifecycle import TERMINAL_RUN_STATUSES
 from piwf.protocol.client_v1 import Request
 from piwf.protocol.payloads import ContentRef, NodeFailureInfo, RunDetail
 from piwf.protocol.view_payloads import (
+    EARLIER_TRIES_BYTES,
     MAX_STEP_UPDATES,
     MAX_TOPOLOGY_EDGES,
     MAX_TOPOLOGY_NODES,
@@ -181,6 +182,7 @@ def display_of(
             restarted_as=run_store.restart_child_of(tx, run_id),
         )
     current = run_view.current_attempt(tx, run_id)
+    tries = [] if current is None else attempts.earlier_failed_tries(tx, current)
     node = (
         None
         if current is None
@@ -192,6 +194,8 @@ def display_of(
             started_at=current.started_at,
             deadline_at=current.deadline_at,
             wake_at=current.wake_at,
+            failed_tries=len(tries),
+            last_failure=step_failure(tx, tries[-1]) if tries else None,
         )
     )
     waiting = _waiting_on(detail)
@@ -330,6 +334,7 @@ def _step(tx: Transaction, offer: ContentOffer, run_id: str, row: StepRow) -> St
         else None
     )
     updates = [_update(offer, run_id, update) for update in row.updates[-MAX_STEP_UPDATES:]]
+    earlier_tries, earlier_total = _earlier_tries(tx, attempt)
     return Step(
         index=row.index,
         path=attempt.path,
@@ -345,17 +350,31 @@ def _step(tx: Transaction, offer: ContentOffer, run_id: str, row: StepRow) -> St
         error=error.value,
         error_ref=error.ref,
         failure=step_failure(tx, attempt),
-        earlier_tries=_earlier_tries(tx, attempt),
+        earlier_tries=earlier_tries,
+        earlier_tries_total=earlier_total,
         updates=updates,
         updates_total=len(row.updates),
     )
 
 
-def _earlier_tries(tx: Transaction, attempt: AttemptRow) -> list[NodeFailureInfo]:
+def _earlier_tries(tx: Transaction, attempt: AttemptRow) -> tuple[list[NodeFailureInfo], int]:
+    """The records of the latest earlier tries that fit in :data:`EARLIER_TRIES_BYTES` (at
+    least the last one), oldest first, and how many earlier tries there are."""
     if attempt.attempt == 1:
-        return []
-    found = (step_failure(tx, earlier) for earlier in attempts.earlier_failed_tries(tx, attempt))
-    return [failure for failure in found if failure is not None]
+        return [], 0
+    tries = attempts.earlier_failed_tries(tx, attempt)
+    kept: list[NodeFailureInfo] = []
+    used = 0
+    for earlier in reversed(tries):
+        failure = step_failure(tx, earlier)
+        if failure is None:
+            continue
+        size = len(failure.model_dump_json(by_alias=True, exclude_none=True))
+        if kept and used + size > EARLIER_TRIES_BYTES:
+            break
+        kept.append(failure)
+        used += size
+    return kept[::-1], len(tries)
 
 
 def _update(offer: ContentOffer, run_id: str, update: PublishedUpdate) -> StepUpdate:
