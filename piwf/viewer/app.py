@@ -47,7 +47,11 @@ class ViewerApp(App[None]):
     """
 
     TITLE = "piwf view"
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "quit")]
+    # Ctrl-C quits as in any terminal program (Textual's own Ctrl-C only says to press Ctrl-Q).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+    ]
 
     def __init__(self, client: Client, wording: Wording, run_id: str | None = None) -> None:
         super().__init__()

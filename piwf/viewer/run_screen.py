@@ -51,6 +51,8 @@ MAX_SHOWN_STEPS: Final = 5000
 LOG_REFRESH_S: Final = 1.0
 #: The log pane keeps at most this many of the latest lines.
 LOG_LINES: Final = 2000
+#: The most characters of a stored reason the header shows (a reason may hold 16 KiB).
+REASON_CHARS: Final = 200
 #: The controls an answer key stands for: each is settled with the request's own command.
 ANSWERS: Final[frozenset[Control]] = frozenset({"answer", "humanAnswer", "submit", "update"})
 
@@ -102,8 +104,8 @@ class RunScreen(Screen[None]):
     ]
 
     DEFAULT_CSS = """
-    RunScreen #run-status { height: auto; padding: 0 1; background: $boost; }
-    RunScreen #explain { height: auto; padding: 0 1; color: $text-muted; }
+    RunScreen #run-status { height: auto; max-height: 6; padding: 0 1; background: $boost; }
+    RunScreen #explain { height: auto; max-height: 8; padding: 0 1; color: $text-muted; }
     RunScreen #graph { height: auto; max-height: 12; padding: 0 1; }
     RunScreen #steps { height: 1fr; }
     RunScreen #log-title { padding: 0 1; background: $boost; }
@@ -405,7 +407,10 @@ def display_text(display: Display) -> str:
     if waiting is not None:
         text += f"  waiting on {waiting.request_id} ({waiting.kind}) at node {waiting.path}"
     if display.reason:
-        text += f"  reason: {display.reason}"
+        reason = display.reason
+        if len(reason) > REASON_CHARS:  # the explanation line says where the whole of it is
+            reason = reason[:REASON_CHARS] + "… (cut)"
+        text += f"  reason: {reason}"
     return text
 
 
