@@ -54,7 +54,8 @@ def view_command(run_id: str | None, remote: str | None, as_json: bool) -> None:
 
     The run list (Enter opens a run), or with RUN_ID that run: its status and what it is
     doing, its steps, the selected step's log (l: every log) and its controls: p pause,
-    r resume, c cancel (asks y/n), a answers the waiting checkpoint or decision in a form (an
+    r resume, c cancel (asks y/n), a answers the waiting checkpoint or decision in a form
+    showing its choices or content (asks y/n before it sends; an
     agent step shows its `piwf submit` command). Esc goes back, q or Ctrl-C quits.
     Without the extra, `piwf run show RUN --follow` is a plain live view. --remote watches
     another machine's server through `piwf relay` and an SSH tunnel (docs/REMOTE.md).
@@ -106,6 +107,7 @@ def wording() -> Wording:
         timestamp=render.timestamp,
         one_line=safe_text.one_line,
         log_text=safe_text.log_text,
+        request=render.request_fields,
     )
 
 
