@@ -27,7 +27,9 @@ class TmuxTerminal:
         self.history_lines = history_lines
         exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items())
         # `read` keeps the pane after the command ends, so its exit status can be read.
-        script = f"env {exports} {command}; echo EXIT=$?; read held"
+        # COLUMNS and LINES are dropped: where the pane inherits them (80 and 24 under pytest),
+        # a program would take them for the terminal's size instead of the pane's.
+        script = f"env -u COLUMNS -u LINES {exports} {command}; echo EXIT=$?; read held"
         self._tmux("new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), script)
 
     def _tmux(self, *args: str) -> str:
@@ -60,11 +62,13 @@ class TmuxTerminal:
 
     def wait_for_text(self, text: str, *, count: int = 1, timeout_s: float = 30.0) -> None:
         """Wait (bounded) until ``text`` shows ``count`` times on the screen."""
-        wait_for(
-            lambda: self.screen().count(text) >= count,
-            timeout_s=timeout_s,
-            what=f"{text!r} on the screen:\n{self.screen()}",
-        )
+        try:
+            wait_for(lambda: self.screen().count(text) >= count, timeout_s=timeout_s)
+        except AssertionError:  # the screen as it is at the deadline, not as it was at first
+            raise AssertionError(
+                f"timed out after {timeout_s} s waiting for {text!r} on the screen:\n"
+                + self.screen()
+            ) from None
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)

@@ -54,8 +54,9 @@ def view_command(run_id: str | None, remote: str | None, as_json: bool) -> None:
 
     The run list (Enter opens a run), or with RUN_ID that run: its status and what it is
     doing, its steps, the selected step's log (l: every log) and its controls: p pause,
-    r resume, c cancel (asks y/n), a answers the waiting checkpoint or decision in a form (an
-    agent step shows its `piwf submit` command). Esc goes back, q quits.
+    r resume, c cancel (asks y/n), a answers the waiting checkpoint or decision in a form
+    showing its choices or content (asks y/n before it sends; an
+    agent step shows its `piwf submit` command). Esc goes back, q or Ctrl-C quits.
     Without the extra, `piwf run show RUN --follow` is a plain live view. --remote watches
     another machine's server through `piwf relay` and an SSH tunnel (docs/REMOTE.md).
 
@@ -106,11 +107,22 @@ def wording() -> Wording:
         timestamp=render.timestamp,
         one_line=safe_text.one_line,
         log_text=safe_text.log_text,
+        request=render.request_fields,
     )
 
 
+#: The most characters of the explanation the viewer shows; a longer one (a failure message
+#: of thousands of characters) is cut, so the steps and the log keep their place on the screen.
+EXPLANATION_CHARS = 300
+
+
 def explanation_line(view: RunView) -> str:
-    """``run explain`` in one line: why the run is where it is, then the commands to run."""
+    """``run explain`` in one line: why the run is where it is, then the commands to run. An
+    explanation above :data:`EXPLANATION_CHARS` is cut and says where the whole of it is."""
     explanation = render_view.explain(view)
+    text = render.one_line(explanation.text)
+    if len(text) > EXPLANATION_CHARS:
+        run_id = view.detail.run.run_id
+        text = text[:EXPLANATION_CHARS] + f"… (cut; all of it: piwf run explain {run_id})"
     commands = "; ".join(explanation.commands)
-    return render.one_line(explanation.text) + (f"  next: {commands}" if commands else "")
+    return text + (f"  next: {commands}" if commands else "")

@@ -10,6 +10,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 
 from piwf.client import Client
+from piwf.protocol.payloads import OpenRequestInfo
 from piwf.protocol.view_payloads import RunView, Step
 from piwf.viewer.run_list import RunListScreen
 from piwf.viewer.run_screen import RunScreen
@@ -24,7 +25,9 @@ class Wording:
     ``step_cells``: a step's NODE, VISIT, OUTCOME, STARTED, TOOK and RESULT cells;
     ``timestamp``: a time in milliseconds since the epoch as local time;
     ``one_line``: stored text (a reason, a branch's case, an error) safe to show in one line;
-    ``log_text``: what a node printed, safe to show with its line breaks and tabs.
+    ``log_text``: what a node printed, safe to show with its line breaks and tabs;
+    ``request``: what a pending request asks, in lines (its choices, how to answer them, its
+    content), as ``piwf run show`` shows it under "waiting on".
 
     The last two show each control character as its escape (``\x1b``, ``\u202e``): text a
     workflow or a node wrote must never reach the terminal as an escape sequence or a
@@ -36,6 +39,7 @@ class Wording:
     timestamp: Callable[[int | None], str]
     one_line: Callable[[str], str]
     log_text: Callable[[str], str]
+    request: Callable[[OpenRequestInfo], str]
 
 
 class ViewerApp(App[None]):
@@ -47,7 +51,11 @@ class ViewerApp(App[None]):
     """
 
     TITLE = "piwf view"
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "quit")]
+    # Ctrl-C quits as in any terminal program (Textual's own Ctrl-C only says to press Ctrl-Q).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+    ]
 
     def __init__(self, client: Client, wording: Wording, run_id: str | None = None) -> None:
         super().__init__()

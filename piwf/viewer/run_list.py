@@ -29,6 +29,14 @@ class RunListScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "open", "open run", show=True)]
 
+    # The table takes the rows the title, the message and the footer leave, and scrolls inside
+    # them: a list longer than the terminal must not push the message (the server is gone)
+    # below the screen.
+    DEFAULT_CSS = """
+    RunListScreen #runs { height: 1fr; }
+    RunListScreen #message { height: auto; padding: 0 1; color: $warning; }
+    """
+
     def compose(self) -> ComposeResult:
         yield Static("runs (newest first)", id="list-title", markup=False)
         table: DataTable[str] = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
@@ -89,11 +97,14 @@ class RunListScreen(Screen[None]):
                 # A longer status ("running" to "completed") widens the column, never clipped.
                 table.update_cell(row[0], "status", literal(row[1]), update_width=True)
             return
+        # The cursor stays on the run it was on, unless that was the newest: then it stays on
+        # the top row, so a run started meanwhile comes in sight instead of above it.
+        on_top = table.cursor_row <= 0
         highlighted = shown[table.cursor_row] if shown and table.cursor_row < len(shown) else None
         table.clear()
         for row in rows:
             table.add_row(*map(literal, row), key=row[0])
-        if highlighted is not None and highlighted in table.rows:
+        if not on_top and highlighted is not None and highlighted in table.rows:
             table.move_cursor(row=table.get_row_index(highlighted))
 
     def action_open(self) -> None:

@@ -20,6 +20,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Log, Static
 from textual.worker import get_current_worker
 
+from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.client.logs import MISSING_LOG_NOTE
 from piwf.errors import PiwfError, ServerNotRunningError
@@ -31,7 +32,7 @@ from piwf.protocol.view_payloads import (
     Step,
     StepPage,
 )
-from piwf.viewer.answer import AnswerScreen
+from piwf.viewer.answer import AnswerScreen, ConfirmAnswer
 from piwf.viewer.graph import graph_lines
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ MAX_SHOWN_STEPS: Final = 5000
 LOG_REFRESH_S: Final = 1.0
 #: The log pane keeps at most this many of the latest lines.
 LOG_LINES: Final = 2000
+#: The most characters of a stored reason the header shows (a reason may hold 16 KiB).
+REASON_CHARS: Final = 200
 #: The controls an answer key stands for: each is settled with the request's own command.
 ANSWERS: Final[frozenset[Control]] = frozenset({"answer", "humanAnswer", "submit", "update"})
 
@@ -102,8 +105,8 @@ class RunScreen(Screen[None]):
     ]
 
     DEFAULT_CSS = """
-    RunScreen #run-status { height: auto; padding: 0 1; background: $boost; }
-    RunScreen #explain { height: auto; padding: 0 1; color: $text-muted; }
+    RunScreen #run-status { height: auto; max-height: 6; padding: 0 1; background: $boost; }
+    RunScreen #explain { height: auto; max-height: 8; padding: 0 1; color: $text-muted; }
     RunScreen #graph { height: auto; max-height: 12; padding: 0 1; }
     RunScreen #steps { height: 1fr; }
     RunScreen #log-title { padding: 0 1; background: $boost; }
@@ -324,22 +327,45 @@ class RunScreen(Screen[None]):
 
     def action_answer(self) -> None:
         display = self.view.display if self.view is not None else None
-        if display is None or display.waiting_on is None or not ANSWERS & set(display.controls):
+        if display is None or display.waiting_on is None:
             status = display.status if display is not None else "not loaded yet"
             self.say(f"answer is not possible now: the run is {status} (no request waits)")
+            return
+        if not ANSWERS & set(display.controls):  # a request waits, but the run takes no answer
+            offered = ", ".join(display.controls) or "nothing"
+            self.say(
+                f"answer is not possible now: the run is {display.status} (possible: {offered})"
+                + ("; resume it first (r)" if "resume" in display.controls else "")
+            )
             return
         waiting = display.waiting_on
         if waiting.action not in ("answer", "humanAnswer"):
             self.say(f"an agent's output is submitted from a shell: {waiting.command}")
             return
+        wording = self.viewer.wording
+        request = self.view.detail.waiting_on if self.view is not None else None
+        about = wording.request(request) if request is not None else ""
+        about = "\n".join(map(wording.one_line, about.split("\n")))
+
+        def confirmed(value: JsonValue, yes: bool | None) -> None:
+            if yes:
+                self._answer(waiting.request_id, value)
+            else:
+                self.say("not answered")
 
         def answered(value: JsonValue | None) -> None:
             if value is None:
                 self.say("not answered")
-            else:
-                self._answer(waiting.request_id, value)
+                return
+            shown = wording.one_line(canonical.encode_text(value))
+            if len(shown) > REASON_CHARS:  # a long answer: its start, on the screen it fits
+                shown = shown[:REASON_CHARS] + "… (cut here only; all of it is sent)"
+            self.app.push_screen(
+                ConfirmAnswer(waiting.request_id, shown),
+                lambda yes: confirmed(value, yes),
+            )
 
-        self.app.push_screen(AnswerScreen(waiting), answered)
+        self.app.push_screen(AnswerScreen(waiting, about), answered)
 
     @work(thread=True, group="controls")
     def _answer(self, request_id: str, value: JsonValue) -> None:
@@ -405,7 +431,10 @@ def display_text(display: Display) -> str:
     if waiting is not None:
         text += f"  waiting on {waiting.request_id} ({waiting.kind}) at node {waiting.path}"
     if display.reason:
-        text += f"  reason: {display.reason}"
+        reason = display.reason
+        if len(reason) > REASON_CHARS:  # the explanation line says where the whole of it is
+            reason = reason[:REASON_CHARS] + "… (cut)"
+        text += f"  reason: {reason}"
     return text
 
 

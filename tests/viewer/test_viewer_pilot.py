@@ -270,13 +270,70 @@ def test_a_answers_the_request_a_run_waits_on_from_a_form(
         assert shown(app, "#answer-error").startswith("not sent: "), "refused before sending"
         with Client(server.home, autostart=False) as client:
             assert client.run_view(run_id).display.status == "waiting"
+        # The form shows what the checkpoint asks (its content) before anything is typed.
+        assert '"plan"' in shown(app, "#answer-about"), shown(app, "#answer-about")
         form.value = '{"ok": true}'
         await pilot.press("enter")
+        # Nothing is sent before the person says yes to the value as it will be sent.
+        await until(pilot, lambda: bool(app.screen.query("#confirm")), "the question")
+        assert '{"ok":true}' in shown(app, "#confirm"), shown(app, "#confirm")
+        with Client(server.home, autostart=False) as client:
+            assert client.run_view(run_id).display.status == "waiting"
+        await pilot.press("y")
+        await until(pilot, lambda: shown(app, "#message").startswith("answer: "), "the outcome")
         await until(
             pilot, lambda: "completed · idle" in shown(app, "#run-status"), "the answered run"
         )
         with Client(server.home, autostart=False) as client:
             assert client.get_run(run_id).output == {"applied": ["ship"], "note": {"ok": True}}
+
+    drive(server, run_id, script)
+
+
+REPLAN = str(Path(CHECKPOINT).parent / "replan_decision.py")
+
+
+def test_the_answer_form_of_a_decision_shows_its_choices_and_n_sends_nothing(
+    server: ServerProcess,
+) -> None:
+    with raw_client(server) as client:
+        run_id = start(client, REPLAN, {}, "decided")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "waiting ·" in shown(app, "#run-status"), "waiting")
+        await pilot.press("a")
+        await until(pilot, lambda: bool(app.screen.query("#answer-input")), "the answer form")
+        about = shown(app, "#answer-about")
+        assert "continue (Continue as planned)" in about and '"instructions"' in about, about
+        app.screen.query_one("#answer-input", Input).value = '{"choice": "continue"}'
+        await pilot.press("enter")
+        await until(pilot, lambda: bool(app.screen.query("#confirm")), "the question")
+        await pilot.press("n")
+        await until(pilot, lambda: shown(app, "#message") == "not answered", "the message")
+        with Client(server.home, autostart=False) as client:
+            assert client.run_view(run_id).display.status == "waiting"
+
+    drive(server, run_id, script)
+
+
+def test_a_on_a_paused_run_says_to_resume_it_first(server: ServerProcess) -> None:
+    with raw_client(server) as client:
+        run_id = start(client, REPLAN, {}, "paused")
+    with Client(server.home, autostart=False) as client:
+        wait_for(
+            lambda: client.run_view(run_id).display.status == "waiting",
+            timeout_s=DEADLINE_S,
+            what="the decision",
+        )
+        client.pause_run(run_id)
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "paused ·" in shown(app, "#run-status"), "paused")
+        await pilot.press("a")
+        await until(pilot, lambda: "resume" in shown(app, "#message"), "why not")
+        message = shown(app, "#message")
+        assert "no request waits" not in message, message  # one does: the run is paused
+        assert not app.screen.query("#answer-input")
 
     drive(server, run_id, script)
 
