@@ -43,19 +43,34 @@ def held_workflow(directory: Path, entered: Path, gate: Path) -> str:
     )
 
 
-def read_until(process: subprocess.Popen[str], wanted: str, seen: list[str]) -> None:
-    """Read ``process``'s stdout into ``seen`` line by line until a line contains ``wanted``
-    (30 s at most; fails with what it printed)."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + 30
-    while not any(wanted in line for line in seen):
-        left = deadline - time.monotonic()
-        assert left > 0, seen
-        ready, _, _ = select.select([process.stdout], [], [], left)
-        if ready:
-            line = process.stdout.readline()
-            assert line, ("the follower ended early", seen, process.wait())
-            seen.append(line)
+class Lines:
+    """The lines a process prints on stdout, read from its descriptor as they come.
+
+    Not through the pipe's text reader: a ``readline`` takes in a whole chunk, so a line that
+    came with an earlier one would wait in that reader's buffer while ``select`` (which sees
+    only the descriptor) waits for more, and a test would time out on a line already printed.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        self.process = process
+        self.descriptor = process.stdout.fileno()
+        self.seen: list[str] = []
+        self.partial = b""
+
+    def read_until(self, wanted: str, timeout_s: float = 30.0) -> None:
+        """Read until a line contains ``wanted`` (fails with what was printed)."""
+        deadline = time.monotonic() + timeout_s
+        while not any(wanted in line for line in self.seen):
+            left = deadline - time.monotonic()
+            assert left > 0, "".join(self.seen) + self.partial.decode(errors="replace")
+            ready, _, _ = select.select([self.descriptor], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self.descriptor, 65536)
+            assert chunk, ("the follower ended early", self.seen, self.process.wait())
+            *complete, self.partial = (self.partial + chunk).split(b"\n")
+            self.seen += [line.decode() for line in complete]
 
 
 def server_pid(piwf: Piwf) -> int:
@@ -80,26 +95,26 @@ def test_a_follower_whose_server_is_killed_goes_on_and_shows_the_next_attempt(
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
     )
+    printed = Lines(follower)
     try:
-        seen: list[str] = []
-        read_until(follower, "following (Ctrl-C stops):", seen)
+        printed.read_until("following (Ctrl-C stops):")
         killed = server_pid(piwf)
         entered.unlink()
         os.kill(killed, signal.SIGKILL)
         wait_for(lambda: not psutil.pid_exists(killed), timeout_s=30, what="the server's end")
         # The follower starts a server again; it recovers the run and runs "hold" once more.
-        read_until(follower, 'running "hold" (attempt 2)', seen)
+        printed.read_until('running "hold" (attempt 2)')
         wait_for(entered.exists, timeout_s=30, what="the second attempt")
         gate.touch()
-        out, err = follower.communicate(timeout=COMMAND_TIMEOUT_S)
+        out_bytes, err_bytes = follower.communicate(timeout=COMMAND_TIMEOUT_S)
     finally:
         if follower.poll() is None:
             follower.kill()
             follower.communicate()
+    out, err = (printed.partial + out_bytes).decode(), err_bytes.decode()
     assert follower.returncode == 0, err
     assert "Traceback" not in err, err
-    lines = "".join(seen).splitlines() + out.splitlines()
+    lines = printed.seen + out.splitlines()
     assert lines[-2].startswith(f"{run_id}  completed"), lines
     assert lines[-1] == 'output: {"done":true}', lines
