@@ -54,7 +54,8 @@ def mcp_command(request_id: str | None, as_json: bool) -> None:
     try:
         from piwf.mcp.server import serve
     except ModuleNotFoundError as error:
-        if (error.name or "").partition(".")[0] != "mcp":
+        # anyio comes with the SDK (piwf.mcp.server imports it, alphabetically first).
+        if (error.name or "").partition(".")[0] not in ("mcp", "anyio"):
             raise
         raise MissingExtraError(MISSING_SDK) from None
     if sys.stdin.isatty():
