@@ -136,10 +136,15 @@ def test_a_decision_is_answered_on_telegram_and_the_run_completes(
         channel_server,
         "SELECT provenance, actor_type, actor_id FROM human_decision_resolutions",
     ) == [("human", "human", f"telegram:{ALLOWED}")]
-    assert effects(channel_server) == [
-        ("channel.send", "applied", 1),
-        ("channel.edit", "applied", 1),
-    ]
+    # The fake API records the edit before it answers: the adapter's settle may still be on
+    # its way to the server.
+    wait_for(
+        lambda: (
+            effects(channel_server)
+            == [("channel.send", "applied", 1), ("channel.edit", "applied", 1)]
+        ),
+        what="the send and the edit settled applied",
+    )
     # Credentials never enter the database or the server's log.
     assert TOKEN.encode() not in (channel_server.home / "state.sqlite").read_bytes()
     log = channel_server.home / "server" / "server.log"
