@@ -57,7 +57,9 @@ class Violation:
         return {"code": self.code, "detail": self.detail}
 
 
-# Every live (non-terminal) queue row with its run's facts, through the queue status index.
+# Every live (non-terminal) queue row with its run's facts, through the queue status index. A
+# finished run is never counted, whatever its queue row says (terminal facts win; a queue row
+# that disagrees is a violation for `find_violations` to report, not a live run).
 _LIVE_QUEUE_ROWS = """
 SELECT q.status AS queue_status, r.status AS run_status, r.paused AS paused,
        q.error_code AS error_code,
@@ -65,6 +67,7 @@ SELECT q.status AS queue_status, r.status AS run_status, r.paused AS paused,
        count(*) AS number
 FROM run_queue q JOIN runs r ON r.run_id = q.run_id
 WHERE q.status IN ('queued', 'starting', 'running', 'parked')
+  AND r.status NOT IN ('completed', 'failed', 'timed_out', 'cancelled')
 GROUP BY 1, 2, 3, 4, 5
 """
 

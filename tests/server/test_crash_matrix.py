@@ -149,6 +149,7 @@ def verify(server: ServerProcess) -> dict[str, Any]:
     return receipt
 
 
+# conformance: X4
 @pytest.mark.parametrize(("point", "hit"), MATRIX, ids=[f"{p}@{n}" for p, n in MATRIX])
 def test_the_server_converges_after_a_kill_at_every_point(
     servers: ServerFactory, tmp_path: Path, point: str, hit: int

@@ -145,6 +145,7 @@ def test_the_timeout_policy_settles_a_decision_across_a_server_crash(
     assert late.receipt["resolution"]["provenance"] == "timeout_policy"
 
 
+# conformance: S10
 def test_answers_race_the_deadline_and_cancel_to_one_winner(
     fast_server: ServerProcess,  # noqa: F811
     tmp_path: Path,

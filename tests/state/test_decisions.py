@@ -245,6 +245,7 @@ def test_the_deadline_records_the_default_and_a_late_answer_gets_it(
     assert violations(db) == []
 
 
+# conformance: S10
 def test_a_deadline_without_default_cancels_and_the_run_routes_timed_out(
     db: StateDatabase, clock: FakeClock
 ) -> None:
@@ -336,6 +337,7 @@ def test_a_checkpoint_without_deadline_is_not_scheduled_work(db: StateDatabase) 
 ORDERS = list(itertools.permutations(("answer", "expire", "cancel")))
 
 
+# conformance: S10
 @pytest.mark.parametrize("iteration", range(20))
 def test_answer_timeout_and_cancel_race_to_exactly_one_winner(
     db: StateDatabase, clock: FakeClock, iteration: int
