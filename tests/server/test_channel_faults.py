@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,41 @@ def test_a_decision_the_api_refused_to_post_is_listed_until_it_is_answered(
         assert answered.outcome == "accepted", answered
     status = json.loads(piwf(channel_server.home, "channel", "status", "--json").stdout)
     assert status["profiles"][0]["failed"] == [], "an answered decision is no longer listed"
+
+
+def test_status_shows_the_newest_reason_and_clears_it_as_soon_as_the_api_answers(
+    servers: ServerFactory, bot: FakeBotApi
+) -> None:
+    """A failure whose reason changes shows the newest reason (one log line, not one per
+    reason), and once the API answers again the profile is ready without a reason at once,
+    not after a long poll of a minute."""
+    bot.longest_wait_s = 120
+    configure(servers.home, bot, poll_timeout_s=60)
+    server = servers.start(env=FAST)
+    assert server.ready["ok"] is True, server.ready
+    with raw_client(server) as client:
+        adapter(client)
+        # The adapter's long poll is waiting (the fake holds its lock until it waits).
+        wait_for(lambda: bot.polls >= 2, what="the long poll")
+        bot.poll_answer = {"ok": False, "description": "Conflict: first reason"}
+        bot.wake()
+        first = wait_for(lambda: degraded(client, "apiError"), timeout_s=30, what="apiError")
+        assert "first reason" in first["error"], first
+
+        def newest() -> dict[str, Any] | None:
+            found = degraded(client, "apiError")
+            return found if found is not None and "second reason" in found["error"] else None
+
+        bot.poll_answer = {"ok": False, "description": "Conflict: second reason"}
+        shown = wait_for(newest, timeout_s=30, what="the newest reason")
+        assert "first reason" not in shown["error"] and shown["since"] == first["since"], shown
+        human = piwf(server.home, "channel", "status").stdout
+        assert "second reason" in human and "first reason" not in human, human
+        bot.poll_answer = None
+        back = adapter(client)  # within 30 s: the poll after a failure does not wait
+        assert "error" not in back and "problem" not in back, back
+    human = piwf(server.home, "channel", "status")
+    assert "reason" not in human.stdout and "  since " not in human.stdout, human.stdout
+    log = (server.home / "server" / "server.log").read_text()
+    assert log.count("channel ops: the Bot API answers with an error") == 1, log
+    assert log.count("channel ops: the Bot API answers again") == 1, log

@@ -36,7 +36,7 @@ def bot() -> Iterator[FakeBotApi]:
     fake.stop()
 
 
-def configure(home: Path, bot: FakeBotApi, *, mode: int = 0o600) -> None:
+def configure(home: Path, bot: FakeBotApi, *, mode: int = 0o600, poll_timeout_s: int = 1) -> None:
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     (home / "channels").mkdir(mode=0o700, exist_ok=True)
     token = home / "channels" / "ops.token"
@@ -48,7 +48,7 @@ def configure(home: Path, bot: FakeBotApi, *, mode: int = 0o600) -> None:
         "chatId": str(bot.chat_id),
         "allowedUserIds": [ALLOWED],
         "credentialFile": "channels/ops.token",
-        "pollTimeoutS": 1,
+        "pollTimeoutS": poll_timeout_s,
         "requestTimeoutS": 60,
     }
     (home / "channels.json").write_text(json.dumps({"profiles": {"ops": profile}}))
