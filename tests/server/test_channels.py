@@ -336,6 +336,41 @@ def test_reload_restarts_a_changed_profile_and_stops_a_removed_one(
         assert broken.error is not None and broken.error.code == "channelConfig", broken
 
 
+def test_reload_without_a_server_starts_one_and_says_it_started_the_adapters(
+    servers: ServerFactory, bot: FakeBotApi
+) -> None:
+    """The server a reload starts reads channels.json as it starts; its adapters were started
+    by this command, not found unchanged."""
+    configure(servers.home, bot)
+    try:
+        reloaded = piwf(servers.home, "channel", "reload")
+        assert reloaded.returncode == 0, reloaded.stderr
+        started, adapters = reloaded.stdout.splitlines()
+        assert started.startswith("started piwf server (pid "), started
+        assert started.endswith(f" for {servers.home}; it read channels.json"), started
+        assert adapters == "started: ops", reloaded.stdout
+        again = piwf(servers.home, "channel", "reload", "--json")
+        assert json.loads(again.stdout) == {
+            "restarted": [],
+            "serverStarted": False,
+            "started": [],
+            "stopped": [],
+            "unchanged": ["ops"],
+        }, again
+        stopped = piwf(servers.home, "server", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        fresh = piwf(servers.home, "channel", "reload", "--json")
+        assert json.loads(fresh.stdout) == {
+            "restarted": [],
+            "serverStarted": True,
+            "started": ["ops"],
+            "stopped": [],
+            "unchanged": [],
+        }, fresh
+    finally:
+        piwf(servers.home, "server", "stop")
+
+
 def test_reload_of_an_unusable_file_fails_and_the_adapter_keeps_its_configuration(
     channel_server: ServerProcess, bot: FakeBotApi
 ) -> None:
