@@ -40,7 +40,7 @@ def channel_group() -> None:
 @command
 def channel_status(as_json: bool) -> None:
     """Show each profile, its adapter process and its pending or ambiguous sends, and the
-    decisions still open that the API refused to post (those are not sent again).
+    decisions still open that the API refused to post (piwf channel reload sends those again).
 
     No credential, chat id or answer is shown.
 
@@ -76,10 +76,16 @@ def channel_status(as_json: bool) -> None:
             )
         for send in profile.failed:
             why = "" if send.error is None else f" ({render.one_line(send.error)})"
+            answer = f"piwf answer {send.decision_id} VALUE (piwf requests shows its choices)"
+            then = (
+                f"fix what it says, then piwf channel reload sends it again, or answer it with "
+                f"{answer}"
+                if send.resends_left
+                else f"it is not sent again (refused after every resend): answer it with {answer}"
+            )
             click.echo(
                 f"  failed {send.effect_id}: the API refused to post decision {send.decision_id}"
-                f"{why}; it is not sent again: answer it with piwf answer {send.decision_id}"
-                " VALUE (piwf requests shows its choices)"
+                f"{why}; {then}"
             )
 
 
@@ -88,6 +94,9 @@ def channel_status(as_json: bool) -> None:
 @command
 def channel_reload(as_json: bool) -> None:
     """Re-read channels.json; restart the adapters whose profile or credential changed.
+
+    Each open decision whose delivery the API refused is sent again (a refused send never
+    reached the chat, so this cannot duplicate it; at most 5 times each).
 
     A file that cannot be used is an error (exit 1) naming the file and what is wrong; nothing
     changes then: the running adapters keep the last valid configuration. With no server
@@ -128,6 +137,11 @@ def channel_reload(as_json: bool) -> None:
     for label, names in changes:
         if names:
             click.echo(f"{label}: {', '.join(names)}")
+    if report.resent:
+        click.echo(
+            f"sending again the refused delivery of decision(s): {', '.join(report.resent)} "
+            "(piwf channel status shows how it goes)"
+        )
 
 
 def _reload() -> tuple[ChannelReloadReceipt, ServerStarted | None]:

@@ -151,8 +151,9 @@ def test_a_decision_is_answered_on_telegram_and_the_run_completes(
     assert not log.exists() or TOKEN not in log.read_text()
 
 
-def send_message_id(server: ServerProcess) -> int:
-    (ref,) = query(server, "SELECT external_ref FROM effects WHERE effect_type = 'channel.send'")
+def send_message_id(server: ServerProcess, *, applied: bool = False) -> int:
+    sql = "SELECT external_ref FROM effects WHERE effect_type = 'channel.send'"
+    (ref,) = query(server, sql + (" AND status = 'applied'" if applied else ""))
     return int(str(ref[0]).split(":")[1])
 
 
@@ -317,6 +318,7 @@ def test_reload_restarts_a_changed_profile_and_stops_a_removed_one(
             "restarted": [],
             "stopped": [],
             "unchanged": ["ops"],
+            "resent": [],
         }
         document["profiles"]["ops"]["allowedUserIds"] = [ALLOWED, STRANGER]
         config.write_text(json.dumps(document))
@@ -352,6 +354,7 @@ def test_reload_without_a_server_starts_one_and_says_it_started_the_adapters(
         again = piwf(servers.home, "channel", "reload", "--json")
         assert json.loads(again.stdout) == {
             "restarted": [],
+            "resent": [],
             "serverStarted": False,
             "started": [],
             "stopped": [],
@@ -362,6 +365,7 @@ def test_reload_without_a_server_starts_one_and_says_it_started_the_adapters(
         fresh = piwf(servers.home, "channel", "reload", "--json")
         assert json.loads(fresh.stdout) == {
             "restarted": [],
+            "resent": [],
             "serverStarted": True,
             "started": ["ops"],
             "stopped": [],

@@ -13,8 +13,8 @@ Duties, driven by the server loop::
                answered) or ``degraded``, later ones between the two while its API fails and
                back (one log line per change)
     dispatch   (on a nudge and on the poll timer) for each ready adapter (not a degraded
-               one: what it sent would fail, and a refused send is not retried): present open
-               protected decisions, resume sends an operator sent back to pending, edit
+               one: what it sent would be refused, and waits for a reload): present open
+               protected decisions, resume sends an operator or a reload made pending, edit
                deliveries whose decision was settled (on the channel or anywhere else); every
                attempt is recorded before the adapter is asked
     reap       an adapter that ends leaves its open attempts ambiguous; it is started again
@@ -384,7 +384,7 @@ class ChannelAdapters:
         adapter.last_sequence = frame.sequence
         if isinstance(frame, ReadyFrame):
             # Still ``starting``: nothing is sent before its API has answered once (its first
-            # health report), since a send the API refuses at the door is never retried.
+            # health report), since a send the API refuses at the door waits for a reload.
             adapter.failures = 0
             adapter.launched = True
         elif isinstance(frame, SettleFrame):
