@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from piwf.cli import render
 from piwf.cli.common import command, effect_id_argument, json_option, open_client
-from piwf.config import CHANNELS_FILE_NAME
+from piwf.config import CHANNELS_FILE_NAME, state_home
+from piwf.errors import ServerNotRunningError
+
+if TYPE_CHECKING:
+    from piwf.client.launcher import ServerStarted
+    from piwf.protocol.channel_payloads import ChannelReloadReceipt
 
 DUPLICATE_WARNING = (
     "warning: retry sends the message again; if the first send did reach the chat, the "
@@ -33,7 +40,7 @@ def channel_group() -> None:
 @command
 def channel_status(as_json: bool) -> None:
     """Show each profile, its adapter process and its pending or ambiguous sends, and the
-    decisions still open that the API refused to post (those are not sent again).
+    decisions still open that the API refused to post (piwf channel reload sends those again).
 
     No credential, chat id or answer is shown.
 
@@ -69,10 +76,16 @@ def channel_status(as_json: bool) -> None:
             )
         for send in profile.failed:
             why = "" if send.error is None else f" ({render.one_line(send.error)})"
+            answer = f"piwf answer {send.decision_id} VALUE (piwf requests shows its choices)"
+            then = (
+                f"fix what it says, then piwf channel reload sends it again, or answer it with "
+                f"{answer}"
+                if send.resends_left
+                else f"it is not sent again (refused after every resend): answer it with {answer}"
+            )
             click.echo(
                 f"  failed {send.effect_id}: the API refused to post decision {send.decision_id}"
-                f"{why}; it is not sent again: answer it with piwf answer {send.decision_id}"
-                " VALUE (piwf requests shows its choices)"
+                f"{why}; {then}"
             )
 
 
@@ -82,19 +95,34 @@ def channel_status(as_json: bool) -> None:
 def channel_reload(as_json: bool) -> None:
     """Re-read channels.json; restart the adapters whose profile or credential changed.
 
+    Each open decision whose delivery the API refused is sent again (a refused send never
+    reached the chat, so this cannot duplicate it; at most 5 times each).
+
     A file that cannot be used is an error (exit 1) naming the file and what is wrong; nothing
-    changes then: the running adapters keep the last valid configuration.
+    changes then: the running adapters keep the last valid configuration. With no server
+    running, one is started, which reads channels.json and starts its adapters.
 
     \b
     Example:
       piwf channel reload
     """
-    with open_client() as client:
-        report = client.reload_channels()
-        home = client.home
+    report, started = _reload()
+    home = state_home()
+    if started is not None:
+        # The new server started what it read; its reload then found nothing changed.
+        report = report.model_copy(
+            update={"started": sorted(report.started + report.unchanged), "unchanged": []}
+        )
     if as_json:
-        render.emit_json(report.to_wire())
+        render.emit_json({**report.to_wire(), "serverStarted": started is not None})
         return
+    if started is not None:
+        click.echo(
+            render.one_line(
+                f"started piwf server (pid {started.pid}, epoch {started.epoch}) for {home}; "
+                f"it read {CHANNELS_FILE_NAME}"
+            )
+        )
     changes = (
         ("started", report.started),
         ("restarted", report.restarted),
@@ -109,6 +137,26 @@ def channel_reload(as_json: bool) -> None:
     for label, names in changes:
         if names:
             click.echo(f"{label}: {', '.join(names)}")
+    if report.resent:
+        click.echo(
+            f"sending again the refused delivery of decision(s): {', '.join(report.resent)} "
+            "(piwf channel status shows how it goes)"
+        )
+
+
+def _reload() -> tuple[ChannelReloadReceipt, ServerStarted | None]:
+    """Reload the running server's profiles, or start a server (it reads them as it starts)
+    and reload that one; the second value is the server this call started, if any."""
+    from piwf.client import launcher  # only a start needs it
+
+    try:
+        with open_client(autostart=False) as client:
+            return client.reload_channels(), None
+    except ServerNotRunningError:
+        pass  # nothing was sent: start one
+    started = launcher.ensure_server(state_home())
+    with open_client() as client:
+        return client.reload_channels(), started
 
 
 @channel_group.command("recover")

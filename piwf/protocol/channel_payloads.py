@@ -30,6 +30,8 @@ class ChannelSendInfo(WireModel):
     decision_id: str | None = None
     #: Why the API refused it (a failed delivery): the method and the API's own description.
     error: str | None = None
+    #: How many more times ``channel.reload`` sends a failed delivery again (0: never again).
+    resends_left: int | None = None
 
 
 class ChannelProfileInfo(WireModel):
@@ -50,8 +52,8 @@ class ChannelProfileInfo(WireModel):
     problem: ApiProblem | None = None
     pending_sends: int = 0
     ambiguous: list[ChannelSendInfo] = Field(default_factory=list)
-    #: Deliveries the API refused for good whose decision is still open (never retried: the
-    #: chat does not show those decisions; answer them with ``piwf answer``).
+    #: Deliveries the API refused whose decision is still open: the chat does not show those
+    #: decisions; a reload sends each again (``resends_left``), ``piwf answer`` answers it.
     failed: list[ChannelSendInfo] = Field(default_factory=list)
 
 
@@ -66,13 +68,15 @@ class ChannelStatus(WireModel):
 
 
 class ChannelReloadReceipt(WireModel):
-    """Receipt of channel.reload: which profiles were started, restarted, stopped, kept (a file
-    that cannot be used is answered ``rejected`` with code ``channelConfig`` instead)."""
+    """Receipt of channel.reload: which profiles were started, restarted, stopped, kept, and
+    the open decisions whose refused delivery is sent again (a file that cannot be used is
+    answered ``rejected`` with code ``channelConfig`` instead)."""
 
     started: list[str]
     restarted: list[str]
     stopped: list[str]
     unchanged: list[str]
+    resent: list[str] = Field(default_factory=list)
 
 
 class ChannelRecoverPayload(WireModel):

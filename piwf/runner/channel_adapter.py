@@ -9,8 +9,9 @@ Started by the server like every child (:mod:`piwf.runner.bootstrap`), speaking
        poll thread   getUpdates(offset) long poll -> channel.answer per update -> response
                      -> answerCallbackQuery (the server's notice) -> offset + 1;
                      channel.health with the first poll's outcome (a short poll), when a
-                     poll fails after one that did not (or fails differently), and when one
-                     succeeds again after failing
+                     poll fails after one that did not (or fails differently: another kind
+                     or another reason), and when one succeeds again after failing (polls
+                     are short while the API fails, so its return is seen at once)
 
 It never opens SQLite, never loads workflow code and never changes run state: the server
 checks every answer and settles decisions. Only the Bot API over ``urllib`` (standard library)
@@ -86,10 +87,11 @@ class TelegramAdapter:
         self.stopping = threading.Event()
         self.responses: queue.Queue[ResponseFrame] = queue.Queue()
         self._send_lock = threading.Lock()
-        #: The API's health as last reported to the server (None: usable; ``_UNCHECKED`` until
-        #: the first poll, whose outcome is always reported: the server sends nothing through
-        #: an adapter before its API has answered once).
-        self._reported_problem: ApiProblem | object | None = _UNCHECKED
+        #: The API's health as last reported to the server: (problem, reason) while it fails,
+        #: ``_ANSWERS`` while it answers, ``_UNCHECKED`` until the first poll, whose outcome is
+        #: always reported (the server sends nothing through an adapter before its API answered
+        #: once).
+        self._reported: tuple[ApiProblem | None, str | None] = _UNCHECKED
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -189,17 +191,20 @@ class TelegramAdapter:
         """One ``getUpdates`` and the relay of what it brought; False when the API failed.
 
         The API's health is reported on each change only: the first poll's outcome, a failure
-        after a success (or a different failure), and a success after a failure. Raises
-        ``OSError`` or ``EOFError`` when the pipe to the server is gone.
+        after a success (or a different failure: another kind or another reason), and a
+        success after a failure. Raises ``OSError`` or ``EOFError`` when the pipe to the server
+        is gone.
         """
-        checking = self._reported_problem is _UNCHECKED
+        # Short polls until the API is known to answer: a long one would keep a recovered
+        # API looking failed (and its old reason shown) for the whole poll.
+        checking = self._reported != _ANSWERS
         try:
             updates = self.call(
                 "getUpdates",
                 {
                     "offset": self.offset,
-                    # The first poll does not wait for updates: the server learns at once
-                    # whether the API answers.
+                    # The first poll, and each while the API fails, does not wait for
+                    # updates: the server learns at once whether the API answers.
                     "timeout": 0 if checking else self.profile.poll_timeout_s,
                     "allowed_updates": ["callback_query", "message"],
                 },
@@ -219,16 +224,17 @@ class TelegramAdapter:
         return True
 
     def _report_health(self, problem: ApiProblem | None, reason: str | None) -> None:
-        if problem == self._reported_problem:
+        health = (problem, None if reason is None else self._safe(reason)[:300])
+        if health == self._reported:
             return
         self._send(
             HealthFrame,
             attempt_id="health",
             expected_revision=self.revision,
-            problem=problem,
-            reason=None if reason is None else self._safe(reason)[:300],
+            problem=health[0],
+            reason=health[1],
         )
-        self._reported_problem = problem
+        self._reported = health
 
     def _relay(self, raw: dict[str, Any]) -> None:
         update_id = int(raw["update_id"])
@@ -326,8 +332,10 @@ class TelegramAdapter:
         return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-#: The API's health before the first poll (see ``TelegramAdapter._reported_problem``).
-_UNCHECKED = object()
+#: The API's health before the first poll (see ``TelegramAdapter._reported``).
+_UNCHECKED: tuple[ApiProblem | None, str | None] = (None, "unchecked")
+#: The API's health while it answers.
+_ANSWERS: tuple[ApiProblem | None, str | None] = (None, None)
 
 #: How much of an API's error body is read, and of its description kept.
 _ERROR_BODY_BYTES = 4096

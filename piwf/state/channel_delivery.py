@@ -17,6 +17,8 @@ function runs inside the caller's ``BEGIN IMMEDIATE`` transaction and never comm
                       ``decision.answer`` does (provenance human, actor ``telegram:<id>``)
     adapter_ended     the adapter of ``epoch`` is gone: its open attempts become ambiguous
     recover           the operator's ``confirm`` (it was sent) or ``retry`` (send again)
+    resend_refused    a reload's new send of each delivery the API refused (known not posted)
+                      whose decision is open, at most ``MAX_RESENDS`` times each
 
 A stale adapter (another epoch) or a stale attempt (another attempt number or effect revision)
 is a :class:`~piwf.lifecycle.Conflict` and changes nothing.
@@ -55,6 +57,10 @@ UPDATE_OFFSET = "updateOffset"
 #: Effect types of the external work.
 SEND = "channel.send"
 EDIT = "channel.edit"
+
+#: How many times a reload sends a refused delivery again (its first send not counted).
+MAX_RESENDS = 5
+_RESEND = ":resend-"
 
 UpdateOutcome = Literal["won", "adopted", "already_resolved", "rejected", "refused", "ignored"]
 
@@ -381,6 +387,49 @@ def recover(
         )
         store.set_message_status(tx, message.message_id, status)
     return result
+
+
+def resend_refused(tx: Transaction, channel_id: str, *, actor: Actor) -> list[str]:
+    """Give each delivery the API refused whose decision is still open one new send (a new
+    ``pending`` effect with the same message, under the key ``delivery:<id>:resend-<n>``),
+    unless it was sent again ``MAX_RESENDS`` times already; return their decision ids.
+
+    Safe to send again: a refused send (``rejected``) is known not to have been posted. An
+    ambiguous one is never touched (only the operator's ``recover`` resolves it), nor is a
+    refused edit. The refused effect stays as it was (history)."""
+    channel = store.get_channel(tx, channel_id)
+    if channel is None:
+        return []
+    resent = []
+    for message in store.failed_open_deliveries(tx, channel_id, limit=256):
+        refused = fx.get_effect(tx, message.effect_id)
+        if refused is None or refused.status is not EffectStatus.REJECTED:
+            continue
+        count = resends_of(refused)
+        if count >= MAX_RESENDS:
+            continue
+        reserved = fx.reserve_effect(
+            tx,
+            source_resource_id=channel.resource_id,
+            source_revision=channel.revision,
+            effect_type=SEND,
+            idempotency_key=f"{message.purpose.value}:{message.decision_id}{_RESEND}{count + 1}",
+            payload=blobs.read_json(tx, refused.payload_hash),
+            recovery=EffectRecovery.MANUAL,
+            owner_scope=EffectOwnerScope.CHANNEL,
+            actor=actor,
+        )
+        if not isinstance(reserved, Applied):
+            raise LookupError(f"resend of {message.effect_id}: {reserved}")  # a damaged state
+        if store.resend_message(tx, message.message_id, reserved.value.effect_id):
+            resent.append(str(message.decision_id))
+    return resent
+
+
+def resends_of(effect: fx.Effect) -> int:
+    """How many times the delivery ``effect`` belongs to was sent again (0: its first send)."""
+    _, marker, count = effect.idempotency_key.rpartition(_RESEND)
+    return int(count) if marker and count.isdigit() else 0
 
 
 def open_effects(tx: Transaction, channel: ChannelRow) -> list[fx.Effect]:

@@ -71,6 +71,12 @@ _SET_MESSAGE_STATUS = """
 UPDATE channel_messages SET status = ?, updated_at = ? WHERE message_id = ?
 """
 
+# Only a delivery the API refused (known not posted) takes a new send.
+_RESEND_MESSAGE = """
+UPDATE channel_messages SET effect_id = ?, status = 'pending', updated_at = ?
+WHERE message_id = ? AND purpose = 'delivery' AND status = 'failed'
+"""
+
 # Protected decisions (kind human_decision) still open for an answer and not yet presented on
 # the channel: what the channel has to deliver next, oldest first. The status term the open
 # requests' partial index is made with lets the read walk the open requests only, not every
@@ -102,8 +108,8 @@ LIMIT :limit
 """
 
 
-# Deliveries the API refused for good (never retried) whose decision is still open: a
-# decision the chat never showed, which someone must answer another way. Driven from the open
+# Deliveries the API refused whose decision is still open: a decision the chat never showed
+# (a reload sends it again, a bounded number of times; piwf answer answers it). Driven from the open
 # requests (CROSS JOIN keeps that order), not from the channel's every message.
 _FAILED_OPEN = """
 SELECT m.message_id, m.channel_id, m.decision_id, m.purpose, m.token, m.effect_id, m.status,
@@ -244,6 +250,13 @@ def set_message_status(tx: Transaction, message_id: str, status: ChannelMessageS
     tx.execute(_SET_MESSAGE_STATUS, (status.value, tx.now, message_id))
 
 
+def resend_message(tx: Transaction, message_id: str, effect_id: str) -> bool:
+    """Point a ``failed`` delivery at its new send ``effect_id`` and make it ``pending`` again;
+    False (nothing written) when it is not a failed delivery."""
+    cursor = tx.execute(_RESEND_MESSAGE, (effect_id, tx.now, message_id))
+    return cursor.rowcount == 1
+
+
 def get_message(tx: Transaction, message_id: str) -> ChannelMessage | None:
     """Return the message, or None."""
     row = tx.one(_SELECT_MESSAGE + " WHERE message_id = ?", (message_id,))
@@ -291,7 +304,7 @@ def failed_open_deliveries(
     tx: Transaction, channel_id: str, limit: int = 16
 ) -> list[ChannelMessage]:
     """Deliveries the API refused whose decision is still open, oldest first: the chat never
-    showed them, and a refused send is not retried."""
+    showed them (see :func:`piwf.state.channel_delivery.resend_refused`)."""
     rows = tx.all(_FAILED_OPEN, {"channel": channel_id, "limit": limit})
     return [_message(row) for row in rows]
 

@@ -616,12 +616,22 @@ def test_a_channel_reload_with_no_profiles_says_where_they_are_configured(
 ) -> None:
     reloaded = piwf.run("channel", "reload")
     assert reloaded.returncode == 0, reloaded.stderr
-    assert reloaded.stdout == (
+    started, nothing = reloaded.stdout.splitlines()
+    assert started.startswith("started piwf server (pid "), started
+    assert started.endswith(f" for {piwf.home}; it read channels.json"), started
+    assert nothing == (
         f"no channel profiles: nothing to start (configure them in {piwf.home}/channels.json;"
-        " docs/CHANNELS.md shows the setup)\n"
+        " docs/CHANNELS.md shows the setup)"
     )
     report = piwf.json("channel", "reload")
-    assert report == {"restarted": [], "started": [], "stopped": [], "unchanged": []}
+    assert report == {
+        "restarted": [],
+        "resent": [],
+        "serverStarted": False,
+        "started": [],
+        "stopped": [],
+        "unchanged": [],
+    }
 
 
 def test_a_dash_with_nothing_on_stdin_says_so_and_a_terminal_is_told_how_to_end(

@@ -6,8 +6,9 @@ updates below the offset are confirmed and dropped, as Telegram does) and
 body), lets a test inject a button press from any user id, and can be told to hang the next
 ``sendMessage`` (it has then been received and recorded, but never answered: an in-flight send),
 to refuse every token (HTTP 401, as Telegram answers a wrong one), to answer every
-``getUpdates`` with a given document (:attr:`FakeBotApi.poll_answer`), or to go offline and come
-back on the same port (:meth:`FakeBotApi.go_offline`, :meth:`FakeBotApi.go_online`).
+``getUpdates`` with a given document (:attr:`FakeBotApi.poll_answer`), to hold long polls as long
+as asked (:attr:`FakeBotApi.longest_wait_s`, 1 s by default), or to go offline and come back on
+the same port (:meth:`FakeBotApi.go_offline`, :meth:`FakeBotApi.go_online`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class FakeBotApi:
     refusals: int = 0
     #: How many getUpdates polls were answered (not recorded as calls).
     polls: int = 0
+    #: The longest a getUpdates long poll waits for an update (its ``timeout``, bounded).
+    longest_wait_s: float = 1.0
     lock: threading.Condition = field(default_factory=threading.Condition)
     released: threading.Event = field(default_factory=threading.Event)
     _server: ThreadingHTTPServer | None = None
@@ -151,7 +154,7 @@ class FakeBotApi:
         self.polls += 1
         self.updates = [u for u in self.updates if u["update_id"] >= offset]
         if not self.updates:
-            self.lock.wait(min(float(timeout), 1.0))
+            self.lock.wait(min(float(timeout), self.longest_wait_s))
             self.updates = [u for u in self.updates if u["update_id"] >= offset]
         return list(self.updates)
 
@@ -175,6 +178,11 @@ class FakeBotApi:
             )
             self.lock.notify_all()
             return update_id
+
+    def wake(self) -> None:
+        """End every long poll waiting now (each answers without updates)."""
+        with self.lock:
+            self.lock.notify_all()
 
     def of(self, method: str) -> list[Call]:
         with self.lock:

@@ -8,14 +8,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.server.fake_bot_api import FakeBotApi
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
-from tests.server.test_channels import adapter, configure, degraded, effects, piwf
+from tests.server.test_channels import (
+    ALLOWED,
+    adapter,
+    buttons,
+    configure,
+    degraded,
+    effects,
+    piwf,
+    send_message_id,
+    status,
+)
 from tests.server.test_decisions import decision_workflow, waiting_request
-from tests.server.test_execution import FAST, query, start
+from tests.server.test_execution import FAST, query, start, wait_run
 
 
 @pytest.fixture
@@ -122,3 +133,85 @@ def test_a_decision_the_api_refused_to_post_is_listed_until_it_is_answered(
         assert answered.outcome == "accepted", answered
     status = json.loads(piwf(channel_server.home, "channel", "status", "--json").stdout)
     assert status["profiles"][0]["failed"] == [], "an answered decision is no longer listed"
+
+
+def test_status_shows_the_newest_reason_and_clears_it_as_soon_as_the_api_answers(
+    servers: ServerFactory, bot: FakeBotApi
+) -> None:
+    """A failure whose reason changes shows the newest reason (one log line, not one per
+    reason), and once the API answers again the profile is ready without a reason at once,
+    not after a long poll of a minute."""
+    bot.longest_wait_s = 120
+    configure(servers.home, bot, poll_timeout_s=60)
+    server = servers.start(env=FAST)
+    assert server.ready["ok"] is True, server.ready
+    with raw_client(server) as client:
+        adapter(client)
+        # The adapter's long poll is waiting (the fake holds its lock until it waits).
+        wait_for(lambda: bot.polls >= 2, what="the long poll")
+        bot.poll_answer = {"ok": False, "description": "Conflict: first reason"}
+        bot.wake()
+        first = wait_for(lambda: degraded(client, "apiError"), timeout_s=30, what="apiError")
+        assert "first reason" in first["error"], first
+
+        def newest() -> dict[str, Any] | None:
+            found = degraded(client, "apiError")
+            return found if found is not None and "second reason" in found["error"] else None
+
+        bot.poll_answer = {"ok": False, "description": "Conflict: second reason"}
+        shown = wait_for(newest, timeout_s=30, what="the newest reason")
+        assert "first reason" not in shown["error"] and shown["since"] == first["since"], shown
+        human = piwf(server.home, "channel", "status").stdout
+        assert "second reason" in human and "first reason" not in human, human
+        bot.poll_answer = None
+        back = adapter(client)  # within 30 s: the poll after a failure does not wait
+        assert "error" not in back and "problem" not in back, back
+    human = piwf(server.home, "channel", "status")
+    assert "reason" not in human.stdout and "  since " not in human.stdout, human.stdout
+    log = (server.home / "server" / "server.log").read_text()
+    assert log.count("channel ops: the Bot API answers with an error") == 1, log
+    assert log.count("channel ops: the Bot API answers again") == 1, log
+
+
+def test_a_reload_sends_a_refused_delivery_again_once_and_it_can_be_answered_there(
+    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    """A refused send never reached the chat, so a reload (the operator fixed the cause) sends
+    it again: once per reload, never a duplicate of one that was posted."""
+    bot.send_refusal = {
+        "ok": False,
+        "error_code": 400,
+        "description": "Bad Request: chat not found",
+    }
+    workflow = decision_workflow(tmp_path, "refused", 600_000)
+    with raw_client(channel_server) as client:
+        adapter(client)
+        run_id = start(client, workflow, None, "r1")
+        request_id = waiting_request(client, run_id)["requestId"]
+        wait_for(
+            lambda: effects(channel_server) == [("channel.send", "rejected", 1)], what="refused"
+        )
+        (failed,) = status(client)["profiles"][0]["failed"]
+        assert failed["resendsLeft"] == 5, failed
+        human = piwf(channel_server.home, "channel", "status").stdout
+        assert "then piwf channel reload sends it again" in human, human
+        bot.send_refusal = None  # the operator fixed the chat
+        reloaded = piwf(channel_server.home, "channel", "reload", "--json")
+        assert json.loads(reloaded.stdout)["resent"] == [request_id], reloaded
+        wait_for(
+            lambda: (
+                effects(channel_server)
+                == [("channel.send", "rejected", 1), ("channel.send", "applied", 1)]
+            ),
+            what="sent again",
+        )
+        assert status(client)["profiles"][0]["failed"] == []
+        again = piwf(channel_server.home, "channel", "reload", "--json")
+        assert json.loads(again.stdout)["resent"] == [], again  # posted: never sent twice
+        refused_send, posted = bot.of("sendMessage")
+        assert posted.body == refused_send.body  # the same message and buttons
+        bot.press(ALLOWED, buttons(posted)["Ship it"])
+        assert wait_run(client, run_id)["status"] == "completed"
+        (edit,) = wait_for(lambda: bot.of("editMessageText"), timeout_s=30, what="the edit")
+    assert edit.body["message_id"] == send_message_id(channel_server, applied=True)
+    assert len(bot.of("sendMessage")) == 2

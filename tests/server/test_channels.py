@@ -36,7 +36,7 @@ def bot() -> Iterator[FakeBotApi]:
     fake.stop()
 
 
-def configure(home: Path, bot: FakeBotApi, *, mode: int = 0o600) -> None:
+def configure(home: Path, bot: FakeBotApi, *, mode: int = 0o600, poll_timeout_s: int = 1) -> None:
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     (home / "channels").mkdir(mode=0o700, exist_ok=True)
     token = home / "channels" / "ops.token"
@@ -48,7 +48,7 @@ def configure(home: Path, bot: FakeBotApi, *, mode: int = 0o600) -> None:
         "chatId": str(bot.chat_id),
         "allowedUserIds": [ALLOWED],
         "credentialFile": "channels/ops.token",
-        "pollTimeoutS": 1,
+        "pollTimeoutS": poll_timeout_s,
         "requestTimeoutS": 60,
     }
     (home / "channels.json").write_text(json.dumps({"profiles": {"ops": profile}}))
@@ -151,8 +151,9 @@ def test_a_decision_is_answered_on_telegram_and_the_run_completes(
     assert not log.exists() or TOKEN not in log.read_text()
 
 
-def send_message_id(server: ServerProcess) -> int:
-    (ref,) = query(server, "SELECT external_ref FROM effects WHERE effect_type = 'channel.send'")
+def send_message_id(server: ServerProcess, *, applied: bool = False) -> int:
+    sql = "SELECT external_ref FROM effects WHERE effect_type = 'channel.send'"
+    (ref,) = query(server, sql + (" AND status = 'applied'" if applied else ""))
     return int(str(ref[0]).split(":")[1])
 
 
@@ -317,6 +318,7 @@ def test_reload_restarts_a_changed_profile_and_stops_a_removed_one(
             "restarted": [],
             "stopped": [],
             "unchanged": ["ops"],
+            "resent": [],
         }
         document["profiles"]["ops"]["allowedUserIds"] = [ALLOWED, STRANGER]
         config.write_text(json.dumps(document))
@@ -334,6 +336,43 @@ def test_reload_restarts_a_changed_profile_and_stops_a_removed_one(
         broken = client.request("channel.reload", key="reload-4")
         assert broken.outcome == "rejected", broken
         assert broken.error is not None and broken.error.code == "channelConfig", broken
+
+
+def test_reload_without_a_server_starts_one_and_says_it_started_the_adapters(
+    servers: ServerFactory, bot: FakeBotApi
+) -> None:
+    """The server a reload starts reads channels.json as it starts; its adapters were started
+    by this command, not found unchanged."""
+    configure(servers.home, bot)
+    try:
+        reloaded = piwf(servers.home, "channel", "reload")
+        assert reloaded.returncode == 0, reloaded.stderr
+        started, adapters = reloaded.stdout.splitlines()
+        assert started.startswith("started piwf server (pid "), started
+        assert started.endswith(f" for {servers.home}; it read channels.json"), started
+        assert adapters == "started: ops", reloaded.stdout
+        again = piwf(servers.home, "channel", "reload", "--json")
+        assert json.loads(again.stdout) == {
+            "restarted": [],
+            "resent": [],
+            "serverStarted": False,
+            "started": [],
+            "stopped": [],
+            "unchanged": ["ops"],
+        }, again
+        stopped = piwf(servers.home, "server", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        fresh = piwf(servers.home, "channel", "reload", "--json")
+        assert json.loads(fresh.stdout) == {
+            "restarted": [],
+            "resent": [],
+            "serverStarted": True,
+            "started": ["ops"],
+            "stopped": [],
+            "unchanged": [],
+        }, fresh
+    finally:
+        piwf(servers.home, "server", "stop")
 
 
 def test_reload_of_an_unusable_file_fails_and_the_adapter_keeps_its_configuration(

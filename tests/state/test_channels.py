@@ -188,6 +188,35 @@ def test_an_allowed_press_answers_as_a_human_and_a_stranger_is_refused(
     assert violations(db) == []
 
 
+def test_a_refused_delivery_is_sent_again_a_bounded_number_of_times_and_an_ambiguous_one_never(
+    db: StateDatabase,
+) -> None:
+    refused_id = park(db, decision_flow(), "run-1")
+    unsure_id = park(db, decision_flow(), "run-2")
+    adapter = start(db)
+    refused = deliver(db, adapter.epoch, refused_id)
+    unsure = deliver(db, adapter.epoch, unsure_id)
+    settle(db, adapter.epoch, refused, outcome="rejected", result=None, error="chat not found")
+    settle(db, adapter.epoch, unsure, outcome="indeterminate", result=None, error="timed out")
+    for resend in range(1, cd.MAX_RESENDS + 1):
+        with db.write() as tx:
+            assert cd.resend_refused(tx, CHANNEL, actor=SERVER) == [refused_id]
+            # Once: until the new send is refused too, there is nothing to send again.
+            assert cd.resend_refused(tx, CHANNEL, actor=SERVER) == []
+            (work,) = cd.resume_pending(tx, CHANNEL, adapter.epoch, actor=SERVER)
+            sent = fx.get_effect(tx, work.effect_id)
+        assert sent is not None and cd.resends_of(sent) == resend and work.attempt == 1
+        assert work.request == refused.request  # the same message, buttons and token
+        assert effect_status(db, refused.effect_id) == ("rejected", 1)  # kept as history
+        settle(db, adapter.epoch, work, outcome="rejected", result=None, error="chat not found")
+    with db.write() as tx:
+        assert cd.resend_refused(tx, CHANNEL, actor=SERVER) == []  # bounded
+        (failed,) = store.failed_open_deliveries(tx, CHANNEL)
+        assert failed.decision_id == refused_id and failed.effect_id == work.effect_id
+    assert effect_status(db, unsure.effect_id) == ("ambiguous", 1)  # never sent blindly
+    assert violations(db) == []
+
+
 def test_a_decision_answered_elsewhere_is_not_delivered(db: StateDatabase) -> None:
     decision_id = park(db, decision_flow())
     assert isinstance(answer(db, decision_id, {"choice": "hold"}), Applied)

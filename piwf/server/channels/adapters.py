@@ -13,8 +13,8 @@ Duties, driven by the server loop::
                answered) or ``degraded``, later ones between the two while its API fails and
                back (one log line per change)
     dispatch   (on a nudge and on the poll timer) for each ready adapter (not a degraded
-               one: what it sent would fail, and a refused send is not retried): present open
-               protected decisions, resume sends an operator sent back to pending, edit
+               one: what it sent would be refused, and waits for a reload): present open
+               protected decisions, resume sends an operator or a reload made pending, edit
                deliveries whose decision was settled (on the channel or anywhere else); every
                attempt is recorded before the adapter is asked
     reap       an adapter that ends leaves its open attempts ambiguous; it is started again
@@ -68,7 +68,7 @@ from piwf.server.channels.profiles import (
     load_profiles,
     read_credential,
 )
-from piwf.server.channels.render import render_delivery, render_settlement
+from piwf.server.channels.render import NOTICES, render_delivery, render_settlement
 from piwf.server.children.link import ChildLink
 from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.loop import EventLoop, Timer
@@ -80,14 +80,6 @@ from piwf.state.records import Actor
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 
 log = logging.getLogger("piwf.server")
-
-_NOTICES = {
-    "won": "Answer recorded",
-    "adopted": "Already recorded",
-    "already_resolved": "This decision was already settled",
-    "refused": "You are not allowed to answer here",
-    "ignored": "Nothing to answer",
-}
 
 
 @dataclass(frozen=True)
@@ -392,7 +384,7 @@ class ChannelAdapters:
         adapter.last_sequence = frame.sequence
         if isinstance(frame, ReadyFrame):
             # Still ``starting``: nothing is sent before its API has answered once (its first
-            # health report), since a send the API refuses at the door is never retried.
+            # health report), since a send the API refuses at the door waits for a reload.
             adapter.failures = 0
             adapter.launched = True
         elif isinstance(frame, SettleFrame):
@@ -417,8 +409,9 @@ class ChannelAdapters:
 
     def _health(self, adapter: Adapter, frame: HealthFrame) -> None:
         """The adapter's first poll answered or failed, or its API failed, failed differently
-        or answers again: one log line each (the adapter reports changes only). Nothing is
-        dispatched to it before its API answered once, nor while it fails."""
+        or answers again (reported on change only). Status shows the newest reason; one log
+        line per change of state or problem, not per reason (one may change each poll). Nothing
+        is dispatched to it before its API answered once, nor while it fails."""
         if adapter.state not in ("starting", "ready", "degraded") or not adapter.launched:
             return
         name = adapter.profile.name
@@ -437,6 +430,9 @@ class ChannelAdapters:
             return
         credential_file = adapter.profile.config.credential_file
         error = degraded_error(frame.problem, frame.reason, credential_file)
+        if adapter.state == "degraded" and adapter.problem == frame.problem:
+            adapter.error = error  # the same failure since the same moment, a newer reason
+            return
         log.warning("channel %s: %s", name, error)
         self._enter(adapter, "degraded", error=error, problem=frame.problem)
 
@@ -505,7 +501,7 @@ class ChannelAdapters:
                     )
                 else:
                     outcome, revision = "accepted", applied.value.revision
-                    notice = _NOTICES.get(applied.value.outcome, "Not recorded")
+                    notice = NOTICES.get(applied.value.outcome, "Not recorded")
                     if applied.value.outcome == "rejected":
                         notice = (applied.value.reason or "Not recorded")[:200]
                     if applied.value.outcome == "refused":

@@ -6,8 +6,10 @@ operation           kind     what it does
 channel.status      read     profiles, each adapter's state (``degraded`` while its API
                              fails, and why), pid and epoch, pending and ambiguous sends (no
                              credential, chat id or answer)
-channel.reload      durable  re-read ``channels.json``; start, restart and stop adapters (an
-                             unusable file is ``rejected`` and changes nothing)
+channel.reload      durable  re-read ``channels.json``; start, restart and stop adapters, and
+                             send again each refused delivery of an open decision of a kept
+                             profile (bounded); an unusable file is ``rejected`` and changes
+                             nothing
 channel.recover     durable  the operator's resolution of an ambiguous send: ``confirm`` (it
                              reached the chat) or ``retry`` (a new attempt; a duplicate is
                              possible)
@@ -71,15 +73,8 @@ class ChannelHandlers:
                     if effect.status is not EffectStatus.AMBIGUOUS:
                         continue
                     message = channel_store.message_of_effect(tx, effect.effect_id)
-                    ambiguous.append(
-                        ChannelSendInfo(
-                            effect_id=effect.effect_id,
-                            effect_type=effect.effect_type,
-                            status=effect.status.value,
-                            attempt_count=effect.attempt_count,
-                            decision_id=None if message is None else message.decision_id,
-                        )
-                    )
+                    decision_id = None if message is None else message.decision_id
+                    ambiguous.append(_send_info(effect, decision_id))
                 failed = [] if channel is None else self._failed(tx, channel.channel_id)
                 profiles.append(
                     ChannelProfileInfo(
@@ -115,32 +110,40 @@ class ChannelHandlers:
             if effect is None:
                 continue
             error = None if effect.error_hash is None else blobs.read_text(tx, effect.error_hash)
-            found.append(
-                ChannelSendInfo(
-                    effect_id=effect.effect_id,
-                    effect_type=effect.effect_type,
-                    status=effect.status.value,
-                    attempt_count=effect.attempt_count,
-                    decision_id=message.decision_id,
-                    error=None if error is None else error[:MAX_ERROR_CHARS],
-                )
-            )
+            left = max(0, cd.MAX_RESENDS - cd.resends_of(effect))
+            found.append(_send_info(effect, message.decision_id, error, resends_left=left))
         return found
 
     def reload(self, request: Request, reply: Reply) -> None:
         """Reload once per idempotency key: a retry gets the stored report back. A file that
         cannot be used is ``rejected`` (``channelConfig``, naming the file and what is wrong)
-        and changes nothing."""
+        and changes nothing. Each refused delivery of an open decision on a profile that stays
+        configured is sent again (:func:`~piwf.state.channel_delivery.resend_refused`)."""
         payload_of(request, EmptyPayload)
         earlier = self.context.commands.lookup(request)
         if earlier is not None:
             reply(earlier)
             return
         try:
-            result = CommandResult.accepted(self.adapters.reload().to_wire())
+            receipt = self.adapters.reload()
         except ChannelConfigError as error:
-            result = CommandResult.failed("rejected", error)
-        reply(self.context.commands.store(request, result))
+            reply(self.context.commands.store(request, CommandResult.failed("rejected", error)))
+            return
+        actor = Actor(ActorType.HUMAN, request.client_id)
+        kept = receipt.started + receipt.restarted + receipt.unchanged
+        resent: list[str] = []
+
+        def resend(tx: Transaction) -> CommandResult:
+            # A reload is when the operator has fixed what the API refused (the chat id, the
+            # bot's membership): each such delivery gets one more send, never a duplicate.
+            for name in kept:
+                channel_id = channel_store.channel_id_for(ChannelAdapterType.TELEGRAM, name)
+                resent.extend(cd.resend_refused(tx, channel_id, actor=actor))
+            return CommandResult.accepted(receipt.model_copy(update={"resent": resent}).to_wire())
+
+        reply(self.context.commands.execute(request, resend))
+        if resent:
+            self.adapters.nudge()  # sent as soon as its adapter is ready
 
     def recover(self, request: Request, reply: Reply) -> None:
         payload = payload_of(request, ChannelRecoverPayload)
@@ -169,3 +172,22 @@ class ChannelHandlers:
         reply(response)
         if response.outcome in ("accepted", "adopted"):
             self.adapters.nudge()  # a retry is sent now, as a new attempt
+
+
+def _send_info(
+    effect: fx.Effect,
+    decision_id: str | None,
+    error: str | None = None,
+    *,
+    resends_left: int | None = None,
+) -> ChannelSendInfo:
+    """What status shows of one send or edit (an error cut to ``MAX_ERROR_CHARS``)."""
+    return ChannelSendInfo(
+        effect_id=effect.effect_id,
+        effect_type=effect.effect_type,
+        status=effect.status.value,
+        attempt_count=effect.attempt_count,
+        decision_id=decision_id,
+        error=None if error is None else error[:MAX_ERROR_CHARS],
+        resends_left=resends_left,
+    )

@@ -4,7 +4,8 @@ The server renders (the adapter only transports). Each button carries ``<token>:
 delivery's short token and the choice's position among the decision's stored choices, never
 the answer itself, so callback data stays within Telegram's 64 bytes. A choice that needs a
 text input gets no button; the message says to answer it with ``piwf answer``. The decision's
-request content is shown as given (bounded to the message limit).
+request content is shown as given (bounded to the message limit). A press is answered with a
+short notice (:data:`NOTICES`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,15 @@ from piwf.canonical import JsonValue
 from piwf.protocol.channel_v1 import MAX_TEXT_CHARS
 from piwf.state.channel_delivery import Presentation, Settlement
 from piwf.state.enums import ResolutionOutcome, ResolutionProvenance
+
+#: What a person who pressed a button is told, by the update's outcome.
+NOTICES = {
+    "won": "Answer recorded",
+    "adopted": "Already recorded",
+    "already_resolved": "This decision was already settled",
+    "refused": "You are not allowed to answer here",
+    "ignored": "Nothing to answer",
+}
 
 _WHO = {
     ResolutionProvenance.HUMAN: "answered by a person",
