@@ -33,6 +33,7 @@ class ListedRun:
     display_status: str
     paused: bool
     needs_action: bool
+    waiting_for_person: bool
     error_code: str | None
     created_at: int
 
@@ -81,7 +82,7 @@ def _listed_run(run: object) -> ListedRun | None:
         return None
     strings = [run.get(name) for name in ("runId", "workflowName", "displayStatus")]
     optional = [run.get(name) for name in ("title", "errorCode")]
-    flags = [run.get("paused"), run.get("needsAction", False)]
+    flags = [run.get("paused"), run.get("needsAction", False), run.get("waitingForPerson", False)]
     created_at = run.get("createdAt")
     if not (
         all(isinstance(value, str) for value in strings)
@@ -98,6 +99,7 @@ def _listed_run(run: object) -> ListedRun | None:
         display_status=run["displayStatus"],
         paused=run["paused"],
         needs_action=run.get("needsAction", False),
+        waiting_for_person=run.get("waitingForPerson", False),
         error_code=run.get("errorCode"),
         created_at=created_at,
     )

@@ -53,6 +53,8 @@ class RunRow(Protocol):
     @property
     def needs_action(self) -> bool: ...
     @property
+    def waiting_for_person(self) -> bool: ...
+    @property
     def error_code(self) -> str | None: ...
     @property
     def created_at(self) -> int: ...
@@ -137,10 +139,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def run_status(run: RunRow) -> str:
     """The run's display status (``paused`` for a paused unfinished run), marked when the
-    pause flag is set under another status, or when it is parked until someone acts
-    (``queued`` in the seed's closed set of statuses; the server says it needs action)."""
+    pause flag is set under another status, when it is parked until someone acts (``queued``
+    in the seed's closed set of statuses; the server says it needs action), or when a
+    checkpoint or decision of it waits for a person's answer (``piwf answer``)."""
     if run.paused and run.display_status != "paused":
         return f"{run.display_status} (paused)"
+    if run.waiting_for_person:
+        return f"{run.display_status} (needs action: answer)"
     if run.needs_action and run.display_status == "queued":
         return (
             f"queued (needs action: {run.error_code})"

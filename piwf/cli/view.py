@@ -103,6 +103,7 @@ def wording() -> Wording:
 
     return Wording(
         explain=explanation_line,
+        run_status=render.run_status,
         step_cells=render_view.step_cells,
         timestamp=render.timestamp,
         one_line=safe_text.one_line,

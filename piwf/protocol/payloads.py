@@ -206,6 +206,9 @@ class RunInfo(WireModel):
     error_code: str | None = None
     #: True while the run will not go on until someone acts (resume, resolve an effect).
     needs_action: bool = False
+    #: True while a checkpoint or protected decision of the run waits for a person's answer
+    #: (the run view's activity ``waitingForPerson``; never while paused).
+    waiting_for_person: bool = False
     #: How the run came to exist: ``root``, ``restart`` or ``fork`` (of ``parentRunId``).
     lineage: str = "root"
     parent_run_id: str | None = None

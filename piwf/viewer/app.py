@@ -10,7 +10,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 
 from piwf.client import Client
-from piwf.protocol.payloads import OpenRequestInfo
+from piwf.protocol.payloads import OpenRequestInfo, RunInfo
 from piwf.protocol.view_payloads import RunView, Step
 from piwf.viewer.run_list import RunListScreen
 from piwf.viewer.run_screen import RunScreen
@@ -22,6 +22,8 @@ class Wording:
     passed in so the viewer and ``piwf run show`` / ``run explain`` always agree.
 
     ``explain``: the one-line "why is the run where it is, and what to run next";
+    ``run_status``: a run's STATUS cell as ``piwf run list`` shows it (marked ``(paused)``, or
+    ``(needs action: …)`` while it waits for an operator or a person's answer);
     ``step_cells``: a step's NODE, VISIT, OUTCOME, STARTED, TOOK and RESULT cells;
     ``timestamp``: a time in milliseconds since the epoch as local time;
     ``one_line``: stored text (a reason, a branch's case, an error) safe to show in one line;
@@ -35,6 +37,7 @@ class Wording:
     """
 
     explain: Callable[[RunView], str]
+    run_status: Callable[[RunInfo], str]
     step_cells: Callable[[Step], Sequence[str]]
     timestamp: Callable[[int | None], str]
     one_line: Callable[[str], str]

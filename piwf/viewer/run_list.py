@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, ClassVar, cast
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -27,7 +28,11 @@ LISTED_RUNS = 200
 class RunListScreen(Screen[None]):
     """The runs (id, display status, workflow, created), live; Enter opens the highlighted."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "open", "open run", show=True)]
+    # A priority binding: the table's own Enter (hidden) would take the key first and keep
+    # "open run" out of the footer, so nothing on the screen said how to open a run.
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "open run", show=True, priority=True)
+    ]
 
     # The table takes the rows the title, the message and the footer leave, and scrolls inside
     # them: a list longer than the terminal must not push the message (the server is gone)
@@ -86,26 +91,34 @@ class RunListScreen(Screen[None]):
         table = self.query_one("#runs", DataTable)
         timestamp = self.viewer.wording.timestamp
         rows = [
-            (run.run_id, run.display_status, run.workflow_name, timestamp(run.created_at))
+            (run.run_id, self._status(run), run.workflow_name, timestamp(run.created_at))
             for run in runs
         ]
         # Every push clears the message: "cannot list the runs" no longer holds once one came.
         self._say("" if rows else "no runs yet: piwf run start WORKFLOW")
-        shown = [str(key.value) for key in table.rows]
+        shown = [str(key.value) for key in table.rows]  # the run ids, in order
         if shown == [row[0] for row in rows]:
             for row in rows:  # the same runs in the same order: only statuses change
                 # A longer status ("running" to "completed") widens the column, never clipped.
-                table.update_cell(row[0], "status", literal(row[1]), update_width=True)
+                table.update_cell(row[0], "status", row[1], update_width=True)
             return
         # The cursor stays on the run it was on, unless that was the newest: then it stays on
         # the top row, so a run started meanwhile comes in sight instead of above it.
         on_top = table.cursor_row <= 0
         highlighted = shown[table.cursor_row] if shown and table.cursor_row < len(shown) else None
         table.clear()
-        for row in rows:
-            table.add_row(*map(literal, row), key=row[0])
+        for run_id, status, *rest in rows:
+            table.add_row(literal(run_id), status, *map(literal, rest), key=run_id)
         if not on_top and highlighted is not None and highlighted in table.rows:
             table.move_cursor(row=table.get_row_index(highlighted))
+
+    def _status(self, run: RunInfo) -> Text:
+        """The STATUS cell: ``piwf run list``'s status, in bold while the run cannot go on
+        until someone acts (an operator, or a person answering its checkpoint or decision)."""
+        text = literal(self.viewer.wording.run_status(run))
+        if run.needs_action or run.waiting_for_person:
+            text.stylize("bold")
+        return text
 
     def action_open(self) -> None:
         table = self.query_one("#runs", DataTable)

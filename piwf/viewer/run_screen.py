@@ -20,7 +20,6 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Log, Static
 from textual.worker import get_current_worker
 
-from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.client.logs import MISSING_LOG_NOTE
 from piwf.errors import PiwfError, ServerNotRunningError
@@ -32,7 +31,7 @@ from piwf.protocol.view_payloads import (
     Step,
     StepPage,
 )
-from piwf.viewer.answer import AnswerScreen, ConfirmAnswer
+from piwf.viewer.answer import AnswerScreen
 from piwf.viewer.graph import graph_lines
 
 if TYPE_CHECKING:
@@ -347,34 +346,14 @@ class RunScreen(Screen[None]):
         about = wording.request(request) if request is not None else ""
         about = "\n".join(map(wording.one_line, about.split("\n")))
 
-        def confirmed(value: JsonValue, yes: bool | None) -> None:
-            if yes:
-                self._answer(waiting.request_id, value)
-            else:
-                self.say("not answered")
+        def send(value: JsonValue) -> str:  # in the form's worker thread
+            return self.viewer.client.answer(waiting.request_id, value).outcome
 
-        def answered(value: JsonValue | None) -> None:
-            if value is None:
-                self.say("not answered")
-                return
-            shown = wording.one_line(canonical.encode_text(value))
-            if len(shown) > REASON_CHARS:  # a long answer: its start, on the screen it fits
-                shown = shown[:REASON_CHARS] + "… (cut here only; all of it is sent)"
-            self.app.push_screen(
-                ConfirmAnswer(waiting.request_id, shown),
-                lambda yes: confirmed(value, yes),
-            )
+        def answered(outcome: str | None) -> None:
+            self.say("not answered" if outcome is None else f"answer: {outcome}")
 
-        self.app.push_screen(AnswerScreen(waiting, about), answered)
-
-    @work(thread=True, group="controls")
-    def _answer(self, request_id: str, value: JsonValue) -> None:
-        try:
-            receipt = self.viewer.client.answer(request_id, value)
-        except PiwfError as error:
-            self.app.call_from_thread(self.say, f"answer failed: {error}")
-            return
-        self.app.call_from_thread(self.say, f"answer: {receipt.outcome}")
+        form = AnswerScreen(waiting, about, one_line=wording.one_line, send=send)
+        self.app.push_screen(form, answered)
 
     def action_back(self) -> None:
         self.app.pop_screen()

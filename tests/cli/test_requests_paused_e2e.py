@@ -153,3 +153,35 @@ def test_a_checkpoint_block_names_its_run(piwf: Piwf) -> None:  # noqa: F811
     listed = piwf.run("requests").stdout
     block = listed.split(f"  request  {request_id}\n", 1)[1]
     assert block.startswith(f"  kind     checkpoint\n  run      {run_id}\n"), listed
+
+
+def test_run_list_marks_a_run_whose_request_waits_for_a_persons_answer(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    """`piwf run list` said only `waiting` for a run stopped on a decision or a checkpoint,
+    the same as for a run whose agent works: nothing said that a person must answer."""
+    run_id = piwf.json("run", "start", DECISION, "--input", '{"release": "1.4"}')["run"]["runId"]
+    request_id = pending(piwf, run_id)["requestId"]
+
+    def row() -> str:
+        listed = piwf.run("run", "list")
+        assert listed.returncode == 0, listed.stderr
+        return next(line for line in listed.stdout.splitlines() if line.startswith(run_id))
+
+    def listed_run() -> dict[str, object]:
+        runs = piwf.json("run", "list")["runs"]
+        found: dict[str, object] = next(run for run in runs if run["runId"] == run_id)
+        return found
+
+    assert f"{run_id}  waiting (needs action: answer)  " in row()
+    assert listed_run()["waitingForPerson"] is True
+    piwf.json("run", "pause", run_id)  # paused: the resume comes first, the answer after
+    assert f"{run_id}  paused  " in row()
+    assert listed_run()["waitingForPerson"] is False
+    piwf.json("run", "resume", run_id)
+    assert piwf.json("answer", request_id, '{"choice": "ship"}')["outcome"] == "won"
+    wait_for(
+        lambda: listed_run()["displayStatus"] == "completed", timeout_s=30, what="the answered run"
+    )
+    assert listed_run()["waitingForPerson"] is False
+    assert "needs action" not in row()

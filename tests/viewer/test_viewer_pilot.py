@@ -20,8 +20,10 @@ from tests.viewer.conftest import require_textual
 
 require_textual()
 
+from rich.text import Text  # noqa: E402
 from textual.pilot import Pilot  # noqa: E402
 from textual.widgets import DataTable, Input, Log, Static  # noqa: E402
+from textual.widgets._footer import FooterKey  # noqa: E402
 from textual.widgets.data_table import ColumnKey  # noqa: E402
 
 from piwf import Client  # noqa: E402
@@ -442,3 +444,80 @@ def test_the_log_pane_shows_a_running_nodes_output_as_it_comes(
         await until(pilot, lambda: "completed" in shown(app, "#run-status"), "the end")
 
     drive(server, run_id, script)
+
+
+def test_the_run_list_marks_a_run_that_waits_for_a_persons_answer(
+    server: ServerProcess,
+) -> None:
+    """The STATUS column said `waiting` for a run stopped on a decision, as for any wait; it
+    says what `piwf run list` says (needs action: answer), in bold, until it is answered."""
+    with raw_client(server) as client:
+        run_id = start(client, REPLAN, {}, "marked")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        table = app.screen.query_one("#runs", DataTable)
+
+        def status() -> str:
+            return row_text(table, 0)[1] if table.row_count else ""
+
+        await until(pilot, lambda: status() == "waiting (needs action: answer)", "the mark")
+        cell = table.get_row_at(0)[1]
+        assert isinstance(cell, Text) and "bold" in str(cell.spans[0].style), cell.spans
+        with Client(server.home, autostart=False) as client:
+            waiting = client.run_view(run_id).display.waiting_on
+            assert waiting is not None
+            client.answer(waiting.request_id, {"choice": "continue"})
+        await until(pilot, lambda: status() == "completed", "the answered run, unmarked")
+
+    drive(server, None, script)
+
+
+def test_an_answer_the_server_refuses_keeps_the_form_open_to_correct_it(
+    server: ServerProcess,
+) -> None:
+    """A refused answer closed the form and left only a message under the run; the form
+    stays, says why, keeps what was typed, and the corrected answer is sent from it."""
+    with raw_client(server) as client:
+        run_id = start(client, REPLAN, {}, "refused")
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "waiting ·" in shown(app, "#run-status"), "waiting")
+        await pilot.press("a")
+        await until(pilot, lambda: bool(app.screen.query("#answer-input")), "the answer form")
+        form = app.screen.query_one("#answer-input", Input)
+        form.value = '{"choice": "nope"}'
+        await pilot.press("enter")
+        await until(pilot, lambda: bool(app.screen.query("#confirm")), "the question")
+        await pilot.press("y")
+        await until(
+            pilot,
+            lambda: (
+                bool(app.screen.query("#answer-error"))
+                and "choice 'nope' is not one of" in shown(app, "#answer-error")
+            ),
+            "the refusal, in the form",
+        )
+        assert "Esc to leave" in shown(app, "#answer-error")
+        assert form.value == '{"choice": "nope"}' and app.focused is form
+        form.value = '{"choice": "continue"}'
+        await pilot.press("enter")
+        await until(pilot, lambda: bool(app.screen.query("#confirm")), "the question again")
+        await pilot.press("y")
+        await until(pilot, lambda: shown(app, "#message") == "answer: won", "the outcome")
+        assert not app.screen.query("#answer-input")
+        await until(
+            pilot, lambda: "completed · idle" in shown(app, "#run-status"), "the answered run"
+        )
+
+    drive(server, run_id, script)
+
+
+def test_the_run_lists_footer_says_enter_opens_a_run(server: ServerProcess) -> None:
+    """The table's own (hidden) Enter binding kept "open run" out of the list's footer."""
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await pilot.pause()
+        keys = [(key.key, key.description) for key in app.screen.query(FooterKey)]
+        assert ("enter", "open run") in keys, keys
+
+    drive(server, None, script)

@@ -51,7 +51,9 @@ SELECT r.run_id, r.resource_id, r.workflow_ref, d.workflow_name, r.title, r.stat
        r.created_at, r.updated_at, r.finished_at, q.status AS queue_status, q.error_code,
        q.available_at, q.consecutive_errors, res.revision,
        EXISTS (SELECT 1 FROM effects e WHERE e.source_resource_id = r.resource_id
-               AND e.status = 'ambiguous') AS has_ambiguous_effect
+               AND e.status = 'ambiguous') AS has_ambiguous_effect,
+       EXISTS (SELECT 1 FROM interactive_requests i WHERE i.run_id = r.run_id
+               AND i.status = 'pending' AND i.kind != 'agent') AS has_person_request
 FROM runs r
 JOIN workflow_definitions d ON d.definition_digest = r.definition_digest
 JOIN resources res ON res.resource_id = r.resource_id
@@ -208,6 +210,8 @@ class RunRow:
     consecutive_errors: int
     revision: int
     has_ambiguous_effect: bool
+    #: A checkpoint or protected decision of the run waits for its answer.
+    has_person_request: bool
 
     @property
     def terminal(self) -> bool:
@@ -267,6 +271,8 @@ class RunRow:
             "queueStatus": None if self.queue_status is None else self.queue_status.value,
             "errorCode": self.error_code,
             "needsAction": self.needs_action,
+            # As the run view's activity ``waitingForPerson``: not while paused or ambiguous.
+            "waitingForPerson": self.has_person_request and self.display_status == "waiting",
             "lineage": self.lineage.value,
             "parentRunId": self.parent_run_id,
             "rootRunId": self.root_run_id,
@@ -581,6 +587,7 @@ def _row(row: sqlite3.Row) -> RunRow:
         consecutive_errors=row["consecutive_errors"] or 0,
         revision=row["revision"],
         has_ambiguous_effect=bool(row["has_ambiguous_effect"]),
+        has_person_request=bool(row["has_person_request"]),
     )
 
 
