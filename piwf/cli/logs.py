@@ -7,7 +7,7 @@ line naming its node, visit and attempt; docs/CLI.md shows the output.
 from __future__ import annotations
 
 import codecs
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
@@ -25,6 +25,9 @@ from piwf.cli.runs import run_group
 if TYPE_CHECKING:
     from piwf.client import Client
     from piwf.protocol.log_payloads import AttemptLogInfo
+
+#: Attempt statuses that may still change; any other one says how the attempt ended.
+UNFINISHED: Final = frozenset({"running", "pending", "waiting"})
 
 
 @run_group.command("logs")
@@ -114,23 +117,45 @@ def _show(client: Client, run_id: str, node: str | None, *, raw: bool, as_json: 
 
 
 def _follow(client: Client, run_id: str, node: str | None, *, raw: bool, as_json: bool) -> None:
+    """Print each attempt's header when it is first seen (with its status then), its output as
+    it comes, and a line when its status changes from unfinished (how it ended: the header as
+    ``run logs`` shows it then). An attempt shown ended is never shown unfinished again (a
+    killed runner's attempt reads ``interrupted`` until the next runner stores it so)."""
     decoders: dict[int, codecs.IncrementalDecoder] = {}
-    current: int | None = None
+    shown: dict[int, str] = {}  # the status each attempt's last header line showed
+    current: int | None = None  # the attempt whose output the last lines printed belong to
     at_line_start = True
+
+    def line(info: AttemptLogInfo, *, final: bool) -> None:
+        nonlocal at_line_start
+        if not at_line_start:
+            click.echo()
+        click.echo(header(info, final=final))
+        shown[info.log], at_line_start = info.status, True
+
     for info, data in client.follow_run_logs(run_id, node=node):
         decoder = decoders.setdefault(info.log, codecs.getincrementaldecoder("utf-8")("replace"))
         text = decoder.decode(data)
         if as_json:
             render.emit_json({"attempt": _described(info), "text": text})
             continue
-        if info.log != current:
-            if not at_line_start:
-                click.echo()
-            click.echo(header(info, final=False))
-            current, at_line_start = info.log, True
+        before = shown.get(info.log)
+        if before is None:
+            line(info, final=info.status not in UNFINISHED)
+            current = info.log
+        elif data and info.log != current:
+            # Output read after its attempt's end line (or another's output): a header again,
+            # with the status already shown when that was an end.
+            again = info if before in UNFINISHED else info.model_copy(update={"status": before})
+            line(again, final=False)
+            current = info.log
         if data:
             _echo_output(_shown(data, text, raw=raw), newline=False)
             at_line_start = data.endswith(b"\n")
+        if before in UNFINISHED and info.status != before:
+            line(info, final=info.status not in UNFINISHED)
+            # Output read after an attempt's end line goes under a header of its own.
+            current = info.log if info.status in UNFINISHED else None
     if not at_line_start and not as_json:
         click.echo()
     if not as_json:
@@ -155,7 +180,7 @@ def header(info: AttemptLogInfo, *, final: bool = True) -> str:
     what each stream wrote and what was dropped past the cap; then whether its log file is
     missing."""
     line = f"== {info.node_path} (visit {info.visit}, attempt {info.attempt}) {info.status}"
-    if final and info.status not in ("running", "pending", "waiting"):
+    if final and info.status not in UNFINISHED:
         written = [
             f"{name} {count} B"
             for name, count in (("stdout", info.stdout_bytes), ("stderr", info.stderr_bytes))

@@ -22,7 +22,9 @@ from piwf.cli.common import (
     sigterm_stops_waiting,
 )
 from piwf.cli.progress import RunProgress
+from piwf.cli.safe_text import given
 from piwf.config import SESSION_OR_AGENT_COMMAND, split_agent_command
+from piwf.errors import RejectedError
 from piwf.protocol.display_status import RunDisplayStatus
 
 if TYPE_CHECKING:
@@ -391,7 +393,14 @@ def run_fork(run_id: str, from_node: str, as_json: bool) -> None:
       piwf run fork run-0b9c --from review
     """
     with open_client() as client:
-        run = client.fork_run(run_id, from_node=from_node)
+        try:
+            run = client.fork_run(run_id, from_node=from_node)
+        except RejectedError as refused:
+            # The server's refusal never repeats the node it was sent; name what was given.
+            raise RejectedError(
+                f"fork from node {given(from_node)} refused: {refused}",
+                error_code=refused.error_code,
+            ) from None
     if as_json:
         render.emit_json({"run": run.to_wire()})
     else:

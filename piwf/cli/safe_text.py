@@ -38,6 +38,16 @@ def log_text(text: str) -> str:
     return _escaped(text, kept="\n\t")
 
 
+def given(text: str, *, limit: int = 80) -> str:
+    """A value the user gave on the command line, to name it back in an error: quoted, its
+    control characters escaped as :func:`one_line` does and cut to ``limit`` characters (a
+    pasted payload is not repeated whole)."""
+    shown = one_line(text)
+    if len(shown) > limit:
+        shown = shown[: limit - 3] + "..."
+    return f"'{shown}'"
+
+
 #: The bidirectional formatting characters (embeddings, overrides, isolates, marks).
 _BIDI_CONTROLS = frozenset(
     "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -218,8 +219,18 @@ def parse_timestamp(text: str) -> int:
     return value
 
 
-def _timestamp_option(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
-    return parse_timestamp(value)
+def _cutoff_option(_ctx: click.Context, _param: click.Parameter, value: str) -> int:
+    """``--before``: a time in the past. A cutoff in the future would take every tree that
+    ended, the one ending in a second too: most likely a typo (a wrong year, a digit too many),
+    and a prune is only undone by restoring its backup."""
+    cutoff = parse_timestamp(value)
+    if cutoff > time.time_ns() // 1_000_000:
+        raise click.BadParameter(
+            f"{value.strip()[:64]!r} lies in the future, so every run tree that has ended"
+            " would go; give a time in the past (to prune every tree that ended until now,"
+            ' give the current time: --before "$(date -u +%Y-%m-%dT%H:%M:%SZ)")'
+        )
+    return cutoff
 
 
 @state_group.command("prune")
@@ -228,9 +239,9 @@ def _timestamp_option(_ctx: click.Context, _param: click.Parameter, value: str) 
     "before",
     required=True,
     metavar="TS",
-    callback=_timestamp_option,
-    help="Cutoff: ISO-8601 (2024-05-01, 2024-05-01T12:00:00Z; no offset means UTC) or epoch "
-    "milliseconds (digits only). Trees whose every run finished before it may go.",
+    callback=_cutoff_option,
+    help="Cutoff, in the past: ISO-8601 (2024-05-01, 2024-05-01T12:00:00Z; no offset means UTC) "
+    "or epoch milliseconds (digits only). Trees whose every run finished before it may go.",
 )
 @click.option("--dry-run", "dry_run", is_flag=True, help="Only list what would be deleted.")
 @click.option("--apply", "apply", is_flag=True, help="Delete (needs --backup).")

@@ -5,9 +5,10 @@ Kept in their own module; ``Client`` inherits them. The server answers in pages 
 
     run_logs_page(run, cursor=c)   one page, as the server sent it (bytes still base64)
     read_run_logs(run)             every attempt's complete log as it is now, in order
-    follow_run_logs(run)           (attempt, new bytes) as they are written, until the run is
-                                   terminal or needs an operator (paused, parked) and
-                                   everything was read; polls every interval_s
+    follow_run_logs(run)           (attempt, new bytes) as they are written, and each status
+                                   change of an attempt, until the run is terminal or needs
+                                   an operator (paused, parked) and everything was read;
+                                   polls every interval_s
 """
 
 from __future__ import annotations
@@ -110,16 +111,18 @@ class RunLogMethods(ClientCalls):
 
         Reads again at once while the server says more is there, else after ``interval_s``
         (no busy loop). An attempt is yielded with ``b""`` when it is first seen with nothing
-        written yet, so a caller can show it started. Errors as :meth:`run_logs_page`.
+        written yet, so a caller can show it started, and again whenever its status changed
+        (it ended, however: completed, failed, interrupted when its runner was killed, ...),
+        so a caller can show how it ended. Errors as :meth:`run_logs_page`.
         """
         interval_s = timeout_argument("interval_s", interval_s, zero_allowed=True)
         cursor: LogCursor | None = None
-        seen: set[int] = set()
+        statuses: dict[int, str] = {}
         while True:
             page = self.run_logs_page(run_id, node=node, cursor=cursor)
             for info, data in _chunks(page):
-                if data or info.log not in seen:
-                    seen.add(info.log)
+                if data or statuses.get(info.log) != info.status:
+                    statuses[info.log] = info.status
                     yield info, data
             cursor = page.cursor or cursor
             if page.more:

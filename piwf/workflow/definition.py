@@ -7,6 +7,8 @@ workflow, the node or edge, and the rule:
 - names and node ids match ``[A-Za-z_][A-Za-z0-9_-]*``; reserved workflow names are refused;
 - nodes and mounts share one namespace; ``start_at`` names one of them;
 - every node has at most one outgoing edge, every target exists, every node is reachable;
+- from every node some path leads to an end (a node without an outgoing edge, or a mount): a
+  loop needs a way out, or a run that enters it could only fail at ``max_steps``;
 - a mount is left only through ``<mount>.<exit>`` edges naming a declared exit;
 - a switch on ``$output.choice`` after a ``human_decision``, or on ``$output.<field>`` after a
   ``decision``, names every declared choice and nothing else;
@@ -170,6 +172,7 @@ def define_workflow(
     parsed_edges, outgoing = checker.check_edges(edges, node_map, mounts)
     exit_map = checker.check_exits(exits or {}, node_map, mounts, outgoing)
     checker.check_reachable(start_at, node_map, mounts, outgoing)
+    checker.check_loops_end(node_map, mounts, outgoing)
     return WorkflowDefinition(
         name=name,
         start_at=start_at,
@@ -354,17 +357,64 @@ class _Checker:
         mounts: Mapping[str, Include],
         outgoing: Mapping[str, Edge],
     ) -> None:
-        successors: dict[str, list[str]] = {name: [] for name in [*node_map, *mounts]}
-        for source, edge in outgoing.items():
-            owner = source if source in node_map else source.partition(".")[0]
-            successors[owner].extend(edge.targets())
-        seen = {start_at}
-        pending = [start_at]
-        while pending:
-            for target in successors[pending.pop()]:
-                if target not in seen:
-                    seen.add(target)
-                    pending.append(target)
+        successors = _successors(node_map, mounts, outgoing)
+        seen = _closure([start_at], successors)
         unreachable = [name for name in successors if name not in seen]
         if unreachable:
             self.fail(f"node(s) {', '.join(unreachable)} cannot be reached from {start_at!r}")
+
+    def check_loops_end(
+        self,
+        node_map: Mapping[str, Node],
+        mounts: Mapping[str, Include],
+        outgoing: Mapping[str, Edge],
+    ) -> None:
+        """Refuse nodes from which no path of edges leads to an end: a run ends (completes)
+        only at a node without an outgoing edge, so one that enters such a loop can only fail
+        (max_steps, a routing error) or be cancelled. Every switch case counts as a path, so
+        nothing a run could take is missed; a mount counts as an end (its workflow may be
+        left through an exit with no edge here, and is checked on its own)."""
+        successors = _successors(node_map, mounts, outgoing)
+        predecessors: dict[str, list[str]] = {name: [] for name in successors}
+        for source, targets in successors.items():
+            for target in targets:
+                predecessors[target].append(source)
+        ends = [name for name, targets in successors.items() if not targets or name in mounts]
+        ending = _closure(ends, predecessors)
+        trapped = [name for name in successors if name not in ending]
+        if not trapped:
+            return
+        # Each trapped node has a trapped successor, so some of them form a cycle: name it,
+        # and the nodes that only lead into it apart.
+        looping = [name for name in trapped if name in _closure(successors[name], successors)]
+        leading = [name for name in trapped if name not in looping]
+        into = f" ({', '.join(leading)} only lead(s) into it)" if leading else ""
+        self.fail(
+            f"node(s) {', '.join(looping)} loop with no way out{into}: no path from them"
+            " reaches a node without an outgoing edge, so a run there could only fail at"
+            " max_steps; give the loop an exit (a switch case to a node that ends the run)"
+        )
+
+
+def _successors(
+    node_map: Mapping[str, Node], mounts: Mapping[str, Include], outgoing: Mapping[str, Edge]
+) -> dict[str, list[str]]:
+    """Each node's and mount's local targets (a mount's: those of its ``<mount>.<exit>``
+    edges), in declaration order."""
+    successors: dict[str, list[str]] = {name: [] for name in [*node_map, *mounts]}
+    for source, edge in outgoing.items():
+        owner = source if source in node_map else source.partition(".")[0]
+        successors[owner].extend(edge.targets())
+    return successors
+
+
+def _closure(starts: Sequence[str], links: Mapping[str, Sequence[str]]) -> set[str]:
+    """``starts`` and everything reachable from them through ``links``."""
+    seen = set(starts)
+    pending = list(starts)
+    while pending:
+        for target in links[pending.pop()]:
+            if target not in seen:
+                seen.add(target)
+                pending.append(target)
+    return seen

@@ -168,6 +168,12 @@ def test_version() -> None:
         (["state", "prune", "--before", "24/05/01", "--dry-run"], "give a date (2024-05-01)"),
         (["state", "prune", "--before", "1969-12-31", "--dry-run"], "between 1970"),
         (["state", "prune", "--before", "2024-13-01", "--dry-run"], "neither ISO-8601"),
+        # A cutoff in the future would take every tree that ended: refused, with what to give.
+        (["state", "prune", "--before", "2999-01-01", "--dry-run"], "lies in the future"),
+        (
+            ["state", "prune", "--before", "99999999999999", "--backup", "/b", "--apply"],
+            "give the current time",
+        ),
         (["server", "start", "--max-workers", "0"], "--max-workers"),
         (["nope"], "No such command"),
     ],

@@ -152,10 +152,21 @@ def test_a_fork_starts_at_the_node_with_the_earlier_outputs_and_runs_only_what_f
     )["run"]["runId"]
     before = run_ids(piwf)
     unknown = refused(piwf, source, "nowhere")
-    assert "has no node of that path; its nodes: a, b, c" in unknown["message"]
+    assert unknown["message"].startswith("fork from node 'nowhere' refused: "), unknown
+    assert "has no node of that path; its nodes: a, b, c;" in unknown["message"]
+    assert f"piwf run steps {source}" in unknown["message"]
+    # A near miss is named; the human form names what was given, its control characters
+    # escaped, and a long value is cut, not repeated whole.
+    near = piwf.run("run", "fork", source, "--from", "bb\x1b[2J" + "x" * 200)
+    assert near.returncode == 1, near.stderr
+    assert near.stderr.startswith("Error: fork from node 'bb\\x1b[2J"), near.stderr
+    assert "x" * 100 not in near.stderr and "\x1b" not in near.stderr
+    typo = refused(piwf, source, "B")
+    assert "its nodes: a, b, c (did you mean b?);" in typo["message"], typo
     never = refused(piwf, failing, "c")
     assert never["message"] == (
-        f"that node never ran in run {failing}; fork from a node that ran: a, b"
+        f"fork from node 'c' refused: that node never ran in run {failing};"
+        " fork from a node that ran: a, b"
     )
     first = refused(piwf, source, "a")
     assert f"piwf run restart {source}" in first["message"]
@@ -207,7 +218,8 @@ def test_a_fork_is_refused_when_a_recorded_source_changed_as_a_restart_is(
     before = run_ids(piwf)
     changed = refused(piwf, source, "b")
     assert changed["message"] == (
-        f"run {source} cannot fork: a fork runs the workflow sources the run recorded, and"
+        f"fork from node 'b' refused: run {source} cannot fork: a fork runs the workflow"
+        " sources the run recorded, and"
         f" they are not on disk as recorded (changed: {chain}). Restore the recorded file to"
         f" fork it, or start a new run of the current sources: piwf run start {chain}"
     )

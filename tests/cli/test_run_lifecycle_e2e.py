@@ -8,6 +8,7 @@ a private ``PIWF_HOME``; the first command autostarts the server and the fixture
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from piwf.state import StateDatabase
@@ -16,8 +17,12 @@ from tests.server.harness import wait_for
 
 CHECKPOINT = "fixtures/workflows/checkpoint_review.py"
 HELLO = "fixtures/workflows/hello.py"
-#: A cutoff after every run of the test: only a protection keeps a tree from the prune.
-FAR_FUTURE = "2030-01-01"
+
+
+def until_now() -> str:
+    """A cutoff after every run that ended so far (``--before`` takes no future time): only a
+    protection keeps such a tree from the prune."""
+    return str(time.time_ns() // 1_000_000)
 
 
 def start(cli: Piwf, workflow: str, *args: str) -> str:
@@ -25,7 +30,7 @@ def start(cli: Piwf, workflow: str, *args: str) -> str:
 
 
 def protected_reasons(cli: Piwf) -> dict[str, list[str]]:
-    preview = cli.json("state", "prune", "--before", FAR_FUTURE, "--dry-run")
+    preview = cli.json("state", "prune", "--before", until_now(), "--dry-run")
     return {tree["rootRunId"]: tree["reasons"] for tree in preview["protected"]}
 
 
@@ -78,7 +83,7 @@ def test_a_run_cancelled_while_paused_is_finished_prunable_and_not_paused(
     assert piwf.json("server", "status")["pausedRuns"] == 0
     assert piwf.json("state", "status")["pausedRuns"] == 0
     assert protected_reasons(piwf) == {}
-    preview = piwf.json("state", "prune", "--before", FAR_FUTURE, "--dry-run")
+    preview = piwf.json("state", "prune", "--before", until_now(), "--dry-run")
     assert [tree["rootRunId"] for tree in preview["trees"]] == [run_id]
 
 

@@ -337,8 +337,11 @@ def test_a_child_max_steps_also_applies(subject: PortUnderTest) -> None:
         name="child",
         start_at="spin",
         max_steps=3,
-        nodes={"spin": compute(lambda ctx: ctx.visit)},
-        edges=[{"from": "spin", "to": "spin"}],
+        # A loop needs a way out (define_workflow checks); this one never takes it.
+        nodes={"spin": compute(lambda ctx: "again"), "stop": compute(lambda ctx: None)},
+        edges=[
+            {"from": "spin", "switch": {"on": "$output", "cases": {"again": "spin", "x": "stop"}}}
+        ],
     )
     parent = define_workflow(
         name="parent",

@@ -31,6 +31,7 @@ from tests.server.harness import (
     ServerFactory,
     ServerProcess,
     raw_client,
+    runner_processes,
     wait_for,
 )
 from tests.server.test_content_refs import PIWF, cli_json, piwf_cli, write
@@ -446,13 +447,47 @@ def test_follow_prints_output_while_the_run_runs_and_exits_when_it_completes(
     finally:
         _reap(follower)
         _reap(interrupted)
-    assert seen == (
+    gated_lines = (
         b"== gated (visit 1, attempt 1) running ==\nbefore the gate\nafter the gate\n"
-        b"== last (visit 1, attempt 1) running ==\nthe last node\n"
-    ) or seen == (
-        b"== gated (visit 1, attempt 1) running ==\nbefore the gate\nafter the gate\n"
-        b"== last (visit 1, attempt 1) completed ==\nthe last node\n"
+        b"== gated (visit 1, attempt 1) completed: stdout 31 B ==\n"
     )
+    # "last" is first seen running (then a line says how it ended) or already completed.
+    assert seen == gated_lines + (
+        b"== last (visit 1, attempt 1) running ==\nthe last node\n"
+        b"== last (visit 1, attempt 1) completed: stdout 14 B ==\n"
+    ) or seen == gated_lines + (
+        b"== last (visit 1, attempt 1) completed: stdout 14 B ==\nthe last node\n"
+    )
+    assert client.get_run(run.run_id).run.status == "completed"
+
+
+def test_follow_shows_how_an_attempt_whose_runner_was_killed_ended(
+    server: ServerProcess, client: Client, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    run = client.start_run(write(tmp_path, "gated", GATED.format(gate=str(gate))))
+    follower = _follower(server, run.run_id)
+    try:
+        seen = _read_until(follower, b"before the gate\n", timeout_s=60)
+        (runner,) = runner_processes(server.home)
+        runner.kill()
+        # The crash retry runs the node again as attempt 2; the follower first says how
+        # attempt 1 ended, not leaving its "running" header as the last word on it.
+        seen += _read_until(follower, b"attempt 2) running ==\nbefore the gate\n", timeout_s=60)
+        gate.touch()
+        assert _exit_status(follower, timeout_s=60) == 0
+        assert follower.stdout is not None
+        seen += follower.stdout.read()
+    finally:
+        _reap(follower)
+    lines = seen.decode().splitlines()
+    assert lines[:4] == [
+        "== gated (visit 1, attempt 1) running ==",
+        "before the gate",
+        "== gated (visit 1, attempt 1) interrupted: stdout 16 B ==",
+        "== gated (visit 1, attempt 2) running ==",
+    ], lines
+    assert "== gated (visit 1, attempt 2) completed: stdout 31 B ==" in lines
     assert client.get_run(run.run_id).run.status == "completed"
 
 

@@ -210,13 +210,14 @@ def test_refusals_name_the_cause_and_write_nothing(db: StateDatabase) -> None:
     before = dump(db)
 
     cases = {
-        "nowhere": "has no node of that path; its nodes: again, count, end",
+        "nowhere": "has no node of that path; its nodes: again, count, end; give a full",
+        "Cuont": "its nodes: again, count, end (did you mean count?); give a full node path",
         "count": "nothing ran in run run-source before that node",
     }
     for node, message in cases.items():
         refused = fork(db, node)
         assert isinstance(refused, Conflict) and message in refused.evidence, refused
-        assert "nowhere" not in refused.evidence, "the request's text is never echoed"
+        assert node == "count" or node not in refused.evidence, "the request is never echoed"
     with pytest.raises(LookupError):
         with db.write() as tx:
             forks.fork_run(tx, "run-missing", from_node="count", new_run_id=FORK, actor=OPERATOR)

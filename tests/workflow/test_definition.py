@@ -220,3 +220,35 @@ def test_include_in_nodes_is_a_mount() -> None:
     )
     assert set(workflow.includes) == {"child"}
     assert set(workflow.nodes) == {"after"}
+
+
+def loop_of(*edges: dict[str, Any], nodes: str = "abc") -> Any:
+    return define(nodes={name: compute(noop) for name in nodes}, edges=list(edges))
+
+
+def test_a_loop_without_a_way_out_is_refused_naming_its_nodes() -> None:
+    with pytest.raises(WorkflowDefinitionError) as closed:
+        loop_of({"from": "a", "to": "b"}, {"from": "b", "to": "c"}, {"from": "c", "to": "b"})
+    assert str(closed.value) == (
+        "workflow 'sample': node(s) b, c loop with no way out (a only lead(s) into it): no path"
+        " from them reaches a node without an outgoing edge, so a run there could only fail at"
+        " max_steps; give the loop an exit (a switch case to a node that ends the run)"
+    )
+    # Every node loops: a self-loop at the start, and a switch whose every case goes round.
+    with pytest.raises(WorkflowDefinitionError, match=r"node\(s\) a loop with no way out"):
+        loop_of({"from": "a", "to": "a"}, nodes="a")
+    round_only = {"on": "$output.route", "cases": {"again": "b", "back": "a"}}
+    with pytest.raises(WorkflowDefinitionError, match=r"node\(s\) a, b loop with no way out"):
+        loop_of({"from": "a", "to": "b"}, {"from": "b", "switch": round_only}, nodes="ab")
+
+
+def test_a_loop_with_any_way_out_or_through_a_mount_is_accepted() -> None:
+    way_out = {"on": "$output.route", "cases": {"again": "a", "done": "c"}}
+    assert loop_of({"from": "a", "to": "b"}, {"from": "b", "switch": way_out}).name == "sample"
+    # A mount may end the run through an exit with no edge here: it counts as a way out.
+    through_mount = define(
+        nodes={"a": compute(noop)},
+        includes={"inner": include(child_with_exit())},
+        edges=[{"from": "a", "to": "inner"}, {"from": "inner.done", "to": "a"}],
+    )
+    assert set(through_mount.includes) == {"inner"}

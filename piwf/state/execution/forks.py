@@ -35,6 +35,7 @@ reserved by another unfinished run.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Collection, Sequence
 
 from piwf.canonical import JsonValue
@@ -97,11 +98,14 @@ def fork_run(
     refused = _refusal(tx, source)
     if refused is not None:
         return Conflict(refused)
-    # The node text came in the request: a refusal names the run's own nodes, never it.
+    # The node text came in the request: a refusal (a stored receipt) names the run's own
+    # nodes, never it; the CLI, which has it from its user, names it.
     paths = definition_paths(blobs.read_json(tx, source.definition_digest))
     if from_node not in paths:
         return Conflict(
             f"run {run_id}'s workflow has no node of that path; its nodes: {_list(paths)}"
+            f"{_closest_hint(from_node, paths)}; give a full node path as piwf run steps"
+            f" {run_id} shows it"
         )
     steps = attempts.list_steps(tx, run_id)
     step_paths = [step.path for step in steps]
@@ -170,6 +174,14 @@ def _object(value: JsonValue) -> dict[str, JsonValue]:
     if not isinstance(value, dict):
         raise TypeError("a definition snapshot holds a JSON object here")
     return value
+
+
+def _closest_hint(node: str, paths: Sequence[str]) -> str:
+    """`` (did you mean P?)`` for the run's node path closest to ``node`` (case aside), else
+    nothing."""
+    folded = {path.casefold(): path for path in paths}
+    closest = difflib.get_close_matches(node.casefold(), list(folded), n=1)
+    return f" (did you mean {folded[closest[0]]}?)" if closest else ""
 
 
 def _list(paths: Sequence[str]) -> str:
