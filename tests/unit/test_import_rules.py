@@ -88,6 +88,7 @@ CLI_MAY_IMPORT = (
     "piwf.protocol.session_capture_payloads",
     "piwf.protocol.workflow_payloads",
     "piwf.protocol.settings_payloads",
+    "piwf.protocol.channel_payloads",
     # ``piwf mcp`` starts the MCP server, a client of the server built on piwf.Client.
     "piwf.mcp.server",
     # ``piwf view`` starts the Textual viewer (only from its command: VIEWER_IMPORTERS).
