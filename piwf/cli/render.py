@@ -216,6 +216,14 @@ def _needed_action(detail: RunDetail) -> str | None:
     return f"{reason}; {step}" if reason else step
 
 
+def shown_heading(name: str, shown: int, total: int | None) -> str:
+    """``effects:``, or, when the server sent only some (the newest and every unsettled one),
+    ``effects (50 of 12000 shown: the newest, and every one not settled):``."""
+    if total is None or total <= shown:
+        return f"{name}:"
+    return f"{name} ({shown} of {total} shown: the newest, and every one not settled):"
+
+
 def stopped_effects_text(detail: RunDetail) -> str | None:
     """What the resume of a paused run does to the manual effects its pause stopped while they
     applied (None for none): each becomes ambiguous and parks the run until it is settled."""
@@ -291,7 +299,7 @@ def run_detail(detail: RunDetail) -> str:
         lines.append("sources:")
         lines.append(source_table(detail.sources))
     if detail.effects:
-        lines.append("effects:")
+        lines.append(shown_heading("effects", len(detail.effects), detail.effect_count))
         rows = [
             [
                 effect.effect_id,

@@ -447,7 +447,10 @@ class RunDetail(WireModel):
 
     run: RunInfo
     sources: list[RunSource]
+    #: Every unsettled effect (pending, applying, ambiguous) and the newest 50, in the order
+    #: they were reserved; ``effect_count`` counts them all (None from an older server).
     effects: list[EffectInfo] = Field(default_factory=list)
+    effect_count: int | None = None
     output: Any = None
     output_ref: ContentRef | None = None
     error: str | None = None

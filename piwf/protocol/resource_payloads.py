@@ -127,7 +127,10 @@ class ReconcileInfo(WireModel):
 
 class ResourceDetail(WireModel):
     """One resource in full; a large spec or status comes as ``spec_ref`` / ``status_ref``
-    instead (the client resolves it)."""
+    instead (the client resolves it). ``effects`` are the newest 50 and every unsettled one,
+    ``workflows`` the newest 50 (both oldest first), ``reconciles`` the newest 10 (newest
+    first); each ``*_count`` says how many there are in all (None from a server that did not
+    count them)."""
 
     resource: ResourceInfo
     spec: Any = None
@@ -140,6 +143,9 @@ class ResourceDetail(WireModel):
     effects: list[EffectInfo]
     workflows: list[ChildRunInfo]
     reconciles: list[ReconcileInfo]
+    effect_count: int | None = None
+    workflow_count: int | None = None
+    reconcile_count: int | None = None
 
 
 class ResourceReceipt(WireModel):

@@ -48,6 +48,22 @@ _SELECT_UNSETTLED = (
     + " ORDER BY e.created_at, e.effect_id"
 )
 
+# What a listing of one source shows: its newest effects and every one not settled, chosen
+# from indexes alone (the key index's entries end with the rowid, which SQLite gives each new
+# row above every row there is, so a source's effects in rowid order are in the order they were
+# reserved), and only those read in full, in that order.
+_SHOWN = """
+WHERE e.rowid IN (
+  SELECT id FROM (SELECT rowid AS id FROM effects WHERE source_resource_id = :source
+                  ORDER BY rowid DESC LIMIT :newest)
+  UNION
+  SELECT rowid FROM effects INDEXED BY effects_pending_idx
+  WHERE status IN ('pending', 'applying', 'ambiguous') AND source_resource_id = :source)
+ORDER BY e.rowid
+"""
+
+_COUNT_OF_SOURCE = "SELECT count(*) FROM effects WHERE source_resource_id = ?"
+
 _COUNT_IN_STATUSES = """
 SELECT count(*) FROM effects
 WHERE source_resource_id = ? AND status IN (SELECT value FROM json_each(?))
@@ -128,6 +144,15 @@ def list_effects(tx: Transaction, source_resource_id: str) -> list[Effect]:
     return [_effect_from_row(row) for row in rows]
 
 
+def list_shown_effects(tx: Transaction, source_resource_id: str, newest: int) -> list[Effect]:
+    """Return what a listing of the source aggregate shows: its ``newest`` latest effects and
+    every one not settled (pending, applying, ambiguous), in the order they were reserved. The
+    cost follows what is shown, not the source's history (:func:`count_effects` counts them
+    all)."""
+    rows = tx.all(_SELECT_EFFECT + _SHOWN, {"source": source_resource_id, "newest": newest})
+    return [_effect_from_row(row) for row in rows]
+
+
 def list_unsettled_effects(tx: Transaction, source_resource_id: str) -> list[Effect]:
     """Return the source aggregate's effects that are not settled (pending, applying,
     ambiguous), oldest first. Read through the status index, so the cost follows the effects
@@ -147,9 +172,12 @@ def find_effect(tx: Transaction, source_resource_id: str, idempotency_key: str) 
 
 
 def count_effects(
-    tx: Transaction, source_resource_id: str, statuses: Iterable[EffectStatus]
+    tx: Transaction, source_resource_id: str, statuses: Iterable[EffectStatus] | None = None
 ) -> int:
-    """Return how many effects of one source aggregate have one of ``statuses``."""
+    """Return how many effects of one source aggregate have one of ``statuses`` (all of them
+    when None, read from the source's key index alone)."""
+    if statuses is None:
+        return int(tx.scalar(_COUNT_OF_SOURCE, (source_resource_id,)))
     wanted = json.dumps(sorted(status.value for status in statuses))
     return int(tx.scalar(_COUNT_IN_STATUSES, (source_resource_id, wanted)))
 

@@ -1,4 +1,4 @@
-"""What reading a source's unsettled effects costs as its history grows.
+"""What reading a source's unsettled effects, and its newest ones, costs as its history grows.
 
 ``python -m tests.bench.open_effects [--effects 10000] [--repeat 20]`` writes one source
 aggregate with ``--effects`` settled effects and two pending ones into a scratch database, then
@@ -8,6 +8,11 @@ unsettled ones:
     every effect, then a filter      fx.list_effects + a status test (before issue 18's
                                      eighteenth part: a channel's dispatch on every run change)
     the status index                 fx.list_unsettled_effects
+
+and the two ways to list its newest 50 with how many there are (what ``resource get`` shows):
+
+    every effect, then the last 50   fx.list_effects, sliced (before the nineteenth part)
+    the newest 50 and a count        fx.list_shown_effects + fx.count_effects
 
 Not a figure: a tool for the analysis in docs/PERFORMANCE.md.
 """
@@ -31,6 +36,8 @@ from tests.bench.common import BenchError, scratch_dir
 ACTOR = Actor(ActorType.RUNNER, "bench")
 #: Effects written per transaction while the history is built.
 BATCH = 500
+#: How many effects ``resource get`` shows.
+NEWEST = 50
 UNSETTLED = (EffectStatus.PENDING, EffectStatus.APPLYING, EffectStatus.AMBIGUOUS)
 
 
@@ -97,6 +104,20 @@ def main(argv: list[str] | None = None) -> int:
         for name, read in ways:
             took, found = median_ms(db, read, args.repeat)
             print(f"  {name:30s} {took:9.3f}   ({found} found)")
+
+        def newest_with_count(tx: Transaction) -> list[fx.Effect]:
+            shown = fx.list_shown_effects(tx, source, NEWEST)
+            fx.count_effects(tx, source)
+            return shown
+
+        newest: list[tuple[str, Callable[[Transaction], list[fx.Effect]]]] = [
+            ("every effect, then the last 50", lambda tx: fx.list_effects(tx, source)[-NEWEST:]),
+            ("the newest 50 and a count", newest_with_count),
+        ]
+        print(f"the newest {NEWEST} effects of that source and how many it has (median ms):")
+        for name, read in newest:
+            took, found = median_ms(db, read, args.repeat)
+            print(f"  {name:30s} {took:9.3f}   ({found} shown)")
     return 0
 
 

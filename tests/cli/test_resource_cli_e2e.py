@@ -352,3 +352,42 @@ def test_manager_code_that_raises_names_its_line_and_where_its_traceback_is(
 
 def logged_text(path: str) -> str:
     return Path(path).read_text()
+
+
+MANY_EFFECTS = """
+from piwf.resource import define_resource_manager, settled
+
+def reconcile(ctx, resource):
+    for n in range(resource.spec["effects"]):
+        ctx.effects.ensure(
+            key=f"touch:{n:03d}", kind="noop.touch", request={"n": n},
+            observe=lambda signal: "not_applied", apply=lambda signal: "applied",
+        )
+    return settled(status={"phase": "ready"})
+
+manager = define_resource_manager(
+    name="many", initial_status=lambda spec: {"phase": "pending"}, reconcile=reconcile,
+)
+"""
+
+
+def test_resource_get_shows_the_newest_effects_and_how_many_there_are(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A resource with more effects than one listing holds: ``resource get`` reads and shows
+    the newest 50, oldest first, and says how many there are."""
+    _, where = project_with_manager(tmp_path, "many", MANY_EFFECTS)
+    piwf.json("resource", "apply", "many", "k", "--spec", '{"effects": 63}', *where)
+
+    def ready() -> object:
+        detail = piwf.json("resource", "get", "many", "k")
+        return detail if detail["status"].get("phase") == "ready" else None
+
+    detail = wait_for(ready, timeout_s=60, what="the reconcile that made 63 effects")
+    assert detail["effectCount"] == 63
+    assert detail["reconcileCount"] >= 1 and detail["workflowCount"] == 0
+    assert len(detail["effects"]) == 50
+    shown = piwf.run("resource", "get", "many", "k").stdout
+    assert "effects (50 of 63 shown: the newest, and every one not settled):" in shown
+    assert shown.count("noop.touch") == 50

@@ -271,3 +271,46 @@ def test_a_large_error_text_reaches_the_reader_complete(
     assert cli_json(server, "run", "show", run.run_id)["error"] == expected
     human = piwf_cli(server, "run", "show", run.run_id)
     assert f"<{len(expected):,} bytes of text/plain, not shown" in human.stdout
+
+
+EFFECT_LOOP = """
+    from piwf.workflow import action, compute, define_workflow, idempotent_effect
+
+    def apply(ctx):
+        return {"more": ctx.visit < ctx.input["effects"]}
+
+    workflow = define_workflow(
+        name="effect_loop", start_at="act", max_steps=1000,
+        nodes={
+            "act": action(effect=idempotent_effect("svc.apply"), run=apply),
+            "done": compute(lambda ctx: {"done": True}),
+        },
+        edges=[{"from": "act", "switch": {"on": "$output.more",
+                                          "cases": {"true": "act", "false": "done"}}}],
+    )
+    """
+
+
+def test_a_run_with_many_effects_shows_the_newest_with_their_count(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``run.get`` carries a run's newest 50 effects and how many it has, not every one (a
+    loop that reserved some 9,000 made the answer larger than one frame, so neither ``run show``
+    nor the run view could show the run)."""
+    workflow = write(tmp_path, "effect_loop", EFFECT_LOOP)
+    with raw_client(server) as client:
+        response = client.request(
+            "run.start", {"workflow": workflow, "input": {"effects": 63}}, key="loop"
+        )
+        assert response.receipt is not None
+        run_id = response.receipt["run"]["runId"]
+        waited = client.request("run.wait", {"timeoutMs": 60_000}, run_id=run_id).receipt
+        assert waited is not None and waited["run"]["status"] == "completed", waited
+        detail = raw_receipt(client, "run.get", run_id)
+    assert detail["effectCount"] == 63
+    assert len(detail["effects"]) == 50
+    assert {effect["status"] for effect in detail["effects"]} == {"applied"}
+    shown = piwf_cli(server, "run", "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "effects (50 of 63 shown: the newest, and every one not settled):" in shown.stdout
+    assert shown.stdout.count("svc.apply") == 50

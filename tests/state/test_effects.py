@@ -285,3 +285,33 @@ def test_the_unsettled_effects_of_a_source_are_its_pending_applying_and_ambiguou
         applying.effect_id: EffectStatus.APPLYING,
         ambiguous.effect_id: EffectStatus.AMBIGUOUS,
     }
+
+
+def test_a_listing_shows_the_newest_effects_and_every_unsettled_one_in_reservation_order(
+    db: StateDatabase, clock: FakeClock
+) -> None:
+    """Reserved in one millisecond or over several, the newest are the last reserved; an older
+    effect still pending is shown too; another source's effects, reserved in between, are
+    neither listed nor counted."""
+    source = run_resource(db)
+    with db.write() as tx:
+        other = ensure_resource(tx, ResourceType.RUN, "run-2")
+    mine = []
+    for n in range(7):
+        effect = reserve(db, source, {"n": n}, key=f"z-{6 - n}")  # keys sort against the order
+        assert isinstance(reserve(db, other, {"n": n}, key=f"other-{n}"), fx.Effect)
+        assert isinstance(effect, fx.Effect)
+        mine.append(effect.effect_id)
+        if n % 2:
+            clock.advance(1)
+    for effect_id in mine[1:]:  # all but the oldest settle
+        begin(db, effect_id)
+        with db.write() as tx:
+            fx.settle_effect(tx, effect_id, attempt_number=1, outcome="applied", actor=RUNNER)
+    with db.read() as tx:
+        shown = fx.list_shown_effects(tx, source, 3)
+        assert [e.effect_id for e in shown] == [mine[0], *mine[-3:]]
+        assert shown[0].status is EffectStatus.PENDING
+        assert [e.effect_id for e in fx.list_shown_effects(tx, source, 50)] == mine
+        assert {e.effect_id for e in fx.list_effects(tx, source)} == set(mine)
+        assert (fx.count_effects(tx, source), fx.count_effects(tx, other)) == (7, 7)

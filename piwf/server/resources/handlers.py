@@ -54,7 +54,8 @@ from piwf.state.resources import calls as calls
 from piwf.state.resources import managed as store
 from piwf.state.resources import runners as runners
 
-#: ``resource.get`` shows the newest this many effects and child runs (one frame holds them).
+#: ``resource.get`` shows the newest this many effects (and every unsettled one) and child runs
+#: (one frame holds them), with how many there are; only those are read.
 DETAIL_ITEMS = 50
 
 #: Resolver error codes and the classes that carry them back to the client.
@@ -272,12 +273,15 @@ def resource_detail(tx: Transaction, row: store.ResourceRow) -> ResourceDetail:
         source_path=row.source_path,
         source_digest=row.source_digest,
         effects=[
-            effect_info(effect) for effect in fx.list_effects(tx, row.resource_id)[-DETAIL_ITEMS:]
+            effect_info(effect)
+            for effect in fx.list_shown_effects(tx, row.resource_id, DETAIL_ITEMS)
         ],
+        effect_count=fx.count_effects(tx, row.resource_id),
         workflows=[
             ChildRunInfo(request_key=child.request_key, run_id=child.run_id, state=child.state)
-            for child in calls.list_child_runs(tx, row.uid)[-DETAIL_ITEMS:]
+            for child in calls.list_newest_child_runs(tx, row.uid, DETAIL_ITEMS)
         ],
+        workflow_count=calls.count_child_runs(tx, row.uid),
         reconciles=[
             ReconcileInfo(
                 reconcile_id=runner.reconcile_id,
@@ -289,6 +293,7 @@ def resource_detail(tx: Transaction, row: store.ResourceRow) -> ResourceDetail:
             )
             for runner in runners.list_runners(tx, row.resource_id)
         ],
+        reconcile_count=runners.count_runners(tx, row.resource_id),
     )
 
 

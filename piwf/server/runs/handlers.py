@@ -22,14 +22,12 @@ from piwf.errors import (
     StateUnavailableError,
     WorkflowLoadError,
 )
-from piwf.lifecycle import RecoveryRequired, RunStatus
+from piwf.lifecycle import RecoveryRequired
 from piwf.protocol.client_v1 import Request, Response
 from piwf.protocol.fingerprint import request_fingerprint
 from piwf.protocol.payloads import (
     AgentProcessInfo,
     EmptyPayload,
-    FailedOutcome,
-    NodeFailureInfo,
     RunCursor,
     RunDetail,
     RunForkPayload,
@@ -59,24 +57,21 @@ from piwf.server.replies import (
     run_result,
 )
 from piwf.server.runs import answers, interactions, recorded_sources, refusals
+from piwf.server.runs.failure_records import run_failure
 from piwf.state import Transaction, content_owners
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType
-from piwf.state.execution import agents, attempts, forks, messages
+from piwf.state.execution import agents, forks, messages
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
 from piwf.state.execution import settings as run_settings
 from piwf.state.records import Actor
-from piwf.workflow.context import Outcome
-from piwf.workflow.failure import AttemptFailure
 from piwf.workflow.sources import SourceIdentity
 
-_FAILED_OUTCOMES: dict[Outcome, FailedOutcome] = {
-    Outcome.FAILED: "failed",
-    Outcome.TIMED_OUT: "timed_out",
-    Outcome.CANCELLED: "cancelled",
-}
+#: ``run.get`` shows a run's newest this many effects, and every unsettled one, with how many
+#: it has: a run whose loop reserved thousands still answers within one frame.
+SHOWN_EFFECTS = 50
 
 _CLIENT_RUN_ID = re.compile(r"run-[A-Za-z0-9_-]{8,64}")
 
@@ -442,7 +437,11 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
             recorded_sources.source_info(source)
             for source in run_store.list_run_sources(tx, run_id)
         ],
-        effects=[effect_info(effect) for effect in fx.list_effects(tx, f"run:{run_id}")],
+        effects=[
+            effect_info(effect)
+            for effect in fx.list_shown_effects(tx, view.resource_id, SHOWN_EFFECTS)
+        ],
+        effect_count=fx.count_effects(tx, view.resource_id),
         output=output.value,
         output_ref=output.ref,
         error=error.value,
@@ -462,45 +461,6 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
             )
             for scope in run_settings.run_scopes(tx, run_id)
         ],
-    )
-
-
-def run_failure(tx: Transaction, view: run_store.RunRow) -> NodeFailureInfo | None:
-    """The failure record of the node that ended ``view``, when a node's failure ended it.
-
-    Only a finished run that did not complete has one: the record of its last step, which is
-    the visit that ended it (bounded by the engine, so the answer stays small).
-    """
-    if view.finished_at is None or view.status is RunStatus.COMPLETED:
-        return None
-    found = attempts.last_step_failure(tx, view.run_id)
-    return None if found is None else failure_info(found)
-
-
-def step_failure(tx: Transaction, attempt: attempts.AttemptRow) -> NodeFailureInfo | None:
-    """The failure record of one finished attempt (a step of the run view), if it kept one."""
-    found = attempts.failure_of_attempt(tx, attempt)
-    return None if found is None else failure_info(found)
-
-
-def failure_info(found: AttemptFailure) -> NodeFailureInfo:
-    """The wire form of one attempt's failure record."""
-    failure = found.failure
-    return NodeFailureInfo(
-        path=found.path,
-        visit=found.visit,
-        attempt=found.attempt,
-        outcome=_FAILED_OUTCOMES[found.outcome],
-        kind=failure.kind.value,
-        message=failure.message,
-        error_type=failure.error_type,
-        message_cut=failure.message_cut,
-        traceback=failure.traceback,
-        traceback_cut=failure.traceback_cut,
-        exit_code=failure.exit_code,
-        signal=failure.signal,
-        stderr_tail=failure.stderr_tail,
-        stderr_cut=failure.stderr_cut,
     )
 
 

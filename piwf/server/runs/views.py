@@ -53,7 +53,8 @@ from piwf.server.replies import (
     request_command,
     run_id_of,
 )
-from piwf.server.runs.handlers import run_detail, step_failure
+from piwf.server.runs.failure_records import step_failure
+from piwf.server.runs.handlers import run_detail
 from piwf.state import Transaction, blobs
 from piwf.state.enums import AttemptStatus, FailureClass
 from piwf.state.execution import attempts, run_view

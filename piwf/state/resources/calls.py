@@ -315,14 +315,20 @@ def notify_finished_children(tx: Transaction) -> list[str]:
     return woken
 
 
-def list_child_runs(tx: Transaction, uid: str) -> list[ChildRun]:
-    """Every child run of one resource, oldest first."""
+def list_newest_child_runs(tx: Transaction, uid: str, limit: int) -> list[ChildRun]:
+    """The newest ``limit`` child runs of one resource, oldest first (each read in full: its
+    state, output and error); :func:`count_child_runs` counts them all."""
     rows = tx.all(
         "SELECT request_key, run_id FROM managed_resource_workflows WHERE uid = ?"
-        " ORDER BY created_at, request_key",
-        (uid,),
+        " ORDER BY created_at DESC, request_key DESC LIMIT ?",
+        (uid, limit),
     )
-    return [child_run(tx, str(row[0]), str(row[1])) for row in rows]
+    return [child_run(tx, str(row[0]), str(row[1])) for row in reversed(rows)]
+
+
+def count_child_runs(tx: Transaction, uid: str) -> int:
+    """How many child runs the resource requested."""
+    return int(tx.scalar("SELECT count(*) FROM managed_resource_workflows WHERE uid = ?", (uid,)))
 
 
 def _state(tx: Transaction, effect: fx.Effect) -> EffectState:

@@ -138,6 +138,15 @@ def list_runners(tx: Transaction, resource_id: str, limit: int = 10) -> list[Run
     return [_runner(row) for row in rows]
 
 
+def count_runners(tx: Transaction, resource_id: str) -> int:
+    """How many runner rows (reconciles) the resource has had."""
+    return int(
+        tx.scalar(
+            "SELECT count(*) FROM managed_resource_runners WHERE resource_id = ?", (resource_id,)
+        )
+    )
+
+
 def record_reconcile_exit(
     tx: Transaction,
     reconcile_id: str,
