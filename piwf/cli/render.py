@@ -224,6 +224,13 @@ def shown_heading(name: str, shown: int, total: int | None) -> str:
     return f"{name} ({shown} of {total} shown: the newest, and every one not settled):"
 
 
+def newest_heading(name: str, shown: int, total: int | None) -> str:
+    """``decisions:``, or ``decisions (the newest 50 of 2600):`` when only some came."""
+    if total is None or total <= shown:
+        return f"{name}:"
+    return f"{name} (the newest {shown} of {total}):"
+
+
 def stopped_effects_text(detail: RunDetail) -> str | None:
     """What the resume of a paused run does to the manual effects its pause stopped while they
     applied (None for none): each becomes ambiguous and parks the run until it is settled."""
@@ -319,12 +326,13 @@ def run_detail(detail: RunDetail) -> str:
     if agent is not None:
         lines.append(f"agent command: pid {agent.pid}, turn {agent.turn} of {agent.request_id}")
     if detail.decisions:
-        lines.append("decisions:")
+        lines.append(newest_heading("decisions", len(detail.decisions), detail.decision_count))
         lines.extend(decision_audit(decision) for decision in detail.decisions)
     if detail.agent_requests:
         from piwf.cli.render_agents import agent_request_audit  # it builds on this module
 
-        lines.append("agent requests:")
+        shown, total = len(detail.agent_requests), detail.agent_request_count
+        lines.append(newest_heading("agent requests", shown, total))
         lines.extend(agent_request_audit(request) for request in detail.agent_requests)
     if detail.failure is not None:
         lines.append(failure_text(detail.failure))

@@ -253,7 +253,7 @@ def resource_detail(detail: ResourceDetail, log_directory: Path | None = None) -
         lines += [heading, _indent(render.table(["EFFECT", "KIND", "STATUS", "ATTEMPTS"], rows))]
     if detail.workflows:
         rows = [[render.one_line(w.request_key), w.run_id, w.state] for w in detail.workflows]
-        heading = _heading("child runs", len(rows), detail.workflow_count)
+        heading = render.newest_heading("child runs", len(rows), detail.workflow_count)
         lines += [heading, _indent(render.table(["REQUEST KEY", "RUN ID", "STATE"], rows))]
     if detail.reconciles:
         rows = [
@@ -267,17 +267,10 @@ def resource_detail(detail: ResourceDetail, log_directory: Path | None = None) -
             for r in detail.reconciles
         ]
         lines += [
-            _heading("recent reconciles", len(rows), detail.reconcile_count),
+            render.newest_heading("recent reconciles", len(rows), detail.reconcile_count),
             _indent(render.table(["RECONCILE", "PROCESS", "RESULT", "GEN", "STARTED"], rows)),
         ]
     return "\n".join(lines)
-
-
-def _heading(name: str, shown: int, total: int | None) -> str:
-    """``child runs:``, or ``child runs (the newest 50 of 63):`` when only some are shown."""
-    if total is None or total <= shown:
-        return f"{name}:"
-    return f"{name} (the newest {shown} of {total}):"
 
 
 def _failed_reconcile_log(detail: ResourceDetail, log_directory: Path) -> Path | None:

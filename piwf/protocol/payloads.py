@@ -456,8 +456,13 @@ class RunDetail(WireModel):
     error: str | None = None
     error_ref: ContentRef | None = None
     waiting_on: OpenRequestInfo | None = None
+    #: The newest 50 checkpoints and decisions and the newest 50 agent requests that received
+    #: submissions, oldest first (the pending request is always among them); the counts say how
+    #: many the run has had (None from an older server).
     decisions: list[DecisionInfo] = Field(default_factory=list)
+    decision_count: int | None = None
     agent_requests: list[AgentRequestInfo] = Field(default_factory=list)
+    agent_request_count: int | None = None
     #: Why the run is parked, as stored with its queue error (``run.errorCode``): the broken
     #: protocol rule, the crash count, the changed files. None when there is nothing to say.
     parked_reason: str | None = None

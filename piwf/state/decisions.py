@@ -56,6 +56,10 @@ SELECT decision_id, resource_id, run_id, kind, choices_hash, default_response_ha
 FROM human_decisions
 """
 
+_SELECT_NEWEST_DECISIONS = (
+    _SELECT_DECISION + " WHERE run_id = ? ORDER BY created_at DESC, decision_id DESC LIMIT ?"
+)
+
 _SELECT_RESOLUTION = """
 SELECT decision_id, outcome, provenance, response_hash, reason, actor_type, actor_id, resolved_at
 FROM human_decision_resolutions WHERE decision_id = ?
@@ -251,12 +255,20 @@ def get_decision(tx: Transaction, decision_id: str) -> Decision | None:
     return None if row is None else _decision(tx, row)
 
 
-def list_run_decisions(tx: Transaction, run_id: str) -> list[Decision]:
-    """Return every decision of the run, oldest first."""
-    rows = tx.all(
-        _SELECT_DECISION + " WHERE run_id = ? ORDER BY created_at, decision_id", (run_id,)
-    )
+def list_run_decisions(tx: Transaction, run_id: str, newest: int | None = None) -> list[Decision]:
+    """Return every decision of the run, or its ``newest`` latest ones, oldest first."""
+    if newest is None:
+        rows = tx.all(
+            _SELECT_DECISION + " WHERE run_id = ? ORDER BY created_at, decision_id", (run_id,)
+        )
+    else:
+        rows = tx.all(_SELECT_NEWEST_DECISIONS, (run_id, newest))[::-1]
     return [_decision(tx, row) for row in rows]
+
+
+def count_run_decisions(tx: Transaction, run_id: str) -> int:
+    """How many checkpoints and decisions the run has had."""
+    return int(tx.scalar("SELECT count(*) FROM human_decisions WHERE run_id = ?", (run_id,)))
 
 
 def get_resolution(tx: Transaction, decision_id: str) -> Resolution | None:

@@ -314,3 +314,48 @@ def test_a_run_with_many_effects_shows_the_newest_with_their_count(
     assert shown.returncode == 0, shown.stderr
     assert "effects (50 of 63 shown: the newest, and every one not settled):" in shown.stdout
     assert shown.stdout.count("svc.apply") == 50
+
+
+ASK_AGAIN = """
+    from piwf.workflow import checkpoint, compute, define_workflow
+
+    workflow = define_workflow(
+        name="ask_again", start_at="ask", max_steps=1000,
+        nodes={"ask": checkpoint(summary="again?"), "done": compute(lambda ctx: 1)},
+        edges=[{"from": "ask", "switch": {"on": "$output.again",
+                                          "cases": {"true": "ask", "false": "done"}}}],
+    )
+    """
+
+
+def test_a_run_with_many_decisions_shows_the_newest_with_their_count(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """A checkpoint asked again and again: ``run.get`` carries the newest 50, the pending one
+    last, and how many the run has had (some 2,600 made its answer larger than one frame)."""
+    workflow = write(tmp_path, "ask_again", ASK_AGAIN)
+    with raw_client(server) as client:
+        response = client.request("run.start", {"workflow": workflow, "input": {}}, key="asks")
+        assert response.receipt is not None
+        run_id = response.receipt["run"]["runId"]
+        answered: list[str] = []
+
+        def pending() -> str | None:
+            listed = raw_receipt(client, "requests.list", run_id, {"runId": run_id})["requests"]
+            fresh = [r["requestId"] for r in listed if r["requestId"] not in answered]
+            return fresh[0] if fresh else None
+
+        for number in range(53):
+            request_id = wait_for(pending, timeout_s=30, what=f"checkpoint {number + 1}")
+            answer = {"requestId": request_id, "response": {"again": True}}
+            accepted = client.request("checkpoint.answer", answer, key=f"answer-{number}")
+            assert accepted.outcome == "accepted", accepted
+            answered.append(request_id)
+        last = wait_for(pending, timeout_s=30, what="the 54th checkpoint")
+        detail = raw_receipt(client, "run.get", run_id)
+    assert detail["decisionCount"] == 54
+    shown = [decision["decisionId"] for decision in detail["decisions"]]
+    assert shown == [*answered[-49:], last]
+    human = piwf_cli(server, "run", "show", run_id)
+    assert human.returncode == 0, human.stderr
+    assert "decisions (the newest 50 of 54):" in human.stdout

@@ -9,7 +9,7 @@ import pytest
 
 from piwf.clock import FakeClock
 from piwf.lifecycle import Adopted, Applied, Conflict
-from piwf.state import StateDatabase
+from piwf.state import StateDatabase, decisions
 from piwf.state import execution as ex
 from piwf.state.enums import (
     ResolutionOutcome,
@@ -374,3 +374,39 @@ def test_answer_timeout_and_cancel_race_to_exactly_one_winner(
     else:
         assert (status, queue_row(db, run_id)) == ("running", ("parked", None))
     assert violations(db) == []
+
+
+def test_the_audit_of_a_long_loop_reads_its_newest_decisions_and_counts_them_all(
+    db: StateDatabase, clock: FakeClock
+) -> None:
+    """A checkpoint asked again on every visit: the bounded audit (what ``run.get`` shows)
+    holds the newest ones, oldest first, the pending one last; the count holds them all."""
+    workflow = compiled(
+        define_workflow(
+            name="asks",
+            start_at="ask",
+            nodes={"ask": checkpoint(summary="again?"), "done": compute(lambda ctx: 1)},
+            edges=[
+                {
+                    "from": "ask",
+                    "switch": {"on": "$output.again", "cases": {"true": "ask", "false": "done"}},
+                }
+            ],
+        )
+    )
+    asked = [park(db, workflow)]
+    for _ in range(4):
+        clock.advance(1)
+        outcome_of(answer(db, asked[-1], {"again": True}, source=SubmissionSource.CLIENT))
+        launched, _, result = run_once(db, workflow)
+        exit_and_recover(db, launched, RunnerStatus.EXITED)
+        assert result.request_id is not None and result.request_id not in asked
+        asked.append(result.request_id)
+    with db.read() as tx:
+        newest = ex.run_decision_audit(tx, "run-1", 3)
+        everything = ex.run_decision_audit(tx, "run-1")
+        count = decisions.count_run_decisions(tx, "run-1")
+    assert [a.decision.decision_id for a in newest] == asked[-3:]
+    assert [a.decision.decision_id for a in everything] == asked
+    assert newest[-1].resolution is None and all(a.resolution for a in newest[:-1])
+    assert count == 5

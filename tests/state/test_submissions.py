@@ -23,7 +23,7 @@ from piwf.lifecycle import AnsweredBy, Conflict
 from piwf.state import StateDatabase, blobs
 from piwf.state import execution as ex
 from piwf.state import retention as rt
-from piwf.state.enums import AgentSubmissionOutcome, InteractionStatus
+from piwf.state.enums import AgentSubmissionOutcome, InteractionStatus, RunnerStatus
 from piwf.state.execution import requests
 from piwf.state.execution import submissions as sub
 from piwf.workflow import agent, checkpoint, compute, define_workflow
@@ -38,6 +38,7 @@ from .test_execution_support import (
     SERVER_ID,
     compiled,
     dump,
+    exit_and_recover,
     queue_row,
     revision,
     run_once,
@@ -279,3 +280,55 @@ def test_a_request_closed_while_validating_rejects_the_reply(
     assert request_row(db, request_id).status is InteractionStatus.CANCELLED
     assert run_status(db, "run-1") == "cancelled"
     assert violations(db) == []
+
+
+def test_a_long_loops_submissions_are_read_for_its_newest_requests_with_their_count(
+    db: StateDatabase, clock: FakeClock
+) -> None:
+    """An agent step asked again on every visit: the bounded read (what ``run.get`` shows)
+    holds every submission of the newest requests that received any, and the count all."""
+    workflow = compiled(
+        define_workflow(
+            name="counts",
+            start_at="ask",
+            nodes={
+                "ask": agent(prompt="Count", expected_output='{"n": int}'),
+                "done": compute(lambda ctx: ctx.outputs["ask"]),
+            },
+            edges=[
+                {
+                    "from": "ask",
+                    "switch": {
+                        "on": "$output.n",
+                        "cases": {"0": "done", "1": "ask", "2": "ask", "3": "ask"},
+                    },
+                }
+            ],
+            max_steps=20,
+        )
+    )
+    asked = [park(db, workflow)]
+    for n in (3, 2, 1):
+        clock.advance(1)
+        rejected = created(submit(db, asked[-1], {"n": "no"}, f"bad-{n}"))
+        begin(db, rejected.submission_id, f"val-bad-{n}")
+        reject(db, rejected.submission_id, f"val-bad-{n}", "n must be a number")
+        clock.advance(1)
+        good = created(submit(db, asked[-1], {"n": n}, f"good-{n}"))
+        begin(db, good.submission_id, f"val-{n}")
+        accept(db, good.submission_id, f"val-{n}", {"n": n})
+        launched, _, result = run_once(db, workflow)
+        exit_and_recover(db, launched, RunnerStatus.EXITED)
+        assert result.request_id is not None
+        asked.append(result.request_id)
+    with db.read() as tx:
+        newest = [(s.request_id, s.idempotency_key) for s in sub.run_submissions(tx, "run-1", 2)]
+        every = sub.run_submissions(tx, "run-1")
+        count = sub.count_submitted_requests(tx, "run-1")
+    assert newest == [
+        (asked[1], "bad-2"),
+        (asked[1], "good-2"),
+        (asked[2], "bad-1"),
+        (asked[2], "good-1"),
+    ]
+    assert len(every) == 6 and count == 3  # the fourth request has none yet

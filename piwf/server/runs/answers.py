@@ -178,11 +178,13 @@ def resolution_info(resolution: decision_store.Resolution) -> ResolutionInfo:
     return ResolutionInfo.model_validate(resolution.to_json())
 
 
-def decision_infos(tx: Transaction, run_id: str, offer: ContentOffer) -> list[DecisionInfo]:
-    """Return the audit of every checkpoint and decision of the run; each answer inline or by
-    reference as ``offer`` decides."""
+def decision_infos(
+    tx: Transaction, run_id: str, offer: ContentOffer, newest: int | None = None
+) -> list[DecisionInfo]:
+    """Return the audit of every checkpoint and decision of the run (or its ``newest`` latest
+    ones), oldest first; each answer inline or by reference as ``offer`` decides."""
     infos = []
-    for audit in ex.run_decision_audit(tx, run_id):
+    for audit in ex.run_decision_audit(tx, run_id, newest):
         resolution = audit.resolution
         resolution_wire = None
         if resolution is not None:

@@ -58,20 +58,20 @@ from piwf.server.replies import (
 )
 from piwf.server.runs import answers, interactions, recorded_sources, refusals
 from piwf.server.runs.failure_records import run_failure
-from piwf.state import Transaction, content_owners
+from piwf.state import Transaction, content_owners, decisions
 from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.enums import ActorType
-from piwf.state.execution import agents, forks, messages
+from piwf.state.execution import agents, forks, messages, submissions
 from piwf.state.execution import queue as run_queue
 from piwf.state.execution import runs as run_store
 from piwf.state.execution import settings as run_settings
 from piwf.state.records import Actor
 from piwf.workflow.sources import SourceIdentity
 
-#: ``run.get`` shows a run's newest this many effects, and every unsettled one, with how many
-#: it has: a run whose loop reserved thousands still answers within one frame.
-SHOWN_EFFECTS = 50
+#: ``run.get`` shows a run's newest this many effects (and every unsettled one), decisions and
+#: agent requests, with how many it has: a long loop's run still answers within one frame.
+SHOWN_ITEMS = 50
 
 _CLIENT_RUN_ID = re.compile(r"run-[A-Za-z0-9_-]{8,64}")
 
@@ -439,7 +439,7 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
         ],
         effects=[
             effect_info(effect)
-            for effect in fx.list_shown_effects(tx, view.resource_id, SHOWN_EFFECTS)
+            for effect in fx.list_shown_effects(tx, view.resource_id, SHOWN_ITEMS)
         ],
         effect_count=fx.count_effects(tx, view.resource_id),
         output=output.value,
@@ -447,8 +447,10 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
         error=error.value,
         error_ref=error.ref,
         waiting_on=answers.waiting_on(tx, run_id, offer),
-        decisions=answers.decision_infos(tx, run_id, offer),
-        agent_requests=interactions.agent_request_infos(tx, run_id, offer),
+        decisions=answers.decision_infos(tx, run_id, offer, SHOWN_ITEMS),
+        decision_count=decisions.count_run_decisions(tx, run_id),
+        agent_requests=interactions.agent_request_infos(tx, run_id, offer, SHOWN_ITEMS),
+        agent_request_count=submissions.count_submitted_requests(tx, run_id),
         parked_reason=run_queue.read_queue_reason(tx, run_id) if view.needs_action else None,
         session=messages.session_of(tx, run_id),
         agent_process=_agent_process(tx, run_id),

@@ -185,12 +185,13 @@ def settled_response(
 
 
 def agent_request_infos(
-    tx: Transaction, run_id: str, offer: ContentOffer
+    tx: Transaction, run_id: str, offer: ContentOffer, newest: int | None = None
 ) -> list[AgentRequestInfo]:
-    """Every agent request of the run that received submissions, each with its submissions
-    (as sent, as accepted, why refused), oldest first; values inline or by reference."""
+    """Every agent request of the run that received submissions (or its ``newest`` latest
+    ones), each with its submissions (as sent, as accepted, why refused), oldest first; values
+    inline or by reference."""
     by_request: dict[str, list[AgentSubmissionInfo]] = {}
-    for submission in sub.run_submissions(tx, run_id):
+    for submission in sub.run_submissions(tx, run_id, newest):
         output = offer.json("run", run_id, submission.payload_hash)
         value = offer.json("run", run_id, submission.value_hash)
         error = offer.text("run", run_id, submission.error_hash)

@@ -307,10 +307,13 @@ def list_open_requests(tx: Transaction, run_id: str | None = None) -> list[OpenR
     return found
 
 
-def run_decision_audit(tx: Transaction, run_id: str) -> list[DecisionAudit]:
-    """Return every decision of the run with its winner and submissions, oldest first."""
+def run_decision_audit(
+    tx: Transaction, run_id: str, newest: int | None = None
+) -> list[DecisionAudit]:
+    """Return every decision of the run (or its ``newest`` latest ones) with its winner and
+    submissions, oldest first."""
     audits = []
-    for decision in decisions.list_run_decisions(tx, run_id):
+    for decision in decisions.list_run_decisions(tx, run_id, newest):
         audits.append(
             DecisionAudit(
                 decision=decision,

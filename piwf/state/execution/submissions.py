@@ -72,6 +72,26 @@ _SELECT_OF_RUN = (
     _COLUMNS + " WHERE i.run_id = ? ORDER BY i.created_at, s.submitted_at, s.submission_id"
 )
 
+# The run's newest agent requests that received a submission, and their submissions.
+_SELECT_OF_NEWEST = """
+SELECT s.submission_id, s.request_id, s.idempotency_key, s.payload_hash, s.outcome,
+       s.value_hash, s.error_hash, s.receipt_hash, s.validation_id, s.submitted_at,
+       s.settled_at, i.run_id
+FROM interactive_submissions s JOIN interactive_requests i ON i.request_id = s.request_id
+WHERE i.request_id IN (
+  SELECT r.request_id FROM interactive_requests r INDEXED BY interactive_requests_run_idx
+  WHERE r.run_id = ? AND r.kind = 'agent'
+    AND EXISTS (SELECT 1 FROM interactive_submissions x WHERE x.request_id = r.request_id)
+  ORDER BY r.created_at DESC, r.request_id DESC LIMIT ?)
+ORDER BY i.created_at, s.submitted_at, s.submission_id
+"""
+
+_COUNT_SUBMITTED_REQUESTS = """
+SELECT count(*) FROM interactive_requests r INDEXED BY interactive_requests_run_idx
+WHERE r.run_id = ? AND r.kind = 'agent'
+  AND EXISTS (SELECT 1 FROM interactive_submissions x WHERE x.request_id = r.request_id)
+"""
+
 _COUNT_OF_REQUEST = "SELECT count(*) FROM interactive_submissions WHERE request_id = ?"
 
 _INSERT = """
@@ -171,9 +191,17 @@ def validating_left_by_crash(tx: Transaction) -> list[SubmissionRow]:
     return [_submission(row) for row in tx.all(_SELECT_VALIDATING)]
 
 
-def run_submissions(tx: Transaction, run_id: str) -> list[SubmissionRow]:
-    """Every submission to the run's agent requests, by request, then oldest first."""
-    return [_submission(row) for row in tx.all(_SELECT_OF_RUN, (run_id,))]
+def run_submissions(tx: Transaction, run_id: str, newest: int | None = None) -> list[SubmissionRow]:
+    """Every submission to the run's agent requests (or to the ``newest`` latest requests
+    that received any), by request, then oldest first."""
+    if newest is None:
+        return [_submission(row) for row in tx.all(_SELECT_OF_RUN, (run_id,))]
+    return [_submission(row) for row in tx.all(_SELECT_OF_NEWEST, (run_id, newest))]
+
+
+def count_submitted_requests(tx: Transaction, run_id: str) -> int:
+    """How many of the run's agent requests received a submission."""
+    return int(tx.scalar(_COUNT_SUBMITTED_REQUESTS, (run_id,)))
 
 
 def is_validating(tx: Transaction, request_id: str) -> bool:
