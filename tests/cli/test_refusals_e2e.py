@@ -79,3 +79,43 @@ def test_a_usage_error_names_the_value_given_escaped_and_cut(
         assert f"{lead}{shown}" in human, human
         assert len(human) < 1000, human
     assert piwf.json("server", "status") == {"state": "stopped"}, "a usage error reached a server"
+
+
+HELLO = "fixtures/workflows/hello.py"
+
+#: A server's refusal of a value it does not repeat: the arguments after the run id, what the
+#: error is led by (the value named, escaped) and what the server says after it.
+NAMED_REFUSALS = {
+    "run logs --node": (
+        ["logs", "{run}", "--node", "gr\x1b[2Jeet"],
+        "node 'gr\\x1b[2Jeet': ",
+        "run {run} has no node of that name; its nodes: greet, shout",
+    ),
+    "run logs --node --follow": (
+        ["logs", "{run}", "--node", "nowhere", "--follow"],
+        "node 'nowhere': ",
+        "run {run} has no node of that name; its nodes: greet, shout",
+    ),
+    "run settings --mount": (
+        ["settings", "{run}", "--mount", "sub\x1b[2J"],
+        "settings of mount 'sub\\x1b[2J': ",
+        "the run's workflow mounts no workflow at that path (it mounts none)",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "lead", "says"), list(NAMED_REFUSALS.values()), ids=list(NAMED_REFUSALS)
+)
+def test_a_refusal_of_the_server_names_the_value_given(
+    piwf: Piwf,  # noqa: F811
+    args: list[str],
+    lead: str,
+    says: str,
+) -> None:
+    started = piwf.json("run", "start", HELLO, "--input", '{"who": "x"}', "--wait")
+    run_id = started["run"]["runId"]
+    command = ["run", *(part.format(run=run_id) for part in args)]
+    human, error = refused(piwf, *command, exit_code=1)
+    assert error["message"].startswith(lead + says.format(run=run_id)), error
+    assert human.startswith(f"Error: {lead}{says.format(run=run_id)}"), human
