@@ -31,6 +31,7 @@ from piwf._version import __version__
 from piwf.cli.collector import collector_paused
 
 _JSON_REQUESTED = "piwf.json"
+_ARGUMENTS = "piwf.arguments"
 
 
 @dataclass(frozen=True)
@@ -173,20 +174,41 @@ class PiwfGroup(click.Group):
             _version_as_json()
         try:
             ctx = super().make_context(info_name, args, parent, **extra)
-        except click.UsageError as error:
+        except click.UsageError as refused:
+            error = _naming_arguments_safely(refused, args)
             if wants_json:
                 _usage_error_as_json(error)
-            raise
+            raise error from None
         ctx.meta[_JSON_REQUESTED] = wants_json
+        ctx.meta[_ARGUMENTS] = list(args)
         return ctx
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except click.UsageError as error:
+        except click.UsageError as refused:
+            error = _naming_arguments_safely(refused, ctx.meta.get(_ARGUMENTS, []))
             if ctx.meta.get(_JSON_REQUESTED):
                 _usage_error_as_json(error)
-            raise
+            raise error from None
+
+
+def _naming_arguments_safely(error: click.UsageError, args: Sequence[str]) -> click.UsageError:
+    """``error`` with a message safe to print: each argument of ``args`` that it repeats (click
+    quotes the value an option refused, and repeats raw the name of a file it could not open)
+    shown as :func:`piwf.cli.safe_text.given` shows a value, its control characters escaped and
+    cut to 80 characters, and any other control character escaped; so a pasted payload is not
+    repeated whole and a terminal escape typed into an argument cannot drive the terminal."""
+    from piwf.cli.safe_text import given, printable
+
+    message = error.format_message()
+    values = {*args, *(arg.partition("=")[2] for arg in args if arg.startswith("--"))}
+    for value in sorted(values, key=len, reverse=True):
+        shown = given(value)[1:-1]
+        if value and shown != value:
+            for form in (repr(value)[1:-1], value):
+                message = message.replace(form, shown)
+    return click.UsageError(printable(message), ctx=error.ctx)
 
 
 def _version_as_json() -> None:

@@ -18,6 +18,7 @@ A command body raises; :func:`command` turns the error into the exit-code protoc
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 import math
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
 import click
 
 from piwf import canonical
-from piwf.cli.safe_text import printable
+from piwf.cli.safe_text import given, printable
 from piwf.config import plain_number
 from piwf.errors import CanonicalJsonError, CommandError, InvalidArgumentError, PiwfError
 
@@ -213,6 +214,24 @@ def fail(error: PiwfError, *, as_json: bool) -> NoReturn:
     raise click.exceptions.Exit(1)
 
 
+@contextlib.contextmanager
+def naming_given(lead: str, refusal: type[PiwfError], *codes: str) -> Iterator[None]:
+    """Name what the user gave in a refusal raised in the block: a ``refusal`` (of one of the
+    wire codes ``codes``, when any are given) is raised again, of the same type and code, its
+    message led by ``lead`` (which names the value as :func:`~piwf.cli.safe_text.given` shows
+    it). The server's refusal never repeats the text it was sent (a stored receipt keeps no
+    request text); the CLI has it from its user."""
+    try:
+        yield
+    except refusal as refused:
+        code = refused.error_code if isinstance(refused, CommandError) else refused.code
+        if codes and code not in codes:
+            raise
+        named = copy.copy(refused)
+        named.args = (f"{lead}: {refused}",)
+        raise named from None
+
+
 class Integer(click.IntRange):
     """An integer from ``minimum`` to ``maximum`` (inclusive; None: unbounded), written as the
     ``PIWF_*`` variables take one (:func:`piwf.config.plain_number`): ``1_0`` and non-ASCII
@@ -286,19 +305,39 @@ def effect_id_argument(function: _F) -> _F:
     return click.argument("effect_id", metavar="EFFECT_ID", callback=id_check("effect"))(function)
 
 
+#: Where a person finds the ids of each kind, said when one given is malformed or unknown.
+ID_LISTINGS: dict[str, str] = {
+    "run": "piwf run list shows the run ids",
+    "request": "piwf requests lists the pending requests",
+    "effect": "piwf run show RUN_ID lists a run's effects",
+    "session": "piwf session list shows the sessions",
+}
+
+
 def id_check(kind: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
     """A click callback that takes a ``kind`` id (or no value: an option left out) only when
     it keeps the protocol's id rule, so a malformed one is a usage error (exit 2) that reaches
-    no server, whatever kind of id it is."""
+    no server, whatever kind of id it is. The error names the value given
+    (:func:`~piwf.cli.safe_text.given`), the rule and where the ids are listed."""
 
     def check(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
         if value is not None and not _OPAQUE_ID.fullmatch(value):
             raise click.BadParameter(
-                f"{_article(kind)} {kind} id is 1 to 256 printable ASCII characters, no spaces"
+                malformed_id(
+                    kind,
+                    value,
+                    f"{_article(kind)} {kind} id is 1 to 256 printable ASCII characters, no spaces",
+                )
             )
         return value
 
     return check
+
+
+def malformed_id(kind: str, value: str, rule: str) -> str:
+    """The refusal of ``value`` as a ``kind`` id that breaks ``rule``: what was given, the rule
+    and where the ids of that kind are listed."""
+    return f"{given(value)} is not {_article(kind)} {kind} id: {rule} ({ID_LISTINGS[kind]})"
 
 
 def _article(noun: str) -> str:
@@ -311,7 +350,7 @@ def check_session_id(_ctx: click.Context, _param: click.Parameter, value: str | 
     from piwf.protocol.session_payloads import session_id_problem
 
     if value is not None and (problem := session_id_problem(value)) is not None:
-        raise click.BadParameter(problem)
+        raise click.BadParameter(malformed_id("session", value, problem))
     return value
 
 

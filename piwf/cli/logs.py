@@ -7,6 +7,7 @@ line naming its node, visit and attempt; docs/CLI.md shows the output.
 from __future__ import annotations
 
 import codecs
+import contextlib
 from typing import TYPE_CHECKING, Any, Final
 
 import click
@@ -16,11 +17,14 @@ from piwf.cli.common import (
     command,
     interrupted,
     json_option,
+    naming_given,
     open_client,
     run_id_argument,
     sigterm_stops_waiting,
 )
 from piwf.cli.runs import run_group
+from piwf.cli.safe_text import given
+from piwf.errors import CommandError, NodeNotInRunError
 
 if TYPE_CHECKING:
     from piwf.client import Client
@@ -61,8 +65,14 @@ def run_logs(run_id: str, node: str | None, follow: bool, raw: bool, as_json: bo
       piwf run logs run-0b9c --node fetch
       piwf run logs run-0b9c --follow
     """
+    # The server names the run's nodes, never the text it was sent: name the node given.
+    unknown_node = (
+        naming_given(f"node {given(node)}", CommandError, NodeNotInRunError.code)
+        if node is not None
+        else contextlib.nullcontext()
+    )
     try:
-        with sigterm_stops_waiting(), open_client() as client:
+        with sigterm_stops_waiting(), unknown_node, open_client() as client:
             if follow:
                 _follow(client, run_id, node, raw=raw, as_json=as_json)
             else:

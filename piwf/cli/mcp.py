@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import sys
 
 import click
 
-from piwf.cli.common import command, json_option
+from piwf.cli.common import command, id_check, json_option
 from piwf.errors import MissingExtraError
 
 MISSING_SDK = "piwf mcp needs the MCP SDK: pip install 'piwf[mcp]'"
@@ -17,15 +16,6 @@ TERMINAL_NOTE = (
     "started by the client, not typed at. Configure your MCP client to run `piwf mcp` "
     "(docs/MCP.md). Press Ctrl-C to stop."
 )
-_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,256}")
-
-
-def _check_request_id(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> str | None:
-    if value is not None and not _REQUEST_ID.fullmatch(value):
-        raise click.BadParameter("a request id is 1 to 256 printable ASCII characters, no spaces")
-    return value
 
 
 @click.command("mcp")
@@ -34,7 +24,7 @@ def _check_request_id(
     "request_id",
     default=None,
     metavar="REQUEST_ID",
-    callback=_check_request_id,
+    callback=id_check("request"),
     help="Offer only update and submit, bound to this one agent request.",
 )
 @json_option

@@ -16,6 +16,7 @@ from piwf.cli.common import (
     command,
     interrupted,
     json_option,
+    naming_given,
     open_client,
     parse_json,
     run_id_argument,
@@ -392,15 +393,12 @@ def run_fork(run_id: str, from_node: str, as_json: bool) -> None:
     Example:
       piwf run fork run-0b9c --from review
     """
-    with open_client() as client:
-        try:
-            run = client.fork_run(run_id, from_node=from_node)
-        except RejectedError as refused:
-            # The server's refusal never repeats the node it was sent; name what was given.
-            raise RejectedError(
-                f"fork from node {given(from_node)} refused: {refused}",
-                error_code=refused.error_code,
-            ) from None
+    # The server's refusal never repeats the node it was sent; name what was given.
+    with (
+        naming_given(f"fork from node {given(from_node)} refused", RejectedError),
+        open_client() as client,
+    ):
+        run = client.fork_run(run_id, from_node=from_node)
     if as_json:
         render.emit_json({"run": run.to_wire()})
     else:

@@ -8,7 +8,14 @@ import click
 
 from piwf import canonical
 from piwf.cli import render
-from piwf.cli.common import Integer, check_session_id, command, json_option, open_client
+from piwf.cli.common import (
+    Integer,
+    check_session_id,
+    command,
+    json_option,
+    open_client,
+    run_id_argument,
+)
 from piwf.cli.safe_text import one_line, printable
 from piwf.client.session_capture import CapturedTurn
 from piwf.protocol.session_payloads import SessionInfo, SessionView, WorkflowMessageInfo
@@ -82,7 +89,7 @@ def session_show(session_id: str, as_json: bool) -> None:
 
 
 @session_group.command("capture")
-@click.argument("run_id")
+@run_id_argument
 @click.option(
     "--attempt", "attempt_id", metavar="ATTEMPT_ID", help="Only this node attempt's turns."
 )

@@ -3,6 +3,7 @@ show a run's live settings, or change them with an RFC 6902 JSON Patch."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import IO, TYPE_CHECKING, Any
 
@@ -10,9 +11,19 @@ import click
 
 from piwf.canonical import MAX_SAFE_INTEGER
 from piwf.cli import render
-from piwf.cli.common import Integer, command, json_option, open_client, parse_json, run_id_argument
+from piwf.cli.common import (
+    Integer,
+    command,
+    json_option,
+    naming_given,
+    open_client,
+    parse_json,
+    run_id_argument,
+)
 from piwf.cli.logs import run_logs
 from piwf.cli.runs import run_group
+from piwf.cli.safe_text import given
+from piwf.errors import CommandError, SettingsChangeError, SettingsConflictError
 
 if TYPE_CHECKING:
     from piwf.protocol.settings_payloads import SettingsScopeInfo
@@ -71,7 +82,18 @@ def run_settings(
     if expected_change is not None and patch_text is None and patch_file is None:
         raise click.UsageError("--expect goes with --patch or --patch-file")
     raw = patch_text if patch_text is not None else (patch_file.read() if patch_file else None)
-    with open_client() as client:
+    # The server names the run's mounts, never the path it was sent: name the mount given.
+    unknown_mount = (
+        naming_given(
+            f"settings of mount {given(mount_path)}",
+            CommandError,
+            SettingsChangeError.code,
+            SettingsConflictError.code,
+        )
+        if mount_path
+        else contextlib.nullcontext()
+    )
+    with unknown_mount, open_client() as client:
         if raw is None:
             scopes = client.run_settings(run_id, mount_path=mount_path).scopes
             if as_json:

@@ -514,28 +514,45 @@ def test_a_full_run_list_page_does_not_ask_for_a_limit_above_the_most() -> None:
 
 
 MALFORMED_IDS = {
-    "answer": (["answer", "a b", "{}"], "'REQUEST_ID'", "a request"),
-    "submit": (["submit", "a b", "{}"], "'REQUEST_ID'", "a request"),
-    "update": (["update", "a b", "{}"], "'REQUEST_ID'", "a request"),
-    "requests --run": (["requests", "--run", "a b"], "'--run'", "a run"),
-    "effect resolve": (["effect", "resolve", "a b", "--applied"], "'EFFECT_ID'", "an effect"),
-    "channel recover": (["channel", "recover", "a\x1b[2J", "confirm"], "'EFFECT_ID'", "an effect"),
+    "answer": (["answer", "a b", "{}"], "'REQUEST_ID'", "a request", "'a b'"),
+    "submit": (["submit", "a b", "{}"], "'REQUEST_ID'", "a request", "'a b'"),
+    "update": (["update", "a b", "{}"], "'REQUEST_ID'", "a request", "'a b'"),
+    "requests --run": (["requests", "--run", "a b"], "'--run'", "a run", "'a b'"),
+    "effect resolve": (
+        ["effect", "resolve", "a b", "--applied"],
+        "'EFFECT_ID'",
+        "an effect",
+        "'a b'",
+    ),
+    "channel recover": (
+        ["channel", "recover", "a\x1b[2J", "confirm"],
+        "'EFFECT_ID'",
+        "an effect",
+        "'a\\x1b[2J'",
+    ),
+}
+#: Where the ids of each kind are listed, as a refusal of a malformed one says.
+LISTINGS = {
+    "a request": "piwf requests lists the pending requests",
+    "a run": "piwf run list shows the run ids",
+    "an effect": "piwf run show RUN_ID lists a run's effects",
 }
 
 
 @pytest.mark.parametrize(
-    ("args", "where", "kind"), list(MALFORMED_IDS.values()), ids=list(MALFORMED_IDS)
+    ("args", "where", "kind", "shown"), list(MALFORMED_IDS.values()), ids=list(MALFORMED_IDS)
 )
 def test_a_malformed_id_of_any_kind_is_a_usage_error_that_sends_nothing(
-    fake: FakeServer, args: list[str], where: str, kind: str
+    fake: FakeServer, args: list[str], where: str, kind: str, shown: str
 ) -> None:
-    # As for a run id: a space or a control character is no id piwf gave out (exit 2).
+    # As for a run id: a space or a control character is no id piwf gave out (exit 2); the
+    # refusal names what was given (escaped), the rule and where the ids are listed.
     result = invoke(*args, "--json")
     assert result.exit_code == 2, result.output
     assert one_json_document(result.stdout)["error"] == {
         "code": "usage",
-        "message": f"Invalid value for {where}: {kind} id is 1 to 256 printable ASCII"
-        " characters, no spaces",
+        "message": f"Invalid value for {where}: {shown} is not {kind} id: {kind} id is 1 to 256"
+        f" printable ASCII characters, no spaces ({LISTINGS[kind]})",
     }
     assert fake.requests == [], "a malformed id reached the server"
 

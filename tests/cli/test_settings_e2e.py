@@ -195,8 +195,9 @@ def test_refused_patches_say_why_and_change_nothing(
         for change in ([], ["--patch", json.dumps(cases[0][0])]):
             nowhere = refused(piwf, run_id, "--mount", "nowhere", *change)
             assert nowhere["message"] == (
-                "the run's workflow mounts no workflow at that path (it mounts none); give one of"
-                " its mount paths, or none for the run's own workflow"
+                "settings of mount 'nowhere': the run's workflow mounts no workflow at that path"
+                " (it mounts none); give one of its mount paths, or none for the run's own"
+                " workflow"
             ), nowhere
 
         client.change_settings(run_id, [{"op": "replace", "path": "/route", "value": "careful"}])
