@@ -199,7 +199,7 @@ def _view_text(view: SessionView) -> str:
         f"  coordinator  {coordinator}",
         f"messages ({len(view.messages)} of {view.total}):",
     ]
-    if not view.messages and view.total == 0 and view.active_run_id is None:
+    if view.runs == 0:
         # Nothing ever used it: most often a mistyped id (a session needs no creating).
         lines.append(
             f"  (none: no run has used session {view.session_id} in this state home; "

@@ -106,6 +106,8 @@ class SessionView(WireModel):
     session_id: str
     #: The unfinished run that reserves the session, if any.
     active_run_id: str | None = None
+    #: How many runs were ever bound to the session (0: no run has used it).
+    runs: int = 0
     #: Whether some connection holds the session's coordinator epoch now.
     coordinated: bool
     #: Whether the ``coordinatorEpoch`` sent is the active one.

@@ -61,9 +61,11 @@ class SessionHandlers:
             listed = [_message_info(offer, row) for row in rows]
             following = messages.next_eligible(tx, session_id) if active else None
             holder = messages.session_holder(tx, session_id)
+            runs = messages.session_run_count(tx, session_id)
         view = SessionView(
             session_id=session_id,
             active_run_id=holder,
+            runs=runs,
             coordinated=coordinators.coordinated(session_id),
             active_epoch=active,
             messages=listed,

@@ -674,3 +674,32 @@ def test_a_dash_with_nothing_on_stdin_says_so_and_a_terminal_is_told_how_to_end(
         _, rest = typed.communicate(timeout=60)
     os.close(controller)
     assert typed.returncode == 1 and "no request req-1" in rest, rest
+
+
+def test_session_show_of_a_used_session_whose_messages_were_all_shown(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    """A session whose only run ended and whose terminal message was shown has no message to
+    list, but it was used: ``session show`` must not call it unused (a mistyped id)."""
+    started = piwf.json("run", "start", HELLO, "--input", '{"who": "ada"}', "--session", "s-1")
+    run_id = started["run"]["runId"]
+    attached = subprocess.run(
+        [str(PIWF), "session", "attach", "s-1", "--exit-when-done"],
+        env=piwf.env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert attached.returncode == 0, attached
+    assert f"terminal · run {run_id}" in attached.stdout
+    view = piwf.json("session", "show", "s-1")
+    assert (view["runs"], view["total"], view.get("activeRunId")) == (1, 0, None)
+    shown = piwf.run("session", "show", "s-1")
+    assert (shown.returncode, shown.stderr) == (0, ""), shown
+    assert "no run has used" not in shown.stdout
+    assert "(none to show)" in shown.stdout
+    unused = piwf.run("session", "show", "s-2")
+    assert "no run has used session s-2 in this state home" in unused.stdout

@@ -49,6 +49,8 @@ WHERE b.origin_session_id = ? AND r.finished_at IS NULL AND b.run_id != ?
 ORDER BY b.created_at LIMIT 1
 """
 
+_COUNT_SESSION_RUNS = "SELECT count(*) FROM run_bindings WHERE origin_session_id = ?"
+
 _NEXT_ORDER = (
     "SELECT coalesce(max(order_number), 0) + 1 FROM workflow_messages WHERE session_id = ?"
 )
@@ -230,6 +232,11 @@ def session_holder(tx: Transaction, session_id: str, *, besides: str = "") -> st
     ``besides``), or None: a run reserves its session from its start until it is terminal."""
     found = tx.scalar(_SELECT_HOLDER, (session_id, besides))
     return None if found is None else str(found)
+
+
+def session_run_count(tx: Transaction, session_id: str) -> int:
+    """Return how many runs were ever bound to ``session_id`` (0: no run has used it)."""
+    return int(tx.scalar(_COUNT_SESSION_RUNS, (session_id,)) or 0)
 
 
 # Writers ------------------------------------------------------------------------------------
