@@ -100,7 +100,11 @@ CLI_MAY_IMPORT = (
 #: What the top-level group ``piwf.cli`` may import itself: it loads each command's module by
 #: name from its COMMANDS table when the command runs, so ``piwf --version`` and ``--help`` stay
 #: light (tests/unit/test_lazy_cli.py checks what they import at run time).
-CLI_GROUP_MAY_IMPORT = frozenset({"piwf._version", "piwf.canonical", "piwf.cli.collector"})
+#: (``piwf.cli.safe_text`` only when a usage error is shown, to escape what it repeats; it
+#: imports nothing of piwf.)
+CLI_GROUP_MAY_IMPORT = frozenset(
+    {"piwf._version", "piwf.canonical", "piwf.cli.collector", "piwf.cli.safe_text"}
+)
 
 #: The only CLI module that reaches the viewer, so the base install never imports Textual.
 VIEWER_IMPORTERS = frozenset({"piwf.cli.view"})
