@@ -351,7 +351,9 @@ def _settings_line(detail: RunDetail) -> str | None:
     parts = [
         f"{scope.mount_path or 'run'}: change {scope.change_number}" for scope in detail.settings
     ]
-    return f"{', '.join(parts)} (piwf run settings {detail.run.run_id})"
+    shown, total = len(detail.settings), detail.settings_count
+    newest = "" if total is None or total <= shown else f"the newest {shown} of {total}; "
+    return f"{', '.join(parts)} ({newest}piwf run settings {detail.run.run_id})"
 
 
 def failure_text(failure: NodeFailureInfo) -> str:

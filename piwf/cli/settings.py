@@ -95,11 +95,11 @@ def run_settings(
     )
     with unknown_mount, open_client() as client:
         if raw is None:
-            scopes = client.run_settings(run_id, mount_path=mount_path).scopes
+            shown = client.run_settings(run_id, mount_path=mount_path)
             if as_json:
-                render.emit_json({"runId": run_id, "scopes": [s.to_wire() for s in scopes]})
+                render.emit_json(shown.to_wire())
             else:
-                _show(run_id, scopes)
+                _show(run_id, shown.scopes, shown.scope_count)
             return
         patch = parse_json(raw, "--patch" if patch_text is not None else "--patch-file")
         if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
@@ -117,12 +117,16 @@ def run_settings(
         click.echo(_value_text(scope.value))
 
 
-def _show(run_id: str, scopes: list[SettingsScopeInfo]) -> None:
+def _show(run_id: str, scopes: list[SettingsScopeInfo], total: int | None) -> None:
     if not scopes:
         click.echo(
             f"{run_id} has no settings yet: they appear when the workflow's first node starts"
         )
         return
+    if total is not None and total > len(scopes):
+        click.echo(
+            render.newest_heading(f"entries of mount {scopes[-1].mount_path!r}", len(scopes), total)
+        )
     for scope in scopes:
         click.echo(f"settings of {run_id}{_where(scope)}: change {scope.change_number}")
         if scope.description:

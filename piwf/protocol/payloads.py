@@ -472,7 +472,10 @@ class RunDetail(WireModel):
     #: The origin session of an interactive run (None: the run is headless).
     session: str | None = None
     #: The run's live-settings scopes (none when its workflows declare no settings).
+    #: The newest 50 live-settings scopes, by mount path and entry; ``settingsCount`` says how
+    #: many the run has (None from an older server).
     settings: list[SettingsSummary] = Field(default_factory=list)
+    settings_count: int | None = None
 
 
 class AnswerPayload(WireModel):

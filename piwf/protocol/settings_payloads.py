@@ -69,7 +69,11 @@ class RunSettings(WireModel):
     """Every settings scope of a run (for ``run.settings``, the scopes of ``mountPath``)."""
 
     run_id: str
+    #: The mount's newest entries (at most 10, as many as fit in 512 KiB, at least one), oldest
+    #: first: a loop that enters a mount adds one on every entry.
     scopes: list[SettingsScopeInfo]
+    #: How many entries the mount has had (None from an older server).
+    scope_count: int | None = None
 
 
 class SettingsChangeReceipt(WireModel):

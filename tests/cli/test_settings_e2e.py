@@ -260,3 +260,59 @@ def test_the_origin_session_changes_only_what_the_workflow_grants_it(
         assert scope.value == {"tone": "warm", "budget": 1}
         assert [(c.change_number, c.actor) for c in scope.changes] == [(1, "session")]
         client.cancel_run(run_id)
+
+
+ENTERED_AGAIN = """
+    from piwf.workflow import compute, define_workflow, include
+    from piwf.workflow.settings import allow_path, workflow_settings
+
+
+    def _inner():
+        return define_workflow(
+            name="inner", start_at="use", nodes={"use": compute(lambda ctx: 1)}, edges=[],
+            exits={"done": {"from": "use"}},
+            settings=workflow_settings(
+                initial={"notes": "x" * 60_000}, description="entered on every round",
+                paths=[allow_path("/notes", read=["human"])],
+            ),
+        )
+
+
+    def count(ctx):
+        n = (ctx.outputs.get("count") or {"n": 0})["n"] + 1
+        return {"n": n, "more": n <= 52}
+
+
+    workflow = define_workflow(
+        name="entered_again", start_at="count", max_steps=200,
+        includes={"inner": include(_inner())},
+        nodes={"count": compute(count), "end": compute(lambda ctx: "ok")},
+        edges=[{"from": "count", "switch": {"on": "$output.more",
+                                            "cases": {"true": "inner", "false": "end"}}},
+               {"from": "inner.done", "to": "count"}],
+    )
+    """
+
+
+def test_a_mount_entered_in_a_loop_shows_its_newest_entries_with_their_count(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Every entry of a mount with settings is a scope: 2,000 entries made ``run.settings``
+    larger than one frame. It shows the newest 10 that fit in 512 KiB (eight of 60 KiB each
+    here) and ``run.get`` the newest 50 scopes, each with how many there are."""
+    workflow = write(tmp_path / "entered_again.py", ENTERED_AGAIN)
+    run_id = piwf.json("run", "start", str(workflow))["run"]["runId"]
+    assert piwf.json("run", "wait", run_id, "--timeout", "120")["run"]["status"] == "completed"
+
+    shown = piwf.json("run", "settings", run_id, "--mount", "inner")
+    assert shown["scopeCount"] == 52
+    assert [scope["invocation"] for scope in shown["scopes"]] == list(range(45, 53))
+    human = piwf.run("run", "settings", run_id, "--mount", "inner").stdout
+    assert human.startswith("entries of mount 'inner' (the newest 8 of 52):\n")
+
+    detail = piwf.json("run", "show", run_id)
+    assert detail["settingsCount"] == 52
+    assert [scope["invocation"] for scope in detail["settings"]] == list(range(3, 53))
+    line = f"(the newest 50 of 52; piwf run settings {run_id})"
+    assert line in piwf.run("run", "show", run_id).stdout

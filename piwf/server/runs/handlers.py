@@ -69,8 +69,9 @@ from piwf.state.execution import settings as run_settings
 from piwf.state.records import Actor
 from piwf.workflow.sources import SourceIdentity
 
-#: ``run.get`` shows a run's newest this many effects (and every unsettled one), decisions and
-#: agent requests, with how many it has: a long loop's run still answers within one frame.
+#: ``run.get`` shows a run's newest this many effects (and every unsettled one), decisions,
+#: agent requests and settings scopes, with how many it has: a long loop's run still answers
+#: within one frame.
 SHOWN_ITEMS = 50
 
 _CLIENT_RUN_ID = re.compile(r"run-[A-Za-z0-9_-]{8,64}")
@@ -461,8 +462,9 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
                 invocation=scope.invocation,
                 change_number=scope.change_number,
             )
-            for scope in run_settings.run_scopes(tx, run_id)
+            for scope in run_settings.run_scopes(tx, run_id, SHOWN_ITEMS)
         ],
+        settings_count=run_settings.count_scopes(tx, run_id),
     )
 
 

@@ -76,7 +76,7 @@ def ambiguous_refuses_resume(tx: Transaction, run: run_store.RunRow) -> RunComma
     :data:`_NAMED_EFFECTS`) and the command that settles it."""
     ambiguous = [
         effect.effect_id
-        for effect in fx.list_effects(tx, run.resource_id)
+        for effect in fx.list_unsettled_effects(tx, run.resource_id)
         if effect.status is EffectStatus.AMBIGUOUS
     ]
     named = ", ".join(ambiguous[:_NAMED_EFFECTS])

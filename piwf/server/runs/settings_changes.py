@@ -17,9 +17,10 @@ it; the run's revision does not move, so a working runner keeps its authority.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from piwf import canonical
 from piwf.canonical import JsonValue
 from piwf.errors import (
     PiwfError,
@@ -52,6 +53,12 @@ from piwf.state.execution import messages, settings
 from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
 from piwf.workflow.settings import MAX_SETTINGS_BYTES
+
+#: ``run.settings`` shows at most this many of a mount's entries (a loop that enters a mount
+#: with settings adds one on every entry), the newest, and only as many as fit in
+#: :data:`SHOWN_SCOPE_BYTES` (at least one): each may hold a value of up to 64 KiB.
+SHOWN_SCOPES = 10
+SHOWN_SCOPE_BYTES = 512 * 1024
 
 _TERMINAL = frozenset(
     {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED}
@@ -87,16 +94,16 @@ class SettingsHandlers:
                 reply(not_found(request, run_id, self.context.home))
                 return
             snapshot = blobs.read_json(tx, run.definition_digest)
-            scopes = [
+            scopes = _newest_that_fit(
                 _scope_info(tx, scope, snapshot, "human")
-                for scope in settings.run_scopes(tx, run_id)
-                if scope.mount_path == payload.mount_path
-            ]
+                for scope in settings.mount_scopes(tx, run_id, payload.mount_path, SHOWN_SCOPES)
+            )
+            scope_count = settings.count_scopes(tx, run_id, payload.mount_path)
         if not scopes and scope_structure(snapshot, payload.mount_path) is None:
             error = SettingsChangeError(_no_settings(snapshot, payload.mount_path))
             reply(error_response(request, "notFound", error.code, str(error)))
             return
-        reply(ok(request, RunSettings(run_id=run_id, scopes=scopes)))
+        reply(ok(request, RunSettings(run_id=run_id, scopes=scopes, scope_count=scope_count)))
 
     def run_change_settings(self, request: Request, reply: Reply) -> None:
         """Judge the patch (steps 1 and 2), then commit it with the receipt (step 3)."""
@@ -247,6 +254,19 @@ class SettingsHandlers:
             request,
             lambda _tx: CommandResult.failed(outcome, error, run_id=request.run_id),
         )
+
+
+def _newest_that_fit(infos: Iterable[SettingsScopeInfo]) -> list[SettingsScopeInfo]:
+    """The scopes (oldest first) that fit in :data:`SHOWN_SCOPE_BYTES`, kept from the newest
+    back; the newest is always kept (one scope is bounded by the settings size limit)."""
+    kept: list[SettingsScopeInfo] = []
+    size = 0
+    for info in reversed(list(infos)):
+        size += len(canonical.encode(info.to_wire()))
+        if kept and size > SHOWN_SCOPE_BYTES:
+            break
+        kept.append(info)
+    return kept[::-1]
 
 
 def _scope_info(

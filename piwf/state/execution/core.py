@@ -147,8 +147,6 @@ def close_run_dependents(
             fx.cancel_effect(tx, effect.effect_id, actor=actor, claim=claim)
 
 
-#: Effects that may still change: a restart or a fork waits until none of the run's is.
-UNSETTLED_EFFECTS = (EffectStatus.PENDING, EffectStatus.APPLYING, EffectStatus.AMBIGUOUS)
 #: At most this many effects are named in a refusal.
 _LISTED_EFFECTS = 20
 
@@ -157,7 +155,7 @@ def unsettled_effects_refusal(tx: Transaction, run: RunRow, *, then: str) -> str
     """Why ``run`` cannot be restarted or forked while an effect of it is unsettled, naming
     each effect and the command that settles it, ending with ``then`` ("fork it"); None when
     every effect is settled."""
-    unsettled = [e for e in fx.list_effects(tx, run.resource_id) if e.status in UNSETTLED_EFFECTS]
+    unsettled = fx.list_unsettled_effects(tx, run.resource_id)
     if not unsettled:
         return None
     named = ", ".join(f"{e.effect_id} ({e.status.value})" for e in unsettled[:_LISTED_EFFECTS])

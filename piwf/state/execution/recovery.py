@@ -163,7 +163,7 @@ def recover_after_runner_exit(
         return _park_blocked(
             tx, run, authority, actor, FailureClass.RUNNER_NO_PROGRESS, runner, reason
         )
-    effects = fx.list_effects(tx, run.resource_id)
+    effects = fx.list_unsettled_effects(tx, run.resource_id)  # the only ones it decides
     applying = [effect for effect in effects if effect.status is EffectStatus.APPLYING]
     ambiguous = any(
         effect.status is EffectStatus.AMBIGUOUS

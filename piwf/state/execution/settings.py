@@ -45,6 +45,24 @@ SELECT s.scope_id, s.resource_id, s.run_id, s.mount_path, s.invocation,
 WHERE s.run_id = ? ORDER BY s.mount_path, s.invocation
 """
 
+# The run's newest scopes (by creation: rowid order), shown by mount path and entry.
+_SELECT_NEWEST_RUN_SCOPES = """
+SELECT s.scope_id, s.resource_id, s.run_id, s.mount_path, s.invocation,
+  s.change_number, s.current_hash, s.updated_at FROM workflow_settings s
+WHERE s.rowid IN (SELECT rowid FROM workflow_settings WHERE run_id = ? ORDER BY rowid DESC LIMIT ?)
+ORDER BY s.mount_path, s.invocation
+"""
+
+# The newest entries of one mount of the run (the unique key's index), newest first.
+_SELECT_NEWEST_MOUNT_SCOPES = """
+SELECT s.scope_id, s.resource_id, s.run_id, s.mount_path, s.invocation,
+  s.change_number, s.current_hash, s.updated_at FROM workflow_settings s
+WHERE s.run_id = ? AND s.mount_path = ? ORDER BY s.invocation DESC LIMIT ?
+"""
+
+_COUNT_RUN_SCOPES = "SELECT count(*) FROM workflow_settings WHERE run_id = ?"
+_COUNT_MOUNT_SCOPES = "SELECT count(*) FROM workflow_settings WHERE run_id = ? AND mount_path = ?"
+
 _INSERT_SCOPE = """
 INSERT INTO workflow_settings (scope_id, resource_id, run_id, mount_path, invocation,
   change_number, initial_hash, current_hash, created_at, updated_at)
@@ -164,9 +182,28 @@ def newest_scope(tx: Transaction, run_id: str, mount_path: str) -> ScopeRow | No
     return _scope(tx, _SELECT_NEWEST_SCOPE, (run_id, mount_path))
 
 
-def run_scopes(tx: Transaction, run_id: str) -> list[ScopeRow]:
-    """Every settings scope of ``run_id``, by mount path and entry."""
-    return [_scope_row(tx, row) for row in tx.all(_SELECT_RUN_SCOPES, (run_id,))]
+def run_scopes(tx: Transaction, run_id: str, newest: int | None = None) -> list[ScopeRow]:
+    """Every settings scope of ``run_id`` (or the ``newest`` created last), by mount path and
+    entry. A loop that enters a mount with settings adds a scope on every entry."""
+    if newest is None:
+        rows = tx.all(_SELECT_RUN_SCOPES, (run_id,))
+    else:
+        rows = tx.all(_SELECT_NEWEST_RUN_SCOPES, (run_id, newest))
+    return [_scope_row(tx, row) for row in rows]
+
+
+def mount_scopes(tx: Transaction, run_id: str, mount_path: str, newest: int) -> list[ScopeRow]:
+    """The scopes of the ``newest`` latest entries of ``mount_path`` (``""``: the root) in
+    ``run_id``, oldest first; the cost follows ``newest``, not how often the run entered it."""
+    rows = tx.all(_SELECT_NEWEST_MOUNT_SCOPES, (run_id, mount_path, newest))
+    return [_scope_row(tx, row) for row in reversed(rows)]
+
+
+def count_scopes(tx: Transaction, run_id: str, mount_path: str | None = None) -> int:
+    """How many settings scopes ``run_id`` has (of ``mount_path`` only, when given)."""
+    if mount_path is None:
+        return int(tx.scalar(_COUNT_RUN_SCOPES, (run_id,)))
+    return int(tx.scalar(_COUNT_MOUNT_SCOPES, (run_id, mount_path)))
 
 
 def change_by_request(tx: Transaction, scope_id: str, request_id: str) -> ChangeRow | None:
