@@ -46,9 +46,11 @@ from piwf.errors import (
 from piwf.protocol import Operation
 from piwf.protocol.payloads import (
     MAX_WAIT_MS,
+    REQUEST_PAGE,
     ContentRef,
     EmptyPayload,
     OpenRequestInfo,
+    RequestCursor,
     RequestList,
     RequestsListPayload,
     RunCursor,
@@ -304,8 +306,9 @@ class RunReadMethods(ClientCalls):
     def list_requests(
         self, run_id: str | None = None, *, content_limit: int | None = None
     ) -> list[OpenRequestInfo]:
-        """Return the pending checkpoints and decisions, oldest first (``requests.list``);
-        with ``run_id``, only that run's (a malformed id is an
+        """Return the pending checkpoints and decisions, oldest first (``requests.list``, a
+        page of at most :data:`~piwf.protocol.payloads.REQUEST_PAGE` per answer, read until the
+        last); with ``run_id``, only that run's (a malformed id is an
         :class:`~piwf.errors.InvalidArgumentError`, as for :meth:`get_run`).
 
         Referenced content is read as :meth:`get_run` reads it (``content_limit`` likewise).
@@ -313,9 +316,18 @@ class RunReadMethods(ClientCalls):
         content_limit = content_limit_argument(content_limit)
         if run_id is not None:
             run_id = opaque_id_argument("run_id", run_id)
-        payload = build_payload(RequestsListPayload, run_id=run_id)
-        found = self._call("requests.list", payload, RequestList)
-        return resolve_references(found, self.read_content, content_limit=content_limit).requests
+        listed: list[OpenRequestInfo] = []
+        after: RequestCursor | None = None
+        while True:  # a page per frame; each cursor is after the one before
+            payload = build_payload(
+                RequestsListPayload, run_id=run_id, after=after, limit=REQUEST_PAGE
+            )
+            page = self._call("requests.list", payload, RequestList)
+            found = resolve_references(page, self.read_content, content_limit=content_limit)
+            listed.extend(found.requests)
+            if page.next_cursor is None or page.next_cursor == after:
+                return listed
+            after = page.next_cursor
 
     def read_content(self, ref: ContentRef) -> JsonValue:
         """Return the complete value ``ref`` names: read in ``view.content`` parts of at most

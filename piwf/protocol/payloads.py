@@ -496,16 +496,33 @@ class AnswerReceipt(WireModel):
     resolution: ResolutionInfo
 
 
+#: The most pending requests one ``requests.list`` answer carries (one frame holds them);
+#: ``next_cursor`` asks for the next page.
+REQUEST_PAGE = 200
+
+
+class RequestCursor(WireModel):
+    """Position in the oldest-first list of pending requests (the last one a page held)."""
+
+    created_at: int = Field(ge=0)
+    request_id: OpaqueId
+
+
 class RequestsListPayload(WireModel):
-    """List pending requests, of one run or of all runs."""
+    """List pending requests, of one run or of all runs, oldest first, a page at a time:
+    ``after`` is the ``next_cursor`` of the page before."""
 
     run_id: str | None = Field(default=None, min_length=1, max_length=256)
+    limit: int = Field(default=REQUEST_PAGE, ge=1, le=REQUEST_PAGE)
+    after: RequestCursor | None = None
 
 
 class RequestList(WireModel):
-    """Receipt of requests.list, oldest request first."""
+    """Receipt of requests.list, oldest request first; ``next_cursor`` is set when more
+    pending requests follow this page."""
 
     requests: list[OpenRequestInfo]
+    next_cursor: RequestCursor | None = None
 
 
 class EffectResolvePayload(WireModel):

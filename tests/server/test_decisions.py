@@ -6,6 +6,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from piwf import Client
+from piwf.client import runs as client_runs
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_execution import (
     FAST,
@@ -311,3 +315,34 @@ def test_an_idle_server_stays_up_for_a_pending_decision_deadline(
     # With nothing scheduled any more, the idle server exits by itself.
     wait_for(lambda: not server.alive(), timeout_s=20, what="idle exit once nothing is due")
     assert server.process.returncode == 0
+
+
+def test_pending_requests_come_a_page_at_a_time_and_the_client_reads_every_page(
+    fast_server: ServerProcess,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five runs wait on a checkpoint: pages of two come oldest first, each with the cursor of
+    the next, the last without one; ``Client.list_requests`` reads them all (one frame holds
+    one page, however many runs wait)."""
+    with raw_client(fast_server) as client:
+        runs = [start(client, CHECKPOINT, {"steps": ["a"]}, f"cp-{n}") for n in range(5)]
+        waiting = [waiting_request(client, run_id)["requestId"] for run_id in runs]
+        pages: list[list[str]] = []
+        after = None
+        while True:
+            payload: dict[str, Any] = {"limit": 2, **({"after": after} if after else {})}
+            page = client.request("requests.list", payload).receipt
+            assert page is not None
+            pages.append([request["requestId"] for request in page["requests"]])
+            after = page.get("nextCursor")
+            if after is None:
+                break
+            assert after["requestId"] == pages[-1][-1]
+        whole = client.request("requests.list", {}).receipt
+    listed = [request_id for page in pages for request_id in page]
+    assert [len(page) for page in pages] == [2, 2, 1]
+    assert whole is not None and [r["requestId"] for r in whole["requests"]] == listed
+    assert sorted(listed) == sorted(waiting)
+    monkeypatch.setattr(client_runs, "REQUEST_PAGE", 2)
+    with Client(fast_server.home, autostart=False) as reader:
+        assert [item.request_id for item in reader.list_requests()] == listed

@@ -42,6 +42,7 @@ from piwf.protocol.payloads import (
     AnswerReceipt,
     DecisionInfo,
     OpenRequestInfo,
+    RequestCursor,
     RequestList,
     RequestsListPayload,
     ResolutionInfo,
@@ -128,9 +129,20 @@ def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestLis
     with db.read() as tx:
         if payload.run_id is not None and run_store.load_run(tx, payload.run_id) is None:
             return None
-        found = ex.list_open_requests(tx, payload.run_id)
+        after = (
+            None if payload.after is None else (payload.after.created_at, payload.after.request_id)
+        )
+        found = ex.list_open_requests(tx, payload.run_id, after=after, limit=payload.limit + 1)
+        more = len(found) > payload.limit
+        found = found[: payload.limit]
         offer = ContentOffer(tx)
-        return RequestList(requests=[open_request_info(item, offer) for item in found])
+        last = found[-1] if more else None
+        return RequestList(
+            requests=[open_request_info(item, offer) for item in found],
+            next_cursor=None
+            if last is None
+            else RequestCursor(created_at=last.created_at, request_id=last.request_id),
+        )
 
 
 def open_request_info(item: ex.OpenRequest, offer: ContentOffer) -> OpenRequestInfo:

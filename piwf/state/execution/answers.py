@@ -282,10 +282,17 @@ def expire_due_decisions(
     return settled
 
 
-def list_open_requests(tx: Transaction, run_id: str | None = None) -> list[OpenRequest]:
-    """Return the pending requests of every kind (of one run, or of all), oldest first."""
+def list_open_requests(
+    tx: Transaction,
+    run_id: str | None = None,
+    *,
+    after: tuple[int, str] | None = None,
+    limit: int = -1,
+) -> list[OpenRequest]:
+    """Return the pending requests of every kind (of one run, or of all), oldest first; those
+    after ``after`` (``(created_at, request_id)``), at most ``limit`` (-1: all)."""
     found = []
-    for request in requests.pending_requests(tx, run_id):
+    for request in requests.pending_requests(tx, run_id, after=after, limit=limit):
         decision = decisions.get_decision(tx, request.request_id)
         found.append(
             OpenRequest(

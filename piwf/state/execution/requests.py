@@ -38,7 +38,9 @@ _SELECT_PENDING = (
     _SELECT
     + """
 WHERE i.status = 'pending' AND (:run_id IS NULL OR i.run_id = :run_id)
+  AND (:after_at IS NULL OR (i.created_at, i.request_id) > (:after_at, :after_id))
 ORDER BY i.created_at, i.request_id
+LIMIT :limit
 """
 )
 
@@ -125,9 +127,18 @@ def open_request(tx: Transaction, attempt_id: str) -> RequestRow | None:
     return None if row is None else _request(row)
 
 
-def pending_requests(tx: Transaction, run_id: str | None = None) -> list[RequestRow]:
-    """Return the pending requests of every kind (of one run, or of all), oldest first."""
-    return [_request(row) for row in tx.all(_SELECT_PENDING, {"run_id": run_id})]
+def pending_requests(
+    tx: Transaction,
+    run_id: str | None = None,
+    *,
+    after: tuple[int, str] | None = None,
+    limit: int = -1,
+) -> list[RequestRow]:
+    """Return the pending requests of every kind (of one run, or of all), oldest first: those
+    after ``after`` (a request's ``(created_at, request_id)``), at most ``limit`` (-1: all)."""
+    after_at, after_id = (None, None) if after is None else after
+    parameters = {"run_id": run_id, "after_at": after_at, "after_id": after_id, "limit": limit}
+    return [_request(row) for row in tx.all(_SELECT_PENDING, parameters)]
 
 
 # Writes (inside the caller's one change) ---------------------------------------------------
