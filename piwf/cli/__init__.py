@@ -32,6 +32,9 @@ from piwf.cli.collector import collector_paused
 
 _JSON_REQUESTED = "piwf.json"
 _ARGUMENTS = "piwf.arguments"
+#: A refused argument up to this long is named whole in an error (escaped); a longer one (a
+#: pasted payload) is cut.
+_NAMED_WHOLE_CHARS = 512
 
 
 @dataclass(frozen=True)
@@ -196,15 +199,17 @@ class PiwfGroup(click.Group):
 def _naming_arguments_safely(error: click.UsageError, args: Sequence[str]) -> click.UsageError:
     """``error`` with a message safe to print: each argument of ``args`` that it repeats (click
     quotes the value an option refused, and repeats raw the name of a file it could not open)
-    shown as :func:`piwf.cli.safe_text.given` shows a value, its control characters escaped and
-    cut to 80 characters, and any other control character escaped; so a pasted payload is not
-    repeated whole and a terminal escape typed into an argument cannot drive the terminal."""
-    from piwf.cli.safe_text import given, printable
+    shown with its control characters escaped (and, past ``_NAMED_WHOLE_CHARS``, cut as
+    :func:`piwf.cli.safe_text.given` cuts a value), and any other control character escaped;
+    so a path is named whole, a pasted payload is not repeated whole, and a terminal escape
+    typed into an argument cannot drive the terminal."""
+    from piwf.cli.safe_text import given, one_line, printable
 
     message = error.format_message()
     values = {*args, *(arg.partition("=")[2] for arg in args if arg.startswith("--"))}
     for value in sorted(values, key=len, reverse=True):
-        shown = given(value)[1:-1]
+        # A path (or any value of a usual length) is named whole, escaped; a longer one is cut.
+        shown = given(value)[1:-1] if len(value) > _NAMED_WHOLE_CHARS else one_line(value)
         if value and shown != value:
             for form in (repr(value)[1:-1], value):
                 message = message.replace(form, shown)

@@ -438,8 +438,8 @@ class SettingsSummary(WireModel):
 class RunDetail(WireModel):
     """Receipt of run.get: the run, its sources, effects, and its final output or error.
 
-    ``waiting_on`` is the pending request of a waiting run; ``decisions`` the audit of every
-    checkpoint and decision of the run. A large output or error comes as ``output_ref`` /
+    ``waiting_on`` is the pending request of a waiting run; ``decisions`` the audit of its
+    newest checkpoints and decisions. A large output or error comes as ``output_ref`` /
     ``error_ref`` instead (the client resolves it). ``failure`` is the failure record of the
     node that ended a failed, timed-out or cancelled run (None when no node's failure ended
     it, for example a routing error or a cancel between nodes).
@@ -456,9 +456,8 @@ class RunDetail(WireModel):
     error: str | None = None
     error_ref: ContentRef | None = None
     waiting_on: OpenRequestInfo | None = None
-    #: The newest 50 checkpoints and decisions and the newest 50 agent requests that received
-    #: submissions, oldest first (the pending request is always among them); the counts say how
-    #: many the run has had (None from an older server).
+    #: The newest 50 checkpoints and decisions, and agent requests with submissions, oldest
+    #: first (the pending one among them); the counts say how many (None: an older server).
     decisions: list[DecisionInfo] = Field(default_factory=list)
     decision_count: int | None = None
     agent_requests: list[AgentRequestInfo] = Field(default_factory=list)
@@ -471,7 +470,6 @@ class RunDetail(WireModel):
     failure: NodeFailureInfo | None = None
     #: The origin session of an interactive run (None: the run is headless).
     session: str | None = None
-    #: The run's live-settings scopes (none when its workflows declare no settings).
     #: The newest 50 live-settings scopes, by mount path and entry; ``settingsCount`` says how
     #: many the run has (None from an older server).
     settings: list[SettingsSummary] = Field(default_factory=list)
@@ -496,8 +494,7 @@ class AnswerReceipt(WireModel):
     resolution: ResolutionInfo
 
 
-#: The most pending requests one ``requests.list`` answer carries (one frame holds them);
-#: ``next_cursor`` asks for the next page.
+#: The most pending requests one ``requests.list`` answer (one frame) carries.
 REQUEST_PAGE = 200
 
 
@@ -518,8 +515,7 @@ class RequestsListPayload(WireModel):
 
 
 class RequestList(WireModel):
-    """Receipt of requests.list, oldest request first; ``next_cursor`` is set when more
-    pending requests follow this page."""
+    """Receipt of requests.list, oldest first; ``next_cursor`` is set while more follow."""
 
     requests: list[OpenRequestInfo]
     next_cursor: RequestCursor | None = None

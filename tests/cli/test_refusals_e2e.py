@@ -1,7 +1,8 @@
 """A refused value is named back safely, through the installed script: quoted, its control
 characters escaped (a terminal escape typed into an argument never reaches the terminal raw)
-and cut to 80 characters (a pasted payload is not repeated whole), with the exit-code protocol
-kept (2 for a usage error, 1 for a server's refusal) and one JSON document with ``--json``."""
+and, when long, cut to 80 characters (a pasted payload is not repeated whole), with the
+exit-code protocol kept (2 for a usage error, 1 for a server's refusal) and one JSON document
+with ``--json``. A path of a usual length is named whole (tests/cli/test_state_files.py)."""
 
 from __future__ import annotations
 
