@@ -12,7 +12,7 @@ One ``multiprocessing.connection`` pipe per child; every message is canonical JS
                                     missing: [location, ...]}  (files: changed bytes;
                                     missing: unreadable)
     server → child   command   {schema, kind: "command", command: {command, runId, ...},
-                                revision}
+                                revision, run?, stepCount?}
     child → server   call      {schema, kind: "call", runId, generation, runnerEpoch,
                                 messageId, expectedRevision?, operation, payload}
                                 (operation: one of OPERATIONS, declared below)
@@ -37,6 +37,11 @@ A payload or result whose frame would pass 1 MiB travels as a digest-bound conte
 (:mod:`piwf.protocol.content`), moved in 512 KiB parts with the ``content.part`` (child to
 server) and ``content.read`` (server to child) calls.
 
+A saved run is never sent whole when it is long: ``read_run`` answers (and the command carries)
+the run with its first steps and the count of all of them (:class:`RunHead`), and the runner
+reads the other steps in pages of about :data:`STEP_PAGE_BYTES` with ``steps.read``, so a run of
+any length resumes with bounded frames and bounded server work per call.
+
 The server checks ``runId``, ``generation`` and ``runnerEpoch`` of every child message before it
 reads the payload; a message from another generation gets one ``claimLost`` response and the
 child exits. Outcomes: ``accepted`` (a new change), ``adopted`` (a repeat of a stored message
@@ -49,7 +54,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from piwf import canonical
 from piwf.canonical import JsonValue
@@ -96,6 +101,16 @@ PORT_OPERATIONS: tuple[PortOperation, ...] = (
 
 #: Transport calls that move values too large for one frame (:mod:`piwf.protocol.content`).
 CONTENT_OPERATIONS = ("content.read", "content.part")
+
+#: The call that reads a saved run's steps after its first ones, a page at a time: ``read_run``
+#: (and the command) carry the run with its first steps and the count of them all
+#: (:class:`RunHead`), and ``steps.read`` (:class:`StepsRead` → :class:`StepsPage`) the rest.
+STEPS_OPERATION = "steps.read"
+
+#: What a page of steps may hold: its stored outputs and errors plus a fixed cost per step
+#: (one step is always sent, whatever its size; a page whose frame passes 1 MiB travels by
+#: content reference like any result).
+STEP_PAGE_BYTES: Final = 512 * 1024
 
 #: Port operation name → its declaration.
 PORT_OPERATION: Mapping[str, PortOperation] = {op.name: op for op in PORT_OPERATIONS}
@@ -209,6 +224,7 @@ MAX_BATCH_CALLS: Final = 4
 OPERATIONS: tuple[str, ...] = (
     tuple(op.name for op in PORT_OPERATIONS)
     + CONTENT_OPERATIONS
+    + (STEPS_OPERATION,)
     + tuple(op.name for op in AGENT_OPERATIONS)
     + (BATCH_OPERATION,)
 )
@@ -333,6 +349,38 @@ class ChildMessage(_Model):
         return value
 
 
+class RunHead(_Call):
+    """A saved run with its first steps: the answer to ``read_run``. ``run`` is a ``SavedRun``
+    in its port JSON form whose ``steps`` are the first of the run's ``stepCount`` steps; the
+    reader asks for the rest with ``steps.read``. Steps are append-only, so every later page
+    is exactly a step this head counted."""
+
+    run: dict[str, Any]
+    step_count: int = Field(alias="stepCount", ge=0)
+
+
+class StepsRead(_Call):
+    """``steps.read``: the saved steps of ``runId`` from index ``start`` on, before ``stop``."""
+
+    run_id: str = Field(alias="runId", min_length=1, max_length=256)
+    start: int = Field(ge=0)
+    stop: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _a_range(self) -> StepsRead:
+        if self.start >= self.stop:
+            raise ValueError("steps.read needs start < stop")
+        return self
+
+
+class StepsPage(_Call):
+    """The answer to ``steps.read``: the next steps in order (``StepRecord`` port JSON), at
+    least one and at most ``stop - start``, within :data:`STEP_PAGE_BYTES` unless one step
+    alone is larger."""
+
+    steps: list[dict[str, Any]] = Field(min_length=1)
+
+
 class Command(_Model):
     """The one explicit command the server sends after ``ready``."""
 
@@ -345,7 +393,10 @@ class Command(_Model):
     #: The run's saved state at ``revision`` (a ``SavedRun`` in its port JSON form), read in
     #: the transaction that read ``revision``, so the child's first ``read_run`` of its own run
     #: needs no round trip. Absent when it would not fit in one frame: the child reads it then.
+    #: Its ``steps`` are the first of the run's ``stepCount`` steps (:class:`RunHead`); the
+    #: child reads the rest with ``steps.read``.
     run: dict[str, Any] | None = None
+    step_count: int | None = Field(default=None, alias="stepCount", ge=0)
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
 

@@ -28,7 +28,9 @@ were applied, and between them it runs only routing, so a node costs one commit.
 sends what waits first, and a refusal found then stops the command as it would have at once.
 
 The command carries the run as its revision left it (when that fits in one frame), so the
-engine's first ``read_run`` of its own run is answered without a round trip.
+engine's first ``read_run`` of its own run is answered without a round trip. A saved run comes
+with its first steps and the count of all of them (``RunHead``); :meth:`PipePort.read_run`
+reads the other steps in pages (``steps.read``) and hands the engine the whole run.
 
 A headless agent step runs its agent command through :class:`~piwf.runner.agent_command.
 CommandDriver` (the engine's agent driver); while the command runs the server may send an
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import sys
@@ -59,11 +62,15 @@ from piwf.protocol.runner_v1 import (
     OPERATION_OF_MESSAGE,
     PORT_OPERATION,
     SCHEMA,
+    STEPS_OPERATION,
     BatchResult,
     CallResponse,
     Command,
     InteractionSettled,
     Launch,
+    RunHead,
+    StepsPage,
+    StepsRead,
 )
 from piwf.runner.entry import EXIT_CLAIM_LOST, EXIT_OK, enter_directory, name_process
 from piwf.runner.lifeline import Lifeline
@@ -109,12 +116,12 @@ class PipePort:
         #: Changes waiting for the next call (:data:`DEFERRED_OPERATIONS`), oldest first.
         self._deferred: list[object] = []
         #: The run as the command's revision left it, when the command carried it: the first
-        #: ``read_run`` of the child's own run returns it without a round trip.
-        self._saved_with_command: dict[str, port.SavedRun] = {}
+        #: ``read_run`` of the child's own run starts from it without a round trip.
+        self._saved_with_command: dict[str, RunHead] = {}
 
-    def keep_saved_run(self, saved: port.SavedRun) -> None:
-        """Answer the next ``read_run`` of ``saved.run_id`` with ``saved`` (read once)."""
-        self._saved_with_command[saved.run_id] = saved
+    def keep_saved_run(self, run_id: str, head: RunHead) -> None:
+        """Start the next ``read_run`` of ``run_id`` from ``head`` (read once)."""
+        self._saved_with_command[run_id] = head
 
     def call(self, operation: str, payload: dict[str, JsonValue]) -> CallResponse:
         """Send one call and block for its response; raise on loss of authority.
@@ -307,11 +314,33 @@ class PipePort:
             self.revision = result.value.revision
 
     def read_run(self, run_id: str) -> port.SavedRun | None:
-        kept = self._saved_with_command.pop(run_id, None)
-        if kept is not None:
-            return kept
-        saved = self._call_port(port.RunRead(run_id)).result
-        return None if saved is None else from_json(port.SavedRun, saved)
+        head = self._saved_with_command.pop(run_id, None)
+        if head is None:
+            result = self._call_port(port.RunRead(run_id)).result
+            if result is None:
+                return None
+            head = RunHead.model_validate(result)
+        return self._whole_run(run_id, head)
+
+    def _whole_run(self, run_id: str, head: RunHead) -> port.SavedRun:
+        """The saved run of ``head`` with every step it counts, the rest read in pages."""
+        saved = from_json(port.SavedRun, head.run)
+        if saved.run_id != run_id:
+            raise RunCommandError(f"asked for run {run_id}, the server sent another")
+        steps = list(saved.steps)
+        while len(steps) < head.step_count:
+            asked = StepsRead(runId=run_id, start=len(steps), stop=head.step_count)
+            result = self.call(STEPS_OPERATION, asked.to_json()).result
+            page = StepsPage.model_validate(result)
+            if len(page.steps) > asked.stop - asked.start:
+                raise RunCommandError("the server sent more saved steps than were asked for")
+            steps.extend(from_json(port.StepRecord, step) for step in page.steps)
+        if len(steps) != head.step_count:
+            raise RunCommandError(
+                f"run {run_id} came with {len(steps)} saved steps, not the {head.step_count} "
+                "it counts"
+            )
+        return dataclasses.replace(saved, steps=tuple(steps))
 
     def begin_run(self, message: port.RunBegun) -> port.PortResult:
         return self._send(message)
@@ -419,10 +448,10 @@ def run_child(connection: Connection, lifeline: Lifeline) -> int:
             connection, launch, command_message.revision, node_ended=lifeline.end_descendants
         )
         if command_message.run is not None:
-            saved = from_json(port.SavedRun, command_message.run)
-            if saved.run_id != launch.run_id:
-                raise RunCommandError("the command carried another run than the launch's")
-            pipe_port.keep_saved_run(saved)
+            if command_message.step_count is None:
+                raise RunCommandError("the command carried a run without its step count")
+            head = RunHead(run=command_message.run, stepCount=command_message.step_count)
+            pipe_port.keep_saved_run(launch.run_id, head)
         agents = CommandDriver(
             pipe_port,
             launch,

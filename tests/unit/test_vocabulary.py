@@ -32,6 +32,7 @@ from piwf.protocol.runner_v1 import (
     CONTENT_OPERATIONS,
     OPERATIONS,
     PORT_OPERATIONS,
+    STEPS_OPERATION,
 )
 from piwf.resource.definition import ResultKind
 from piwf.runner.workflow_runner import PipePort
@@ -138,7 +139,12 @@ def test_the_port_is_the_declared_operations() -> None:
     }
     assert methods == {op.name for op in PORT_OPERATIONS}
     agent_calls = tuple(op.name for op in AGENT_OPERATIONS)
-    declared = tuple(op.name for op in PORT_OPERATIONS) + CONTENT_OPERATIONS + agent_calls
+    declared = (
+        tuple(op.name for op in PORT_OPERATIONS)
+        + CONTENT_OPERATIONS
+        + (STEPS_OPERATION,)
+        + agent_calls
+    )
     assert (*declared, BATCH_OPERATION) == OPERATIONS
     messages = [op.message for op in PORT_OPERATIONS]
     assert len(set(messages)) == len(messages), "each operation carries its own message type"
@@ -173,6 +179,9 @@ def test_the_docs_operations_table_is_the_declaration() -> None:
     assert documented[: len(declared)] == declared
     rest = documented[len(declared) :]
     assert {name for name, _, kind in rest if kind == "transfer"} == set(CONTENT_OPERATIONS)
+    paged = [(name, message) for name, message, kind in rest if kind == "read (paged)"]
+    assert [name for name, _ in paged] == [STEPS_OPERATION]
+    assert paged[0][1].startswith(f"{runner_v1.StepsRead.__name__}`:")
     agent_calls = [(name, message) for name, message, kind in rest if kind.startswith("agent")]
     assert agent_calls == [(op.name, op.message.__name__) for op in AGENT_OPERATIONS]
     assert len(documented) == len(OPERATIONS)

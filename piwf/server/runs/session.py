@@ -8,7 +8,9 @@ everything said to it::
     child ─ready──────────▶ mark ready (one run change) ─▶ the one command ─▶ child
     child ─sourceChanged──▶ park the run sourceChanged
     child ─call───────────▶ content.read | content.part    parts of values too large for a frame
-                            read_run                      the run's own saved state (or a parent's)
+                            read_run | steps.read         the run's own saved state (or a parent's):
+                                                          its first steps, then pages of the rest
+                                                          (server/runs/saved_reads.py)
                             a state change (or a batch)   decoded, applied in the loop turn's
                                                           group commit under this generation's
                                                           own claim, answered after the commit
@@ -53,7 +55,6 @@ from piwf.protocol.runner_v1 import (
     CONTENT_OPERATIONS,
     CallResponse,
     ChildMessage,
-    Command,
 )
 from piwf.server.children.pipes import PipeClosedError, PipeOverflowError
 from piwf.server.children.supervisor import ChildHandle
@@ -63,6 +64,7 @@ from piwf.server.runs.agents import AgentCalls
 from piwf.server.runs.attempt_output import AttemptOutput
 from piwf.server.runs.content_transfer import ContentTransfer
 from piwf.server.runs.runner_records import ExitRecord
+from piwf.server.runs.saved_reads import SAVED_RUN_OPERATIONS, answer_read, command_frame
 from piwf.server.runs.state_calls import ReadyReport, serve_state_call
 from piwf.state import StateDatabase, Transaction
 from piwf.state import execution as ex
@@ -73,7 +75,6 @@ from piwf.state.leases import Claim
 from piwf.state.records import Actor
 from piwf.workflow import port
 from piwf.workflow.commands import RestartCommand, ResumeCommand, StartCommand, command_to_json
-from piwf.workflow.port_codec import from_json, to_json
 from piwf.workflow.shell_runner import KILL_GRACE_S
 from piwf.workflow.sources import SourceDrift
 
@@ -307,11 +308,12 @@ class RunnerSession:
         self.host.db.group.defer(ReadyReport(self))
 
     def ready_committed(
-        self, result: object, revision: int, saved: port.SavedRun | None = None
+        self, result: object, revision: int, saved: ex.SavedRunHead | None = None
     ) -> None:
         """The ready report committed (``result`` as :func:`ex.mark_runner_ready` returned it,
-        ``revision`` the run's revision after it, ``saved`` the run as that revision left it):
-        send the one command, with ``saved`` when the frame stays inline."""
+        ``revision`` the run's revision after it, ``saved`` the run as that revision left it,
+        with its first steps): send the one command, with ``saved`` when the frame stays
+        inline."""
         if isinstance(result, Conflict):
             log.warning("run %s: runner not ready: %s", self.run_id, result.evidence)
             self.host.stop(self, RunnerStatus.CRASHED)
@@ -328,7 +330,7 @@ class RunnerSession:
             command = RestartCommand(launch.run_id, launch.parent_run_id)
         else:
             command = ResumeCommand(launch.run_id)
-        self._send(_command_frame(command_to_json(command), revision, saved))
+        self._send(command_frame(command_to_json(command), revision, saved))
         self.host.fill_spares()  # its start no longer needs the CPU: the next run's child may
 
     def ready_refused(self, error: PiwfError) -> None:
@@ -391,8 +393,12 @@ class RunnerSession:
         except PiwfError as error:
             self.respond(message.message_id, "rejected", error=str(error))
             return
-        if operation == "read_run":
-            self._read_run(message.message_id, payload)
+        if operation in SAVED_RUN_OPERATIONS:
+            readable = (self.run_id, self.launch.parent_run_id)
+            answer = answer_read(self.host.db, operation, payload, readable)
+            self.respond(message.message_id, answer.outcome, answer.result, answer.error)
+            if answer.violation is not None:
+                self.reject_protocol(answer.violation)
             return
         # The authority is always the claim this runner was launched with: a payload naming
         # another run is a protocol violation, never a way into that run. Applied with the other
@@ -434,20 +440,6 @@ class RunnerSession:
         notice = self.agents.check_settled()
         if notice is not None:
             self._send(notice)
-
-    def _read_run(self, message_id: str, payload: dict[str, Any]) -> None:
-        """A runner reads its own run, and a restart also reads the run it restarts."""
-        try:
-            wanted = from_json(port.RunRead, payload).run_id
-        except PiwfError:
-            wanted = None
-        if wanted is None or wanted not in (self.run_id, self.launch.parent_run_id):
-            self.respond(message_id, "rejected", error="protocolRejected: not this run")
-            self.reject_protocol("read_run names another run than the runner's own")
-            return
-        with self.host.db.read() as tx:
-            saved = ex.read_saved_run(tx, wanted)
-        self.respond(message_id, "accepted", None if saved is None else to_json(saved))
 
     def _content(self, message_id: str, operation: str, payload: dict[str, Any]) -> None:
         """Serve ``content.read`` parts of offered values; take ``content.part`` uploads."""
@@ -542,18 +534,6 @@ class RunnerSession:
         if handle.returncode == 0 and self.ended:
             return RunnerStatus.EXITED
         return RunnerStatus.CRASHED
-
-
-def _command_frame(command: dict[str, Any], revision: int, saved: port.SavedRun | None) -> bytes:
-    """The command frame, carrying ``saved`` unless that would take it past one inline frame
-    (the child then reads its run with ``read_run``)."""
-    if saved is not None:
-        run = to_json(saved)
-        assert isinstance(run, dict)
-        frame = Command(command=command, revision=revision, run=run).encode()
-        if len(frame) <= content.INLINE_LIMIT:
-            return frame
-    return Command(command=command, revision=revision).encode()
 
 
 def _is_unregister(raw: bytes) -> bool:

@@ -30,7 +30,13 @@ from pydantic import ValidationError
 from piwf import faults
 from piwf.canonical import JsonValue
 from piwf.errors import ClaimLostError, PiwfError, StateUnavailableError
-from piwf.protocol.runner_v1 import BATCH_OPERATION, Batch, BatchedResponse, BatchResult
+from piwf.protocol.runner_v1 import (
+    BATCH_OPERATION,
+    STEP_PAGE_BYTES,
+    Batch,
+    BatchedResponse,
+    BatchResult,
+)
 from piwf.server.runs.attempt_output import NODE_MESSAGES
 from piwf.state import Transaction
 from piwf.state import execution as ex
@@ -212,9 +218,9 @@ class ReadyReport:
             tx, session.claim, session.runner_epoch, lease_ms=session.host.lease_ms
         )
         revision = read_revision(tx, session.claim.resource_id) or 0
-        # The run as the command's revision leaves it: sent with the command, it spares the
-        # child's first read_run a round trip.
-        saved = ex.read_saved_run(tx, session.run_id)
+        # The run as the command's revision leaves it, with its first steps: sent with the
+        # command, it spares the child's first read_run a round trip.
+        saved = ex.read_saved_run_head(tx, session.run_id, STEP_PAGE_BYTES)
         return lambda: session.ready_committed(result, revision, saved)
 
     def refused(self, error: PiwfError) -> Callable[[], None]:

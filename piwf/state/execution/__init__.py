@@ -120,6 +120,7 @@ from piwf.state.execution.runners import (
     record_runner_process,
 )
 from piwf.state.execution.visits import (
+    SavedRunHead,
     apply_begin_run,
     apply_node_failed,
     apply_node_finished,
@@ -127,6 +128,8 @@ from piwf.state.execution.visits import (
     apply_notify,
     apply_publish_update,
     read_saved_run,
+    read_saved_run_head,
+    read_saved_steps,
 )
 
 __all__ = [
@@ -144,6 +147,7 @@ __all__ = [
     "RunnerCallRejectedError",
     "RunnerRecord",
     "RunnerReply",
+    "SavedRunHead",
     "agent_deadline",
     "answer_request",
     "apply_begin_run",
@@ -186,6 +190,8 @@ __all__ = [
     "paused_run_of_request",
     "pending_agent_deadlines",
     "read_saved_run",
+    "read_saved_run_head",
+    "read_saved_steps",
     "record_runner_exit",
     "record_runner_launch",
     "record_runner_process",

@@ -59,6 +59,22 @@ FROM run_steps s JOIN node_attempts a ON a.attempt_id = s.attempt_id
 WHERE s.run_id = ? ORDER BY s.step_index
 """
 
+# A range of steps with the byte length of each step's stored output and error (read from the
+# blob rows' length column, so no value is loaded), for pages bounded by size.
+_SELECT_STEP_RANGE = """
+SELECT a.attempt_id, a.run_id, a.node_path, a.visit, a.attempt_number, a.node_type, a.status,
+       a.lease_generation, a.output_hash, a.error_hash, a.failure_hash, a.started_at,
+       a.deadline_at, a.wake_at, a.finished_at,
+       coalesce(o.byte_length, 0) + coalesce(e.byte_length, 0) AS value_bytes
+FROM run_steps s JOIN node_attempts a ON a.attempt_id = s.attempt_id
+LEFT JOIN blobs o ON o.blob_hash = a.output_hash
+LEFT JOIN blobs e ON e.blob_hash = a.error_hash
+WHERE s.run_id = :run_id AND s.step_index >= :start AND s.step_index < :stop
+ORDER BY s.step_index LIMIT :limit
+"""
+
+_COUNT_STEPS = "SELECT count(*) FROM run_steps WHERE run_id = ?"
+
 _SELECT_FAILED_STEPS = """
 SELECT a.node_path, a.visit, a.attempt_number, a.status, a.failure_hash
 FROM run_steps s JOIN node_attempts a ON a.attempt_id = s.attempt_id
@@ -232,6 +248,21 @@ def earlier_failed_tries(tx: Transaction, attempt: AttemptRow) -> list[AttemptRo
 def list_steps(tx: Transaction, run_id: str) -> list[AttemptRow]:
     """Return the attempts that finished the run's visits, in step order."""
     return [attempt_of_row(row) for row in tx.all(_SELECT_STEPS, (run_id,))]
+
+
+def step_count(tx: Transaction, run_id: str) -> int:
+    """Return how many steps (finished visits) the run has; their indexes are 0..count-1."""
+    return int(tx.scalar(_COUNT_STEPS, (run_id,)))
+
+
+def list_step_range(
+    tx: Transaction, run_id: str, start: int, stop: int, limit: int
+) -> list[tuple[AttemptRow, int]]:
+    """Return at most ``limit`` steps of indexes ``start``..``stop - 1`` in step order, each
+    with the byte length of its stored output and error (the values are not read)."""
+    values = {"run_id": run_id, "start": start, "stop": stop, "limit": limit}
+    rows = tx.all(_SELECT_STEP_RANGE, values)
+    return [(attempt_of_row(row), int(row["value_bytes"])) for row in rows]
 
 
 def list_failures(tx: Transaction, run_id: str) -> list[AttemptFailure]:

@@ -25,6 +25,8 @@ Requests, parking and the finish live in :mod:`piwf.state.execution.outcomes`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from piwf.lifecycle import Adopted, Applied, CommandKind, Conflict, Lineage, RunStatus
 from piwf.state import blobs, decisions
 from piwf.state.database import Transaction
@@ -67,6 +69,25 @@ _FAILURE_STATUS = {
 }
 
 
+#: What one step's fields cost in a page beyond its output and error, for page budgets.
+STEP_RECORD_BYTES = 256
+
+
+@dataclass(frozen=True)
+class SavedRunHead:
+    """A saved run whose ``saved.steps`` are the first of its ``step_count`` steps; the rest
+    are read with :func:`read_saved_steps` (steps are append-only, so pages read later are
+    exactly the steps this head counted)."""
+
+    saved: port.SavedRun
+    step_count: int
+
+    @property
+    def complete(self) -> bool:
+        """Whether ``saved`` carries every step."""
+        return len(self.saved.steps) == self.step_count
+
+
 def read_saved_run(tx: Transaction, run_id: str) -> port.SavedRun | None:
     """Return everything the engine may know about ``run_id`` (``None`` when it does not exist).
 
@@ -79,6 +100,45 @@ def read_saved_run(tx: Transaction, run_id: str) -> port.SavedRun | None:
     run = runs.load_run(tx, run_id)
     if run is None:
         return None
+    steps = tuple(_step(tx, step) for step in attempts.list_steps(tx, run_id))
+    return _saved_run(tx, run, steps)
+
+
+def read_saved_run_head(tx: Transaction, run_id: str, budget: int) -> SavedRunHead | None:
+    """Return :func:`read_saved_run`'s run with only its first steps (as
+    :func:`read_saved_steps` pages them within ``budget`` bytes) and its step count; ``None``
+    when the run does not exist. Read-only; any transaction."""
+    run = runs.load_run(tx, run_id)
+    if run is None:
+        return None
+    count = attempts.step_count(tx, run_id)
+    steps = read_saved_steps(tx, run_id, 0, count, budget)
+    return SavedRunHead(_saved_run(tx, run, steps), count)
+
+
+def read_saved_steps(
+    tx: Transaction, run_id: str, start: int, stop: int, budget: int
+) -> tuple[port.StepRecord, ...]:
+    """Return the run's steps from index ``start`` on, before ``stop``, in order: as many as
+    fit in ``budget`` bytes (their stored outputs and errors plus :data:`STEP_RECORD_BYTES`
+    each), and always the first when it exists, whatever its size. Empty when no step of
+    that range exists (the run was deleted, or never had them). Read-only; any transaction."""
+    if start >= stop:
+        return ()
+    limit = budget // STEP_RECORD_BYTES + 1
+    chosen: list[port.StepRecord] = []
+    used = 0
+    for attempt, value_bytes in attempts.list_step_range(tx, run_id, start, stop, limit):
+        cost = value_bytes + STEP_RECORD_BYTES
+        if chosen and used + cost > budget:
+            break
+        chosen.append(_step(tx, attempt))
+        used += cost
+    return tuple(chosen)
+
+
+def _saved_run(tx: Transaction, run: RunRow, steps: tuple[port.StepRecord, ...]) -> port.SavedRun:
+    run_id = run.run_id
     active = attempts.active_attempt(tx, run_id)
     pending = None if active is None else _pending_request(tx, active)
     return port.SavedRun(
@@ -89,7 +149,7 @@ def read_saved_run(tx: Transaction, run_id: str) -> port.SavedRun | None:
         parent_run_id=run.parent_run_id,
         restart_number=run.restart_number,
         definition_digest=run.definition_digest.hex(),
-        steps=tuple(_step(tx, step) for step in attempts.list_steps(tx, run_id)),
+        steps=steps,
         visits=attempts.visits_by_path(tx, run_id),
         active=None
         if active is None
