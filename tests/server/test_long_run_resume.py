@@ -6,9 +6,11 @@ used to travel as one value (inline, or by one content reference of at most 256 
 long run could never resume: its new runner refused the reference and the run parked
 ``runnerNoProgress`` for good. Now the runner reads the steps in bounded pages.
 
-The workflow loops over a node with a ~1 MB output until the saved steps pass 256 MiB, then
-waits at a gate node; the test kills the server there (a crash, ``kill -9``), starts a new one,
-opens the gate and expects the run to resume from the gate's visit and complete.
+The workflow loops over a node until its saved steps take several pages, then waits at a gate
+node; the test kills the server there (a crash, ``kill -9``), starts a new one, opens the gate
+and expects the run to resume from the gate's visit and complete. In the default tier the steps
+are many small outputs (about 1.5 MB, three pages); the ``soak`` case writes ~1 MB outputs until
+the steps pass 256 MiB, which failed before the pages (about 16 s and 260 MB of disk).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from piwf.config import MAX_CONTENT_BYTES
 from tests.server.harness import ServerFactory, wait_for
 from tests.server.test_execution import FAST
@@ -29,6 +33,9 @@ PIWF = Path(sys.executable).parent / "piwf"
 #: Output bytes of one loop visit, and visits enough for the steps to pass one content value.
 PAD_BYTES = 960_000
 VISITS = MAX_CONTENT_BYTES // PAD_BYTES + 12
+#: The default tier's loop: many small steps, several pages of them (each ~512 KiB).
+SMALL_PAD_BYTES = 2_500
+SMALL_VISITS = 600
 
 LONG_LOOP = """
 import os
@@ -59,7 +66,7 @@ workflow = define_workflow(
         {"from": "work", "switch": {"on": "$output.route",
                                     "cases": {"again": "work", "done": "gate"}}},
     ],
-    max_steps=1000,
+    max_steps=5000,
 )
 """
 
@@ -75,14 +82,21 @@ def piwf(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_run_whose_saved_steps_pass_one_content_value_resumes_after_a_server_crash(
-    servers: ServerFactory, tmp_path: Path
+@pytest.mark.parametrize(
+    ("visits", "pad_bytes"),
+    [
+        pytest.param(SMALL_VISITS, SMALL_PAD_BYTES, id="600-small-steps"),
+        pytest.param(VISITS, PAD_BYTES, id="past-one-content-value", marks=pytest.mark.soak),
+    ],
+)
+def test_a_run_whose_saved_steps_take_pages_resumes_after_a_server_crash(
+    servers: ServerFactory, tmp_path: Path, visits: int, pad_bytes: int
 ) -> None:
-    assert VISITS * PAD_BYTES > MAX_CONTENT_BYTES
+    assert visits != VISITS or VISITS * PAD_BYTES > MAX_CONTENT_BYTES
     workflow = tmp_path / "long_loop.py"
     workflow.write_text(textwrap.dedent(LONG_LOOP))
     arrived, gate = tmp_path / "arrived", tmp_path / "gate"
-    run_input = {"visits": VISITS, "pad": PAD_BYTES, "gate": str(gate), "arrived": str(arrived)}
+    run_input = {"visits": visits, "pad": pad_bytes, "gate": str(gate), "arrived": str(arrived)}
 
     first = servers.start(env=FAST)
     assert first.ready["ok"] is True, first.ready
@@ -106,4 +120,4 @@ def test_a_run_whose_saved_steps_pass_one_content_value_resumes_after_a_server_c
     assert waited.returncode == 0, (waited.stdout[-2000:], waited.stderr[-2000:])
     result = json.loads(waited.stdout)
     assert result["run"]["status"] == "completed"
-    assert result["output"] == {"visits": VISITS, "padBytes": PAD_BYTES}
+    assert result["output"] == {"visits": visits, "padBytes": pad_bytes}
