@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.server.fake_bot_api import FakeBotApi
-from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
+from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_channels import (
     ALLOWED,
     adapter,
@@ -100,24 +100,30 @@ def test_what_an_api_answers_cannot_forge_status_or_log_lines(
     assert "\x1b" not in log
 
 
-def test_a_decision_the_api_refused_to_post_is_listed_until_it_is_answered(
-    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
-) -> None:
-    """A refused send is never retried, so status names the open decision the chat never
-    showed, with the API's reason and the command that answers it another way."""
+def refused_delivery(
+    server: ServerProcess, bot: FakeBotApi, client: RawClient, directory: Path
+) -> tuple[str, str]:
+    """A decision whose delivery the API refused ("chat not found"): its run and request."""
     bot.send_refusal = {
         "ok": False,
         "error_code": 400,
         "description": "Bad Request: chat not found",
     }
-    workflow = decision_workflow(tmp_path, "refused", 600_000)
+    workflow = decision_workflow(directory, "refused", 600_000)
+    adapter(client)
+    run_id = start(client, workflow, None, "r1")
+    request_id = waiting_request(client, run_id)["requestId"]
+    wait_for(lambda: effects(server) == [("channel.send", "rejected", 1)], what="refused")
+    return run_id, request_id
+
+
+def test_a_decision_the_api_refused_to_post_is_listed_until_it_is_answered(
+    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    """A refused send is not retried by itself, so status names the open decision the chat
+    never showed, with the API's reason and the command that answers it another way."""
     with raw_client(channel_server) as client:
-        adapter(client)
-        run_id = start(client, workflow, None, "r1")
-        request_id = waiting_request(client, run_id)["requestId"]
-        wait_for(
-            lambda: effects(channel_server) == [("channel.send", "rejected", 1)], what="refused"
-        )
+        _, request_id = refused_delivery(channel_server, bot, client, tmp_path)
         status = json.loads(piwf(channel_server.home, "channel", "status", "--json").stdout)
         (profile,) = status["profiles"]
         (failed,) = profile["failed"]
@@ -178,19 +184,8 @@ def test_a_reload_sends_a_refused_delivery_again_once_and_it_can_be_answered_the
 ) -> None:
     """A refused send never reached the chat, so a reload (the operator fixed the cause) sends
     it again: once per reload, never a duplicate of one that was posted."""
-    bot.send_refusal = {
-        "ok": False,
-        "error_code": 400,
-        "description": "Bad Request: chat not found",
-    }
-    workflow = decision_workflow(tmp_path, "refused", 600_000)
     with raw_client(channel_server) as client:
-        adapter(client)
-        run_id = start(client, workflow, None, "r1")
-        request_id = waiting_request(client, run_id)["requestId"]
-        wait_for(
-            lambda: effects(channel_server) == [("channel.send", "rejected", 1)], what="refused"
-        )
+        run_id, request_id = refused_delivery(channel_server, bot, client, tmp_path)
         (failed,) = status(client)["profiles"][0]["failed"]
         assert failed["resendsLeft"] == 5, failed
         human = piwf(channel_server.home, "channel", "status").stdout
