@@ -20,9 +20,7 @@ Every change bumps the effect's own revision and writes its event in the same tr
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -63,11 +61,6 @@ ORDER BY e.rowid
 """
 
 _COUNT_OF_SOURCE = "SELECT count(*) FROM effects WHERE source_resource_id = ?"
-
-_COUNT_IN_STATUSES = """
-SELECT count(*) FROM effects
-WHERE source_resource_id = ? AND status IN (SELECT value FROM json_each(?))
-"""
 
 _INSERT_EFFECT = """
 INSERT INTO effects (effect_id, resource_id, source_resource_id, source_revision, effect_type,
@@ -171,15 +164,9 @@ def find_effect(tx: Transaction, source_resource_id: str, idempotency_key: str) 
     return None if row is None else _effect_from_row(row)
 
 
-def count_effects(
-    tx: Transaction, source_resource_id: str, statuses: Iterable[EffectStatus] | None = None
-) -> int:
-    """Return how many effects of one source aggregate have one of ``statuses`` (all of them
-    when None, read from the source's key index alone)."""
-    if statuses is None:
-        return int(tx.scalar(_COUNT_OF_SOURCE, (source_resource_id,)))
-    wanted = json.dumps(sorted(status.value for status in statuses))
-    return int(tx.scalar(_COUNT_IN_STATUSES, (source_resource_id, wanted)))
+def count_effects(tx: Transaction, source_resource_id: str) -> int:
+    """Return how many effects one source aggregate has (read from its key index alone)."""
+    return int(tx.scalar(_COUNT_OF_SOURCE, (source_resource_id,)))
 
 
 def list_attempts(tx: Transaction, effect_id: str) -> list[EffectAttempt]:
