@@ -25,7 +25,12 @@ import pytest
 from piwf.client import Client
 from piwf.errors import NotFoundError, RejectedError
 from piwf.protocol.log_payloads import MAX_LOG_CHUNK_BYTES, LogCursor
-from piwf.server.children.capture import ATTEMPT_LOG_CAP, drop_marker
+from piwf.server.children.capture import (
+    ATTEMPT_LOG_CAP,
+    ATTEMPT_LOG_TAIL,
+    head_marker,
+    tail_marker,
+)
 from tests.server.harness import (
     WITH_DEFAULT_SIGINT,
     ServerFactory,
@@ -71,8 +76,8 @@ from piwf.workflow import compute, define_workflow
 
 
 def loud(ctx):
-    for _ in range(300):
-        sys.stdout.write("y" * 1023 + "\\n")
+    for line in range(300):
+        sys.stdout.write(f"{line:04d}" + "y" * 1019 + "\\n")
     return {"loud": True}
 
 
@@ -81,6 +86,8 @@ workflow = define_workflow(
 )
 """
 LOUD_BYTES = 300 * 1024
+#: LOUD's lines as it prints them, 1 KiB each.
+LOUD_LINES = [f"{line:04d}".encode() + b"y" * 1019 + b"\n" for line in range(300)]
 
 #: The first attempt prints and kills its own runner; the crash retry prints and completes.
 CRASH_ONCE = """
@@ -280,13 +287,17 @@ def test_an_attempt_log_that_cannot_be_made_leaves_the_output_in_the_runner_log(
     assert "says hello" not in server_log
 
 
-def test_an_attempt_past_its_cap_keeps_the_cap_and_one_marker_and_the_run_completes(
+def test_an_attempt_past_its_cap_keeps_its_head_and_its_last_words_and_the_run_completes(
     server: ServerProcess, client: Client, tmp_path: Path
 ) -> None:
     run_id = run_to_end(client, write(tmp_path, "loud", LOUD))
 
     (log,) = client.read_run_logs(run_id).attempts
-    assert log.data == b"".join([b"y" * 1023 + b"\n"] * 256) + drop_marker(ATTEMPT_LOG_CAP)
+    head, tail = ATTEMPT_LOG_CAP - ATTEMPT_LOG_TAIL, ATTEMPT_LOG_TAIL
+    kept_head, kept_tail = LOUD_LINES[: head // 1024], LOUD_LINES[-(tail // 1024) :]
+    markers = head_marker(head, tail) + tail_marker(LOUD_BYTES - ATTEMPT_LOG_CAP, tail)
+    assert log.data == b"".join(kept_head) + markers + b"".join(kept_tail)
+    assert log.data.endswith(LOUD_LINES[-1])  # the last line printed is kept
     info = log.info
     assert (info.stdout_bytes, info.kept_bytes) == (LOUD_BYTES, ATTEMPT_LOG_CAP)
     assert info.dropped_bytes == LOUD_BYTES - ATTEMPT_LOG_CAP
@@ -296,7 +307,7 @@ def test_an_attempt_past_its_cap_keeps_the_cap_and_one_marker_and_the_run_comple
     assert len(base64.b64decode(page.attempts[0].data)) == MAX_LOG_CHUNK_BYTES
     assert page.more is True and page.cursor == LogCursor(log=1, offset=MAX_LOG_CHUNK_BYTES)
     rest = client.run_logs_page(run_id, cursor=page.cursor)
-    assert base64.b64decode(rest.attempts[0].data) == drop_marker(ATTEMPT_LOG_CAP)
+    assert base64.b64decode(rest.attempts[0].data) == log.data[MAX_LOG_CHUNK_BYTES:]
     assert rest.more is False
 
     shown = piwf_cli(server, "run", "logs", run_id)

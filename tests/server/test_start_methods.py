@@ -28,7 +28,12 @@ from typing import Any
 import psutil
 import pytest
 
-from piwf.server.children.capture import ATTEMPT_LOG_CAP, drop_marker
+from piwf.server.children.capture import (
+    ATTEMPT_LOG_CAP,
+    ATTEMPT_LOG_TAIL,
+    head_marker,
+    tail_marker,
+)
 from piwf.server.children.forked_fork_server import is_fork_server
 from piwf.server.children.start_methods import START_TIMEOUT_S
 from tests.server import harness
@@ -557,8 +562,13 @@ def test_a_childs_output_is_captured_privately_and_capped_and_a_flood_kills_noth
     assert stat.S_IMODE(flooded_log.stat().st_mode) == 0o600
     assert stdout == 17 + 200 * 65536
     assert (kept, dropped) == (ATTEMPT_LOG_CAP, stdout - ATTEMPT_LOG_CAP)
+    head = ATTEMPT_LOG_CAP - ATTEMPT_LOG_TAIL
     assert flooded_log.read_bytes() == (
-        b"before the flood\n" + b"x" * (ATTEMPT_LOG_CAP - 17) + drop_marker(ATTEMPT_LOG_CAP)
+        b"before the flood\n"
+        + b"x" * (head - 17)
+        + head_marker(head, ATTEMPT_LOG_TAIL)
+        + tail_marker(stdout - ATTEMPT_LOG_CAP, ATTEMPT_LOG_TAIL)
+        + b"x" * ATTEMPT_LOG_TAIL
     )
 
 

@@ -14,9 +14,11 @@ pause, instead of keeping the server's loop busy copying bytes it drops. A drain
 
 **Targets.** What is read goes to the capture's own log file unless a :class:`LogTarget` is
 set (:meth:`OutputCapture.switch`): a node attempt's own ``0600`` file, bounded on its own
-(``ATTEMPT_LOG_CAP``; past it, one marker line and the rest counted as dropped), counting the
-bytes of each stream. The file (and its directories) is made when the attempt's first byte
-arrives: an attempt that prints nothing costs no file. A file that cannot be made then
+(``ATTEMPT_LOG_CAP``: its first bytes as they come, then one marker line, then, once the attempt
+ends, one line counting what was dropped and its last ``ATTEMPT_LOG_TAIL`` bytes, where a
+failing node's last words are), counting the bytes of each stream. The file (and its
+directories) is made when the attempt's first byte arrives: an attempt that prints nothing
+costs no file. A file that cannot be made then
 (:class:`AttemptLogUnavailableError`) sends that output, and the rest, to the capture's own log.
 Whoever switches first calls :meth:`OutputCapture.drain`, which reads what the pipes hold
 now, so output written before a switch goes to the target it was written for (the runner
@@ -46,6 +48,11 @@ log = logging.getLogger("piwf.server")
 READ_BYTES = 65536
 #: Bytes of one attempt's output its log file keeps; the rest is counted and dropped.
 ATTEMPT_LOG_CAP = 256 * 1024
+#: Of those, the last bytes of its output (kept in memory until the attempt ends); the first
+#: ``ATTEMPT_LOG_CAP - ATTEMPT_LOG_TAIL`` are written as they come.
+ATTEMPT_LOG_TAIL = 64 * 1024
+#: How far into the held tail a line may start for the tail to start with it.
+TAIL_LINE_SEARCH = 1024
 #: How long a stream whose last read was dropped whole waits before it is read again (at most
 #: ``READ_BYTES`` per pause: about 6 MB/s of dropped output per stream).
 DROP_PAUSE_S = 0.01
@@ -58,6 +65,21 @@ def drop_marker(cap: int, whose: str = "this attempt's") -> bytes:
     return f"\n[piwf: {whose} output passed {cap} bytes; the rest was dropped]\n".encode()
 
 
+def head_marker(head: int, tail: int) -> bytes:
+    """The line an attempt's log gets where its output passed its first ``head`` bytes."""
+    return (
+        f"\n[piwf: this attempt's output passed {head} bytes; past them only its last {tail}"
+        " bytes are kept, written when it ends]\n"
+    ).encode()
+
+
+def tail_marker(dropped: int, tail: int) -> bytes:
+    """The line before the last ``tail`` bytes of an attempt's output (from the start of a
+    line where one starts in their first ``TAIL_LINE_SEARCH``), ``dropped`` bytes having been
+    dropped before them."""
+    return f"[piwf: {dropped} bytes dropped; the last {tail} bytes follow]\n".encode()
+
+
 class AttemptLogUnavailableError(Exception):
     """An attempt's log file could not be made; ``cause`` names why (its class, no bytes)."""
 
@@ -67,11 +89,14 @@ class AttemptLogUnavailableError(Exception):
 
 
 class LogTarget:
-    """One node attempt's own log file: bytes per stream, kept up to ``cap``, the rest dropped.
+    """One node attempt's own log file: bytes per stream, its first ``cap - tail`` bytes
+    written as they come, its last ``tail`` bytes held until :meth:`flush_tail`, the rest
+    dropped.
 
     The file is made on the first :meth:`write` (after ``prepare``, which makes its
-    directories), ``0600``, appended to when it exists (the same attempt again); a symlink in
-    its place is refused. ``kept`` starts from what the row recorded (``counts``).
+    directories), ``0600``, appended to when it exists (the same attempt again, whose file
+    then grows by at most ``tail`` bytes more and two marker lines); a symlink in its place is
+    refused. ``kept`` starts from what the row recorded (``counts``).
     """
 
     def __init__(
@@ -82,9 +107,12 @@ class LogTarget:
         label: str,
         counts: LogCounts | None = None,
         prepare: Callable[[], object] = lambda: None,
+        tail: int = ATTEMPT_LOG_TAIL,
     ) -> None:
         self.path = path
         self.cap = cap
+        self.head = cap - tail
+        self.tail = tail
         self.label = label
         self.prepare = prepare
         start = counts or LogCounts()
@@ -92,22 +120,35 @@ class LogTarget:
         self.recorded = start
         self.stdout = start.stdout
         self.stderr = start.stderr
+        #: Bytes written to the file (the held tail not among them) and bytes dropped.
         self.kept = start.kept
         self.dropped = start.dropped
+        #: The last bytes past the head, written by :meth:`flush_tail`, and the bytes dropped
+        #: before them since the last flush.
+        self._held = bytearray()
+        self._dropped_before_held = 0
+        self._held_starts_line = False
         self._made = False
 
     @property
     def counts(self) -> LogCounts:
-        """What this attempt wrote so far."""
-        return LogCounts(self.stdout, self.stderr, self.kept, self.dropped)
+        """What this attempt wrote so far (the held tail counts as kept: it will be)."""
+        kept = self.kept + len(self._held)
+        return LogCounts(self.stdout, self.stderr, kept, self.dropped)
 
     @property
     def changed(self) -> bool:
         """Whether the attempt wrote anything since its counts were last stored."""
         return self.counts != self.recorded
 
+    @property
+    def past_head(self) -> bool:
+        """Whether what is written now is held for the tail or dropped, not written."""
+        return self.kept >= self.head
+
     def write(self, stream: str, data: bytes) -> None:
-        """Count ``data`` for ``stream`` and keep what fits under the cap.
+        """Count ``data`` for ``stream``; write what fits under the head, hold the rest as the
+        tail (dropping what the tail no longer holds).
 
         Raises :class:`AttemptLogUnavailableError` (nothing counted) when the file cannot be
         made on this first write.
@@ -118,13 +159,43 @@ class LogTarget:
             self.stderr += len(data)
         else:
             self.stdout += len(data)
-        kept, first_drop = _within_cap(data, self.cap, self.kept, self.dropped)
-        self.kept += len(kept)
-        self.dropped += len(data) - len(kept)
-        if first_drop:
-            kept += drop_marker(self.cap)
-        if kept:
-            _append(self.path, kept, self.label)
+        room = max(self.head - self.kept, 0)
+        written, rest = data[:room], data[room:]
+        self.kept += len(written)
+        if rest and self.dropped == 0 and not self._held:
+            written += head_marker(self.head, self.tail)
+        if written:
+            _append(self.path, written, self.label)
+        if rest:
+            self._held += rest
+            over = len(self._held) - self.tail
+            if over > 0:
+                self._held_starts_line = self._held[over - 1] == ord("\n")
+                del self._held[:over]
+                self.dropped += over
+                self._dropped_before_held += over
+
+    def flush_tail(self) -> None:
+        """Write the held tail, after one line counting what was dropped before it (none when
+        nothing was): called before the attempt's counts are stored."""
+        if not self._held:
+            return
+        if self._dropped_before_held and not self._held_starts_line:
+            # What was cut from before the held bytes, cut up to the next line too (when one
+            # starts in their first TAIL_LINE_SEARCH bytes): the tail then starts with a whole
+            # line. Output of longer lines (or none) keeps all its held bytes.
+            cut = self._held.find(b"\n", 0, TAIL_LINE_SEARCH) + 1
+            if 0 < cut < len(self._held):
+                del self._held[:cut]
+                self.dropped += cut
+                self._dropped_before_held += cut
+        data = bytes(self._held)
+        if self._dropped_before_held:
+            data = tail_marker(self._dropped_before_held, len(self._held)) + data
+        self.kept += len(self._held)
+        self._held.clear()
+        self._dropped_before_held = 0
+        _append(self.path, data, self.label)
 
     def _make_file(self) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -214,7 +285,7 @@ class OutputCapture:
     def _full(self) -> bool:
         """Whether what is read now is dropped whole (the current target keeps no more)."""
         if self.target is not None:
-            return self.target.kept >= self.target.cap
+            return self.target.past_head
         return self.kept >= self.cap
 
     def _pause(self, descriptor: int) -> None:

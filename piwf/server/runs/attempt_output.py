@@ -105,7 +105,10 @@ class AttemptOutput:
         wrote since they were last stored; its runner exit calls this too, after the capture
         drained at close."""
         target = self.capture.target
-        if self.attempt_id is not None and target is not None and target.changed:
+        if self.attempt_id is None or target is None:
+            return
+        target.flush_tail()
+        if target.changed:
             attempt_logs.record_counts(tx, self.attempt_id, target.counts)
             target.recorded = target.counts
 
@@ -124,5 +127,7 @@ class AttemptOutput:
         self.capture.switch(target)
 
     def _stop_target(self) -> None:
+        previous = self.capture.switch(None)
+        if previous is not None and self.attempt_id is not None:
+            previous.flush_tail()  # its counts were stored with the tail (record), or never are
         self.attempt_id = None
-        self.capture.switch(None)
