@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -17,6 +19,8 @@ from piwf.state import Transaction
 from piwf.state import effects as fx
 from piwf.state.execution import list_open_requests
 from piwf.state.execution import runs as run_store
+from piwf.state.resources.managed import RESOURCE_UID_PREFIX
+from piwf.workflow.identity import REQUEST_ID_PREFIX
 
 P = TypeVar("P", bound=WireModel)
 
@@ -119,8 +123,11 @@ def no_run(run_id: str, home: Path) -> CommandResult:
 
 
 def unknown_run(run_id: str, home: Path) -> str:
-    """What to say about a run id the state home ``home`` does not have, and where to look."""
-    return f"no run {run_id} (piwf run list shows the runs of this state home, PIWF_HOME={home})"
+    """What to say about a run id the state home ``home`` does not have, and where to look
+    (another kind's id: what it is instead, :func:`wrong_kind`)."""
+    return wrong_kind(f"no run {run_id}", run_id, "run") or (
+        f"no run {run_id} (piwf run list shows the runs of this state home, PIWF_HOME={home})"
+    )
 
 
 #: The command that settles a pending request of each kind (``{request}``: its id).
@@ -136,15 +143,81 @@ def request_command(kind: str) -> str:
     return REQUEST_COMMANDS.get(kind, REQUEST_COMMANDS["checkpoint"])
 
 
+@dataclass(frozen=True)
+class IdKind:
+    """One kind of id piwf makes, told by how it starts, and the command a person runs for it."""
+
+    name: str
+    prefix: str
+    #: What the id is, after "that is" (``a run id``).
+    called: str
+    #: The command to run instead; ``{id}`` is the id given, or ``placeholder`` when the id
+    #: has a character a shell would read (the hint is there to be copied).
+    command: str
+    placeholder: str = ""
+
+
+#: The kinds of ids a person copies from piwf's output, each with the command that takes it.
+#: Only the commands ``piwf --help`` lists: a request and an effect have no ``show`` of their own.
+ID_KINDS: tuple[IdKind, ...] = (
+    IdKind("run", run_store.RUN_ID_PREFIX, "a run id", "piwf run show {id}", "RUN_ID"),
+    IdKind(
+        "request",
+        REQUEST_ID_PREFIX,
+        "a request id",
+        "piwf requests lists it while it is pending; "
+        + " or ".join(
+            request_command(kind).format(request="{id}") for kind in ("checkpoint", "agent")
+        )
+        + " settles it",
+        "REQUEST_ID",
+    ),
+    IdKind(
+        "effect",
+        fx.EFFECT_ID_PREFIX,
+        "an effect id",
+        "piwf run show RUN_ID lists a run's effects; piwf effect resolve {id} --applied |"
+        " --retry settles an ambiguous one",
+        "EFFECT_ID",
+    ),
+    IdKind(
+        "resource",
+        RESOURCE_UID_PREFIX,
+        "a managed resource's uid",
+        "piwf resource list shows the resources; piwf resource get MANAGER KEY shows one",
+    ),
+)
+
+#: An id that is safe to print inside a command a person may paste into a shell.
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_.:@+=,/-]+")
+
+
+def wrong_kind(head: str, given: str, expected: str) -> str | None:
+    """``head`` (``no run request-1f2e``) and what ``given`` is instead, when it starts as
+    another kind's id than ``expected`` (an :class:`IdKind` name): ``no run request-1f2e: that
+    is a request id (piwf requests ...)``. None when it starts as none of them or as
+    ``expected``: the caller says what it says of an unknown id of the right kind.
+
+    The id is printable ASCII (the protocol's id rule), so it needs no escaping here; the
+    CLI escapes what it prints. It is named in the command only when a shell takes it as is.
+    """
+    for kind in ID_KINDS:
+        if kind.name != expected and given.startswith(kind.prefix):
+            shown = given if _SHELL_SAFE.fullmatch(given) else kind.placeholder
+            return f"{head}: that is {kind.called} ({kind.command.format(id=shown)})"
+    return None
+
+
 def unknown_request(tx: Transaction, request_id: str, home: Path) -> str:
     """What to say about a request id the state home ``home`` does not have.
 
     A run's id given where a request id belongs (``piwf answer RUN_ID ...``) is named as such,
-    with the run's open requests and the command that settles each, or the fact it has none.
+    with the run's open requests and the command that settles each, or the fact it has none;
+    an unknown id of another kind, as :func:`wrong_kind` says.
     """
     run = run_store.load_run(tx, request_id)
     if run is None:
-        return (
+        return wrong_kind(f"no request {request_id}", request_id, "request") or (
             f"no request {request_id} (piwf requests lists the pending requests of this state"
             f" home, PIWF_HOME={home})"
         )
@@ -166,8 +239,9 @@ def unknown_request(tx: Transaction, request_id: str, home: Path) -> str:
 
 
 def unknown_effect(effect_id: str, home: Path) -> str:
-    """What to say about an effect id the state home ``home`` does not have."""
-    return (
+    """What to say about an effect id the state home ``home`` does not have (another kind's id:
+    what it is instead, :func:`wrong_kind`)."""
+    return wrong_kind(f"no effect {effect_id}", effect_id, "effect") or (
         f"no effect {effect_id} (piwf run show RUN_ID lists the effects of a run of this state"
         f" home, PIWF_HOME={home})"
     )
@@ -175,8 +249,9 @@ def unknown_effect(effect_id: str, home: Path) -> str:
 
 def unknown_channel_send(effect_id: str, home: Path) -> str:
     """What to say about an effect id that is no channel send of the state home ``home``: where
-    the ambiguous sends are listed, and the command for another kind of effect."""
-    return (
+    the ambiguous sends are listed, and the command for another kind of effect (another kind's
+    id: what it is instead, :func:`wrong_kind`)."""
+    return wrong_kind(f"no channel send {effect_id}", effect_id, "effect") or (
         f"no channel send {effect_id} (piwf channel status lists the ambiguous sends of this"
         f" state home, PIWF_HOME={home}; the effect of a run step is settled with piwf effect"
         " resolve EFFECT_ID --applied | --retry)"

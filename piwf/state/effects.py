@@ -116,10 +116,14 @@ class EffectAttempt:
     outcome: EffectAttemptOutcome | None
 
 
+#: What every effect id starts with.
+EFFECT_ID_PREFIX = "effect-"
+
+
 def effect_id_for(source_resource_id: str, effect_type: str, idempotency_key: str) -> str:
     """Return the deterministic effect id of (source, type, key)."""
     digest = canonical.digest_hex([source_resource_id, effect_type, idempotency_key])
-    return f"effect-{digest[:40]}"
+    return f"{EFFECT_ID_PREFIX}{digest[:40]}"
 
 
 def get_effect(tx: Transaction, effect_id: str) -> Effect | None:

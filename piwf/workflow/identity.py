@@ -29,9 +29,13 @@ def attempt_id(run_id: str, path: str, visit: int, attempt: int) -> str:
     return "attempt-" + canonical.digest_hex(["piwf.attempt.v1", run_id, path, visit, attempt])[:40]
 
 
+#: What every request id (a checkpoint, a decision, an agent step) starts with.
+REQUEST_ID_PREFIX = "request-"
+
+
 def request_id(run_id: str, path: str, visit: int) -> str:
     """Return the exact request id of the interaction a visit opens."""
-    return "request-" + canonical.digest_hex(["piwf.request.v1", run_id, path, visit])[:40]
+    return REQUEST_ID_PREFIX + canonical.digest_hex(["piwf.request.v1", run_id, path, visit])[:40]
 
 
 def notification_id(run_id: str, path: str, visit: int) -> str:

@@ -307,9 +307,13 @@ def display_status(
     return "queued"
 
 
+#: What every run id starts with (a client may choose the rest: ``run.start``'s ``runId``).
+RUN_ID_PREFIX = "run-"
+
+
 def new_run_id() -> str:
     """Return a fresh, unguessable run id."""
-    return f"run-{secrets.token_hex(10)}"
+    return f"{RUN_ID_PREFIX}{secrets.token_hex(10)}"
 
 
 def run_resource_id(run_id: str) -> str:

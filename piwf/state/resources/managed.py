@@ -188,10 +188,14 @@ def managed_resource_id(uid: str) -> str:
     return resource_id_for(ResourceType.MANAGED_RESOURCE, uid)
 
 
+#: What every managed resource's uid starts with.
+RESOURCE_UID_PREFIX = "mr-"
+
+
 def new_uid(tx: Transaction) -> str:
     """A fresh uid that no resource, live or removed, has ever had."""
     while True:
-        uid = f"mr-{secrets.token_hex(10)}"
+        uid = f"{RESOURCE_UID_PREFIX}{secrets.token_hex(10)}"
         if read_revision(tx, managed_resource_id(uid)) is None:
             return uid
 
