@@ -32,7 +32,7 @@ from pathlib import Path
 from piwf import canonical, faults
 from piwf.canonical import JsonValue
 from piwf.config import MAX_FRAME_BYTES
-from piwf.errors import PiwfError
+from piwf.errors import PiwfError, WorkflowDefinitionError
 from piwf.runner.entry import EXIT_OK, name_process, print_user_traceback
 from piwf.runner.lifeline import Lifeline
 
@@ -48,6 +48,7 @@ def resolver_main(connection: Connection) -> None:
     """Serve one request over ``connection`` with one reply (any failure becomes a typed
     reply; only a lost connection raises)."""
     name_process("piwf resolver")
+    request: JsonValue = None
     try:
         request = canonical.decode(connection.recv_bytes(maxlength=MAX_FRAME_BYTES))
         reply = resolve(request)
@@ -58,8 +59,26 @@ def resolver_main(connection: Connection) -> None:
         print_user_traceback(error)
         message = _bounded(f"{type(error).__name__}: {error}")
         reply = {"ok": False, "error": {"code": "workflowLoad", "message": message}}
+    encoded = canonical.encode(reply)
+    if len(encoded) > MAX_FRAME_BYTES:
+        encoded = canonical.encode(_too_large(request, len(encoded)))
     faults.point("resolver.before_reply")
-    connection.send_bytes(canonical.encode(reply))
+    connection.send_bytes(encoded)
+
+
+def _too_large(request: JsonValue, size: int) -> dict[str, JsonValue]:
+    """The refusal sent instead of a reply of ``size`` bytes, past what one frame carries: a
+    definition that large carries data, which belongs in the input or a file."""
+    subject = "the workflow"
+    if isinstance(request, dict) and isinstance(request.get("workflow"), str):
+        subject = _bounded(str(request["workflow"]), 300)
+    message = (
+        f"{subject}: its compiled definition takes {size} bytes, over the {MAX_FRAME_BYTES} a"
+        " definition may take; a definition that large carries data (many choices, long"
+        " labels, prompts or constants): pass the data as the run's input, or have a node"
+        " read it from a file"
+    )
+    return {"ok": False, "error": {"code": WorkflowDefinitionError.code, "message": message}}
 
 
 def resolve(request: JsonValue) -> dict[str, JsonValue]:

@@ -206,6 +206,33 @@ def test_a_workflow_file_that_exits_at_import_is_a_load_error_naming_the_file(
     assert piwf.json("run", "list")["runs"] == []
 
 
+def test_a_definition_past_one_frame_is_refused_naming_its_size_and_what_to_do(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # 15,000 chained nodes compile to about 1.3 MB, past the 1 MiB one frame carries.
+    source = """
+        from piwf.workflow import compute, define_workflow
+
+        names = [f"step{i:05d}" for i in range(15000)]
+        workflow = define_workflow(
+            name="huge",
+            start_at=names[0],
+            nodes={name: compute(lambda ctx: 1) for name in names},
+            edges=[{"from": a, "to": b} for a, b in zip(names, names[1:])],
+        )
+        """
+    path = write(tmp_path / "flows", "huge", source)
+    for command in (("run", "start"), ("workflows", "show")):
+        answer = piwf.json(*command, str(path), exit_code=1)
+        assert answer["error"]["code"] == "workflowLoad", answer  # as any definition's refusal
+        message = answer["error"]["message"]
+        assert message.startswith(f"{path}: its compiled definition takes "), message
+        assert "over the 1048576 a definition may take" in message
+        assert "pass the data as the run's input" in message
+    assert piwf.json("run", "list")["runs"] == []
+
+
 def test_a_cancelled_error_at_import_is_reported_with_its_line_not_as_an_exit(
     piwf: Piwf,  # noqa: F811
     tmp_path: Path,
