@@ -12,10 +12,15 @@ Deciding costs one indexed lookup per value: a large value's bytes are never rea
 decoded here (blobs are content addressed, so the stored digest *is* the reference), and JSON
 decoding of a large value belongs to the client. The budget bounds the inline bytes of the
 whole response, so a long list of medium values cannot push it past the frame limit.
+
+A list of items whose own fields are large (a decision's choices, a step) is cut with
+:func:`within_budget`: it ends early once its encoded items reach a byte budget, always
+keeping its first item, and the response says how many there are in all.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -27,11 +32,13 @@ from piwf.protocol.payloads import (
     RESPONSE_INLINE_BUDGET,
     ContentRef,
     ContentScope,
+    WireModel,
 )
 from piwf.state import Transaction, blobs
 from piwf.state.enums import MediaType
 
 V = TypeVar("V")
+M = TypeVar("M", bound=WireModel)
 
 
 @dataclass(frozen=True)
@@ -108,3 +115,18 @@ def _reference(blob: blobs.StoredBlob, scope: ContentScope, owner: str) -> Conte
         scope=scope,
         owner=owner,
     )
+
+
+def within_budget(items: Iterable[M], budget: int) -> list[M]:
+    """The leading ``items`` whose encoded forms together take at most ``budget`` bytes, and
+    always the first one. ``items`` is consumed lazily: of those left out only the first is
+    built (to be measured), so the rest take no inline budget from the response's offer."""
+    kept: list[M] = []
+    used = 0
+    for item in items:
+        size = len(item.model_dump_json(by_alias=True, exclude_none=True).encode())
+        if kept and used + size > budget:
+            break
+        kept.append(item)
+        used += size
+    return kept

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from piwf.canonical import JsonValue
 from piwf.errors import WorkflowDefinitionError
+from piwf.workflow.choices import MAX_CHOICES, MAX_LABEL_CHARS
 from piwf.workflow.nodes import DEFAULT_AGENT_TIMEOUT_MS, AgentNode, TimeoutSpec, agent
 
 if TYPE_CHECKING:
@@ -79,7 +80,8 @@ def decision(
     itself (at most 2,000 characters). Any other submission is rejected with a message that
     says what to send, and the same request stays open. ``question`` is a string or a callable
     of the node context. Raises :class:`WorkflowDefinitionError` for empty, duplicate or
-    non-string choices, or a field a switch path cannot name.
+    non-string choices, more than 100 choices, a description over 500 characters, or a field
+    a switch path cannot name.
     """
     declared = _choices(choices)
     if not isinstance(field, str) or not FIELD_PATTERN.match(field) or field == REASON_KEY:
@@ -161,6 +163,10 @@ def _choices(choices: object, *, factory: str = "decision") -> tuple[tuple[str, 
         )
     if not entries:
         raise WorkflowDefinitionError(f"{factory}(): declare at least one choice")
+    if len(entries) > MAX_CHOICES:
+        raise WorkflowDefinitionError(
+            f"{factory}(): {len(entries)} choices declared; at most {MAX_CHOICES} are allowed"
+        )
     seen: set[str] = set()
     for name, description in entries:
         if (
@@ -176,6 +182,11 @@ def _choices(choices: object, *, factory: str = "decision") -> tuple[tuple[str, 
         if not isinstance(description, str):
             raise WorkflowDefinitionError(
                 f"{factory}(): the description of choice {name!r} must be a string"
+            )
+        if len(description) > MAX_LABEL_CHARS:
+            raise WorkflowDefinitionError(
+                f"{factory}(): the description of choice {name!r} has {len(description):,} "
+                f"characters; at most {MAX_LABEL_CHARS} are allowed"
             )
         if name in seen:
             raise WorkflowDefinitionError(f"{factory}(): choice {name!r} is declared twice")

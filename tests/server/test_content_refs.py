@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -359,3 +360,76 @@ def test_a_run_with_many_decisions_shows_the_newest_with_their_count(
     human = piwf_cli(server, "run", "show", run_id)
     assert human.returncode == 0, human.stderr
     assert "decisions (the newest 50 of 54):" in human.stdout
+
+
+BIG_DECISION = """
+    from piwf.workflow import choice, compute, define_workflow, human_decision, text_input
+
+    # The most a definition may declare: 100 choices, 500-character labels, with an input
+    # whose prompt brings the choices near their 128 KiB bound as a request carries them.
+    ASK = text_input("why", prompt="p" * 700)
+    CHOICES = {f"c{n:03d}": choice("l" * 500, input=ASK) for n in range(100)}
+    workflow = define_workflow(
+        name="big_decision", start_at="ask", max_steps=1000,
+        nodes={"ask": human_decision(choices=CHOICES), "done": compute(lambda ctx: 1)},
+        edges=[{"from": "ask", "switch": {"on": "$output.choice",
+                "cases": {**{name: "ask" for name in CHOICES}, "c099": "done"}}}],
+    )
+    """
+
+
+def test_decisions_with_the_largest_choices_allowed_still_answer_within_a_frame(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Each request of this decision carries some 127 KB of choices. Nine of them (a run that
+    looped nine times, or nine waiting runs) used to pass the 1 MiB frame limit: ``piwf run
+    show``, ``run steps`` and ``piwf requests`` failed with ``frame exceeds the limit``. Now
+    run.get's decisions stop at their byte budget with the count of all, and a requests.list
+    page stops at its own, the client reading the next pages."""
+    workflow = write(tmp_path, "big_decision", BIG_DECISION)
+    with raw_client(server) as client:
+
+        def start(key: str) -> str:
+            response = client.request("run.start", {"workflow": workflow, "input": {}}, key=key)
+            assert response.receipt is not None, response
+            return str(response.receipt["run"]["runId"])
+
+        def pending(run_id: str, answered: list[str]) -> str | None:
+            listed = raw_receipt(client, "requests.list", run_id, {"runId": run_id})["requests"]
+            fresh = [r["requestId"] for r in listed if r["requestId"] not in answered]
+            return fresh[0] if fresh else None
+
+        looped = start("looped")
+        answered: list[str] = []
+        for number in range(8):
+            request_id = wait_for(
+                lambda: pending(looped, answered), timeout_s=30, what=f"visit {number + 1}"
+            )
+            answer = {"requestId": request_id, "response": {"choice": "c000", "why": "again"}}
+            accepted = client.request("decision.answer", answer, key=f"answer-{number}")
+            assert accepted.outcome == "accepted", accepted
+            answered.append(request_id)
+        last = wait_for(lambda: pending(looped, answered), timeout_s=30, what="the 9th visit")
+        waiting = {last}
+        others = [start(f"other-{number}") for number in range(8)]
+        for other in others:
+            waiting.add(wait_for(partial(pending, other, []), timeout_s=30, what=f"run {other}"))
+        detail = client.request("run.get", {}, run_id=looped)
+        first_page = raw_receipt(client, "requests.list", looped, {})
+    assert len(canonical.encode(detail.receipt)) < MAX_FRAME_BYTES
+    assert detail.receipt is not None and detail.receipt["decisionCount"] == 9
+    assert [d["decisionId"] for d in detail.receipt["decisions"]] == [last]
+    assert 0 < len(first_page["requests"]) < 9 and first_page["nextCursor"] is not None
+
+    shown = piwf_cli(server, "run", "show", looped)
+    assert shown.returncode == 0, shown.stderr
+    assert "decisions (the newest 1 of 9):" in shown.stdout
+    as_json = cli_json(server, "run", "show", looped)
+    assert as_json["decisionCount"] == 9 and len(as_json["decisions"]) == 1
+    steps = piwf_cli(server, "run", "steps", looped)
+    assert steps.returncode == 0, steps.stderr
+    listed = cli_json(server, "requests")
+    assert {request["requestId"] for request in listed["requests"]} == waiting
+    table = piwf_cli(server, "requests")
+    assert table.returncode == 0, table.stderr
+    assert all(request_id in table.stdout for request_id in waiting)

@@ -264,6 +264,71 @@ def test_choice_input_definition_errors(make: Any, message: str) -> None:
     assert message in str(info.value)
 
 
+def many(count: int, label: str = "Pick me") -> dict[str, str]:
+    return {f"c{number:03d}": label for number in range(count)}
+
+
+def test_a_decision_may_declare_up_to_the_limits() -> None:
+    """100 choices of 500-character labels are the most one decision declares; both kinds
+    accept them."""
+    assert len(human_decision(choices=many(100, "x" * 500)).choices) == 100
+    assert len(decision(question="Which?", choices=many(100, "x" * 500)).choices) == 100
+    assert choice("x" * 500).label == "x" * 500
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: human_decision(choices=many(101)),
+            "human_decision(): 101 choices declared; at most 100 are allowed",
+        ),
+        (
+            lambda: human_decision(choices=list(many(300))),
+            "human_decision(): 300 choices declared; at most 100 are allowed",
+        ),
+        (
+            lambda: human_decision(choices={"ship": "x" * 501}),
+            "human_decision(): the label of choice 'ship' has 501 characters; at most 500",
+        ),
+        (lambda: choice("x" * 501), "choice(): label has 501 characters; at most 500"),
+        (
+            # Each label within bounds, but escaped on the wire they pass the total.
+            lambda: human_decision(choices=many(100, "\x01" * 300)),
+            "human_decision(): the choices and their inputs take 181,025 bytes as a request "
+            "carries them; at most 131,072 are allowed",
+        ),
+        (
+            lambda: human_decision(
+                choices={
+                    f"c{number:03d}": choice("x" * 500, input=text_input("why", prompt="?" * 1000))
+                    for number in range(100)
+                }
+            ),
+            "at most 131,072 are allowed (shorten labels and input prompts)",
+        ),
+        (
+            lambda: decision(question="Which?", choices=list(many(101))),
+            "decision(): 101 choices declared; at most 100 are allowed",
+        ),
+        (
+            lambda: decision(question="Which?", choices={"go": "x" * 501}),
+            "decision(): the description of choice 'go' has 501 characters; at most 500",
+        ),
+        (
+            lambda: decision_edge(from_="a", choices=many(101), cases={}),
+            "decision_edge(): 101 choices declared; at most 100 are allowed",
+        ),
+    ],
+)
+def test_a_decision_is_bounded_when_it_is_defined(make: Any, message: str) -> None:
+    """Every pending request and every shown decision carries all of a decision's choices, so
+    a definition declaring more (or longer) than a request can carry is refused."""
+    with pytest.raises(WorkflowDefinitionError) as info:
+        make()
+    assert message in str(info.value)
+
+
 def test_a_default_response_may_fill_the_input() -> None:
     response = {"choice": "replan", "instructions": "ask again"}
     node = replan_decision(on_timeout={"after_ms": 1000, "response": response})

@@ -48,7 +48,7 @@ from piwf.protocol.payloads import (
     ResolutionInfo,
 )
 from piwf.server.commands import CommandResult
-from piwf.server.content_offer import ContentOffer
+from piwf.server.content_offer import ContentOffer, within_budget
 from piwf.server.loop import EventLoop, Timer
 from piwf.server.replies import unknown_request
 from piwf.state import StateDatabase, Transaction
@@ -61,6 +61,10 @@ from piwf.state.execution.submissions import submission_count
 from piwf.state.records import Actor
 
 log = logging.getLogger("piwf.server")
+
+#: Encoded bytes of the requests of one ``requests.list`` page (which always holds one); a
+#: request carries all of a decision's choices, so a full page of them could pass a frame.
+REQUEST_PAGE_BYTES = 256 * 1024
 
 
 class UnknownRequestError(PiwfError):
@@ -124,8 +128,10 @@ def answer_change(
 
 
 def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestList | None:
-    """Return the pending requests of every kind for ``requests.list``; None when the payload
-    names a run that does not exist (an unknown run is not a run with no requests)."""
+    """Return a page of the pending requests of every kind for ``requests.list``: at most
+    ``limit``, ending early once their encoded size reaches :data:`REQUEST_PAGE_BYTES` (at
+    least one); None when the payload names a run that does not exist (an unknown run is not
+    a run with no requests)."""
     with db.read() as tx:
         if payload.run_id is not None and run_store.load_run(tx, payload.run_id) is None:
             return None
@@ -133,12 +139,14 @@ def list_requests(db: StateDatabase, payload: RequestsListPayload) -> RequestLis
             None if payload.after is None else (payload.after.created_at, payload.after.request_id)
         )
         found = ex.list_open_requests(tx, payload.run_id, after=after, limit=payload.limit + 1)
-        more = len(found) > payload.limit
-        found = found[: payload.limit]
         offer = ContentOffer(tx)
-        last = found[-1] if more else None
+        shown = within_budget(
+            (open_request_info(item, offer) for item in found[: payload.limit]),
+            REQUEST_PAGE_BYTES,
+        )
+        last = shown[-1] if len(shown) < len(found) else None
         return RequestList(
-            requests=[open_request_info(item, offer) for item in found],
+            requests=shown,
             next_cursor=None
             if last is None
             else RequestCursor(created_at=last.created_at, request_id=last.request_id),
@@ -191,33 +199,37 @@ def resolution_info(resolution: decision_store.Resolution) -> ResolutionInfo:
 
 
 def decision_infos(
-    tx: Transaction, run_id: str, offer: ContentOffer, newest: int | None = None
+    tx: Transaction, run_id: str, offer: ContentOffer, newest: int, budget: int
 ) -> list[DecisionInfo]:
-    """Return the audit of every checkpoint and decision of the run (or its ``newest`` latest
-    ones), oldest first; each answer inline or by reference as ``offer`` decides."""
-    infos = []
-    for audit in ex.run_decision_audit(tx, run_id, newest):
-        resolution = audit.resolution
-        resolution_wire = None
-        if resolution is not None:
-            response = offer.json("run", run_id, resolution.response_hash)
-            resolution_wire = {
-                **resolution.to_json(),
-                "response": response.value,
-                "responseRef": response.ref,
-            }
-        submissions = []
-        for submission in audit.submissions:
-            response = offer.json("run", run_id, submission.candidate_hash)
-            submissions.append(
-                {**submission.to_json(), "response": response.value, "responseRef": response.ref}
-            )
-        infos.append(
-            DecisionInfo.model_validate(
-                {**audit.to_json(), "resolution": resolution_wire, "submissions": submissions}
-            )
+    """Return the audit of the run's ``newest`` latest checkpoints and decisions that fit in
+    ``budget`` encoded bytes (at least the newest one), oldest first; each answer inline or by
+    reference as ``offer`` decides, the newest served first."""
+    audits = ex.run_decision_audit(tx, run_id, newest)
+    shown = within_budget(
+        (_decision_info(audit, run_id, offer) for audit in reversed(audits)), budget
+    )
+    return shown[::-1]
+
+
+def _decision_info(audit: ex.DecisionAudit, run_id: str, offer: ContentOffer) -> DecisionInfo:
+    resolution = audit.resolution
+    resolution_wire = None
+    if resolution is not None:
+        response = offer.json("run", run_id, resolution.response_hash)
+        resolution_wire = {
+            **resolution.to_json(),
+            "response": response.value,
+            "responseRef": response.ref,
+        }
+    submissions = []
+    for submission in audit.submissions:
+        response = offer.json("run", run_id, submission.candidate_hash)
+        submissions.append(
+            {**submission.to_json(), "response": response.value, "responseRef": response.ref}
         )
-    return infos
+    return DecisionInfo.model_validate(
+        {**audit.to_json(), "resolution": resolution_wire, "submissions": submissions}
+    )
 
 
 def waiting_on(tx: Transaction, run_id: str, offer: ContentOffer) -> OpenRequestInfo | None:

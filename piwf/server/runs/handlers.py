@@ -73,6 +73,10 @@ from piwf.workflow.sources import SourceIdentity
 #: agent requests and settings scopes, with how many it has: a long loop's run still answers
 #: within one frame.
 SHOWN_ITEMS = 50
+#: ``run.get``'s decisions, and separately its agent requests, also end early once their
+#: encoded items reach this many bytes (always holding the newest one): with the response's
+#: inline budget and the bounded choices of a waiting request, the answer fits one frame.
+SHOWN_ITEMS_BYTES = 128 * 1024
 
 _CLIENT_RUN_ID = re.compile(r"run-[A-Za-z0-9_-]{8,64}")
 
@@ -448,9 +452,11 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
         error=error.value,
         error_ref=error.ref,
         waiting_on=answers.waiting_on(tx, run_id, offer),
-        decisions=answers.decision_infos(tx, run_id, offer, SHOWN_ITEMS),
+        decisions=answers.decision_infos(tx, run_id, offer, SHOWN_ITEMS, SHOWN_ITEMS_BYTES),
         decision_count=decisions.count_run_decisions(tx, run_id),
-        agent_requests=interactions.agent_request_infos(tx, run_id, offer, SHOWN_ITEMS),
+        agent_requests=interactions.agent_request_infos(
+            tx, run_id, offer, SHOWN_ITEMS, SHOWN_ITEMS_BYTES
+        ),
         agent_request_count=submissions.count_submitted_requests(tx, run_id),
         parked_reason=run_queue.read_queue_reason(tx, run_id) if view.needs_action else None,
         session=messages.session_of(tx, run_id),

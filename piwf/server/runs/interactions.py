@@ -41,7 +41,7 @@ from piwf.protocol.agent_payloads import (
 from piwf.protocol.client_v1 import ErrorInfo, Outcome, Request, Response
 from piwf.protocol.payloads import AgentRequestInfo, AgentSubmissionInfo
 from piwf.server.commands import CommandResult
-from piwf.server.content_offer import ContentOffer
+from piwf.server.content_offer import ContentOffer, within_budget
 from piwf.server.context import ServerContext
 from piwf.server.failures import failure_response
 from piwf.server.loop import Reply
@@ -185,45 +185,59 @@ def settled_response(
 
 
 def agent_request_infos(
-    tx: Transaction, run_id: str, offer: ContentOffer, newest: int | None = None
+    tx: Transaction, run_id: str, offer: ContentOffer, newest: int, budget: int
 ) -> list[AgentRequestInfo]:
-    """Every agent request of the run that received submissions (or its ``newest`` latest
-    ones), each with its submissions (as sent, as accepted, why refused), oldest first; values
-    inline or by reference."""
-    by_request: dict[str, list[AgentSubmissionInfo]] = {}
+    """The run's ``newest`` latest agent requests that received submissions and fit in
+    ``budget`` encoded bytes (at least the newest one), oldest first, each with its
+    submissions (as sent, as accepted, why refused); values inline or by reference, the
+    newest request served first."""
+    by_request: dict[str, list[sub.SubmissionRow]] = {}
     for submission in sub.run_submissions(tx, run_id, newest):
-        output = offer.json("run", run_id, submission.payload_hash)
-        value = offer.json("run", run_id, submission.value_hash)
-        error = offer.text("run", run_id, submission.error_hash)
-        by_request.setdefault(submission.request_id, []).append(
-            AgentSubmissionInfo.model_validate(
-                {
-                    "submissionId": submission.submission_id,
-                    "outcome": submission.outcome.value,
-                    "output": output.value,
-                    "outputRef": output.ref,
-                    "value": value.value,
-                    "valueRef": value.ref,
-                    "error": error.value,
-                    "errorRef": error.ref,
-                    "submittedAt": submission.submitted_at,
-                    "settledAt": submission.settled_at,
-                }
-            )
-        )
-    infos = []
-    for request_id, submissions in by_request.items():
-        row = requests.get_request(tx, request_id)
-        if row is None or row.kind is not InteractionKind.AGENT:
-            continue
-        infos.append(
-            AgentRequestInfo(
-                request_id=request_id,
-                path=row.path,
-                visit=row.visit,
-                # An expired request (answered, later maybe cancelled with its run) says so.
-                status="expired" if row.answered_by is AnsweredBy.EXPIRED else row.status.value,
-                submissions=submissions,
-            )
-        )
-    return infos
+        by_request.setdefault(submission.request_id, []).append(submission)
+    infos = (
+        _agent_request_info(tx, offer, run_id, request_id, submissions)
+        for request_id, submissions in reversed(by_request.items())
+    )
+    return within_budget((info for info in infos if info is not None), budget)[::-1]
+
+
+def _agent_request_info(
+    tx: Transaction,
+    offer: ContentOffer,
+    run_id: str,
+    request_id: str,
+    submissions: list[sub.SubmissionRow],
+) -> AgentRequestInfo | None:
+    row = requests.get_request(tx, request_id)
+    if row is None or row.kind is not InteractionKind.AGENT:
+        return None
+    return AgentRequestInfo(
+        request_id=request_id,
+        path=row.path,
+        visit=row.visit,
+        # An expired request (answered, later maybe cancelled with its run) says so.
+        status="expired" if row.answered_by is AnsweredBy.EXPIRED else row.status.value,
+        submissions=[_agent_submission_info(offer, run_id, item) for item in submissions],
+    )
+
+
+def _agent_submission_info(
+    offer: ContentOffer, run_id: str, submission: sub.SubmissionRow
+) -> AgentSubmissionInfo:
+    output = offer.json("run", run_id, submission.payload_hash)
+    value = offer.json("run", run_id, submission.value_hash)
+    error = offer.text("run", run_id, submission.error_hash)
+    return AgentSubmissionInfo.model_validate(
+        {
+            "submissionId": submission.submission_id,
+            "outcome": submission.outcome.value,
+            "output": output.value,
+            "outputRef": output.ref,
+            "value": value.value,
+            "valueRef": value.ref,
+            "error": error.value,
+            "errorRef": error.ref,
+            "submittedAt": submission.submitted_at,
+            "settledAt": submission.settled_at,
+        }
+    )

@@ -42,7 +42,7 @@ from piwf.protocol.view_payloads import (
     ViewRunPayload,
     WaitingOn,
 )
-from piwf.server.content_offer import ContentOffer
+from piwf.server.content_offer import ContentOffer, within_budget
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
 from piwf.server.replies import (
@@ -308,15 +308,7 @@ def steps_page(tx: Transaction, run_id: str, after: int, limit: int) -> StepPage
     """Up to ``limit`` steps after index ``after``, within the page's byte budget."""
     rows = run_view.step_page(tx, run_id, after=after, limit=limit + 1)
     offer = ContentOffer(tx, budget=STEP_PAGE_BYTES)
-    steps: list[Step] = []
-    used = 0
-    for row in rows[:limit]:
-        step = _step(tx, offer, run_id, row)
-        size = len(step.model_dump_json(by_alias=True, exclude_none=True))
-        if steps and used + size > STEP_PAGE_BYTES:
-            break
-        steps.append(step)
-        used += size
+    steps = within_budget((_step(tx, offer, run_id, row) for row in rows[:limit]), STEP_PAGE_BYTES)
     more = len(steps) < len(rows)
     return StepPage(
         steps=steps,
@@ -364,17 +356,8 @@ def _earlier_tries(tx: Transaction, attempt: AttemptRow) -> tuple[list[NodeFailu
     if attempt.attempt == 1:
         return [], 0
     tries = attempts.earlier_failed_tries(tx, attempt)
-    kept: list[NodeFailureInfo] = []
-    used = 0
-    for earlier in reversed(tries):
-        failure = step_failure(tx, earlier)
-        if failure is None:
-            continue
-        size = len(failure.model_dump_json(by_alias=True, exclude_none=True))
-        if kept and used + size > EARLIER_TRIES_BYTES:
-            break
-        kept.append(failure)
-        used += size
+    failures = (step_failure(tx, earlier) for earlier in reversed(tries))
+    kept = within_budget((item for item in failures if item is not None), EARLIER_TRIES_BYTES)
     return kept[::-1], len(tries)
 
 
