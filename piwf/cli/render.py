@@ -504,6 +504,9 @@ def decision_audit(decision: DecisionInfo) -> str:
     """One decision's audit: the winner and how many candidates were submitted."""
     winner = "pending" if decision.resolution is None else resolution_line(decision.resolution)
     outcomes = ", ".join(s.outcome for s in decision.submissions) or "none"
+    shown, total = len(decision.submissions), decision.submission_count
+    if total > shown:
+        outcomes = f"the newest {shown} of {total}: {outcomes}"
     return fields(
         [
             ("decision", f"{decision.decision_id} ({decision.kind})"),

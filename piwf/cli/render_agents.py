@@ -117,9 +117,14 @@ def agent_request_audit(request: AgentRequestInfo) -> str:
             ]
         )
     ]
+    shown, total = len(request.submissions), request.submission_count
+    first = 1
+    if total > shown:  # the server sent the newest: number them as they were made
+        lines.append(f"    (the newest {shown} of {total} submissions)")
+        first = total - shown + 1
     lines.extend(
         f"    {number}. {_indented(submission_line(s), '       ')}"
-        for number, s in enumerate(request.submissions, 1)
+        for number, s in enumerate(request.submissions, first)
     )
     return "\n".join(lines)
 

@@ -9,9 +9,7 @@ with the receipt model, so both sides agree on one shape::
     server.stop      {}                                        {"stopping": true}
     run.start        {workflow, projectPath?, input?, title?}  {"run": RunInfo}
     run.list         {limit?, before?: {createdAt, runId}}     {"runs": [RunInfo], "nextCursor"?}
-    run.get          {}  (runId in the envelope)               {"run", "sources", "output"? or
-                                                               "outputRef"?, "error"? or
-                                                               "errorRef"?, "failure"?, ...}
+    run.get          {}  (runId in the envelope)               RunDetail: {"run", "sources", ...}
     run.cancel       {}  (runId in the envelope)               {"run": RunInfo}
     run.wait         {timeoutMs?}  (runId in the envelope)     {"run": RunInfo, "timedOut": bool,
                                                                "output"?, "error"?, "failure"?}
@@ -28,9 +26,8 @@ with the receipt model, so both sides agree on one shape::
     checkpoint.answer {requestId, response}                    AnswerReceipt
     decision.answer  {requestId, response}                     AnswerReceipt
     requests.list    {runId?}                                  {"requests": [OpenRequestInfo]}
-    interaction.submit {requestId, output}                     SubmissionReceipt (answered once
-                                                               the outcome is durable; these
-    interaction.update {requestId, data}                       UpdateReceipt   two: agent_payloads)
+    interaction.submit {requestId, output}                     SubmissionReceipt (agent_payloads)
+    interaction.update {requestId, data}                       UpdateReceipt (agent_payloads)
     view.content     {ref: ContentRef, offset, length}         ContentPart
 
 Stored values (outputs, error texts, request content, answers, resource spec and status) travel
@@ -342,7 +339,8 @@ class SubmissionInfo(WireModel):
 
 
 class DecisionInfo(WireModel):
-    """The audit of one checkpoint or decision of a run."""
+    """The audit of one checkpoint or decision of a run: its newest ``submissions``, oldest
+    first, of ``submission_count``."""
 
     decision_id: str
     kind: str
@@ -352,6 +350,7 @@ class DecisionInfo(WireModel):
     has_default: bool = False
     resolution: ResolutionInfo | None = None
     submissions: list[SubmissionInfo] = Field(default_factory=list)
+    submission_count: int = 0
 
 
 class AgentSubmissionInfo(WireModel):
@@ -372,14 +371,15 @@ class AgentSubmissionInfo(WireModel):
 
 class AgentRequestInfo(WireModel):
     """One agent request of a run (``status``: pending, answered, settled, cancelled, or
-    expired when its active-time deadline closed it) and every output submitted for it,
-    oldest first."""
+    expired when its active-time deadline closed it) and the newest ``submissions`` made for
+    it, oldest first, of ``submission_count``."""
 
     request_id: str
     path: str
     visit: int
     status: str
     submissions: list[AgentSubmissionInfo] = Field(default_factory=list)
+    submission_count: int = 0
 
 
 class AgentProcessInfo(WireModel):

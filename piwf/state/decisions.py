@@ -76,6 +76,8 @@ SELECT decision_id, submission_id, source, actor_id, candidate_hash, outcome, re
 FROM human_decision_submissions WHERE decision_id = ?
 """
 
+_COUNT_SUBMISSIONS = "SELECT count(*) FROM human_decision_submissions WHERE decision_id = ?"
+
 _INSERT_SUBMISSION = """
 INSERT INTO human_decision_submissions (decision_id, submission_id, source, actor_id,
                                         candidate_hash, outcome, reason, submitted_at)
@@ -290,10 +292,21 @@ def get_resolution(tx: Transaction, decision_id: str) -> Resolution | None:
     )
 
 
-def list_submissions(tx: Transaction, decision_id: str) -> list[Submission]:
-    """Return every candidate of the decision in submission order."""
-    rows = tx.all(_SELECT_SUBMISSIONS + " ORDER BY submitted_at, rowid", (decision_id,))
+def list_submissions(
+    tx: Transaction, decision_id: str, newest: int | None = None
+) -> list[Submission]:
+    """Return every candidate of the decision (or its ``newest`` latest) in submission order."""
+    if newest is None:
+        rows = tx.all(_SELECT_SUBMISSIONS + " ORDER BY submitted_at, rowid", (decision_id,))
+    else:
+        latest = " ORDER BY submitted_at DESC, rowid DESC LIMIT ?"
+        rows = tx.all(_SELECT_SUBMISSIONS + latest, (decision_id, newest))[::-1]
     return [_submission(tx, row) for row in rows]
+
+
+def count_submissions(tx: Transaction, decision_id: str) -> int:
+    """How many candidates the decision received."""
+    return int(tx.scalar(_COUNT_SUBMISSIONS, (decision_id,)))
 
 
 def get_submission(tx: Transaction, decision_id: str, submission_id: str) -> Submission | None:

@@ -199,12 +199,18 @@ def resolution_info(resolution: decision_store.Resolution) -> ResolutionInfo:
 
 
 def decision_infos(
-    tx: Transaction, run_id: str, offer: ContentOffer, newest: int, budget: int
+    tx: Transaction,
+    run_id: str,
+    offer: ContentOffer,
+    newest: int,
+    budget: int,
+    newest_submissions: int,
 ) -> list[DecisionInfo]:
     """Return the audit of the run's ``newest`` latest checkpoints and decisions that fit in
-    ``budget`` encoded bytes (at least the newest one), oldest first; each answer inline or by
+    ``budget`` encoded bytes (at least the newest one), oldest first, each with its
+    ``newest_submissions`` latest submissions and their count; each answer inline or by
     reference as ``offer`` decides, the newest served first."""
-    audits = ex.run_decision_audit(tx, run_id, newest)
+    audits = ex.run_decision_audit(tx, run_id, newest, newest_submissions)
     shown = within_budget(
         (_decision_info(audit, run_id, offer) for audit in reversed(audits)), budget
     )

@@ -77,6 +77,8 @@ SHOWN_ITEMS = 50
 #: encoded items reach this many bytes (always holding the newest one): with the response's
 #: inline budget and the bounded choices of a waiting request, the answer fits one frame.
 SHOWN_ITEMS_BYTES = 128 * 1024
+#: The newest submissions each shown decision and agent request carries, with how many it has.
+SHOWN_SUBMISSIONS = 20
 
 _CLIENT_RUN_ID = re.compile(r"run-[A-Za-z0-9_-]{8,64}")
 
@@ -452,10 +454,12 @@ def run_detail(tx: Transaction, view: run_store.RunRow) -> RunDetail:
         error=error.value,
         error_ref=error.ref,
         waiting_on=answers.waiting_on(tx, run_id, offer),
-        decisions=answers.decision_infos(tx, run_id, offer, SHOWN_ITEMS, SHOWN_ITEMS_BYTES),
+        decisions=answers.decision_infos(
+            tx, run_id, offer, SHOWN_ITEMS, SHOWN_ITEMS_BYTES, SHOWN_SUBMISSIONS
+        ),
         decision_count=decisions.count_run_decisions(tx, run_id),
         agent_requests=interactions.agent_request_infos(
-            tx, run_id, offer, SHOWN_ITEMS, SHOWN_ITEMS_BYTES
+            tx, run_id, offer, SHOWN_ITEMS, SHOWN_ITEMS_BYTES, SHOWN_SUBMISSIONS
         ),
         agent_request_count=submissions.count_submitted_requests(tx, run_id),
         parked_reason=run_queue.read_queue_reason(tx, run_id) if view.needs_action else None,

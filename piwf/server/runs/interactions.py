@@ -185,17 +185,22 @@ def settled_response(
 
 
 def agent_request_infos(
-    tx: Transaction, run_id: str, offer: ContentOffer, newest: int, budget: int
+    tx: Transaction,
+    run_id: str,
+    offer: ContentOffer,
+    newest: int,
+    budget: int,
+    newest_submissions: int,
 ) -> list[AgentRequestInfo]:
     """The run's ``newest`` latest agent requests that received submissions and fit in
     ``budget`` encoded bytes (at least the newest one), oldest first, each with its
-    submissions (as sent, as accepted, why refused); values inline or by reference, the
-    newest request served first."""
+    ``newest_submissions`` latest submissions (as sent, as accepted, why refused) and their
+    count; values inline or by reference, the newest request served first."""
     by_request: dict[str, list[sub.SubmissionRow]] = {}
     for submission in sub.run_submissions(tx, run_id, newest):
         by_request.setdefault(submission.request_id, []).append(submission)
     infos = (
-        _agent_request_info(tx, offer, run_id, request_id, submissions)
+        _agent_request_info(tx, offer, run_id, request_id, submissions, newest_submissions)
         for request_id, submissions in reversed(by_request.items())
     )
     return within_budget((info for info in infos if info is not None), budget)[::-1]
@@ -207,6 +212,7 @@ def _agent_request_info(
     run_id: str,
     request_id: str,
     submissions: list[sub.SubmissionRow],
+    newest_submissions: int,
 ) -> AgentRequestInfo | None:
     row = requests.get_request(tx, request_id)
     if row is None or row.kind is not InteractionKind.AGENT:
@@ -217,7 +223,11 @@ def _agent_request_info(
         visit=row.visit,
         # An expired request (answered, later maybe cancelled with its run) says so.
         status="expired" if row.answered_by is AnsweredBy.EXPIRED else row.status.value,
-        submissions=[_agent_submission_info(offer, run_id, item) for item in submissions],
+        submissions=[
+            _agent_submission_info(offer, run_id, item)
+            for item in submissions[-newest_submissions:]
+        ],
+        submission_count=len(submissions),
     )
 
 

@@ -114,11 +114,13 @@ class OpenRequest:
 
 @dataclass(frozen=True)
 class DecisionAudit:
-    """One decision of a run: its winner (if any) and every submission."""
+    """One decision of a run: its winner (if any) and its submissions (every one, or the
+    newest; ``submission_count`` counts them all)."""
 
     decision: Decision
     resolution: Resolution | None
     submissions: list[decisions.Submission]
+    submission_count: int
 
     def to_json(self) -> dict[str, JsonValue]:
         """Return the wire form (camelCase keys); private actor ids are left out."""
@@ -131,6 +133,7 @@ class DecisionAudit:
             "hasDefault": self.decision.has_default,
             "resolution": None if self.resolution is None else self.resolution.to_json(),
             "submissions": [submission.to_json() for submission in self.submissions],
+            "submissionCount": self.submission_count,
         }
 
 
@@ -315,17 +318,22 @@ def list_open_requests(
 
 
 def run_decision_audit(
-    tx: Transaction, run_id: str, newest: int | None = None
+    tx: Transaction, run_id: str, newest: int | None = None, newest_submissions: int | None = None
 ) -> list[DecisionAudit]:
     """Return every decision of the run (or its ``newest`` latest ones) with its winner and
-    submissions, oldest first."""
+    submissions (or each one's ``newest_submissions`` latest), oldest first."""
     audits = []
     for decision in decisions.list_run_decisions(tx, run_id, newest):
+        shown = decisions.list_submissions(tx, decision.decision_id, newest_submissions)
+        count = len(shown)
+        if newest_submissions is not None and count >= newest_submissions:
+            count = decisions.count_submissions(tx, decision.decision_id)
         audits.append(
             DecisionAudit(
                 decision=decision,
                 resolution=decisions.get_resolution(tx, decision.decision_id),
-                submissions=decisions.list_submissions(tx, decision.decision_id),
+                submissions=shown,
+                submission_count=count,
             )
         )
     return audits
