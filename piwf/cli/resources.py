@@ -10,6 +10,7 @@ import click
 from piwf import canonical
 from piwf.cli import render
 from piwf.cli.common import Integer, command, json_option, open_client, parse_json
+from piwf.cli.safe_text import given
 from piwf.config import ServerPaths, state_home
 from piwf.protocol.resource_payloads import ResourceDetail, ResourceInfo
 
@@ -119,6 +120,12 @@ def resource_list(manager: str | None, limit: int, as_json: bool) -> None:
         resources = client.list_resources(manager=manager, limit=limit)
     if as_json:
         render.emit_json({"resources": [info.to_wire() for info in resources]})
+        return
+    if not resources and manager is not None:
+        click.echo(
+            f"no managed resources of manager {given(manager)}"
+            " (piwf resource list shows every manager's)"
+        )
         return
     if not resources:
         click.echo("no managed resources")

@@ -62,6 +62,12 @@ def test_resource_apply_get_list_reconcile_and_delete(piwf: Piwf, tmp_path: Path
     human = piwf.run("resource", "list")
     assert human.returncode == 0
     assert "greeting  ada" in human.stdout
+    # A manager with no resources is a filter that matched none, named back.
+    other = piwf.run("resource", "list", "--manager", "greeter")
+    assert other.returncode == 0
+    assert other.stdout == (
+        "no managed resources of manager 'greeter' (piwf resource list shows every manager's)\n"
+    )
 
     enqueued = piwf.json("resource", "reconcile", "greeting", "ada")
     assert enqueued["outcome"] == "enqueued"
