@@ -57,16 +57,18 @@ def parse_reference(value: object) -> tuple[str, int] | None:
     return digest, length
 
 
-def part(data: bytes, offset: int) -> dict[str, JsonValue]:
-    """Return the part of ``data`` starting at ``offset`` (for a ``content.read`` answer)."""
-    if not 0 <= offset <= len(data):
+def part(chunk: bytes, offset: int, total: int) -> dict[str, JsonValue]:
+    """Return a ``content.read`` answer: ``chunk``, the bytes of a ``total``-byte value at
+    ``offset`` (at most one part; the caller read only that range)."""
+    if not 0 <= offset <= total or len(chunk) > CONTENT_PART_BYTES:
         raise ContentError("content offset out of range")
-    chunk = data[offset : offset + CONTENT_PART_BYTES]
     next_offset = offset + len(chunk)
+    if next_offset > total:
+        raise ContentError("content offset out of range")
     return {
         "data": base64.b64encode(chunk).decode("ascii"),
         "nextOffset": next_offset,
-        "complete": next_offset == len(data),
+        "complete": next_offset == total,
     }
 
 

@@ -11,9 +11,14 @@ responsive while a client pulls a large value.
    client polls ``server.status`` back to back. Prints the status p50/p99/max during the
    transfer, the same with no transfer for ``--seconds`` (the baseline), the round trip of the
    ``run.get`` that advertises the reference (no part read), the time of the run show, and the
-   time the run itself took (the runner's upload, for context).
+   time the run itself took (the runner's upload, for context), and the time of
+   ``Client.get_run`` reading the complete value in process.
+3. **A runner reads it back**: a run makes a ``--mib`` MiB output, then stops at a checkpoint
+   (its runner exits); answering it starts a new runner generation that reads the saved steps,
+   the large output by ``content.read`` in 512 KiB parts. Prints the time from the answer to
+   the run's completion and how many parts the runner read.
 
-Nothing here asserts a speed; docs/PROTOCOL.md quotes the figures.
+``--tables 1,3`` selects tables. Nothing here asserts a speed; docs/PROTOCOL.md quotes the figures.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from piwf.client import Client
 from piwf.config import CONTENT_PART_BYTES
 from piwf.state import StateDatabase, blobs
 from piwf.state.enums import MediaType
-from tests.bench.common import REPOSITORY, percentile, scratch_dir
+from tests.bench.common import REPOSITORY, percentile, poll, scratch_dir
 from tests.bench.piwf_side import PiwfServer, server_environment
 
 PIWF = Path(sys.executable).parent / "piwf"
@@ -140,6 +145,11 @@ def during_transfer(directory: Path, mib: int, seconds: float) -> None:
         show_s = time.perf_counter() - began
         if shown.returncode != 0:
             raise SystemExit(f"run show failed: {shown.stderr.decode()[:500]}")
+        began = time.perf_counter()
+        got = client.get_run(run.run_id)
+        get_s = time.perf_counter() - began
+        if hashlib.sha256(canonical.encode(got.output)).hexdigest() != done.output_ref.sha256:
+            raise SystemExit("Client.get_run returned another value")
         output = canonical.parse(shown.stdout)
         assert isinstance(output, dict)
         expected = done.output_ref.sha256
@@ -153,19 +163,76 @@ def during_transfer(directory: Path, mib: int, seconds: float) -> None:
     print(f"| run show transfers | {spread(during)} |")
     print(f"| `run.get` itself (references only, no part read) | {spread(first_response)} |")
     print(f"\n`piwf run show --json` of the {mib} MiB output: {show_s:.2f} s")
+    print(f"`Client.get_run` of it, complete and verified (in process): {get_s:.2f} s")
     print(f"the run itself (compute, 512 KiB uploads, commit): {run_s:.2f} s")
+
+
+#: A large output, a checkpoint its runner exits at, then a node that reads the output back.
+READ_BACK = """
+from piwf.workflow import checkpoint, compute, define_workflow
+
+
+def make(ctx):
+    n = ctx.input["n"]
+    return {"blob": "".join(f"{i:08d}|" for i in range(n)), "n": n}
+
+
+workflow = define_workflow(
+    name="read_back",
+    start_at="make",
+    nodes={
+        "make": compute(make),
+        "hold": checkpoint(summary="hold", run=lambda ctx: {"n": ctx.input["n"]}),
+        "measure": compute(lambda ctx: {"length": len(ctx.outputs["make"]["blob"])}),
+    },
+    edges=[{"from": "make", "to": "hold"}, {"from": "hold", "to": "measure"}],
+)
+"""
+
+
+def runner_reads_back(directory: Path, mib: int) -> None:
+    """Table 3: a new runner generation reads a ``mib`` MiB output back in parts."""
+    n = mib * 1024 * 1024 // 9
+    workflow = directory / "read_back.py"
+    workflow.write_text(READ_BACK)
+    home = directory / "h"
+    with PiwfServer(home) as server, server.client() as client:
+        run = client.start_run(workflow, input={"n": n})
+        (request,) = poll(
+            lambda: client.list_requests(run.run_id, content_limit=0),
+            timeout_s=600,
+            what="the run's checkpoint",
+        )
+        began = time.perf_counter()
+        client.answer(request.request_id, {"ok": True})
+        done = client.wait_run(run.run_id, timeout_s=3600, content_limit=0)
+        resume_s = time.perf_counter() - began
+        if done.run.status != "completed":
+            raise SystemExit(f"the resumed run did not complete: {done.run}")
+        if done.output != {"length": n * 9}:
+            raise SystemExit(f"the resumed run read another value: {done.output}")
+    parts = -(-(n * 9 + 30) // CONTENT_PART_BYTES)
+    print(f"\nA new runner reads back a {mib} MiB output ({parts} parts of 512 KiB)\n")
+    print(f"answer to completion (launch, read, verify, finish): {resume_s:.2f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.content_transfer")
     parser.add_argument("--mib", type=int, default=50, help="size of the value (MiB)")
     parser.add_argument("--seconds", type=float, default=3.0, help="idle baseline length")
+    parser.add_argument("--tables", default="1,2,3", help="which tables, e.g. 2,3")
     args = parser.parse_args(argv)
+    tables = {int(table) for table in args.tables.split(",")}
     print(f"Python {sys.version.split()[0]}, SQLite {__import__('sqlite3').sqlite_version}")
-    with scratch_dir() as directory:
-        part_reads(directory, args.mib)
-    with scratch_dir() as directory:
-        during_transfer(directory, args.mib, args.seconds)
+    if 1 in tables:
+        with scratch_dir() as directory:
+            part_reads(directory, args.mib)
+    if 2 in tables:
+        with scratch_dir() as directory:
+            during_transfer(directory, args.mib, args.seconds)
+    if 3 in tables:
+        with scratch_dir() as directory:
+            runner_reads_back(directory, args.mib)
     return 0
 
 

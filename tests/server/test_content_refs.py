@@ -184,6 +184,57 @@ def test_a_large_prompt_and_large_answers_reach_the_reader_complete(
     assert "responseRef" in receipt["decisions"][0]["resolution"]
 
 
+READ_BACK_SOURCE = """
+import hashlib
+
+from piwf import canonical
+from piwf.workflow import checkpoint, compute, define_workflow
+
+
+def make(ctx):
+    n = ctx.input["n"]
+    return {"blob": "".join(f"{i:08d}|" for i in range(n)), "n": n}
+
+
+def measure(ctx):
+    return {"sha256": hashlib.sha256(canonical.encode(ctx.outputs["make"])).hexdigest()}
+
+
+workflow = define_workflow(
+    name="read_back",
+    start_at="make",
+    nodes={
+        "make": compute(make),
+        "hold": checkpoint(summary="hold", run=lambda ctx: {"n": ctx.input["n"]}),
+        "measure": compute(measure),
+    },
+    edges=[{"from": "make", "to": "hold"}, {"from": "hold", "to": "measure"}],
+)
+"""
+
+
+def test_a_new_runner_reads_a_large_output_back_exactly(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    # The runner that made the output exits at the checkpoint; the next one reads the saved
+    # output back from the server by ``content.read``, part by part (about 3 MB: six parts,
+    # the last one short).
+    workflow = write(tmp_path, "read_back", READ_BACK_SOURCE)
+    n = 330_000
+    with Client(server.home, autostart=False) as client:
+        run = client.start_run(workflow, input={"n": n})
+        wait_for(
+            lambda: client.list_requests(run.run_id, content_limit=0),
+            timeout_s=60,
+            what="the run to wait on its checkpoint",
+        )
+        (request,) = client.list_requests(run.run_id, content_limit=0)
+        assert client.answer(request.request_id, {"ok": True}).outcome == "won"
+        done = client.wait_run(run.run_id, timeout_s=60, content_limit=0)
+    assert done.run.status == "completed", done.run
+    assert done.output == {"sha256": digest(big_value(n))}
+
+
 MANAGER_SOURCE = """
 from piwf.resource import define_resource_manager, settled
 

@@ -4,6 +4,12 @@ A :class:`ContentTransfer` belongs to one runner generation. It stores a large r
 and remembers that it offered it (only offered digests may be read back), assembles the parts a
 child uploads in order up to the reference's length, verifies them against the digest, and
 stores them before a call may name them. See :mod:`piwf.protocol.content` for the wire form.
+
+A ``content.read`` reads only the bytes of its part (:func:`piwf.state.blobs.read_range`), in
+its own read transaction, after checking that the stored blob is still the offered value (media
+type and length; its bytes are addressed by the digest, and the child verifies the assembled
+value against the reference). Reading the whole value for each part made reading one value
+quadratic in its size (tests/bench/content_transfer.py, table 3).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.config import CONTENT_PART_BYTES
 from piwf.protocol import content
 from piwf.state import StateDatabase, blobs
 from piwf.state.enums import MediaType
@@ -23,7 +30,8 @@ class ContentTransfer:
     """Large values moving between the server and one child."""
 
     db: StateDatabase
-    offered: set[str] = field(default_factory=set)
+    offered: dict[str, int] = field(default_factory=dict)
+    """The digests offered to this child (hex) and their lengths in bytes."""
     received: set[str] = field(default_factory=set)
     uploads: dict[str, bytearray] = field(default_factory=dict)
 
@@ -32,19 +40,33 @@ class ContentTransfer:
         body = canonical.encode(value)
         with self.db.write() as tx:
             digest = blobs.put_bytes(tx, body, MediaType.JSON)
-        self.offered.add(digest.hex())
+        self.offered[digest.hex()] = len(body)
         return content.reference(body)
 
     def read_part(self, payload: dict[str, Any]) -> dict[str, JsonValue]:
-        """Answer ``content.read``: the part of an offered value at ``offset``."""
+        """Answer ``content.read``: the part of an offered value at ``offset``.
+
+        Raises :class:`~piwf.protocol.content.ContentError` for a digest not offered to this
+        child, an offset that is not an integer or lies outside the value, and a value no longer
+        stored as it was offered (pruned or changed since).
+        """
         digest, offset = payload.get("sha256"), payload.get("offset")
         if not isinstance(digest, str) or digest not in self.offered:
             raise content.ContentError("no such content offered to this runner")
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise content.ContentError("content.read needs an integer offset")
+        length = self.offered[digest]
+        if not 0 <= offset <= length:
+            raise content.ContentError("content offset out of range")
         with self.db.read() as tx:
-            data = blobs.read_bytes(tx, bytes.fromhex(digest), MediaType.JSON)
-        return content.part(data, offset)
+            blob = blobs.peek(tx, bytes.fromhex(digest), inline_limit=-1)
+            if blob is None or blob.media_type is not MediaType.JSON or blob.length != length:
+                raise content.ContentError(
+                    "the content offered to this runner is no longer stored as it was "
+                    "offered (pruned or changed since)"
+                )
+            chunk = blobs.read_range(tx, blob, offset, CONTENT_PART_BYTES)
+        return content.part(chunk, offset, length)
 
     def receive_part(self, payload: dict[str, Any]) -> None:
         """Take one ``content.part``; the last part is verified and stored."""

@@ -255,8 +255,8 @@ class Validations:
     def _serve_part(self, job: _Job, read: Read) -> None:
         try:
             part = job.transfer.read_part({"sha256": read.sha256, "offset": read.offset})
-        except content.ContentError:
-            self._stop(job, "it asked for content it was not offered")
+        except content.ContentError as error:
+            self._stop(job, f"its content read was refused: {error}")
             return
         reply = Part.model_validate({"validationId": job.validation_id, **part})
         if job.link is not None:
