@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,21 @@ def agent_command_problem(command: object) -> str | None:
         if "\x00" in part:
             return "an agent command part contains a NUL character"
     return None
+
+
+#: The ``PIWF_*`` variables a client or an agent command reads itself; every other one set is
+#: a setting the server reads only when it starts.
+CLIENT_VARIABLES = frozenset({"PIWF_HOME", "PIWF_REQUEST_ID", "PIWF_MCP_CONFIG"})
+
+
+def server_setting_variables(environ: Mapping[str, str]) -> list[str]:
+    """The names of the ``PIWF_*`` server settings set (non-empty) in ``environ``, sorted:
+    what a server started from it would read, and a server already running never does."""
+    return sorted(
+        name
+        for name, value in environ.items()
+        if name.startswith("PIWF_") and name not in CLIENT_VARIABLES and value.strip()
+    )
 
 
 def plain_number(text: str) -> bool:

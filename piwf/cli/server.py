@@ -18,6 +18,7 @@ from piwf.config import (
     MAX_SETTING_INTEGER,
     MAX_SETTING_SECONDS,
     ServerPaths,
+    server_setting_variables,
     socket_path_problem,
     state_home,
     verify_private_dir,
@@ -92,15 +93,37 @@ def server_start(max_workers: int | None, idle_exit_s: float | None, as_json: bo
     if epoch is None:
         with open_client() as client:
             epoch = client.server_status().epoch
+    # A running server keeps the settings it started with: say which of those given here it
+    # does not take, or `PIWF_AGENT_COMMAND=... piwf server start` looks as if it applied.
+    not_applied = [] if started is not None else _given_settings(max_workers, idle_exit_s)
     if as_json:
         document: dict[str, object] = {"started": started is not None, "epoch": epoch}
         if started is not None:
             document["pid"] = started.pid
+        if not_applied:
+            document["notApplied"] = not_applied
         emit_json(document)
     elif started is not None:
         click.echo(one_line(f"started piwf server (pid {started.pid}, epoch {epoch}) for {home}"))
     else:
         click.echo(one_line(f"piwf server already running (epoch {epoch}) for {home}"))
+        if not_applied:
+            click.echo(
+                "it keeps the settings it started with and does not take these given here:"
+                f" {', '.join(not_applied)} (to apply them: piwf server stop, then piwf server"
+                " start)",
+                err=True,
+            )
+
+
+def _given_settings(max_workers: int | None, idle_exit_s: float | None) -> list[str]:
+    """The options and ``PIWF_*`` setting variables given to this ``server start``."""
+    options = [
+        name
+        for name, value in (("--max-workers", max_workers), ("--idle-exit", idle_exit_s))
+        if value is not None
+    ]
+    return options + server_setting_variables(os.environ)
 
 
 def _quick_epoch() -> int | None:

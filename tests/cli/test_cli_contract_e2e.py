@@ -703,3 +703,27 @@ def test_session_show_of_a_used_session_whose_messages_were_all_shown(
     assert "(none to show)" in shown.stdout
     unused = piwf.run("session", "show", "s-2")
     assert "no run has used session s-2 in this state home" in unused.stdout
+
+
+def test_server_start_says_which_settings_a_running_server_does_not_take(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    """`PIWF_AGENT_COMMAND=... piwf server start` (docs/AGENTS.md) with a server already
+    running (any earlier command starts one) applied nothing and said only "already running":
+    the agent steps then waited for a command that was never set."""
+    piwf.env.pop("PIWF_AGENT_COMMAND", None)
+    piwf.env.pop("PIWF_MAX_WORKERS", None)
+    assert piwf.json("server", "start")["started"] is True
+    assert "notApplied" not in piwf.json("server", "start"), "nothing given, nothing to say"
+    piwf.env["PIWF_AGENT_COMMAND"] = "my-agent --fast"
+    again = piwf.json("server", "start", "--max-workers", "2")
+    assert again["started"] is False
+    assert again["notApplied"] == ["--max-workers", "PIWF_AGENT_COMMAND"]
+    text = piwf.run("server", "start")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("piwf server already running"), text.stdout
+    assert text.stderr == (
+        "it keeps the settings it started with and does not take these given here:"
+        " PIWF_AGENT_COMMAND (to apply them: piwf server stop, then piwf server start)\n"
+    )
+    assert "my-agent" not in text.stderr + text.stdout, "a setting's value is not repeated"
