@@ -626,7 +626,11 @@ def test_server_start_when_one_already_runs(
     monkeypatch.setattr(launcher, "ensure_server", ensure)
     result = invoke("server", "start", "--max-workers", "2", "--json")
     assert result.exit_code == 0, result.output
-    assert one_json_document(result.stdout) == {"started": False, "epoch": 1}
+    assert one_json_document(result.stdout) == {
+        "started": False,
+        "epoch": 1,
+        "notApplied": ["--max-workers"],
+    }
     assert calls == [], "a server that answers is left alone: nothing is launched"
     assert "already running" in invoke("server", "start").stdout
 
