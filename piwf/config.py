@@ -8,6 +8,7 @@ group or others, because the socket and database inside it are protected by the 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import stat
 from collections.abc import Mapping
@@ -111,10 +112,61 @@ def split_agent_command(text: str) -> list[str]:
         raise ValueError(f"the agent command cannot be split: {error}") from None
     if not parts:
         raise ValueError("the agent command is empty; give the program to run and its arguments")
+    shell_syntax = _shell_syntax_problem(parts)
+    if shell_syntax is not None:
+        raise ValueError(shell_syntax)
     problem = agent_command_problem(parts)
     if problem is not None:
         raise ValueError(problem)
     return parts
+
+
+#: The variables an agent command's arguments may name: piwf replaces them itself.
+AGENT_COMMAND_VARIABLES = frozenset({"PIWF_REQUEST_ID", "PIWF_MCP_CONFIG", "PIWF_HOME"})
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|\()")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_OPERATOR = re.compile(r"(?:\|\|?|&&?|;|\|&|&>>?)|\d*(?:>>?|<).*", re.DOTALL)
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "busybox"})
+_NO_SHELL = "no shell runs the agent command"
+
+
+def _shell_syntax_problem(parts: list[str]) -> str | None:
+    """What a shell would have done with ``parts`` that piwf, which runs no shell, would
+    silently pass on as literal text (a pipe, a redirect, ``NAME=value``, ``~``, ``$HOME``),
+    said with the fix; None when there is none. A ``$`` in the arguments of a shell the
+    command runs explicitly (``sh -c '...'``) is that shell's to expand."""
+    program = parts[0]
+    if _ASSIGNMENT.match(program):
+        name = program.split("=", 1)[0]
+        return (
+            f"{_NO_SHELL}, so it cannot start with a variable assignment ({name}=...): set it"
+            f" with env, as in 'env {name}=VALUE PROGRAM ARGS'"
+        )
+    if program.startswith("~"):
+        return f"{_NO_SHELL}, so '~' is not expanded: write the program's full path"
+    for part in parts:
+        if _OPERATOR.fullmatch(part):
+            shown = part if len(part) <= 20 else part[:20] + "..."
+            return (
+                f"{_NO_SHELL}, so {shown!r} would reach the program as an argument, not"
+                " pipe or redirect anything: run a shell for it explicitly, as in"
+                " sh -c 'PROGRAM ARGS | OTHER'; the command's output is kept anyway"
+                " (piwf run logs RUN)"
+            )
+    if any(Path(part).name in _SHELLS for part in parts):
+        return None
+    for part in parts:
+        for match in _VARIABLE.finditer(part):
+            name = match[1] or match[2]
+            if name in AGENT_COMMAND_VARIABLES:
+                continue
+            what = f"${name}" if name else "$(...)"
+            return (
+                f"{_NO_SHELL}, so {what} would reach the program as it is written: write its"
+                " value out, or run a shell for it explicitly, as in sh -c 'PROGRAM ARGS'"
+                " (piwf replaces only $PIWF_REQUEST_ID, $PIWF_MCP_CONFIG and $PIWF_HOME)"
+            )
+    return None
 
 
 def state_home() -> Path:
