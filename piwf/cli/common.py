@@ -186,19 +186,22 @@ def _given(context: click.Context, param: click.Parameter) -> bool:
     )
 
 
-def interrupted(*, as_json: bool, stop: KeyboardInterrupt | None = None) -> NoReturn:
+def interrupted(
+    *, as_json: bool, stop: KeyboardInterrupt | None = None, goes_on: str = _GOES_ON
+) -> NoReturn:
     """End a command that Ctrl-C (or, while it waited, SIGTERM: ``stop`` is
     :class:`Terminated`) stopped: exit 130 (143), and with ``--json`` still one document (the
     error ``interrupted``, or ``terminated``). What the command asked of the server stays
-    asked: a wait only stops waiting, the run goes on."""
+    asked: a wait only stops waiting, the run goes on; ``goes_on`` says so for a command that
+    asked something else."""
     if isinstance(stop, Terminated):
         code, by, said = "terminated", "SIGTERM", "terminated"
     else:
         code, by, said = "interrupted", "Ctrl-C", "interrupted"
     if as_json:
-        emit_json({"error": {"code": code, "message": f"stopped by {by}; {_GOES_ON}"}})
+        emit_json({"error": {"code": code, "message": f"stopped by {by}; {goes_on}"}})
     else:
-        click.echo(f"{said}; {_GOES_ON}", err=True)
+        click.echo(f"{said}; {goes_on}", err=True)
     raise click.exceptions.Exit(interrupt_status(stop or KeyboardInterrupt()))
 
 

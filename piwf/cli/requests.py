@@ -13,12 +13,21 @@ from piwf.cli import render, render_agents
 from piwf.cli.common import (
     command,
     id_check,
+    interrupted,
     json_option,
     open_client,
     parse_json,
     request_id_argument,
+    sigterm_stops_waiting,
 )
 from piwf.protocol.payloads import OpenRequestInfo
+
+#: What a stopped ``piwf submit`` leaves as it was, said to the person who stopped it.
+_SUBMISSION_GOES_ON = (
+    "only this command stopped: an output it had sent is validated all the same and keeps its"
+    " outcome (piwf submit {0} with the same output again reports it, or submits it if it"
+    " never arrived)"
+)
 
 
 @click.command("requests")
@@ -149,8 +158,13 @@ def submit_command(request_id: str, output_json: str, as_json: bool) -> None:
     """
     text = stdin_if_dash(output_json, "OUTPUT_JSON")
     output = parse_json(text, "OUTPUT_JSON")
-    with open_client() as client:
-        receipt = client.submit(request_id, output)
+    try:
+        with sigterm_stops_waiting(), open_client() as client:
+            receipt = client.submit(request_id, output)
+    except KeyboardInterrupt as stop:
+        # It may have stopped while the output was validated: that goes on and keeps its
+        # outcome, which the same output submitted again reports.
+        interrupted(as_json=as_json, stop=stop, goes_on=_SUBMISSION_GOES_ON.format(request_id))
     if as_json:
         render.emit_json(receipt.to_wire())
     else:

@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,81 @@ def test_a_signal_stops_following_saying_so_with_its_status_and_the_run_goes_on(
     else:
         assert ended.stderr == f"{said}; {GOES_ON}\n"
     assert piwf.json("run", "show", run_id)["run"]["status"] == "waiting"
+
+
+SLOW_VALIDATE = """
+import os, time
+from piwf.workflow import agent, define_workflow
+
+def check(output, ctx):
+    deadline = time.monotonic() + 60
+    while not os.path.exists({flag!r}) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return output
+
+workflow = define_workflow(
+    name="slow_validate", start_at="ask",
+    nodes={{"ask": agent(prompt="go", expected_output="{{}}", validate=check)}}, edges=[],
+)
+"""
+
+
+@pytest.mark.parametrize("signum", list(STOPS), ids=["sigint", "sigterm"])
+def test_a_signal_stops_a_submit_saying_its_output_is_validated_all_the_same(
+    piwf: Piwf, signum: signal.Signals, tmp_path: Path
+) -> None:
+    """Stopped while its output was validated, `piwf submit` said "a run it started or waited
+    on goes on (piwf run list ...)", which says nothing of the submission; SIGTERM killed it
+    silently. It says the output is validated all the same and how to read the outcome."""
+    status, code, by, _ = STOPS[signum]
+    flag = tmp_path / "validate-may-finish"
+    workflow = tmp_path / "slow_validate.py"
+    workflow.write_text(SLOW_VALIDATE.format(flag=str(flag)))
+    run_id = piwf.json("run", "start", str(workflow))["run"]["runId"]
+    (request,) = wait_for(lambda: piwf.json("requests", "--run", run_id)["requests"], timeout_s=30)
+    request_id = request["requestId"]
+    submit = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            WITH_DEFAULT_SIGINT,
+            str(PIWF),
+            "submit",
+            request_id,
+            "{}",
+            "--json",
+        ],
+        env=piwf.env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_for(
+            lambda: piwf.json("requests", "--run", run_id)["requests"][0]["submissions"] == 1,
+            timeout_s=30,
+            what="the submission, validating",
+        )
+        submit.send_signal(signum)
+        stdout, stderr = submit.communicate(timeout=COMMAND_TIMEOUT_S)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+            submit.communicate()
+    assert submit.returncode == status, (stdout, stderr)
+    assert json.loads(stdout) == {
+        "error": {
+            "code": code,
+            "message": (
+                f"stopped by {by}; only this command stopped: an output it had sent is validated"
+                f" all the same and keeps its outcome (piwf submit {request_id} with the same"
+                " output again reports it, or submits it if it never arrived)"
+            ),
+        }
+    }
+    flag.write_text("")
+    again = piwf.json("submit", request_id, "{}")
+    assert again["outcome"] == "accepted"
+    assert piwf.json("run", "wait", run_id)["run"]["status"] == "completed"
