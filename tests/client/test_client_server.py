@@ -129,3 +129,32 @@ def test_close_ends_a_wait_and_a_watch_in_flight_on_other_threads(
     assert server.alive()
     assert client.get_run(run.run_id).run.status == "waiting"  # a later call connects again
     client.close()
+
+
+#: Timeouts far beyond any wait a thread or socket can take (about 292 years): each stands for
+#: "as good as no limit" and must not reach a wait as an OverflowError.
+HUGE_TIMEOUTS = [1e10, 1e300, 10**400]
+
+
+@pytest.mark.parametrize("huge", HUGE_TIMEOUTS, ids=["1e10", "1e300", "10**400"])
+def test_a_timeout_longer_than_any_wait_works_as_no_limit(
+    huge: float,
+    servers: ServerFactory,  # noqa: F811
+) -> None:
+    server = servers.start(env=FAST)
+    timeouts = {"connect_timeout_s": huge, "request_timeout_s": huge, "retry_timeout_s": huge}
+    with Client(server.home, autostart=False, **timeouts) as client:
+        assert client.request("server.status", timeout_s=huge).outcome == "accepted"
+        run = client.start_run(CHECKPOINT, input={"steps": ["a"]})
+        wait_for(lambda: client.get_run(run.run_id).run.status == "waiting", what="the checkpoint")
+        assert client.wait_run(run.run_id, timeout_s=0).timed_out is True
+        views = client.watch_run(run.run_id, idle_timeout_s=huge)
+        assert next(views).detail.run.run_id == run.run_id
+        views.close()
+        runs = client.watch_runs(idle_timeout_s=huge)
+        assert [info.run_id for info in next(runs)] == [run.run_id]
+        runs.close()
+        logs = client.follow_run_logs(run.run_id, interval_s=huge)
+        assert next(logs)[0].node_path == "prepare"
+        logs.close()
+    assert server.alive()
