@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from piwf.client import Client
-from piwf.errors import ClientClosedError, NotFoundError
+from piwf.errors import ClientClosedError, NotFoundError, PiwfError, WatchIdleError
 from tests.server.conftest import servers  # noqa: F401 - a fixture used by name
 from tests.server.harness import ServerFactory, ServerProcess, wait_for
 from tests.server.test_execution import FAST
@@ -158,3 +158,26 @@ def test_a_timeout_longer_than_any_wait_works_as_no_limit(
         assert next(logs)[0].node_path == "prepare"
         logs.close()
     assert server.alive()
+
+
+@pytest.mark.parametrize("watch", ["run", "runs"])
+def test_a_watch_idle_past_its_timeout_ends_with_a_typed_error(
+    watch: str,
+    servers: ServerFactory,  # noqa: F811
+) -> None:
+    server = servers.start(env=FAST)
+    with Client(server.home, autostart=False) as client:
+        run = client.start_run(CHECKPOINT, input={"steps": ["a"]})
+        wait_for(lambda: client.get_run(run.run_id).run.status == "waiting", what="the checkpoint")
+        pushes: Iterator[object]
+        if watch == "run":
+            pushes = client.watch_run(run.run_id, idle_timeout_s=0.5)
+        else:
+            pushes = client.watch_runs(idle_timeout_s=0.5)
+        next(pushes)  # the state now; nothing changes after it
+        with pytest.raises(WatchIdleError) as raised:
+            next(pushes)
+        assert isinstance(raised.value, PiwfError) and isinstance(raised.value, TimeoutError)
+        assert "came in 0.5 s (idle_timeout_s)" in str(raised.value)
+        assert "watch again" in str(raised.value)
+        assert client.get_run(run.run_id).run.status == "waiting"  # the client goes on
