@@ -232,6 +232,13 @@ def _rule(problem: ErrorDetails) -> str:
         pattern = (problem.get("ctx") or {}).get("pattern")
         if pattern in _PATTERN_RULES:
             return str(_PATTERN_RULES[pattern])
+    context = problem.get("ctx") or {}
     if problem["type"] == "value_error":  # a model's own check: its message, without the prefix
-        return str((problem.get("ctx") or {}).get("error") or problem["msg"])
+        return str(context.get("error") or problem["msg"])
+    if problem["type"] in ("too_short", "too_long") and context.get("field_type") == "List":
+        # pydantic's "List should have at least 1 item after validation, not 0", in words
+        if problem["type"] == "too_long":
+            return f"a list of at most {context.get('max_length')} items"
+        least = context.get("min_length")
+        return "a list of one item or more" if least == 1 else f"a list of {least} items or more"
     return problem["msg"]
