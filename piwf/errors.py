@@ -65,6 +65,7 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     ├── RelayError                  relayError         (piwf relay cannot listen or serve)
     ├── ClientClosedError           clientClosed       (Client.close() ended a call in flight;
     │                                                   a later call connects again)
+    ├── WatchIdleError              watchIdle          (a watch idle past idle_timeout_s)
     ├── ServerError
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
     │   ├── ServerStartError        serverStart        (the server could not start; says why)
@@ -129,16 +130,14 @@ class CanonicalJsonError(PiwfError, ValueError):
 
 
 class InvalidArgumentError(PiwfError, ValueError):
-    """A call was given an argument it cannot take (a wrong type, a value out of range or not
-    one of those allowed, a value too large to send); nothing was sent. The message names each
-    argument and what it allows, never the value given (it may be a payload)."""
+    """A call was given an argument it cannot take (wrong type, out of range, too large); nothing
+    was sent. The message names each argument and what it allows, never the value given."""
 
     code = "invalidArgument"
 
 
 class RequestTooLargeError(InvalidArgumentError):
-    """A request would be larger than the 1 MiB frame that carries it (a run's input, an
-    answer); nothing was sent. The message says what was too large and what to send instead."""
+    """A request (a run's input, an answer) would not fit its 1 MiB frame; nothing was sent."""
 
     code = "requestTooLarge"
 
@@ -181,15 +180,13 @@ class StateBusyError(StateUnavailableError):
 
 
 class StateFullError(StateUnavailableError):
-    """The disk (or quota) under the state home or a backup is full (``SQLITE_FULL``,
-    ``ENOSPC``, ``EDQUOT``); retrying after space is freed succeeds."""
+    """The disk or quota is full (``SQLITE_FULL``, ``ENOSPC``, ``EDQUOT``); free space, retry."""
 
     code = "stateFull"
 
 
 class StateIoError(StateUnavailableError):
-    """The operating system failed a read or write (``SQLITE_IOERR*``, ``EIO``, a file that
-    cannot be opened); the message names the reason."""
+    """The OS failed a read or write (``SQLITE_IOERR*``, ``EIO``, an open); the message says."""
 
     code = "stateIo"
 
@@ -217,10 +214,8 @@ class StaleRevisionError(StateError):
 
 
 class ClaimLostError(StateError):
-    """The caller no longer holds the claim it wrote under; exactly one ``reason`` says why.
-
-    Claim loss is a handoff, never a failure: the old owner stops and writes nothing more.
-    """
+    """The caller no longer holds its claim (one ``reason`` says why): a handoff, never a
+    failure; the old owner stops and writes nothing more."""
 
     code = "claimLost"
 
@@ -301,8 +296,7 @@ class AnswerRejectedError(WorkflowError):
 
 
 class NotDecisionRequestError(WorkflowError):
-    """An answer named an agent step's request; those take a submitted output
-    (``piwf submit``), not an answer. Nothing was recorded."""
+    """An agent step's request takes a submitted output (``piwf submit``), not an answer."""
 
     code = "notDecisionRequest"
 
@@ -464,6 +458,12 @@ class ClientClosedError(PiwfError):
     under which a retry adopts its outcome. A call made after ``close()`` connects again."""
 
     code = "clientClosed"
+
+
+class WatchIdleError(PiwfError, TimeoutError):
+    """A client watch saw no change for its ``idle_timeout_s`` and ended; watch again to go on."""
+
+    code = "watchIdle"
 
 
 class ServerError(PiwfError):

@@ -39,6 +39,9 @@ _PATTERN_RULES: Final = {
     ),
 }
 _CAMEL_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+#: The longest wait a timeout stands for: a year, as good as no limit. A longer one is waited
+#: as this long, since socket and thread waits refuse (OverflowError) beyond about 292 years.
+MAX_TIMEOUT_S: Final = 365 * 86_400.0
 
 
 def request_arguments(operation: object, payload: object) -> None:
@@ -154,12 +157,13 @@ def flag_argument(name: str, value: object) -> bool:
 
 def timeout_argument(name: str, value: object, *, zero_allowed: bool = False) -> float:
     """``value`` as a number of seconds: a finite number above 0 (at least 0 with
-    ``zero_allowed``). Raises :class:`~piwf.errors.InvalidArgumentError` naming ``name``."""
+    ``zero_allowed``), at most :data:`MAX_TIMEOUT_S` (a larger one is taken as that).
+    Raises :class:`~piwf.errors.InvalidArgumentError` naming ``name``."""
     least = "at least 0" if zero_allowed else "above 0"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        seconds = _seconds(value)
         if math.isfinite(seconds) and (seconds > 0 or (zero_allowed and seconds == 0)):
-            return seconds
+            return min(seconds, MAX_TIMEOUT_S)
     raise InvalidArgumentError(f"invalid argument: {name}: a number of seconds {least}")
 
 
@@ -170,8 +174,17 @@ def wait_timeout_argument(name: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
-        return float(value)
+        return _seconds(value)
     raise InvalidArgumentError(f"invalid argument: {name}: a number of seconds, or None")
+
+
+def _seconds(value: float) -> float:
+    """``value`` as a float; an int too large for one (``10**400``) as plus or minus
+    :data:`MAX_TIMEOUT_S`."""
+    try:
+        return float(value)
+    except OverflowError:
+        return MAX_TIMEOUT_S if value > 0 else -MAX_TIMEOUT_S
 
 
 def whole_number_argument(
@@ -219,6 +232,13 @@ def _rule(problem: ErrorDetails) -> str:
         pattern = (problem.get("ctx") or {}).get("pattern")
         if pattern in _PATTERN_RULES:
             return str(_PATTERN_RULES[pattern])
+    context = problem.get("ctx") or {}
     if problem["type"] == "value_error":  # a model's own check: its message, without the prefix
-        return str((problem.get("ctx") or {}).get("error") or problem["msg"])
+        return str(context.get("error") or problem["msg"])
+    if problem["type"] in ("too_short", "too_long") and context.get("field_type") == "List":
+        # pydantic's "List should have at least 1 item after validation, not 0", in words
+        if problem["type"] == "too_long":
+            return f"a list of at most {context.get('max_length')} items"
+        least = context.get("min_length")
+        return "a list of one item or more" if least == 1 else f"a list of {least} items or more"
     return problem["msg"]

@@ -173,7 +173,8 @@ class Client(
     connecting and reading the hello, ``request_timeout_s`` one response (a ``run.wait`` gets its
     wait on top), ``retry_timeout_s`` the retrying of one call (0: no retry; the time the server
     holds a ``run.wait`` does not count), ``start_timeout_s``
-    a server start; each is a number of seconds above 0, else the constructor raises
+    a server start; each is a number of seconds above 0 (one beyond a year, the most a wait
+    takes, waits a year), else the constructor raises
     :class:`~piwf.errors.InvalidArgumentError` naming it, as it does for a malformed
     ``client_id``, an ``autostart`` that is not a ``bool`` or a ``remote`` that is no loopback
     ``ws://`` URL. Constructing a client opens nothing (a ``remote``'s host name is looked up,

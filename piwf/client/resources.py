@@ -136,8 +136,8 @@ class ResourceMethods(ClientCalls):
 
 def _version_argument(value: object) -> int | None:
     """An ``expected_version`` as the request's expected revision, checked before sending."""
-    rule = "a resource version (a whole number, 0 or more), or None"
-    return whole_number_argument("expected_version", value, rule)
+    rule = f"a resource version (a whole number from 0 to {canonical.MAX_SAFE_INTEGER}), or None"
+    return whole_number_argument("expected_version", value, rule, most=canonical.MAX_SAFE_INTEGER)
 
 
 def _parsed(model: type[_R], response: Response) -> _R:

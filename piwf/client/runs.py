@@ -42,6 +42,7 @@ from piwf.errors import (
     InvalidArgumentError,
     PiwfError,
     SessionError,
+    WatchIdleError,
 )
 from piwf.protocol import Operation
 from piwf.protocol.payloads import (
@@ -160,8 +161,9 @@ class RunReadMethods(ClientCalls):
         A dropped connection is reopened and the watch resumed from the last revision seen
         (nothing older comes again); :meth:`close` (from another thread) ends the watch
         with :class:`~piwf.errors.ClientClosedError`. ``idle_timeout_s``: raise
-        ``TimeoutError`` when nothing comes for that long (None: wait as long as the run
-        takes). Stopping the iteration (``break``) ends the subscription on the server.
+        :class:`~piwf.errors.WatchIdleError` (a ``TimeoutError``) when nothing comes for that
+        long (None: wait as long as the run takes). Stopping the iteration (``break``) ends
+        the subscription on the server.
         """
         from piwf.protocol.view_payloads import RunView, ViewRunWatchPayload
 
@@ -241,8 +243,10 @@ class RunReadMethods(ClientCalls):
                     try:
                         event = events.get(timeout=idle_timeout_s)
                     except queue.Empty:
-                        raise TimeoutError(
+                        raise WatchIdleError(
                             f"no change of {what} came in {idle_timeout_s:g} s"
+                            " (idle_timeout_s), so the watch ended; watch again to go on, or"
+                            " give idle_timeout_s=None to wait as long as it takes"
                         ) from None
                     if event is None:
                         break  # the connection ended: resume on a new one

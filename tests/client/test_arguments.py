@@ -111,6 +111,10 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: c.change_settings("run-1", "[]"),  # type: ignore[arg-type]
         "patch: Input should be a valid list",
     ),
+    "settings patch empty": (
+        lambda c: c.change_settings("run-1", []),
+        "patch: a list of one item or more",
+    ),
     "wait timeout str": (
         lambda c: c.wait_run("run-1", timeout_s="5"),  # type: ignore[arg-type]
         "timeout_s: a number of seconds, or None",
@@ -151,6 +155,14 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
     ),
     "delete expected version": (
         lambda c: c.delete_resource("m", "k", expected_version=-1),
+        "expected_version: a resource version",
+    ),
+    "delete expected version beyond 2**53": (
+        lambda c: c.delete_resource("m", "k", expected_version=2**53),
+        "expected_version: a resource version (a whole number from 0 to 9007199254740991)",
+    ),
+    "apply expected version beyond 2**53": (
+        lambda c: c.apply_resource("m", "k", {}, expected_version=10**30),
         "expected_version: a resource version",
     ),
     "stop wait str": (
@@ -304,6 +316,7 @@ def test_a_refused_argument_is_one_typed_error_naming_it(
     assert isinstance(info.value, ValueError)
     assert message.startswith("invalid argument: ") and expected in message, message
     assert "pydantic" not in message and "input_value" not in message and "bogus" not in message
+    assert "after validation" not in message and "expected_revision" not in message
 
 
 @pytest.mark.parametrize("command", [5, object(), 1.5])

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from piwf.client import Client
-from piwf.errors import ClientClosedError, NotFoundError
+from piwf.errors import ClientClosedError, NotFoundError, PiwfError, WatchIdleError
 from tests.server.conftest import servers  # noqa: F401 - a fixture used by name
 from tests.server.harness import ServerFactory, ServerProcess, wait_for
 from tests.server.test_execution import FAST
@@ -129,3 +129,55 @@ def test_close_ends_a_wait_and_a_watch_in_flight_on_other_threads(
     assert server.alive()
     assert client.get_run(run.run_id).run.status == "waiting"  # a later call connects again
     client.close()
+
+
+#: Timeouts far beyond any wait a thread or socket can take (about 292 years): each stands for
+#: "as good as no limit" and must not reach a wait as an OverflowError.
+HUGE_TIMEOUTS = [1e10, 1e300, 10**400]
+
+
+@pytest.mark.parametrize("huge", HUGE_TIMEOUTS, ids=["1e10", "1e300", "10**400"])
+def test_a_timeout_longer_than_any_wait_works_as_no_limit(
+    huge: float,
+    servers: ServerFactory,  # noqa: F811
+) -> None:
+    server = servers.start(env=FAST)
+    timeouts = {"connect_timeout_s": huge, "request_timeout_s": huge, "retry_timeout_s": huge}
+    with Client(server.home, autostart=False, **timeouts) as client:
+        assert client.request("server.status", timeout_s=huge).outcome == "accepted"
+        run = client.start_run(CHECKPOINT, input={"steps": ["a"]})
+        wait_for(lambda: client.get_run(run.run_id).run.status == "waiting", what="the checkpoint")
+        assert client.wait_run(run.run_id, timeout_s=0).timed_out is True
+        views = client.watch_run(run.run_id, idle_timeout_s=huge)
+        assert next(views).detail.run.run_id == run.run_id
+        views.close()
+        runs = client.watch_runs(idle_timeout_s=huge)
+        assert [info.run_id for info in next(runs)] == [run.run_id]
+        runs.close()
+        logs = client.follow_run_logs(run.run_id, interval_s=huge)
+        assert next(logs)[0].node_path == "prepare"
+        logs.close()
+    assert server.alive()
+
+
+@pytest.mark.parametrize("watch", ["run", "runs"])
+def test_a_watch_idle_past_its_timeout_ends_with_a_typed_error(
+    watch: str,
+    servers: ServerFactory,  # noqa: F811
+) -> None:
+    server = servers.start(env=FAST)
+    with Client(server.home, autostart=False) as client:
+        run = client.start_run(CHECKPOINT, input={"steps": ["a"]})
+        wait_for(lambda: client.get_run(run.run_id).run.status == "waiting", what="the checkpoint")
+        pushes: Iterator[object]
+        if watch == "run":
+            pushes = client.watch_run(run.run_id, idle_timeout_s=0.5)
+        else:
+            pushes = client.watch_runs(idle_timeout_s=0.5)
+        next(pushes)  # the state now; nothing changes after it
+        with pytest.raises(WatchIdleError) as raised:
+            next(pushes)
+        assert isinstance(raised.value, PiwfError) and isinstance(raised.value, TimeoutError)
+        assert "came in 0.5 s (idle_timeout_s)" in str(raised.value)
+        assert "watch again" in str(raised.value)
+        assert client.get_run(run.run_id).run.status == "waiting"  # the client goes on
