@@ -389,7 +389,8 @@ def _argument_bytes(data: str | bytes) -> str | bytes:
 
 def _shell_quoting_hint(data: str | bytes, error: CanonicalJsonError) -> str:
     """A hint for an object or array without a double quote (``{ok:true}``): what a shell
-    leaves of ``{"ok":true}`` typed without single quotes around it; or for empty text."""
+    leaves of ``{"ok":true}`` typed without single quotes around it; for a bare word (a string
+    without its quotes); or for empty text. It names the rule, never the text."""
     text = data if isinstance(data, str) else data.decode("utf-8", "replace")
     if error.reason == "notJson" and not text.strip():
         # An empty --input-file (or stdin that ended at once) says so, not "line 1 column 1".
@@ -401,6 +402,11 @@ def _shell_quoting_hint(data: str | bytes, error: CanonicalJsonError) -> str:
         return (
             "; a shell removes double quotes that are not inside single quotes: write the JSON"
             """ in single quotes, e.g. '{"choice": "ship"}'"""
+        )
+    if bare_words:  # a bare word or phrase: meant as a string
+        return (
+            "; a JSON string is written in double quotes, inside single quotes for the shell,"
+            """ e.g. '"hello"'"""
         )
     if _ends_early(text):
         return "; the text ends before its JSON does: close every string, array and object"

@@ -910,12 +910,30 @@ def test_json_whose_quotes_a_shell_removed_is_refused_with_how_to_quote_it(typed
     assert "write the JSON in single quotes" in result.output
 
 
-@pytest.mark.parametrize("typed", ['{"choice": ship}', "ship it", '{"a": 1,}', "[1, 2", "{}}"])
+@pytest.mark.parametrize("typed", ['{"choice": ship}', '{"a": 1,}', "[1, 2", "{}}", "12 13"])
 def test_other_json_errors_give_no_quoting_hint(typed: str) -> None:
     result = invoke("answer", "req-1", typed)
     assert result.exit_code == 2, result.output
     assert "not valid JSON for piwf" in result.output
     assert "single quotes" not in result.output
+
+
+@pytest.mark.parametrize(
+    "command", [("submit", "request-1"), ("update", "request-1"), ("answer", "req-1")]
+)
+@pytest.mark.parametrize("typed", ["ship", "looks good"])
+def test_a_bare_word_is_refused_with_how_to_write_a_string(
+    command: tuple[str, str], typed: str
+) -> None:
+    result = invoke(*command, typed)
+    assert result.exit_code == 2, result.output
+    if command[0] == "answer" and typed == "ship":
+        # answer names a bare word itself: a decision's choice, or a checkpoint's string
+        assert """'{"choice": "ship"}'""" in result.output, result.output
+        return
+    assert "not valid JSON for piwf (notJson)" in result.output
+    assert "a JSON string is written in double quotes, inside single quotes" in result.output
+    assert typed not in result.output  # the rule, never the text
 
 
 @pytest.mark.parametrize("typed", ["[1, 2", '{"choice": "ship"', '{"a": [1, {"b": 2}] '])
