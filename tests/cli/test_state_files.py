@@ -76,12 +76,26 @@ def damage_a_table_page(path: Path) -> None:
     overwrite(path, (leaf - 1) * page_size, b"\x00" * 8)  # the leaf's page header
 
 
+def damage_the_schema_meta_page(path: Path) -> None:
+    """Damage the page the identity check reads after the header (it raised a traceback)."""
+    connection = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        (root,) = connection.execute(
+            "SELECT rootpage FROM sqlite_schema WHERE name = 'schema_meta'"
+        ).fetchone()
+        (page_size,) = connection.execute("PRAGMA page_size").fetchone()
+    finally:
+        connection.close()
+    overwrite(path, (root - 1) * page_size, b"\x0d" + b"\xff" * 7)
+
+
 def truncate_three_pages(path: Path) -> None:
     os.truncate(path, path.stat().st_size - 3 * 4096)
 
 
 DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "table page": (damage_a_table_page, "SQLite cannot read the file: database disk image"),
+    "schema_meta page": (damage_the_schema_meta_page, "SQLite cannot read the file: database"),
     "truncated": (truncate_three_pages, "pages but the file holds"),
     "truncated mid-page": (
         lambda path: os.truncate(path, path.stat().st_size - 1000),
@@ -322,7 +336,7 @@ def refused_restore(cli: Piwf, backup: Path, code: str) -> str:
     return message
 
 
-@pytest.mark.parametrize("kind", ["table page", "truncated", "header", "empty"])
+@pytest.mark.parametrize("kind", ["table page", "schema_meta page", "truncated", "header", "empty"])
 def test_restore_of_a_damaged_backup_is_refused_and_changes_nothing(
     stopped_home: Piwf, sound_backup: Path, tmp_path: Path, kind: str
 ) -> None:
