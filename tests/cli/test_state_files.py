@@ -523,6 +523,37 @@ def test_backup_to_an_existing_path_is_a_usage_error_before_anything_is_sent(
     assert processes_of(cli.home) == [], "nothing was sent: no server was started for it"
 
 
+def test_a_backup_path_that_names_a_directory_is_a_usage_error(cli: Piwf, tmp_path: Path) -> None:
+    """`DIR/` (or `DIR/.`) for a directory that does not exist yet: as a Path it loses its
+    ending, and the backup became a file named DIR."""
+    for typed in (f"{tmp_path}/newdir/", f"{tmp_path}/newdir/."):
+        refused = cli.json("state", "backup", typed, exit_code=2)
+        assert refused["error"]["code"] == "usage"
+        assert refused["error"]["message"].startswith(f"{typed} names a directory; give the path")
+        pruned = cli.json(
+            "state", "prune", "--before", "2024-05-01", "--backup", typed, "--apply", exit_code=2
+        )
+        assert pruned["error"]["message"].startswith(f"--backup {typed} names a directory")
+    assert list(tmp_path.iterdir()) == []
+    assert processes_of(cli.home) == [], "nothing was sent: no server was started for it"
+
+
+def test_a_backup_named_like_the_live_databases_journal_is_refused(cli: Piwf) -> None:
+    """SQLite takes `state.sqlite-journal` for the live database's hot journal and deletes
+    it at the next open: such a backup was reported written, then vanished."""
+    start_hello(cli, "Ada")
+    journal = cli.home / "state.sqlite-journal"
+    refused = cli.json("state", "backup", str(journal), exit_code=1)
+    assert refused["error"]["code"] == "backupFailed", refused
+    message = refused["error"]["message"]
+    assert message.startswith(f"backup to {journal} failed: the backup destination is named")
+    assert "journal of the live database (state.sqlite-journal)" in message
+    assert not journal.exists()
+    assert sorted(p.name for p in cli.home.iterdir() if p.name.startswith(".piwf-backup")) == []
+    kept = cli.home / "state.sqlite-journal.sqlite"  # any other name in the home is fine
+    assert cli.json("state", "backup", str(kept))["destination"] == str(kept)
+
+
 PRINTS = """
 from piwf.workflow import compute, define_workflow
 
