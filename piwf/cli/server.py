@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import uuid
 from typing import TYPE_CHECKING
@@ -284,8 +285,19 @@ def _why_the_home_is_unusable() -> str | None:
 
 
 def _why_no_server_can_run() -> str | None:
-    """Why no server can listen for ``$PIWF_HOME`` (its socket path is too long), or None."""
-    return socket_path_problem(ServerPaths(state_home()).socket)
+    """Why no server can listen for ``$PIWF_HOME`` (its socket path is too long, or it is a
+    file: no socket can lie under it), or None."""
+    home = state_home()
+    try:
+        kind = home.lstat().st_mode
+    except OSError:
+        kind = None  # missing (the server creates it), or a parent's problem: the client says
+    if kind is not None and not stat.S_ISDIR(kind) and not stat.S_ISLNK(kind):
+        return (
+            f"{home} is not a directory; move it away, or set PIWF_HOME to another directory"
+            " (piwf creates it)"
+        )
+    return socket_path_problem(ServerPaths(home).socket)
 
 
 @server_group.command("run")

@@ -99,7 +99,19 @@ def _new_file_path(_ctx: click.Context, _param: click.Parameter, value: str) -> 
     if not value:
         raise click.BadParameter("the path is empty; give the path of a new file for the backup")
     _refuse_existing(value)
+    _refuse_directory_name(value)
     return Path(value)
+
+
+def _refuse_directory_name(destination: str, option: str = "") -> None:
+    """Raise a usage error for a path that names a directory by its spelling (``dir/``,
+    ``dir/.``): as a Path it loses that ending, and the backup would become a file ``dir``."""
+    if destination.endswith(os.sep) or destination.rsplit(os.sep, 1)[-1] == os.curdir:
+        named = f"{option} " if option else ""
+        raise click.UsageError(
+            f"{named}{render.one_line(destination)} names a directory; give the path of a new"
+            " file in it (for example DIR/piwf-backup.sqlite, once DIR exists)"
+        )
 
 
 def _refuse_existing(destination: str | Path, option: str = "") -> None:
@@ -247,15 +259,15 @@ def _cutoff_option(_ctx: click.Context, _param: click.Parameter, value: str) -> 
 @click.option("--apply", "apply", is_flag=True, help="Delete (needs --backup).")
 @click.option(
     "--backup",
-    "backup",
+    "backup_text",
     metavar="DEST",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False),
     help="With --apply: a verified backup is written here first (absolute, new file).",
 )
 @json_option
 @command
 def state_prune(
-    before: int, dry_run: bool, apply: bool, backup: Path | None, as_json: bool
+    before: int, dry_run: bool, apply: bool, backup_text: str | None, as_json: bool
 ) -> None:
     """Delete terminal run trees that finished before TS and hold no protected state.
 
@@ -271,14 +283,16 @@ def state_prune(
     """
     if dry_run == apply:
         raise click.UsageError("choose exactly one of --dry-run and --apply")
-    if dry_run and backup is not None:
+    if dry_run and backup_text is not None:
         raise click.UsageError("--backup only applies with --apply")
+    backup = None if backup_text is None else Path(backup_text)
     if apply:
-        if backup is None:
+        if backup_text is None or backup is None:
             raise click.UsageError("--apply needs --backup DEST, a new file for the backup")
         if not backup.is_absolute():
             raise click.UsageError("--backup must be an absolute path")
         _refuse_existing(backup, "--backup")
+        _refuse_directory_name(backup_text, "--backup")
     with open_client() as client:
         if apply:
             assert backup is not None

@@ -13,6 +13,7 @@ The destination is checked before anything is written, each with its own message
     holding a NUL character                    -> "contains a NUL character"
     longer than PATH_MAX / a name over NAME_MAX -> "... bytes long; the limit is ..."
     the live database                          -> "is the live database"
+    its -journal, -wal or -shm name            -> "named like a journal of the live database"
     already there (file, directory, FIFO,       -> "already exists (a directory); choose a new
       device, socket, symlink)                      file name"
     parent missing or not a directory          -> "the backup directory does not exist" / "is
@@ -151,6 +152,15 @@ def check_destination(destination: Path, live: Path) -> None:
             raise BackupError("the backup destination is the live database; choose a new file")
         kind = file_kind(info.st_mode)
         raise BackupError(f"the backup destination already exists ({kind}); choose a new file name")
+    companions = {f"{live.name}{suffix}" for suffix in ("-journal", "-wal", "-shm")}
+    if destination.name in companions and _same_file(destination.parent, live.parent):
+        # SQLite would take a file of that name for the live database's journal: a
+        # "-journal" is played back and deleted at the next open, the backup gone with it.
+        raise BackupError(
+            f"the backup destination is named like a journal of the live database "
+            f"({destination.name}), which SQLite would take for it and delete; choose another"
+            " name or directory"
+        )
     try:
         parent = destination.parent.stat()
     except FileNotFoundError:

@@ -59,7 +59,7 @@ from piwf.errors import (
 )
 from piwf.state.failures import sqlite_result, state_error_of_sqlite
 from piwf.state.group_commit import GroupCommit
-from piwf.state.open_check import QUICK_CHECK_BUDGET_S, bounded_quick_check
+from piwf.state.open_check import QUICK_CHECK_BUDGET_S, bounded_quick_check, damage_error
 from piwf.state.schema import APPLICATION_ID, SCHEMA_DIGEST, SCHEMA_NAME, SCHEMA_VERSION, STATEMENTS
 from piwf.state.wal import refuse_foreign_wal
 from piwf.state.writable import refuse_unsafe_state_file, refuse_unwritable_state
@@ -508,15 +508,16 @@ def _read_identity(
         meta = connection.execute(
             "SELECT schema_name, schema_version, schema_digest FROM schema_meta WHERE id = 1"
         ).fetchone()
-    except sqlite3.OperationalError:
-        raise incompatible("schema_meta is missing") from None
+        shape = [tuple(row) for row in connection.execute(_SHAPE_QUERY).fetchall()]
+    except sqlite3.DatabaseError as error:
+        # A damaged schema_meta page is damage, not a foreign file (nor a traceback).
+        raise damage_error(path, error) or incompatible("schema_meta is missing") from None
     if meta is None:
         raise incompatible("schema_meta has no row")
     if meta[0] != SCHEMA_NAME or meta[1] != SCHEMA_VERSION:
         raise incompatible(f"schema {meta[0]!r} version {meta[1]!r}")
     if meta[2] != SCHEMA_DIGEST:
         raise incompatible("schema digest differs from this piwf version's DDL")
-    shape = [tuple(row) for row in connection.execute(_SHAPE_QUERY).fetchall()]
     if shape != expected_shape():
         raise incompatible("schema shape differs from this piwf version's DDL")
     return "piwf"

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from piwf.errors import StateCorruptError
-from piwf.state.failures import CORRUPT_ADVICE, sqlite_result
+from piwf.state.failures import CORRUPT_ADVICE, SQLITE_CORRUPT, SQLITE_NOTADB, sqlite_result
 
 log = logging.getLogger("piwf.state")
 
@@ -85,6 +85,17 @@ def _check_stopped(path: Path, budget_s: float) -> bool:
 
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def damage_error(path: Path, error: sqlite3.DatabaseError) -> StateCorruptError | None:
+    """The :class:`StateCorruptError` for ``path`` when ``error`` says the file is damaged
+    (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``), else None (locked, missing table, ...)."""
+    found = sqlite_result(error)
+    if found is None or found[0] not in (SQLITE_CORRUPT, SQLITE_NOTADB):
+        return None
+    damaged = _corrupt(path, found[1])
+    damaged.sqlite_message = str(error)[:200]  # SQLite's fixed text, never a value
+    return damaged
 
 
 def _corrupt(path: Path, detail: str) -> StateCorruptError:

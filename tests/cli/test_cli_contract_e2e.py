@@ -234,6 +234,25 @@ def test_a_home_whose_socket_path_cannot_exist_has_no_server_running(tmp_path: P
     assert "set PIWF_HOME to a shorter directory" in refused["error"]["message"]
 
 
+def test_a_home_that_is_a_file_has_no_server_running(tmp_path: Path) -> None:
+    """No socket can lie under a file: status and stop say stopped, with the fix, exit 0."""
+    home = tmp_path / "h"
+    home.write_bytes(b"notes")
+    cli = Piwf(home)
+    fix = f"{home} is not a directory; move it away, or set PIWF_HOME to another directory"
+    status = cli.json("server", "status")
+    assert status["state"] == "stopped" and status["note"].startswith(fix), status
+    text = cli.run("server", "status")
+    assert (text.returncode, text.stderr) == (0, "")
+    assert text.stdout.startswith(f"no piwf server can run for {home}: {fix}")
+    stopped = cli.json("server", "stop")
+    assert (stopped["state"], stopped["wasRunning"]) == ("stopped", False)
+    assert stopped["note"].startswith(fix)
+    refused = cli.json("run", "list", exit_code=1)  # a command that needs one still fails
+    assert "is not a directory" in refused["error"]["message"]
+    assert home.read_bytes() == b"notes"
+
+
 def test_status_of_a_home_no_server_could_start_in_says_why(tmp_path: Path) -> None:
     home = tmp_path / "h"
     home.mkdir(mode=0o700)

@@ -76,12 +76,26 @@ def damage_a_table_page(path: Path) -> None:
     overwrite(path, (leaf - 1) * page_size, b"\x00" * 8)  # the leaf's page header
 
 
+def damage_the_schema_meta_page(path: Path) -> None:
+    """Damage the page the identity check reads after the header (it raised a traceback)."""
+    connection = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        (root,) = connection.execute(
+            "SELECT rootpage FROM sqlite_schema WHERE name = 'schema_meta'"
+        ).fetchone()
+        (page_size,) = connection.execute("PRAGMA page_size").fetchone()
+    finally:
+        connection.close()
+    overwrite(path, (root - 1) * page_size, b"\x0d" + b"\xff" * 7)
+
+
 def truncate_three_pages(path: Path) -> None:
     os.truncate(path, path.stat().st_size - 3 * 4096)
 
 
 DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "table page": (damage_a_table_page, "SQLite cannot read the file: database disk image"),
+    "schema_meta page": (damage_the_schema_meta_page, "SQLite cannot read the file: database"),
     "truncated": (truncate_three_pages, "pages but the file holds"),
     "truncated mid-page": (
         lambda path: os.truncate(path, path.stat().st_size - 1000),
@@ -322,7 +336,7 @@ def refused_restore(cli: Piwf, backup: Path, code: str) -> str:
     return message
 
 
-@pytest.mark.parametrize("kind", ["table page", "truncated", "header", "empty"])
+@pytest.mark.parametrize("kind", ["table page", "schema_meta page", "truncated", "header", "empty"])
 def test_restore_of_a_damaged_backup_is_refused_and_changes_nothing(
     stopped_home: Piwf, sound_backup: Path, tmp_path: Path, kind: str
 ) -> None:
@@ -507,6 +521,37 @@ def test_backup_to_an_existing_path_is_a_usage_error_before_anything_is_sent(
     assert "\x1b" not in human.stderr
     assert taken.read_bytes() == b"kept"
     assert processes_of(cli.home) == [], "nothing was sent: no server was started for it"
+
+
+def test_a_backup_path_that_names_a_directory_is_a_usage_error(cli: Piwf, tmp_path: Path) -> None:
+    """`DIR/` (or `DIR/.`) for a directory that does not exist yet: as a Path it loses its
+    ending, and the backup became a file named DIR."""
+    for typed in (f"{tmp_path}/newdir/", f"{tmp_path}/newdir/."):
+        refused = cli.json("state", "backup", typed, exit_code=2)
+        assert refused["error"]["code"] == "usage"
+        assert refused["error"]["message"].startswith(f"{typed} names a directory; give the path")
+        pruned = cli.json(
+            "state", "prune", "--before", "2024-05-01", "--backup", typed, "--apply", exit_code=2
+        )
+        assert pruned["error"]["message"].startswith(f"--backup {typed} names a directory")
+    assert list(tmp_path.iterdir()) == []
+    assert processes_of(cli.home) == [], "nothing was sent: no server was started for it"
+
+
+def test_a_backup_named_like_the_live_databases_journal_is_refused(cli: Piwf) -> None:
+    """SQLite takes `state.sqlite-journal` for the live database's hot journal and deletes
+    it at the next open: such a backup was reported written, then vanished."""
+    start_hello(cli, "Ada")
+    journal = cli.home / "state.sqlite-journal"
+    refused = cli.json("state", "backup", str(journal), exit_code=1)
+    assert refused["error"]["code"] == "backupFailed", refused
+    message = refused["error"]["message"]
+    assert message.startswith(f"backup to {journal} failed: the backup destination is named")
+    assert "journal of the live database (state.sqlite-journal)" in message
+    assert not journal.exists()
+    assert sorted(p.name for p in cli.home.iterdir() if p.name.startswith(".piwf-backup")) == []
+    kept = cli.home / "state.sqlite-journal.sqlite"  # any other name in the home is fine
+    assert cli.json("state", "backup", str(kept))["destination"] == str(kept)
 
 
 PRINTS = """

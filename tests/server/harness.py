@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from piwf.errors import IncompatibleStateError
+from piwf.errors import IncompatibleStateError, StateCorruptError
 from piwf.processes import is_alive
 from piwf.protocol.client_v1 import (
     Hello,
@@ -119,7 +119,7 @@ def runner_processes(home: Path) -> list[psutil.Process]:
             rows = tx.all(
                 "SELECT pid, process_start_identity FROM run_runners WHERE pid IS NOT NULL"
             )
-    except IncompatibleStateError:
+    except (IncompatibleStateError, StateCorruptError):  # unreadable: no runner to find
         return []
     found = []
     for pid, identity in rows:

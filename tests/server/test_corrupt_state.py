@@ -86,12 +86,13 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.parametrize("table", ["runs", "schema_meta"])  # schema_meta: the identity read
 def test_a_damaged_page_is_refused_at_start_and_the_file_is_left_alone(
-    finished_state: tuple[Path, list[str]], tmp_path: Path
+    finished_state: tuple[Path, list[str]], tmp_path: Path, table: str
 ) -> None:
     source, _ = finished_state
     home = tmp_path / "damaged"
-    target = damaged_copy(source, home, "runs")
+    target = damaged_copy(source, home, table)
     before = digest(target)
     servers = ServerFactory(home, verify=False)  # damaged on purpose
     try:
