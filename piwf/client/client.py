@@ -67,7 +67,7 @@ from piwf.client.runs import RunReadMethods
 from piwf.client.session_capture import CaptureMethods
 from piwf.client.sessions import SessionMethods
 from piwf.client.settings import SettingsMethods
-from piwf.client.sockets import TransportError
+from piwf.client.sockets import SilentServerError, TransportError
 from piwf.client.transport import Connector
 from piwf.client.workflows import WorkflowMethods
 from piwf.config import DEFAULT_START_TIMEOUT_S, MAX_FRAME_BYTES, ServerPaths, state_home
@@ -503,8 +503,9 @@ class Client(
         try:
             return retrying(again)
         except TransportError as error:
+            silent = self._connector.silent_hint() if isinstance(error, SilentServerError) else ""
             raise ServerUnavailableError(
-                f"lost {self._connector.where} during {what}: {error}"
+                f"lost {self._connector.where} during {what}: {error}{silent}"
                 f"{outcome_unknown(idempotency_key, self.client_id)}"
             ) from None
 

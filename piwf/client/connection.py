@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from piwf._version import __version__
-from piwf.client.sockets import TransportError
+from piwf.client.sockets import SilentServerError, TransportError
 from piwf.client.transport import PeerClosedError, Transport
 from piwf.errors import IncompatibleServerError, PiwfError
 from piwf.protocol import Hello, InvalidMessageError, Response, parse_server_message
@@ -185,12 +185,12 @@ def read_hello(transport: Transport, deadline: float) -> Hello:
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise TransportError("the server sent no hello in time")
+            raise SilentServerError("the server sent no hello in time")
         transport.set_timeout(remaining)
         try:
             frames = transport.receive()
         except TimeoutError:
-            raise TransportError("the server sent no hello in time") from None
+            raise SilentServerError("the server sent no hello in time") from None
         except PeerClosedError as closed:
             raise TransportError(f"{closed} before its hello") from None
         except OSError as error:

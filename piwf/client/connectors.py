@@ -7,6 +7,7 @@ started (:func:`~piwf.client.launcher.ensure_server`) if the client allows it.
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -27,6 +28,19 @@ class UnixSocketConnector:
     @property
     def where(self) -> str:
         return f"the piwf server at {self.socket_path}"
+
+    def silent_hint(self) -> str:
+        """The server's pid, read from its lock file, and the commands for a stopped or a hung
+        server; ``""`` when the lock file names none."""
+        pid = _lock_holder_pid(ServerPaths(self.home).lock)
+        if pid is None:
+            return ""
+        return (
+            f"; it accepts connections but does not answer: if its process (pid {pid}) was"
+            f" stopped (kill -STOP, Ctrl-Z), `kill -CONT {pid}` lets it go on; if it hangs,"
+            f" `kill {pid}` ends it (runs recover at the next start) and its log is"
+            f" {ServerPaths(self.home).log}"
+        )
 
     def connect(self, *, autostart: bool, timeout_s: float) -> SocketTransport:
         """Connect (see :class:`~piwf.client.transport.Connector`); with ``autostart``, a
@@ -50,6 +64,18 @@ class UnixSocketConnector:
                 # Another process's server holds the home but is still starting or stopping.
                 raise TransportError("the server is starting or stopping") from None
         return SocketTransport(sock)
+
+
+def _lock_holder_pid(lock: Path) -> int | None:
+    """The pid the server recorded in its lock file (``{"pid": N, ...}``), or None when the
+    file cannot be read or names none (a client never takes the lock)."""
+    try:
+        with open(lock, "rb") as handle:
+            record = json.loads(handle.read(4096))
+    except (OSError, ValueError):
+        return None
+    pid = record.get("pid") if isinstance(record, dict) else None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
 
 
 def not_running_message(home: Path) -> str:

@@ -25,6 +25,11 @@ class TransportError(Exception):
     """The connection failed before the response arrived; the request may be retried."""
 
 
+class SilentServerError(TransportError):
+    """The connection was accepted but the server sent no hello in time: it may be stopped
+    (``kill -STOP``, Ctrl-Z) or hung, or just too busy."""
+
+
 class NotListeningError(Exception):
     """Nothing accepts connections on the socket path (missing file or refused)."""
 

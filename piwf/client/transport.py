@@ -66,6 +66,11 @@ class Connector(Protocol):
         """What is connected to, for messages (``the piwf server at PATH``)."""
         ...
 
+    def silent_hint(self) -> str:
+        """What to do about a server that accepts connections but says nothing (appended to
+        the error, after ``; ``), or ``""`` when there is nothing to add."""
+        ...
+
     def connect(self, *, autostart: bool, timeout_s: float) -> Transport:
         """Open a new transport to the server (starting one if ``autostart`` and allowed).
 

@@ -162,6 +162,10 @@ class RemoteConnector:
     def where(self) -> str:
         return f"the piwf server behind the relay at {self.url}"
 
+    def silent_hint(self) -> str:
+        """Nothing: the server's process is on the relay's machine."""
+        return ""
+
     def connect(self, *, autostart: bool, timeout_s: float) -> WebSocketTransport:
         """Open the WebSocket (``autostart`` is ignored: a relay never starts a server).
 

@@ -7,6 +7,8 @@ Servers started by the harness are reaped by ``servers``; those a client starts 
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from piwf.client import Client
-from piwf.errors import ClientClosedError, NotFoundError, PiwfError, WatchIdleError
+from piwf.errors import (
+    ClientClosedError,
+    NotFoundError,
+    PiwfError,
+    ServerUnavailableError,
+    WatchIdleError,
+)
 from tests.server.conftest import servers  # noqa: F401 - a fixture used by name
 from tests.server.harness import ServerFactory, ServerProcess, wait_for
 from tests.server.test_execution import FAST
@@ -181,3 +189,31 @@ def test_a_watch_idle_past_its_timeout_ends_with_a_typed_error(
         assert "came in 0.5 s (idle_timeout_s)" in str(raised.value)
         assert "watch again" in str(raised.value)
         assert client.get_run(run.run_id).run.status == "waiting"  # the client goes on
+
+
+def test_a_stopped_server_is_named_with_its_pid_and_what_lets_it_go_on(
+    servers: ServerFactory,  # noqa: F811
+) -> None:
+    server = servers.start(env=FAST)
+    assert server.ready["ok"] is True, server.ready
+    pid = server.process.pid
+    os.kill(pid, signal.SIGSTOP)  # accepts connections (the kernel does), answers nothing
+    try:
+        quick = Client(
+            server.home,
+            autostart=False,
+            connect_timeout_s=0.5,
+            request_timeout_s=0.5,
+            retry_timeout_s=0.5,
+        )
+        with quick, pytest.raises(ServerUnavailableError) as silent:
+            quick.server_status()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    message = str(silent.value)
+    assert "the server sent no hello in time" in message
+    assert f"if its process (pid {pid}) was stopped" in message
+    assert f"`kill -CONT {pid}` lets it go on" in message
+    assert f"`kill {pid}` ends it" in message
+    with Client(server.home, autostart=False) as client:  # going on, it answers again
+        assert client.server_status().epoch == server.ready["epoch"]
