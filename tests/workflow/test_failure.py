@@ -227,3 +227,31 @@ def test_a_cause_chain_is_kept_newest_first_and_cut_within_the_bounds() -> None:
     assert long.traceback.startswith("  ... earlier chained exceptions cut\n")
     assert "OSError: step 18\n" in long.traceback and "OSError: step 14\n" not in long.traceback
     assert len(long.traceback.encode()) <= MAX_TRACEBACK_BYTES
+
+
+@pytest.mark.parametrize(
+    ("output", "error"),
+    [
+        (
+            {"items": [{"ok": 1}, {"when": {1, 2}}]},
+            "set is not a JSON value (at ['items'][1]['when'])",
+        ),
+        ({"a": {(1, 2): 3}}, "object keys must be strings (at ['a'], key tuple (1, 2))"),
+        ({1: "x"}, "object keys must be strings (at key int 1)"),
+        ([1e300, 0.5, float("nan")], "NaN and Infinity are not JSON numbers (at [2])"),
+        (
+            {"big": 10**20},
+            "integers must lie within ±(2**53 - 1) = ±9007199254740991 to stay "
+            "exact; send a larger number as a string (at ['big'])",
+        ),
+        (b"raw", "bytes is not a JSON value"),
+    ],
+)
+def test_an_output_that_is_not_json_names_where_inside_it(output: Any, error: str) -> None:
+    workflow = define_workflow(
+        name="unusable", start_at="a", nodes={"a": compute(lambda ctx: output)}, edges=[]
+    )
+    result, port = run_in_memory(workflow)
+    assert result.error == f'node "a" failed: output is not JSON: {error}'
+    (found,) = port.failures_of("dry-run")
+    assert found.failure.message == f"output is not JSON: {error}"
