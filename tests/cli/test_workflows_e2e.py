@@ -288,3 +288,34 @@ def test_the_client_lists_and_shows_workflows(
             with pytest.raises(RejectedError) as bad:
                 client.request(operation, payload)  # type: ignore[arg-type]
             assert bad.value.error_code == "invalidPayload", (operation, payload)
+
+
+def test_a_node_named_twice_in_the_call_is_refused_not_silently_dropped(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Python keeps the last of two equal keys in a dict display, so a second node "fetch"
+    replaced the first without a word and the run executed the wrong code."""
+    source = """
+        from piwf.workflow import compute, define_workflow
+
+        workflow = define_workflow(
+            name="twice",
+            start_at="fetch",
+            nodes={
+                "fetch": compute(lambda ctx: "first"),
+                "fetch": compute(lambda ctx: "second"),
+            },
+            edges=[],
+        )
+        """
+    path = write(tmp_path / "flows", "twice", source)
+    for command in (("run", "start"), ("workflows", "show")):
+        answer = piwf.json(*command, str(path), exit_code=1)
+        assert answer["error"] == {
+            "code": "workflowLoad",
+            "message": f"{path}: line 8: key 'fetch' is written twice in one dict of"
+            " define_workflow(...); Python keeps only the last, so the first would be dropped"
+            " without a word: give each node, mount, exit and switch case its own name",
+        }, answer
+    assert piwf.json("run", "list")["runs"] == []
