@@ -26,7 +26,7 @@ def compile_workflow_source(path: Path, filename: Path, data: bytes) -> CodeType
     ``exec``; raise :class:`WorkflowLoadError` for bytes Python would not import."""
     _check_encoding(path, data)
     try:
-        tree = compile(data, str(filename), "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = ast.parse(data, str(filename), "exec")
         _check_duplicate_keys(path, tree)
         return compile(tree, str(filename), "exec", dont_inherit=True)
     except SyntaxError as error:
