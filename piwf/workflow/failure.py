@@ -144,7 +144,7 @@ def exception_failure(error: BaseException, outcome: Outcome = Outcome.FAILED) -
     message, cut = bounded_head(error_message(error), MAX_MESSAGE_BYTES)
     if outcome is not Outcome.FAILED:
         return NodeFailure(_STOPPED_KIND[outcome], message, message_cut=cut)
-    text, traceback_cut = _bounded_traceback(error.__traceback__)
+    text, traceback_cut = _chained_traceback(error)
     return NodeFailure(
         kind=FailureKind.EXCEPTION,
         message=message,
@@ -218,6 +218,50 @@ _STOPPED_KIND: Final = {
     Outcome.TIMED_OUT: FailureKind.TIMED_OUT,
     Outcome.CANCELLED: FailureKind.CANCELLED,
 }
+
+
+_CAUSE: Final = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT: Final = "\nDuring handling of the above exception, another exception occurred:\n\n"
+#: The earlier exceptions of a chain (``raise ... from``, a raise inside ``except``) a record
+#: keeps at most, newest first; each within what is left of MAX_TRACEBACK_BYTES.
+MAX_CHAINED: Final = 4
+_CHAINED_MESSAGE_BYTES: Final = 1024
+
+
+def _chained_traceback(error: BaseException) -> tuple[str | None, bool]:
+    """Format ``error``'s frames preceded, as Python prints them, by the exceptions it was
+    raised from or while handling (each with its ``Type: message`` line and the separator
+    line Python writes), newest kept first within the same bounds."""
+    text, cut = _bounded_traceback(error.__traceback__)
+    body = text or ""
+    size = len(body.encode("utf-8"))
+    seen = {id(error)}
+    current = error
+    for _ in range(MAX_CHAINED + 1):
+        earlier, separator = _earlier(current)
+        if earlier is None or id(earlier) in seen:
+            return body or None, cut
+        seen.add(id(earlier))
+        frames, _ = _bounded_traceback(earlier.__traceback__)
+        message, _ = bounded_head(error_message(earlier), _CHAINED_MESSAGE_BYTES)
+        name = error_type_name(earlier)
+        section = f"{frames or ''}{name}: {message}\n" if message else f"{frames or ''}{name}\n"
+        section = valid_text(section) + separator
+        added = len(section.encode("utf-8"))
+        if len(seen) > MAX_CHAINED + 1 or size + added > MAX_TRACEBACK_BYTES - 256:
+            return f"  ... earlier chained exceptions cut\n{separator}{body}", True
+        body, size, current = section + body, size + added, earlier
+    return body or None, cut
+
+
+def _earlier(error: BaseException) -> tuple[BaseException | None, str]:
+    """The exception ``error`` was raised from (``__cause__``) or while handling (an
+    unsuppressed ``__context__``), with the line Python prints between them."""
+    if error.__cause__ is not None:
+        return error.__cause__, _CAUSE
+    if error.__context__ is not None and not error.__suppress_context__:
+        return error.__context__, _CONTEXT
+    return None, ""
 
 
 def _bounded_traceback(tb: TracebackType | None) -> tuple[str | None, bool]:

@@ -526,6 +526,8 @@ class _Loader:
     def single_definition(self, path: Path, key: Path, module: ModuleType) -> WorkflowDefinition:
         found: dict[int, tuple[WorkflowDefinition, list[str]]] = {}
         for variable, value in vars(module).items():
+            if isinstance(value, CompiledWorkflow):  # compile_workflow(define_workflow(...))
+                value = value.definition
             if isinstance(value, WorkflowDefinition) and value.source_file == str(key):
                 found.setdefault(id(value), (value, []))[1].append(variable)
         if not found:

@@ -288,3 +288,60 @@ def test_the_client_lists_and_shows_workflows(
             with pytest.raises(RejectedError) as bad:
                 client.request(operation, payload)  # type: ignore[arg-type]
             assert bad.value.error_code == "invalidPayload", (operation, payload)
+
+
+def test_a_node_named_twice_in_the_call_is_refused_not_silently_dropped(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Python keeps the last of two equal keys in a dict display, so a second node "fetch"
+    replaced the first without a word and the run executed the wrong code."""
+    source = """
+        from piwf.workflow import compute, define_workflow
+
+        workflow = define_workflow(
+            name="twice",
+            start_at="fetch",
+            nodes={
+                "fetch": compute(lambda ctx: "first"),
+                "fetch": compute(lambda ctx: "second"),
+            },
+            edges=[],
+        )
+        """
+    path = write(tmp_path / "flows", "twice", source)
+    for command in (("run", "start"), ("workflows", "show")):
+        answer = piwf.json(*command, str(path), exit_code=1)
+        assert answer["error"] == {
+            "code": "workflowLoad",
+            "message": f"{path}: line 8: key 'fetch' is written twice in one dict of"
+            " define_workflow(...); Python keeps only the last, so the first would be dropped"
+            " without a word: give each node, mount, exit and switch case its own name",
+        }, answer
+    assert piwf.json("run", "list")["runs"] == []
+
+
+def test_a_file_that_keeps_its_workflow_compiled_runs_as_the_docs_write_it(
+    piwf: Piwf,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The docs' examples write ``workflow = compile_workflow(define_workflow(...))``; such a
+    file copied as it stands was refused as defining no workflow."""
+    source = """
+        from piwf.workflow import compute, define_workflow
+        from piwf.workflow.compiler import compile_workflow
+
+        workflow = compile_workflow(
+            define_workflow(
+                name="kept", start_at="a", nodes={"a": compute(lambda ctx: "ran")}, edges=[]
+            )
+        )
+        """
+    path = write(tmp_path / "flows", "kept", source)
+    # Named both ways, it is still one definition.
+    write(tmp_path / "flows", "both", source + "definition = workflow.definition\n")
+    assert piwf.json("workflows", "show", str(tmp_path / "flows" / "both.py"))["name"] == "kept"
+    shown = piwf.json("workflows", "show", str(path))
+    assert shown["name"] == "kept", shown
+    done = piwf.json("run", "start", str(path), "--wait")
+    assert (done["run"]["status"], done["output"]) == ("completed", "ran")

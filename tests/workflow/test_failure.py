@@ -165,3 +165,93 @@ def test_the_run_error_names_the_node_and_its_visit_when_it_matters(
 
 def test_the_wire_names_the_failure_outcomes_of_a_visit() -> None:
     assert set(typing.get_args(FailedOutcome)) == {o.value for o in Outcome} - {"ok"}
+
+
+def _handle_badly(ctx: Any) -> Any:
+    try:
+        return {}["missing"]
+    except KeyError:
+        raise ValueError("while handling")  # noqa: B904 (the mistake under test)
+
+
+def _handle_quietly(ctx: Any) -> Any:
+    try:
+        return {}["missing"]
+    except KeyError:
+        raise ValueError("while handling") from None
+
+
+def test_a_raise_inside_except_keeps_the_exception_it_was_handling() -> None:
+    workflow = define_workflow(
+        name="handling", start_at="a", nodes={"a": compute(_handle_badly)}, edges=[]
+    )
+    result, port = run_in_memory(workflow)
+    assert result.error == 'node "a" failed: ValueError: while handling'
+    (found,) = port.failures_of("dry-run")
+    traceback = found.failure.traceback
+    assert traceback is not None and found.failure.traceback_cut is False
+    line = _handle_badly.__code__.co_firstlineno
+    assert traceback == (
+        f'  File "{__file__}", line {line + 2}, in _handle_badly\n'
+        '    return {}["missing"]\n'
+        "KeyError: 'missing'\n"
+        "\nDuring handling of the above exception, another exception occurred:\n\n"
+        f'  File "{__file__}", line {line + 4}, in _handle_badly\n'
+        '    raise ValueError("while handling")  # noqa: B904 (the mistake under test)\n'
+    )
+    quiet = define_workflow(
+        name="quiet", start_at="a", nodes={"a": compute(_handle_quietly)}, edges=[]
+    )
+    _, port = run_in_memory(quiet)  # `from None` hides the context, as Python does
+    (found,) = port.failures_of("dry-run")
+    assert found.failure.traceback is not None and "KeyError" not in found.failure.traceback
+
+
+def test_a_cause_chain_is_kept_newest_first_and_cut_within_the_bounds() -> None:
+    def chain(depth: int) -> Exception:
+        error: Exception | None = None
+        for number in range(depth):
+            try:
+                raise OSError(f"step {number}") from error
+            except OSError as caught:
+                error = caught
+        assert error is not None
+        return error
+
+    traceback = exception_failure(chain(3)).traceback
+    assert traceback is not None
+    assert traceback.count("The above exception was the direct cause") == 2
+    assert "OSError: step 0\n" in traceback and "OSError: step 1\n" in traceback
+    long = exception_failure(chain(20))
+    assert long.traceback is not None and long.traceback_cut is True
+    assert long.traceback.startswith("  ... earlier chained exceptions cut\n")
+    assert "OSError: step 18\n" in long.traceback and "OSError: step 14\n" not in long.traceback
+    assert len(long.traceback.encode()) <= MAX_TRACEBACK_BYTES
+
+
+@pytest.mark.parametrize(
+    ("output", "error"),
+    [
+        (
+            {"items": [{"ok": 1}, {"when": {1, 2}}]},
+            "set is not a JSON value (at ['items'][1]['when'])",
+        ),
+        ({"a": {(1, 2): 3}}, "object keys must be strings (at ['a'], key tuple (1, 2))"),
+        ({1: "x"}, "object keys must be strings (at key int 1)"),
+        ([1e300, 0.5, float("nan")], "NaN and Infinity are not JSON numbers (at [2])"),
+        (
+            {"big": 10**20},
+            "integers must lie within ±(2**53 - 1) = ±9007199254740991 to stay "
+            "exact; send a larger number as a string (at ['big'])",
+        ),
+        (b"raw", "bytes is not a JSON value"),
+    ],
+)
+def test_an_output_that_is_not_json_names_where_inside_it(output: Any, error: str) -> None:
+    workflow = define_workflow(
+        name="unusable", start_at="a", nodes={"a": compute(lambda ctx: output)}, edges=[]
+    )
+    result, port = run_in_memory(workflow)
+    assert result.error == f'node "a" failed: output is not JSON: {error}'
+    (found,) = port.failures_of("dry-run")
+    assert found.failure.message == f"output is not JSON: {error}"
