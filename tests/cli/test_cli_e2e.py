@@ -367,10 +367,15 @@ def test_a_lease_that_lapses_between_renewals_is_refused_before_the_server_start
     started = piwf.json("server", "start")
     assert started["started"] is True
     # A running server is left alone, whatever the environment of a later start holds: it is
-    # not launched again, so its settings are not read.
+    # not launched again, so its settings are not read, and the start names those it ignored
+    # (every PIWF_* server setting of its environment, never a value).
     piwf.env["PIWF_RUN_LEASE_MS"] = "1000"
     piwf.env["PIWF_MAX_WORKERS"] = "abc"
-    assert piwf.json("server", "start") == {"started": False, "epoch": started["epoch"]}
+    assert piwf.json("server", "start") == {
+        "started": False,
+        "epoch": started["epoch"],
+        "notApplied": ["PIWF_MAX_WORKERS", "PIWF_RUN_LEASE_MS", "PIWF_RUN_RENEW_S"],
+    }
     piwf.json("server", "stop")
 
 
