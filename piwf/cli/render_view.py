@@ -60,7 +60,7 @@ def now_lines(view: RunView) -> str:
     now = f"{display.status}, finished {timestamp(finished)}" if finished else None
     return fields(
         [
-            ("now", now or _activity_text(display)),
+            ("now", now or activity_text(display)),
             ("next", "; ".join(explanation.commands) if explanation.commands else None),
             ("controls", ", ".join(display.controls) or None),
         ]
@@ -150,9 +150,9 @@ def explain(view: RunView) -> Explanation:
     if display.activity == "sleeping" and display.current_node is not None:
         node = display.current_node
         what = (
-            f"node {node.path} is a timer"
+            f'node "{node.path}" is a timer'
             if node.node_type == "timer"
-            else f"try {node.failed_tries} of node {node.path} failed"
+            else f'try {node.failed_tries} of node "{node.path}" failed'
             + _failure_text(node.last_failure)
             + ", and its retry policy tries again"
         )
@@ -251,7 +251,8 @@ _ACTIVITY_TEXT = {
 }
 
 
-def _activity_text(display: Display) -> str:
+def activity_text(display: Display) -> str:
+    """What the run does now, as ``run show``'s ``now`` line says it."""
     text = _ACTIVITY_TEXT.get(display.activity, display.activity)
     node = display.current_node
     if display.activity == "executing" and node is not None:
