@@ -282,7 +282,9 @@ def test_a_answers_the_request_a_run_waits_on_from_a_form(
         with Client(server.home, autostart=False) as client:
             assert client.run_view(run_id).display.status == "waiting"
         await pilot.press("y")
-        await until(pilot, lambda: shown(app, "#message").startswith("answer: "), "the outcome")
+        said = f"{waiting.request_id}: answered; accepted by human (human) at "
+        await until(pilot, lambda: shown(app, "#message").startswith(said), "the outcome")
+        assert shown(app, "#message").endswith(': {"ok":true}'), shown(app, "#message")
         await until(
             pilot, lambda: "completed · idle" in shown(app, "#run-status"), "the answered run"
         )
@@ -503,7 +505,9 @@ def test_an_answer_the_server_refuses_keeps_the_form_open_to_correct_it(
         await pilot.press("enter")
         await until(pilot, lambda: bool(app.screen.query("#confirm")), "the question again")
         await pilot.press("y")
-        await until(pilot, lambda: shown(app, "#message") == "answer: won", "the outcome")
+        await until(
+            pilot, lambda: ": answered; accepted by human" in shown(app, "#message"), "the outcome"
+        )
         assert not app.screen.query("#answer-input")
         await until(
             pilot, lambda: "completed · idle" in shown(app, "#run-status"), "the answered run"
