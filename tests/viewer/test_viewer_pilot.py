@@ -128,6 +128,8 @@ def test_p_pauses_the_run_and_r_resumes_it_to_completion(
         await until(pilot, lambda: "paused ·" in shown(app, "#run-status"), "paused")
         with Client(server.home, autostart=False) as client:
             assert client.run_view(run_id).display.status == "paused"
+        # The pause stopped "hold": it waits for the resume, it is not shown running.
+        assert shown(app, "#graph").splitlines()[1] == "… hold (compute)  → last"
         gate.touch()  # the node finishes while paused; the run goes no further
         await pilot.press("r")
         await until(pilot, lambda: "completed ·" in shown(app, "#run-status"), "completed")
