@@ -3,7 +3,8 @@
 Nodes are listed in the order a walk from ``start_at`` along the edges first reaches them (the
 rest after, by name), each with its kind, its latest step's outcome and a marker::
 
-    ▶ running now    … waited on (a request, a timer, a resume)    ✓ completed    ✗ failed, timed out or cancelled    · not yet
+    ▶ running now    … waited on (a request, a timer, a resume)    ✓ completed
+    ✗ failed, timed out or cancelled    · not yet
 
 followed by where it leads: ``→ next`` or ``on $output.route: revise → draft, accept → publish``.
 Only the view's topology, steps and display are read.
