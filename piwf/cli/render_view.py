@@ -185,7 +185,10 @@ def _terminal(view: RunView) -> Explanation:
     else:
         error = (view.detail.error or run.error_code or "").split("\n", 1)[0]
         text = f"the run ended {run.status}" + (f": {error}" if error else "")
-    text += f" (the whole record: piwf run show {run.run_id})."
+    if failure is not None or view.detail.error or run.error_code:
+        text += f" (the whole record: piwf run show {run.run_id})."
+    else:  # cancelled by `piwf run cancel`: there is no record to point at
+        text += "."
     unsettled = view.display.effects_to_resolve
     if unsettled:
         # A restart is refused until every effect is settled: the resolve comes first.
