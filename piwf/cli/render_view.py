@@ -144,8 +144,11 @@ def explain(view: RunView) -> Explanation:
         return Explanation(
             "capacityFull",
             f"every execution slot is busy ({capacity.busy} of {capacity.max_workers}), held by "
-            f"{', '.join(capacity.holders)}; the run starts when one of them ends.",
-            ("piwf server stop && piwf server start --max-workers N (more slots)",),
+            f"{', '.join(capacity.holders)}; the run starts when one of them ends. For more "
+            "slots, start the server again with more (its running nodes stop and run again, "
+            "as their next attempt).",
+            # A command that runs as printed: no placeholder, no comment for the shell to parse.
+            (f"piwf server stop && piwf server start --max-workers {capacity.max_workers + 1}",),
         )
     if display.activity == "sleeping" and display.current_node is not None:
         node = display.current_node
