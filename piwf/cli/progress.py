@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from piwf.canonical import encode_text
 from piwf.cli.render import duration
+from piwf.cli.render_view import activity_text
 from piwf.cli.safe_text import one_line
 
 if TYPE_CHECKING:
@@ -87,7 +88,9 @@ class RunProgress:
     def _now(self, view: RunView) -> None:
         display = view.display
         node = display.current_node
-        if node is not None:
+        # A parked run keeps its unfinished attempt and a sleeping one its timer node as
+        # ``currentNode``: only an executing run has a node that runs.
+        if node is not None and display.activity == "executing":
             self._once(
                 f"node:{node.path}:{node.visit}:{node.attempt}",
                 f"  running {_node(node.path, node.visit, node.attempt)}",
@@ -100,6 +103,11 @@ class RunProgress:
                     f"update:{node.path}:{node.visit}:{update.type}:{update.key}:{update.seq}",
                     f"    {update.type} {update.key}: {data}",
                 )
+        if node is not None and display.activity == "sleeping":
+            self._once(
+                f"sleeping:{node.path}:{node.visit}:{node.failed_tries}:{display.available_at}",
+                f"  {activity_text(display)}",
+            )
         waiting = display.waiting_on
         if waiting is not None:
             self._once(

@@ -60,7 +60,7 @@ def now_lines(view: RunView) -> str:
     now = f"{display.status}, finished {timestamp(finished)}" if finished else None
     return fields(
         [
-            ("now", now or _activity_text(display)),
+            ("now", now or activity_text(display)),
             ("next", "; ".join(explanation.commands) if explanation.commands else None),
             ("controls", ", ".join(display.controls) or None),
         ]
@@ -144,15 +144,18 @@ def explain(view: RunView) -> Explanation:
         return Explanation(
             "capacityFull",
             f"every execution slot is busy ({capacity.busy} of {capacity.max_workers}), held by "
-            f"{', '.join(capacity.holders)}; the run starts when one of them ends.",
-            ("piwf server stop && piwf server start --max-workers N (more slots)",),
+            f"{', '.join(capacity.holders)}; the run starts when one of them ends. For more "
+            "slots, start the server again with more (its running nodes stop and run again, "
+            "as their next attempt).",
+            # A command that runs as printed: no placeholder, no comment for the shell to parse.
+            (f"piwf server stop && piwf server start --max-workers {capacity.max_workers + 1}",),
         )
     if display.activity == "sleeping" and display.current_node is not None:
         node = display.current_node
         what = (
-            f"node {node.path} is a timer"
+            f'node "{node.path}" is a timer'
             if node.node_type == "timer"
-            else f"try {node.failed_tries} of node {node.path} failed"
+            else f'try {node.failed_tries} of node "{node.path}" failed'
             + _failure_text(node.last_failure)
             + ", and its retry policy tries again"
         )
@@ -185,7 +188,10 @@ def _terminal(view: RunView) -> Explanation:
     else:
         error = (view.detail.error or run.error_code or "").split("\n", 1)[0]
         text = f"the run ended {run.status}" + (f": {error}" if error else "")
-    text += f" (the whole record: piwf run show {run.run_id})."
+    if failure is not None or view.detail.error or run.error_code:
+        text += f" (the whole record: piwf run show {run.run_id})."
+    else:  # cancelled by `piwf run cancel`: there is no record to point at
+        text += "."
     unsettled = view.display.effects_to_resolve
     if unsettled:
         # A restart is refused until every effect is settled: the resolve comes first.
@@ -251,7 +257,8 @@ _ACTIVITY_TEXT = {
 }
 
 
-def _activity_text(display: Display) -> str:
+def activity_text(display: Display) -> str:
+    """What the run does now, as ``run show``'s ``now`` line says it."""
     text = _ACTIVITY_TEXT.get(display.activity, display.activity)
     node = display.current_node
     if display.activity == "executing" and node is not None:

@@ -109,6 +109,7 @@ def wording() -> Wording:
         one_line=safe_text.one_line,
         log_text=safe_text.log_text,
         request=render.request_fields,
+        answer_receipt=render.answer_receipt,
     )
 
 

@@ -10,7 +10,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 
 from piwf.client import Client
-from piwf.protocol.payloads import OpenRequestInfo, RunInfo
+from piwf.protocol.payloads import AnswerReceipt, OpenRequestInfo, RunInfo
 from piwf.protocol.view_payloads import RunView, Step
 from piwf.viewer.run_list import RunListScreen
 from piwf.viewer.run_screen import RunScreen
@@ -29,7 +29,8 @@ class Wording:
     ``one_line``: stored text (a reason, a branch's case, an error) safe to show in one line;
     ``log_text``: what a node printed, safe to show with its line breaks and tabs;
     ``request``: what a pending request asks, in lines (its choices, how to answer them, its
-    content), as ``piwf run show`` shows it under "waiting on".
+    content), as ``piwf run show`` shows it under "waiting on";
+    ``answer_receipt``: what an answer did and the recorded winner, as ``piwf answer`` says it.
 
     The last two show each control character as its escape (``\x1b``, ``\u202e``): text a
     workflow or a node wrote must never reach the terminal as an escape sequence or a
@@ -43,6 +44,7 @@ class Wording:
     one_line: Callable[[str], str]
     log_text: Callable[[str], str]
     request: Callable[[OpenRequestInfo], str]
+    answer_receipt: Callable[[AnswerReceipt], str]
 
 
 class ViewerApp(App[None]):

@@ -3,7 +3,8 @@
 Nodes are listed in the order a walk from ``start_at`` along the edges first reaches them (the
 rest after, by name), each with its kind, its latest step's outcome and a marker::
 
-    ▶ running now    … waited on    ✓ completed    ✗ failed, timed out or cancelled    · not yet
+    ▶ running now    … waited on (a request, a timer, a resume)    ✓ completed
+    ✗ failed, timed out or cancelled    · not yet
 
 followed by where it leads: ``→ next`` or ``on $output.route: revise → draft, accept → publish``.
 Only the view's topology, steps and display are read.
@@ -28,8 +29,14 @@ def graph_lines(view: RunView) -> list[str]:
         leads.setdefault(edge.source, []).append(edge)
     outcome = {step.path: step.outcome for step in view.steps.steps}
     display = view.display
-    now = display.current_node.path if display.current_node is not None else None
+    node = display.current_node
+    # Only an executing run has a node that runs: a sleeping run's ``currentNode`` is its
+    # timer (or retry back-off) and a paused or parked run's the attempt it stopped, both
+    # waited on.
+    now = node.path if node is not None and display.activity == "executing" else None
     waited = display.waiting_on.path if display.waiting_on is not None else None
+    if waited is None and node is not None and now is None:
+        waited = node.path
     lines = []
     for path in _walk(topology.start_at, [node.path for node in topology.nodes], leads):
         kind = next(node.kind for node in topology.nodes if node.path == path)

@@ -347,10 +347,11 @@ class RunScreen(Screen[None]):
         about = "\n".join(map(wording.one_line, about.split("\n")))
 
         def send(value: JsonValue) -> str:  # in the form's worker thread
-            return self.viewer.client.answer(waiting.request_id, value).outcome
+            # Worded as `piwf answer` says it, not the receipt's outcome code ("won").
+            return wording.answer_receipt(self.viewer.client.answer(waiting.request_id, value))
 
-        def answered(outcome: str | None) -> None:
-            self.say("not answered" if outcome is None else f"answer: {outcome}")
+        def answered(said: str | None) -> None:
+            self.say("not answered" if said is None else said)
 
         form = AnswerScreen(waiting, about, one_line=wording.one_line, send=send)
         self.app.push_screen(form, answered)

@@ -118,3 +118,57 @@ def test_a_follower_whose_server_is_killed_goes_on_and_shows_the_next_attempt(
     lines = printed.seen + out.splitlines()
     assert lines[-2].startswith(f"{run_id}  completed"), lines
     assert lines[-1] == 'output: {"done":true}', lines
+
+
+def test_a_follower_says_running_only_while_a_node_runs(piwf: Piwf, tmp_path: Path) -> None:
+    """A parked run keeps its interrupted attempt and a sleeping one its timer node as the
+    view's ``currentNode``: neither is running, and ``--follow`` must not say it is."""
+    crash = write_workflow(
+        tmp_path,
+        "crash",
+        """
+        import os
+        from piwf.workflow import compute, define_workflow
+
+        def die(ctx):
+            os._exit(3)
+
+        workflow = define_workflow(
+            name="crash", start_at="a",
+            nodes={"a": compute(lambda ctx: 1), "b": compute(die)},
+            edges=[{"from": "a", "to": "b"}],
+        )
+        """,
+    )
+    parked = piwf.json("run", "start", crash)["run"]["runId"]
+    wait_for(
+        lambda: piwf.json("run", "show", parked)["run"]["needsAction"], 60, "the no-progress park"
+    )
+    followed = piwf.run("run", "show", parked, "--follow")
+    assert followed.returncode == 0, followed.stderr
+    tail = followed.stdout.split("following (Ctrl-C stops):\n")[1]
+    assert "running" not in tail, tail
+    assert tail.startswith('  blocked: its runner exited with code 3 while node "b"'), tail
+
+    nap = write_workflow(
+        tmp_path,
+        "nap",
+        """
+        from piwf.workflow import compute, define_workflow, sleep
+
+        workflow = define_workflow(
+            name="nap", start_at="nap",
+            nodes={"nap": sleep(5000), "after": compute(lambda ctx: 1)},
+            edges=[{"from": "nap", "to": "after"}],
+        )
+        """,
+    )
+    sleeping = piwf.json("run", "start", nap)["run"]["runId"]
+    wait_for(lambda: piwf.json("run", "explain", sleeping)["cause"] == "sleeping", 30, "the timer")
+    explained = piwf.json("run", "explain", sleeping)["explanation"]
+    assert explained.startswith('node "nap" is a timer: the run sleeps until '), explained
+    followed = piwf.run("run", "show", sleeping, "--follow")
+    assert followed.returncode == 0, followed.stderr
+    tail = followed.stdout.split("following (Ctrl-C stops):\n")[1]
+    assert 'running "nap"' not in tail, tail
+    assert '  sleeping at node "nap" until ' in tail, tail

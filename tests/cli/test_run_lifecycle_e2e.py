@@ -287,6 +287,8 @@ def test_the_explanation_of_a_restarted_run_points_at_its_restart(
     piwf.json("run", "cancel", ended)
     offered = piwf.json("run", "explain", ended)
     assert offered["commands"] == [f"piwf run restart {ended}"]
+    # Cancelled by a person: no failure or error to point at.
+    assert offered["explanation"] == "the run ended cancelled. Restart to run it again."
     restart = piwf.json("run", "restart", ended)["run"]["runId"]
 
     # A run restarts once: the explanation names the new run instead of a second restart.

@@ -314,6 +314,8 @@ def test_a_run_waiting_for_a_slot_names_the_runs_that_hold_them(
         assert view.display.capacity is not None
         assert view.display.capacity.holders == [holder]
         assert explained["cause"] == "capacityFull" and holder in explained["explanation"]
+        # The command runs as printed: one more slot than the server has.
+        assert explained["commands"] == ["piwf server stop && piwf server start --max-workers 2"]
     finally:
         gate.touch()
 

@@ -128,6 +128,8 @@ def test_p_pauses_the_run_and_r_resumes_it_to_completion(
         await until(pilot, lambda: "paused ·" in shown(app, "#run-status"), "paused")
         with Client(server.home, autostart=False) as client:
             assert client.run_view(run_id).display.status == "paused"
+        # The pause stopped "hold": it waits for the resume, it is not shown running.
+        assert shown(app, "#graph").splitlines()[1] == "… hold (compute)  → last"
         gate.touch()  # the node finishes while paused; the run goes no further
         await pilot.press("r")
         await until(pilot, lambda: "completed ·" in shown(app, "#run-status"), "completed")
@@ -282,7 +284,9 @@ def test_a_answers_the_request_a_run_waits_on_from_a_form(
         with Client(server.home, autostart=False) as client:
             assert client.run_view(run_id).display.status == "waiting"
         await pilot.press("y")
-        await until(pilot, lambda: shown(app, "#message").startswith("answer: "), "the outcome")
+        said = f"{waiting.request_id}: answered; accepted by human (human) at "
+        await until(pilot, lambda: shown(app, "#message").startswith(said), "the outcome")
+        assert shown(app, "#message").endswith(': {"ok":true}'), shown(app, "#message")
         await until(
             pilot, lambda: "completed · idle" in shown(app, "#run-status"), "the answered run"
         )
@@ -503,7 +507,9 @@ def test_an_answer_the_server_refuses_keeps_the_form_open_to_correct_it(
         await pilot.press("enter")
         await until(pilot, lambda: bool(app.screen.query("#confirm")), "the question again")
         await pilot.press("y")
-        await until(pilot, lambda: shown(app, "#message") == "answer: won", "the outcome")
+        await until(
+            pilot, lambda: ": answered; accepted by human" in shown(app, "#message"), "the outcome"
+        )
         assert not app.screen.query("#answer-input")
         await until(
             pilot, lambda: "completed · idle" in shown(app, "#run-status"), "the answered run"
