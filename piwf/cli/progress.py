@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from piwf.canonical import encode_text
 from piwf.cli.render import duration
-from piwf.cli.render_view import activity_text
 from piwf.cli.safe_text import one_line
 
 if TYPE_CHECKING:
@@ -104,6 +103,10 @@ class RunProgress:
                     f"    {update.type} {update.key}: {data}",
                 )
         if node is not None and display.activity == "sleeping":
+            # Imported here: it brings the payload models (pydantic), which run --help and
+            # run list's quick path never load; a view has loaded them already.
+            from piwf.cli.render_view import activity_text
+
             self._once(
                 f"sleeping:{node.path}:{node.visit}:{node.failed_tries}:{display.available_at}",
                 f"  {activity_text(display)}",
