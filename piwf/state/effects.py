@@ -396,6 +396,21 @@ def cancel_effect(
     return Adopted(effect)
 
 
+def _not_ambiguous_message(effect: Effect) -> str:
+    """Why an effect takes no resolution, naming its run (ids are shell-safe) when it has one."""
+    kind, _, key = effect.source_resource_id.partition(":")
+    run = key if kind == ResourceType.RUN.value else "RUN_ID"
+    text = (
+        f"effect is {effect.status.value}, not ambiguous: there is nothing to resolve (only an"
+        f" effect that may or may not have happened takes a resolution; piwf run show {run}"
+        " lists a run's effects with their status"
+    )
+    if effect.status is EffectStatus.PENDING and run != "RUN_ID":
+        # pending after a --retry: the run's next runner applies it
+        text += f"; its run's next runner applies it (piwf run resume {run} if the run is parked)"
+    return text + ")"
+
+
 def resolve_ambiguous(
     tx: Transaction,
     effect_id: str,
@@ -421,11 +436,7 @@ def resolve_ambiguous(
             return Adopted(effect)
         if resolution == "retry" and effect.status in (retried, EffectStatus.APPLYING):
             return Adopted(effect)
-        return Conflict(
-            f"effect is {effect.status.value}, not ambiguous: there is nothing to resolve (only "
-            "an effect that may or may not have happened takes a resolution; piwf run show "
-            "RUN_ID lists a run's effects with their status)"
-        )
+        return Conflict(_not_ambiguous_message(effect))
     payload = {"resolution": resolution, "note": note}
     if resolution == "retry" and owner_ended:
         payload["settled"] = EffectStatus.CANCELLED.value

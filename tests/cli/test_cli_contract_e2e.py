@@ -428,8 +428,8 @@ def test_a_retry_of_an_ended_runs_effect_settles_it_not_applied_so_a_restart_can
     settled = piwf.json("effect", "resolve", effect_id, "--applied", exit_code=1)["error"]
     assert settled["message"] == (
         "effect is cancelled, not ambiguous: there is nothing to resolve (only an effect that may"
-        " or may not have happened takes a resolution; piwf run show RUN_ID lists a run's effects"
-        " with their status)"
+        f" or may not have happened takes a resolution; piwf run show {run_id} lists a run's"
+        " effects with their status)"
     ), settled
     assert piwf.json("run", "explain", run_id)["commands"] == [f"piwf run restart {run_id}"]
     restarted = piwf.json("run", "restart", run_id)

@@ -222,6 +222,14 @@ def test_resolving_an_effect_that_is_not_ambiguous_is_a_conflict(db: StateDataba
     with db.write() as tx:
         result = fx.resolve_ambiguous(tx, effect.effect_id, resolution="applied", actor=OPERATOR)
     assert isinstance(result, Conflict)
+    # the refusal names the effect's own run, and for a pending effect what moves it on
+    run = "run-1"
+    assert result.evidence == (
+        "effect is pending, not ambiguous: there is nothing to resolve (only an effect that may"
+        f" or may not have happened takes a resolution; piwf run show {run} lists a run's"
+        " effects with their status; its run's next runner applies it (piwf run resume"
+        f" {run} if the run is parked))"
+    )
 
 
 def test_cancel_turns_pending_cancelled_and_applying_ambiguous(db: StateDatabase) -> None:
