@@ -38,11 +38,9 @@ def waiting_run(piwf: Piwf) -> str:
     return run_id
 
 
-def stopped_while_waiting(
-    piwf: Piwf, arguments: list[str], signum: signal.Signals
-) -> subprocess.CompletedProcess[str]:
-    """Run ``piwf ARGUMENTS``, send it ``signum`` once it is connected, and return how it ended."""
-    waiter = subprocess.Popen(
+def started(piwf: Piwf, arguments: list[str]) -> subprocess.Popen[str]:
+    """``piwf ARGUMENTS`` started with the default SIGINT handler, in a session of its own."""
+    return subprocess.Popen(
         [sys.executable, "-c", WITH_DEFAULT_SIGINT, str(PIWF), *arguments],
         env=piwf.env,
         cwd=REPO,
@@ -51,6 +49,13 @@ def stopped_while_waiting(
         text=True,
         start_new_session=True,
     )
+
+
+def stopped_while_waiting(
+    piwf: Piwf, arguments: list[str], signum: signal.Signals
+) -> subprocess.CompletedProcess[str]:
+    """Run ``piwf ARGUMENTS``, send it ``signum`` once it is connected, and return how it ended."""
+    waiter = started(piwf, arguments)
     try:
         # The waiter is connected (the status request itself is the other connection).
         wait_for(
@@ -157,24 +162,7 @@ def test_a_signal_stops_a_submit_saying_its_output_is_validated_all_the_same(
     run_id = piwf.json("run", "start", str(workflow))["run"]["runId"]
     (request,) = wait_for(lambda: piwf.json("requests", "--run", run_id)["requests"], timeout_s=30)
     request_id = request["requestId"]
-    submit = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            WITH_DEFAULT_SIGINT,
-            str(PIWF),
-            "submit",
-            request_id,
-            "{}",
-            "--json",
-        ],
-        env=piwf.env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    submit = started(piwf, ["submit", request_id, "{}", "--json"])
     try:
         wait_for(
             lambda: piwf.json("requests", "--run", run_id)["requests"][0]["submissions"] == 1,
