@@ -128,6 +128,14 @@ def sigterm_stops_waiting() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: FrameType | None) -> None:
+        if _importing(frame):
+            # Raised inside an import (a module's pydantic models being built), it would come
+            # out as that import's error and a traceback: the stop is asked again once the
+            # import is over.
+            again = threading.Timer(_STOP_AGAIN_S, os.kill, (os.getpid(), signal.SIGTERM))
+            again.daemon = True
+            again.start()
+            return
         raise Terminated
 
     signal.signal(signal.SIGTERM, stop)
@@ -135,6 +143,19 @@ def sigterm_stops_waiting() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+#: How long after a SIGTERM that came during an import it is sent again.
+_STOP_AGAIN_S = 0.05
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (where a signal interrupted the program) is inside an import."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def interrupt_status(stop: KeyboardInterrupt) -> int:
