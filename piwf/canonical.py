@@ -265,7 +265,11 @@ def _encode_into(value: object, parts: list[str], depth: int) -> None:
         for index, item in enumerate(value):
             if index:
                 parts.append(",")
-            _encode_into(item, parts, depth + 1)
+            try:
+                _encode_into(item, parts, depth + 1)
+            except CanonicalJsonError as error:
+                error.path.append(f"[{index}]")
+                raise
         parts.append("]")
     else:
         raise CanonicalJsonError("unsupportedType", f"{type(value).__name__} is not a JSON value")
@@ -274,7 +278,9 @@ def _encode_into(value: object, parts: list[str], depth: int) -> None:
 def _encode_object(value: Mapping[Any, Any], parts: list[str], depth: int) -> None:
     for key in value:
         if not isinstance(key, str):
-            raise CanonicalJsonError("unsupportedType", "object keys must be strings")
+            error = CanonicalJsonError("unsupportedType", "object keys must be strings")
+            error.path.append(f", key {_subscript(key)}")
+            raise error
     keys = sorted(value, key=_utf16_order)
     parts.append("{")
     for index, key in enumerate(keys):
@@ -282,8 +288,25 @@ def _encode_object(value: Mapping[Any, Any], parts: list[str], depth: int) -> No
             parts.append(",")
         parts.append(_encode_string(key))
         parts.append(":")
-        _encode_into(value[key], parts, depth + 1)
+        try:
+            _encode_into(value[key], parts, depth + 1)
+        except CanonicalJsonError as error:
+            error.path.append(f"[{_subscript(key)}]")
+            raise
     parts.append("}")
+
+
+def where(error: CanonicalJsonError) -> str:
+    """Where inside the value :func:`encode` was given the part it refused sits, as subscripts
+    (``['items'][1]['when']``, ``['a'], key tuple (1, 2)``); ``""`` for the value itself, or
+    when no single part is to blame (a lone surrogate found only in the finished text)."""
+    return "".join(reversed(error.path)).removeprefix(", ")
+
+
+def _subscript(key: object) -> str:
+    """``repr(key)`` cut to 60 characters (a key may be a long text or any object)."""
+    text = repr(key) if isinstance(key, str) else f"{type(key).__name__} {key!r}"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _utf16_order(key: str) -> bytes:

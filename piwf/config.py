@@ -121,8 +121,9 @@ def split_agent_command(text: str) -> list[str]:
     return parts
 
 
-#: The variables an agent command's arguments may name: piwf replaces them itself.
-AGENT_COMMAND_VARIABLES = frozenset({"PIWF_REQUEST_ID", "PIWF_MCP_CONFIG", "PIWF_HOME"})
+#: The variables an agent command's arguments may name: piwf replaces them itself (they are the
+#: ones an agent command reads, so the same names as a client's).
+AGENT_COMMAND_VARIABLES = CLIENT_VARIABLES
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*)|\()")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _OPERATOR = re.compile(r"(?:\|\|?|&&?|;|\|&|&>>?)|\d*(?:>>?|<).*", re.DOTALL)

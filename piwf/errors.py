@@ -127,6 +127,7 @@ class CanonicalJsonError(PiwfError, ValueError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+        self.path: list[str] = []  # where the refused part sits, innermost step first
 
 
 class InvalidArgumentError(PiwfError, ValueError):

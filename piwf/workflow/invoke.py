@@ -11,9 +11,8 @@ Only :class:`Exception` is treated as a workflow failure. Any other ``BaseExcept
 
 from __future__ import annotations
 
-import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -102,7 +101,7 @@ def to_json(value: object) -> JsonValue:
     try:
         data = canonical.encode(value)
     except CanonicalJsonError as error:
-        where = _first_unusable(value, "", 0)
+        where = canonical.where(error)
         if not where:
             raise
         raise CanonicalJsonError(error.reason, f"{error} (at {where})") from None
@@ -113,44 +112,6 @@ def to_json(value: object) -> JsonValue:
             "value may hold; keep large data outside the run (a file, a URL) and pass where it is",
         )
     return canonical.parse(data)
-
-
-def _first_unusable(value: object, path: str, depth: int) -> str | None:
-    """The subscript path (``["items"][1]["when"]``) of the first part of ``value`` that is
-    not JSON, as :func:`piwf.canonical.encode` walks it; ``""`` for ``value`` itself, ``None``
-    when no part alone is to blame. Runs only after a refusal, to name the place."""
-    if depth > canonical.MAX_DEPTH:
-        return path
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{path}, key {_short(key)}" if path else f"key {_short(key)}"
-            found = _first_unusable(item, f"{path}[{_short(key)}]", depth + 1)
-            if found is not None:
-                return found
-        return None
-    if isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            found = _first_unusable(item, f"{path}[{index}]", depth + 1)
-            if found is not None:
-                return found
-        return None
-    if value is None or isinstance(value, (bool, str)):
-        return None
-    if isinstance(value, int):
-        return None if abs(value) <= canonical.MAX_SAFE_INTEGER else path
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return path
-        exact = abs(value) <= canonical.MAX_SAFE_INTEGER or "e" in canonical.format_number(value)
-        return None if exact else path
-    return path
-
-
-def _short(key: object) -> str:
-    """``repr(key)`` cut to 60 characters (a key may be a long text or any object)."""
-    text = repr(key) if isinstance(key, str) else f"{type(key).__name__} {key!r}"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def unusable(what: str, error: CanonicalJsonError) -> str:
