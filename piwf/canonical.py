@@ -299,8 +299,12 @@ def _encode_object(value: Mapping[Any, Any], parts: list[str], depth: int) -> No
 def where(error: CanonicalJsonError) -> str:
     """Where inside the value :func:`encode` was given the part it refused sits, as subscripts
     (``['items'][1]['when']``, ``['a'], key tuple (1, 2)``); ``""`` for the value itself, or
-    when no single part is to blame (a lone surrogate found only in the finished text)."""
-    return "".join(reversed(error.path)).removeprefix(", ")
+    when no single part is to blame (a lone surrogate found only in the finished text). A path
+    of over 12 steps keeps its first 8 and last 4."""
+    steps = error.path[::-1]
+    if len(steps) > 12:
+        steps = [*steps[:8], f"...{len(steps) - 12} more...", *steps[-4:]]
+    return "".join(steps).removeprefix(", ")
 
 
 def _subscript(key: object) -> str:

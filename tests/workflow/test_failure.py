@@ -229,6 +229,13 @@ def test_a_cause_chain_is_kept_newest_first_and_cut_within_the_bounds() -> None:
     assert len(long.traceback.encode()) <= MAX_TRACEBACK_BYTES
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("output", "error"),
     [
@@ -245,6 +252,11 @@ def test_a_cause_chain_is_kept_newest_first_and_cut_within_the_bounds() -> None:
             "exact; send a larger number as a string (at ['big'])",
         ),
         (b"raw", "bytes is not a JSON value"),
+        (
+            {"deep": _nested(140)},
+            "value nests deeper than 128 levels (at ['deep'][0][0][0][0][0][0][0]"
+            "...117 more...[0][0][0][0])",
+        ),
     ],
 )
 def test_an_output_that_is_not_json_names_where_inside_it(output: Any, error: str) -> None:
