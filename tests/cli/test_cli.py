@@ -167,6 +167,8 @@ def test_version() -> None:
         # What to type instead: the forms it takes.
         (["state", "prune", "--before", "24/05/01", "--dry-run"], "give a date (2024-05-01)"),
         (["state", "prune", "--before", "1969-12-31", "--dry-run"], "between 1970"),
+        # Digits only are epoch milliseconds, however many: too many is out of range.
+        (["state", "prune", "--before", "9" * 20, "--dry-run"], "0 to 253402300799999"),
         (["state", "prune", "--before", "2024-13-01", "--dry-run"], "neither ISO-8601"),
         # A cutoff in the future would take every tree that ended: refused, with what to give.
         (["state", "prune", "--before", "2999-01-01", "--dry-run"], "lies in the future"),
