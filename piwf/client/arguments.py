@@ -112,13 +112,19 @@ def path_argument(name: str, value: object) -> Path:
 def project_argument(value: object) -> Path:
     """The project directory ``value`` (default: the current directory) as an absolute path.
 
-    Its ``.piwf/workflows`` and ``.piwf/resources`` are searched for names; one that does not
-    exist holds none. A path to something that is not a directory (a workflow file given as the
-    project, say) raises :class:`~piwf.errors.InvalidArgumentError` before a request is sent.
+    Its ``.piwf/workflows`` and ``.piwf/resources`` are searched for names. A path to nothing
+    (a typo) or to something that is not a directory (a workflow file given as the project, say)
+    raises :class:`~piwf.errors.InvalidArgumentError` before a request is sent, as the CLI's
+    ``--project`` refuses it.
     """
     path = path_argument("project", Path.cwd() if value is None else value)
     try:
-        not_a_directory = path.exists() and not path.is_dir()
+        if not path.exists():
+            raise InvalidArgumentError(
+                f"invalid argument: project: no directory {path}; give the project's directory"
+                " (the one holding .piwf/), or leave it out to use the current directory"
+            )
+        not_a_directory = not path.is_dir()
     except OSError as error:  # a name longer than NAME_MAX, say: the path is never usable
         raise InvalidArgumentError(
             f"invalid argument: project: the path cannot be used ({error.strerror}); give the"

@@ -123,10 +123,21 @@ class RunReadMethods(ClientCalls):
         duration, output or error, failure record, published updates), reading the view's
         pages (``view.page``) until the last; with ``after``, only the steps whose index is
         above it (the index of the last step a caller has; -1 or None: all)."""
-        from piwf.protocol.view_payloads import MAX_STEP_PAGE_ITEMS, StepPage, ViewPagePayload
+        from piwf.protocol.view_payloads import (
+            MAX_STEP_INDEX,
+            MAX_STEP_PAGE_ITEMS,
+            StepPage,
+            ViewPagePayload,
+        )
 
         content_limit = content_limit_argument(content_limit)
-        whole_number_argument("after", after, "a step index (a whole number), or None", least=None)
+        whole_number_argument(
+            "after",
+            after,
+            f"a step index (a whole number up to {MAX_STEP_INDEX}), or None",
+            least=None,
+            most=MAX_STEP_INDEX,
+        )
         rule = f"a number of steps from 1 to {MAX_STEP_PAGE_ITEMS}"
         whole_number_argument(
             "page_limit", page_limit, rule, least=1, most=MAX_STEP_PAGE_ITEMS, optional=False

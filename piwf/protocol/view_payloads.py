@@ -62,6 +62,8 @@ Control = Literal[
 #: Steps on one page at most, and the encoded bytes a page aims to stay under.
 MAX_STEP_PAGE_ITEMS = 200
 DEFAULT_STEP_PAGE_ITEMS = 50
+#: The largest step index a steps cursor names (a cursor is its decimal digits, 12 at most).
+MAX_STEP_INDEX = 999_999_999_999
 STEP_PAGE_BYTES = 256 * 1024
 #: A step carries at most this many of its latest updates (``updates_total`` counts them all).
 MAX_STEP_UPDATES = 20

@@ -91,6 +91,10 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
         lambda c: c.start_run("noop", project=__file__),
         f"project: {__file__} is not a directory; give the project's directory",
     ),
+    "project missing": (
+        lambda c: c.start_run("noop", project="/nonexistent-piwf-project"),
+        "project: no directory /nonexistent-piwf-project; give the project's directory",
+    ),
     "project a device": (
         lambda c: c.list_workflows(project="/dev/null"),
         "project: /dev/null is not a directory",
@@ -185,6 +189,10 @@ CALLS: dict[str, tuple[Callable[[Client], object], str]] = {
     "steps after": (
         lambda c: c.run_steps("run-1", after="3"),  # type: ignore[arg-type]
         "after: a step index",
+    ),
+    "steps after beyond any index": (
+        lambda c: c.run_steps("run-1", after=10**30),
+        "after: a step index (a whole number up to 999999999999), or None",
     ),
     "project name too long": (
         lambda c: c.start_run("noop", project="n" * 300),

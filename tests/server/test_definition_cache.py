@@ -93,6 +93,7 @@ def test_a_newly_shadowing_workflow_is_found_instead_of_the_kept_one(
     home_dir.mkdir(exist_ok=True)
     write_counting(home_dir / "counted.py", log, "home")
     project = tmp_path / "project"
+    project.mkdir()  # without a .piwf/ of its own yet
     with Client(server.home, autostart=False) as client:
         assert completed_output(client, "counted", project=project) == {"version": "home"}
         assert completed_output(client, "counted", project=project) == {"version": "home"}

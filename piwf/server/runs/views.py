@@ -21,6 +21,7 @@ from piwf.protocol.client_v1 import Request
 from piwf.protocol.payloads import ContentRef, NodeFailureInfo, RunDetail
 from piwf.protocol.view_payloads import (
     EARLIER_TRIES_BYTES,
+    MAX_STEP_INDEX,
     MAX_STEP_UPDATES,
     MAX_TOPOLOGY_EDGES,
     MAX_TOPOLOGY_NODES,
@@ -375,6 +376,6 @@ def _update(offer: ContentOffer, run_id: str, update: PublishedUpdate) -> StepUp
 
 def _cursor_index(cursor: str) -> int:
     """The step index a cursor names; a cursor this server never gave is refused."""
-    if not cursor.isdigit() or len(cursor) > 12:
+    if not cursor.isdigit() or len(cursor) > len(str(MAX_STEP_INDEX)):
         raise InvalidPayloadError("cursor: not a cursor of a steps page; use the nextCursor given")
     return int(cursor)
