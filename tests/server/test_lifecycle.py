@@ -6,9 +6,14 @@ import select
 import stat
 from pathlib import Path
 
+import psutil
+
+from piwf.client import Client
 from piwf.state import StateDatabase
 from piwf.state.server_epoch import read_server_owner
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
+
+HELLO = Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py"
 
 
 def owner_epoch(home: Path) -> tuple[int, str | None]:
@@ -80,6 +85,32 @@ def test_server_stop_answers_then_exits(server: ServerProcess) -> None:
         assert response.receipt == {"stopping": True}
     assert server.process.wait(timeout=15) == 0
     assert not server.socket_path.exists()
+
+
+def test_a_stopped_server_has_ended_every_process_of_its_own_when_its_connection_closes(
+    server: ServerProcess,
+) -> None:
+    """The fork server and the resource tracker are the server's children too: they are ended
+    and reaped before the stop's connection closes, not left to notice the server's exit."""
+    with Client(server.home, autostart=False) as client:
+        run = client.start_run(HELLO, input={"who": "ada"})
+        assert client.wait_run(run.run_id, timeout_s=30).run.status == "completed"
+    descendants = psutil.Process(server.process.pid).children(recursive=True)
+    titles = " | ".join(" ".join(child.cmdline()) for child in descendants)
+    assert "forkserver" in titles and "resource_tracker" in titles, titles
+    with raw_client(server) as raw:
+        assert raw.request("server.stop", key="stop-1").outcome == "accepted"
+        assert raw.closed_by_server(timeout_s=15)
+        left = [child for child in descendants if _alive(child)]
+        assert left == [], "still running once the stop's connection closed"
+    assert server.process.wait(timeout=15) == 0
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_a_stopping_server_closes_its_clients_only_once_it_let_go_of_the_home(

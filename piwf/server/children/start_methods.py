@@ -69,6 +69,8 @@ START_TIMEOUT_S = 5.0
 FIRST_START_TIMEOUT_S = 30.0
 #: How long a killed fork server may take to be dead.
 _REPLACE_WAIT_S = 1.0
+#: How long a fork server or a resource tracker may take to end once told (server shutdown).
+_HELPER_STOP_WAIT_S = 2.0
 
 
 class StartMethod(str, Enum):
@@ -169,6 +171,19 @@ class ChildStarter:
             resource_tracker.ensure_running()
             if self.method is StartMethod.FORKSERVER:
                 forkserver.ensure_running()
+
+    def stop_helpers(self, timeout_s: float = _HELPER_STOP_WAIT_S) -> None:
+        """End the fork server, then the resource tracker, and reap each: a stopped server's
+        stop then returns with no process of its own left. Each is told as this process's exit
+        would tell it, by closing this process's end of its pipe (the fork server's "alive"
+        pipe, the tracker's, which the fork server held too); one still there after
+        ``timeout_s`` (stopped, wedged, or its pipe held by a process that outlived its run)
+        is killed. For the server's shutdown, once every child has ended."""
+        if self.method is StartMethod.FORKSERVER:
+            _end_helper(
+                forkserver._forkserver, "_forkserver_alive_fd", "_forkserver_pid", timeout_s
+            )
+        _end_helper(resource_tracker._resource_tracker, "_fd", "_pid", timeout_s)
 
     @property
     def timeout_s(self) -> float:
@@ -327,6 +342,29 @@ def _deadline(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _end_helper(helper: object, pipe_name: str, pid_name: str, timeout_s: float) -> None:
+    """Close ``helper``'s pipe (its attribute ``pipe_name``, a descriptor) and reap its process
+    (``pid_name``), killing it at the deadline; nothing when it was never started here. The
+    standard library's own ``_stop`` does the same but waits without a bound."""
+    pipe, pid = getattr(helper, pipe_name, None), getattr(helper, pid_name, None)
+    if not isinstance(pipe, int) or not isinstance(pid, int):
+        return
+    setattr(helper, pipe_name, None)
+    setattr(helper, pid_name, None)
+    with contextlib.suppress(OSError):
+        os.close(pipe)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(0.01)  # a bounded poll: the process is this one's child, reaped here
+    except ChildProcessError:  # reaped already (a fork server that was replaced)
+        pass
 
 
 def _dup_or_none(descriptor: int) -> int | None:

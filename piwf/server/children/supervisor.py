@@ -330,8 +330,8 @@ class Supervisor:
                 self._finish(handle)
 
     def stop_all(self, grace_s: float = 2.0) -> None:
-        """Stop every child and wait for each (server shutdown), then stop capturing the
-        helpers' output (they end with this process)."""
+        """Stop every child and wait for each (server shutdown), then end the start helpers
+        (the fork server and the resource tracker) and stop capturing their output."""
         handles = list(self.children.values())
         for handle in handles:
             if handle.pid is None:
@@ -346,6 +346,8 @@ class Supervisor:
             if handle.pid is None and not handle.exited:
                 self._fail_start(handle, "the server stopped before the child's pid came")
             self._finish(handle)
+        if self._starter is not None:
+            self._starter.stop_helpers()
         if self._helpers is not None:
             self._helpers.close()
             self._helpers = None
