@@ -81,6 +81,12 @@ def session_attach(session_id: str, exit_when_done: bool, as_json: bool) -> None
             host = client.session(session_id, inspect_branch=screen.inspect_branch)
             host.attach()
             _say(f"attached to session {session_id} as its coordinator; waiting for messages")
+            if host.view().runs == 0:  # most often a mistyped id: say so, and keep waiting
+                _say(
+                    f"no run has used session {session_id} yet (piwf session list shows the"
+                    " sessions runs were bound to); waiting for a run started with --session"
+                    f" {session_id}"
+                )
             _host(host, screen, exit_when_done, as_json)
         except _TerminalClosedError:
             _write_nowhere()  # the terminal is gone: nobody to tell

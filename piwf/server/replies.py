@@ -19,6 +19,7 @@ from piwf.state import Transaction
 from piwf.state import effects as fx
 from piwf.state.execution import list_open_requests
 from piwf.state.execution import runs as run_store
+from piwf.state.execution.requests import agent_request_host
 from piwf.state.resources.managed import RESOURCE_UID_PREFIX
 from piwf.workflow.identity import REQUEST_ID_PREFIX
 
@@ -230,7 +231,10 @@ def unknown_request(tx: Transaction, request_id: str, home: Path) -> str:
         )
     waits = "; ".join(
         f'request {item.request_id} ({item.kind} at node "{item.path}"): '
-        + request_command(item.kind).format(request=item.request_id)
+        + (
+            agent_request_host(tx, request_id, item.kind)
+            or request_command(item.kind).format(request=item.request_id)
+        )
         + (f" (choices: {', '.join(item.choices)})" if item.choices else "")
         for item in found
     )

@@ -16,6 +16,8 @@ from tests.cli.test_decision_inputs_e2e import CHECKPOINT, DECISION, REPLAN, pen
 from tests.cli.test_parked_e2e import HELD_POST, write
 from tests.server.harness import wait_for
 
+SESSION_REVIEW = "fixtures/workflows/session_review.py"
+
 
 def test_requests_marks_a_paused_run_and_names_the_resume(piwf: Piwf) -> None:  # noqa: F811
     """`piwf requests` listed a paused run's request like any other; answering it was then
@@ -185,3 +187,30 @@ def test_run_list_marks_a_run_whose_request_waits_for_a_persons_answer(
     )
     assert listed_run()["waitingForPerson"] is False
     assert "needs action" not in row()
+
+
+def test_an_interactive_runs_agent_request_names_its_session_not_piwf_submit(
+    piwf: Piwf,  # noqa: F811
+) -> None:
+    """`piwf answer` on an interactive run's agent request, and a run id given as a request id,
+    named `piwf submit REQUEST '<json>'`, which an interactive run refuses (sessionAuthority);
+    they name the session's host, as `piwf requests` and `run show` do."""
+    started = piwf.json(
+        "run", "start", SESSION_REVIEW, "--input", '{"topic": "x"}', "--session", "probe-1"
+    )
+    run_id = started["run"]["runId"]
+    request_id = pending(piwf, run_id)["requestId"]
+    through = "through its session: piwf session attach probe-1"
+
+    refused = piwf.json("answer", request_id, '{"note": "x"}', exit_code=1)
+    assert refused["error"] == {
+        "code": "notDecisionRequest",
+        "message": f"request {request_id} is an agent step's request, not a checkpoint or"
+        f" decision; submit its output {through}",
+    }
+    for command in ("answer", "submit"):
+        by_run = piwf.json(command, run_id, '{"note": "x"}', exit_code=1)["error"]
+        assert by_run["code"] == "requestNotFound"
+        assert f'request {request_id} (agent at node "draft"): {through}' in by_run["message"]
+        assert "piwf submit" not in by_run["message"]
+    assert pending(piwf, run_id)["submissions"] == 0, "nothing was submitted"

@@ -165,9 +165,15 @@ def answer_request(
         request = requests.get_request(tx, request_id)
         if request is None:
             return None
+        host = requests.agent_request_host(tx, request.run_id, request.kind.value)
         return Conflict(
             f"request {request_id} is an agent step's request, not a checkpoint or decision; "
-            + requests.command_of_the_other_kind(request, "piwf submit", "submit its output with")
+            + requests.command_of_the_other_kind(
+                request,
+                "piwf submit",
+                "submit its output with",
+                instead=None if host is None else f"submit its output {host}",
+            )
         )
     earlier = decisions.get_submission(tx, request_id, submission_id)
     resolution = decisions.get_resolution(tx, request_id)

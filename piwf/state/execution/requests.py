@@ -97,19 +97,34 @@ class RequestRow:
     visit: int
 
 
-def command_of_the_other_kind(request: RequestRow, command: str, kind_text: str) -> str:
+def command_of_the_other_kind(
+    request: RequestRow, command: str, kind_text: str, *, instead: str | None = None
+) -> str:
     """The end of a refusal of an answer or submission of the other kind (a submission for a
     checkpoint, an answer for an agent step): while ``request`` is pending, ``command`` (``piwf
-    answer`` or ``piwf submit``) that fits it, after ``kind_text`` (such as "answer it with");
-    once it is answered, settled or cancelled, that it takes nothing more and where its outcome
-    shows (its winner, or its accepted output)."""
+    answer`` or ``piwf submit``) that fits it, after ``kind_text`` (such as "answer it with"),
+    or ``instead`` when the caller knows better advice (:func:`agent_request_host`); once it is
+    answered, settled or cancelled, that it takes nothing more and where its outcome shows (its
+    winner, or its accepted output)."""
     if request.status is InteractionStatus.PENDING:
+        if instead is not None:
+            return instead
         return f"{kind_text}: {command} {request.request_id} '<json>'"
     show = f"piwf run show {request.run_id}"
     if request.status is InteractionStatus.CANCELLED:
         return f"it is cancelled and takes nothing more ({show})"
     outcome = "its accepted output" if request.kind is InteractionKind.AGENT else "its winner"
     return f"it is settled already and takes nothing more ({outcome}: {show})"
+
+
+def agent_request_host(tx: Transaction, run_id: str, kind: str) -> str | None:
+    """How an agent request (``kind``) of an interactive run is fulfilled: through its
+    session's host, since ``piwf submit`` is refused there (``sessionAuthority``); None for
+    another kind of request or a headless run."""
+    if kind != InteractionKind.AGENT.value:
+        return None
+    session = messages.session_of(tx, run_id)
+    return None if session is None else f"through its session: piwf session attach {session}"
 
 
 # Reads -------------------------------------------------------------------------------------
