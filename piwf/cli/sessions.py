@@ -107,6 +107,9 @@ def session_capture(run_id: str, attempt_id: str | None, full: bool, as_json: bo
     """
     with open_client() as client:
         captured = client.read_capture(run_id, attempt_id=attempt_id)
+        headless = (
+            not captured and not as_json and client.get_run(run_id, content_limit=0).session is None
+        )
     if as_json:
         render.emit_json(
             {
@@ -126,6 +129,12 @@ def session_capture(run_id: str, attempt_id: str | None, full: bool, as_json: bo
         click.echo(
             f"run {run_id} has no captured turns of attempt {attempt_id}:"
             f" piwf session capture {run_id} shows every captured turn of the run"
+        )
+        return
+    if headless:
+        click.echo(
+            f"run {run_id} has no captured turns: it is headless (no session); only a run"
+            " started with --session SESSION_ID is interactive (docs/SESSIONS.md)"
         )
         return
     if not captured:

@@ -22,6 +22,8 @@ from tests.server.harness import ServerFactory, ServerProcess
 from tests.server.test_execution import FAST, write_workflow
 from tests.server.test_sessions import CHAT, client_of, next_of
 
+HELLO = Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "hello.py"
+
 ONE_STEP = """
 from piwf.workflow import agent, define_workflow
 
@@ -302,3 +304,17 @@ def test_piwf_session_capture_prints_the_turns(server: ServerProcess) -> None:
         timeout=60,
     )
     assert unknown.returncode != 0 and "no run run-nope" in unknown.stderr
+    with client_of(server) as client:
+        headless = client.start_run(HELLO, input={"who": "ada"})
+    of_headless = subprocess.run(
+        [sys.executable, "-m", "piwf", "session", "capture", headless.run_id],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert of_headless.returncode == 0, of_headless.stderr
+    assert of_headless.stdout == (
+        f"run {headless.run_id} has no captured turns: it is headless (no session); only a"
+        " run started with --session SESSION_ID is interactive (docs/SESSIONS.md)\n"
+    )
