@@ -127,11 +127,11 @@ def _host(host: SessionCoordinator, screen: _Screen, exit_when_done: bool, as_js
         if message.kind == "step":
             screen.open_step = (message.message_id, entry_id)
             try:
-                _take_turn(host, message, entry_id)
+                _take_turn(host, message, entry_id, as_json)
             finally:
                 screen.open_step = None
         elif message.kind == "decision":
-            _answer_decision(host, message)
+            _answer_decision(host, message, as_json)
         elif message.kind == "terminal" and exit_when_done and _session_free(host):
             raise SystemExit(0 if message.content.get("status") == "completed" else 1)
 
@@ -204,14 +204,18 @@ def _hang_up_ends_input() -> Iterator[None]:
         signal.signal(signal.SIGHUP, previous)
 
 
-def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id: str) -> None:
+def _take_turn(
+    host: SessionCoordinator, message: WorkflowMessageInfo, entry_id: str, as_json: bool
+) -> None:
     """One turn on a step: the person types until a value is accepted. The turn's capture
-    keeps the step as shown and every line typed (rejections as events)."""
+    keeps the step as shown and every line typed (rejections as events). With ``as_json``
+    each line's fate is a document on stdout too (:func:`_result`)."""
     request = message.content
     agent = request.get("requestKind") == "agent"
     started = host.start_turn(message)
     if started.ownership != "active" or started.turn is None:
         _say("(this step is closed now; waiting for the next message)")
+        _result(as_json, message, "closed")
         return
     turn = started.turn
     _capture(host, turn, CapturedEntry(entry_id=entry_id, kind="workflowMessage", content=request))
@@ -222,9 +226,11 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id:
             line = _read_line(prompt)
         except KeyboardInterrupt:
             _abort_turn(host, turn)
+            _result(as_json, message, "aborted")
             return
         except EOFError:
             _abort_turn(host, turn)
+            _result(as_json, message, "aborted")
             raise
         typed += 1
         line_entry = CapturedEntry(
@@ -233,6 +239,7 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id:
         _capture(host, turn, line_entry)
         value = _parse(line)
         if value is _NOT_JSON:
+            _result(as_json, message, "notJson")
             continue
         try:
             if agent:
@@ -241,6 +248,7 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id:
                 host.answer(request["requestId"], value)
         except SubmissionRejectedCommandError as rejected:
             _say(f"rejected: {rejected}")
+            _result(as_json, message, "rejected", str(rejected))
             _capture(host, turn, CapturedEvent(event_type="rejection", payload=str(rejected)))
             continue
         except SessionAuthorityCommandError:
@@ -248,9 +256,11 @@ def _take_turn(host: SessionCoordinator, message: WorkflowMessageInfo, entry_id:
         except (RejectedError, InvalidArgumentError) as refused:
             # InvalidArgumentError: the client would not send it (too large); nothing was sent.
             _say(f"refused: {refused}")
+            _result(as_json, message, "refused", str(refused))
             continue
         host.end_turn(turn, "completed", response_entry_id=line_entry.entry_id)
         _say("accepted")
+        _result(as_json, message, "accepted")
         return
 
 
@@ -276,26 +286,57 @@ def _capture(host: SessionCoordinator, turn: TurnInfo, item: CapturedEntry | Cap
         _say(f"(not captured: {refused})")
 
 
-def _answer_decision(host: SessionCoordinator, message: WorkflowMessageInfo) -> None:
+def _answer_decision(host: SessionCoordinator, message: WorkflowMessageInfo, as_json: bool) -> None:
     while True:
         try:
             line = _read_line("decision JSON> ")
         except KeyboardInterrupt:
             _say("not answered: answer it later with piwf answer")
+            _result(as_json, message, "notAnswered")
             return
         except EOFError:
             _say("not answered: answer it later with piwf answer")
+            _result(as_json, message, "notAnswered")
             raise
         value = _parse(line)
         if value is _NOT_JSON:
+            _result(as_json, message, "notJson")
             continue
         try:
             host.client.answer(message.content["requestId"], value)
         except (RejectedError, InvalidArgumentError) as refused:
             _say(f"refused: {refused}")
+            _result(as_json, message, "refused", str(refused))
             continue
         _say("answered")
+        _result(as_json, message, "answered")
         return
+
+
+def _result(
+    as_json: bool, message: WorkflowMessageInfo, result: str, reason: str | None = None
+) -> None:
+    """With ``as_json``, what became of a line typed for ``message`` (a step or a decision) as
+    one JSON document on stdout, beside the messages: ``{"result": ..., "messageId": ...,
+    "runId": ..., "requestId": ...}`` and the ``reason`` of a refusal. ``result`` is
+    ``accepted`` or ``answered`` (the turn or the decision is done), ``rejected`` (the
+    value did not fit; type another), ``refused`` (not sent or not taken; type another),
+    ``notJson``, ``aborted`` (the turn ended unanswered: the run pauses), ``notAnswered``
+    (a decision left open) or ``closed`` (the step was closed before its turn began)."""
+    if not as_json:
+        return
+    document: dict[str, object] = {
+        "result": result,
+        "messageId": message.message_id,
+        "runId": message.run_id,
+        "requestId": message.content.get("requestId"),
+    }
+    if reason is not None:
+        document["reason"] = reason
+    try:
+        render.emit_json(document)
+    except OSError:  # the reader is gone; the host goes on ending
+        _write_nowhere()
 
 
 def _read_line(prompt: str) -> str:

@@ -263,3 +263,52 @@ def test_a_run_output_too_large_for_a_message_is_named_with_where_to_read_it(
         check=True,
     )
     assert json.loads(shown.stdout)["output"]["note"] == note
+
+
+NOTED = """
+from piwf.workflow import agent, checkpoint, define_workflow
+
+def need_note(output, ctx):
+    if not isinstance(output, dict) or not isinstance(output.get("note"), str):
+        raise ValueError('give {"note": "some text"}')
+
+workflow = define_workflow(
+    name="noted",
+    start_at="draft",
+    nodes={
+        "draft": agent(prompt="Draft.", expected_output='{"note": "text"}', validate=need_note),
+        "approve": checkpoint(summary="Approve", run=lambda ctx: ctx.outputs["draft"]),
+    },
+    edges=[{"from": "draft", "to": "approve"}],
+)
+"""
+
+
+def test_with_json_each_typed_lines_fate_is_a_document_beside_the_messages(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """``--json`` prints what became of each line too, so a script driving the host reads
+    from stdout alone whether its value went in (stderr has the same in words)."""
+    (tmp_path / "noted.py").write_text(NOTED)
+    typed = b'nope\n5\n{"note": "ok"}\n{"approved": true}\n'
+    with Client(server.home, autostart=False) as client:
+        run = client.start_run(tmp_path / "noted.py", session="json-1")
+        host = subprocess.run(
+            [str(PIWF), "session", "attach", "json-1", "--exit-when-done", "--json"],
+            input=typed,
+            capture_output=True,
+            env={**os.environ, "PIWF_HOME": str(server.home)},
+            timeout=EXIT_DEADLINE_S,
+        )
+        assert host.returncode == 0, host.stderr.decode()
+        documents = [json.loads(line) for line in host.stdout.decode().splitlines()]
+        steps = {d["messageId"]: d for d in documents if "result" not in d and d["kind"] == "step"}
+        results = [d for d in documents if "result" in d]
+        assert [d["result"] for d in results] == ["notJson", "rejected", "accepted", "accepted"]
+        assert all(d["runId"] == run.run_id for d in results)
+        assert all(d["messageId"] in steps for d in results), results
+        draft, approval = (steps[d["messageId"]]["content"]["requestId"] for d in results[2:])
+        assert [d["requestId"] for d in results] == [draft, draft, draft, approval]
+        assert 'give {"note": "some text"}' in results[1]["reason"]
+        assert "reason" not in results[2]
+        assert client.wait_run(run.run_id, timeout_s=20).run.status == "completed"
