@@ -34,7 +34,8 @@ def effect_resolve(
 ) -> None:
     """Settle an ambiguous effect as applied, or send it back to pending for a retry.
 
-    Exactly one of --applied and --retry. Then resume its run with `piwf run resume RUN_ID`.
+    Exactly one of --applied and --retry. Then resume its run with `piwf run resume RUN_ID`
+    (a managed resource's effect needs none: its resource is reconciled at once).
 
     \b
     Example:

@@ -91,10 +91,14 @@ def resource_get(manager: str, key: str, as_json: bool) -> None:
     """
     with open_client() as client:
         detail = client.get_resource(manager, key)
+    failed_log = failed_reconcile_log(detail, ServerPaths(state_home()).runners_dir)
     if as_json:
-        render.emit_json(detail.to_wire())
+        wire = detail.to_wire()
+        if failed_log is not None:  # what the human form shows as ``traceback``
+            wire["traceback"] = str(failed_log)
+        render.emit_json(wire)
     else:
-        click.echo(resource_detail(detail, ServerPaths(state_home()).runners_dir))
+        click.echo(resource_detail(detail, failed_log))
 
 
 @resource_group.command("list")
@@ -196,15 +200,11 @@ def resource_line(info: ResourceInfo) -> str:
     )
 
 
-def resource_detail(detail: ResourceDetail, log_directory: Path | None = None) -> str:
-    """The human form of ``resource.get``. With the server's ``log_directory`` (its runners'
-    logs), a resource whose last reconcile failed also shows that reconcile's log, where its
-    traceback is (when the reconcile printed one)."""
+def resource_detail(detail: ResourceDetail, failed_log: Path | None = None) -> str:
+    """The human form of ``resource.get``; ``failed_log`` (from :func:`failed_reconcile_log`)
+    is shown as ``traceback``."""
     info = detail.resource
     queue = info.queue
-    failed_log = None
-    if queue is not None and queue.last_error is not None and log_directory is not None:
-        failed_log = _failed_reconcile_log(detail, log_directory)
     lines = [
         f"{info.manager}/{info.key}  {info.state}",
         render.fields(
@@ -280,8 +280,13 @@ def resource_detail(detail: ResourceDetail, log_directory: Path | None = None) -
     return "\n".join(lines)
 
 
-def _failed_reconcile_log(detail: ResourceDetail, log_directory: Path) -> Path | None:
-    """The log of the newest failed reconcile, when it holds something (a traceback)."""
+def failed_reconcile_log(detail: ResourceDetail, log_directory: Path) -> Path | None:
+    """For a resource whose last reconcile failed, the log of the newest failed reconcile in
+    the server's ``log_directory`` (its runners' logs), when it holds something (a traceback);
+    else None."""
+    queue = detail.resource.queue
+    if queue is None or queue.last_error is None:
+        return None
     for reconcile in detail.reconciles:  # newest first
         if reconcile.result == "failed":
             path = log_directory / f"{reconcile.reconcile_id}.log"

@@ -78,9 +78,10 @@ from piwf.state import effects as fx
 from piwf.state import execution as ex
 from piwf.state.backup import backup_database
 from piwf.state.diagnostics import server_counts, status_counts, verify_database
-from piwf.state.enums import ActorType, ResourceType, SubmissionSource
+from piwf.state.enums import ActorType, ResourceQueueReason, ResourceType, SubmissionSource
 from piwf.state.execution import runs as run_store
 from piwf.state.records import Actor
+from piwf.state.resources import managed
 
 log = logging.getLogger("piwf.server")
 
@@ -299,6 +300,8 @@ class Handlers:
             )
             if isinstance(result, Conflict):
                 return CommandResult.failed("rejected", RunCommandError(result.evidence))
+            if isinstance(result, Applied):
+                _wake_resource_of(tx, effect)
             receipt = EffectReceipt(
                 effect=effect_info(result.value),
                 # Adopted: the same resolution again, or the runner's retry already under way.
@@ -306,7 +309,10 @@ class Handlers:
             ).to_wire()
             return CommandResult.accepted(receipt)
 
-        reply(self.context.commands.execute(request, change))
+        response = self.context.commands.execute(request, change)
+        reply(response)
+        if response.outcome == "accepted":
+            self.context.wake_scheduler()
 
     # -- state ----------------------------------------------------------------------------
 
@@ -424,6 +430,15 @@ def _paused_run_of_applying(tx: Transaction, effect: fx.Effect) -> str | None:
         return None
     run = run_store.load_run(tx, run_id)
     return run_id if run is not None and run.paused and not run.terminal else None
+
+
+def _wake_resource_of(tx: Transaction, effect: fx.Effect) -> None:
+    """Enqueue the managed resource whose reconcile reserved ``effect`` (a resolution is an
+    event: its next reconcile adopts the settled effect, or observes a retried one, at once
+    rather than after a failure's backoff); nothing for a run's effect or a removed resource."""
+    kind, _, uid = effect.source_resource_id.partition(":")
+    if kind == ResourceType.MANAGED_RESOURCE.value and managed.get_resource_by_uid(tx, uid):
+        managed.enqueue(tx, uid, ResourceQueueReason.REQUESTED)
 
 
 def _run_ended(tx: Transaction, source_resource_id: str) -> bool:

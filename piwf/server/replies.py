@@ -21,6 +21,7 @@ from piwf.state.execution import list_open_requests
 from piwf.state.execution import runs as run_store
 from piwf.state.execution.requests import agent_request_host
 from piwf.state.resources.managed import RESOURCE_UID_PREFIX
+from piwf.state.resources.runners import RECONCILE_ID_PREFIX
 from piwf.workflow.identity import REQUEST_ID_PREFIX
 
 P = TypeVar("P", bound=WireModel)
@@ -186,6 +187,12 @@ ID_KINDS: tuple[IdKind, ...] = (
         RESOURCE_UID_PREFIX,
         "a managed resource's uid",
         "piwf resource list shows the resources; piwf resource get MANAGER KEY shows one",
+    ),
+    IdKind(
+        "reconcile",
+        RECONCILE_ID_PREFIX,
+        "a reconcile id",
+        "piwf resource get MANAGER KEY lists a resource's recent reconciles",
     ),
 )
 

@@ -267,6 +267,13 @@ def test_a_failed_reconcile_leaves_its_traceback_in_the_reconcile_log(
     assert "Traceback (most recent call last)" in log
     assert f'File "{module.resolve()}", line 5, in reconcile' in log
 
+    # --json names the log as the human form does (a later retry may have failed since).
+    runners = piwf.home / "server" / "runners"
+    named = rf"{re.escape(str(runners))}/reconcile-[0-9a-f]+\.log"
+    assert re.fullmatch(named, piwf.json("resource", "get", "raiser", "r")["traceback"])
+    human = piwf.run("resource", "get", "raiser", "r").stdout
+    assert re.search(rf"^  traceback +{named}$", human, re.M)
+
 
 REFUSER = """
 from piwf.resource import define_resource_manager, settled

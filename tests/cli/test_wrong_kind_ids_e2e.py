@@ -94,6 +94,22 @@ def test_a_resource_uid_where_a_run_id_belongs(piwf: Piwf) -> None:  # noqa: F81
         assert error == {"code": "runNotFound", "message": expected}
 
 
+def test_a_reconcile_id_where_a_run_or_an_effect_id_belongs(piwf: Piwf) -> None:  # noqa: F811
+    """A reconcile id, copied from ``piwf resource get``, said only "no effect X"."""
+    reconcile_id = "reconcile-" + "6d" * 8
+    hint = (
+        "that is a reconcile id (piwf resource get MANAGER KEY lists a resource's recent"
+        " reconciles)"
+    )
+    refused = piwf.json("effect", "resolve", reconcile_id, "--retry", exit_code=1)
+    assert refused["error"] == {
+        "code": "effectNotFound",
+        "message": f"no effect {reconcile_id}: {hint}",
+    }
+    for error in refusals(piwf, RUN_COMMANDS[:1], reconcile_id):
+        assert error == {"code": "runNotFound", "message": f"no run {reconcile_id}: {hint}"}
+
+
 def test_a_run_id_where_an_effect_id_belongs(piwf: Piwf) -> None:  # noqa: F811
     run_id = piwf.json("run", "start", HELLO, "--input", '{"who": "ada"}', "--wait")["run"]["runId"]
     hint = f"that is a run id (piwf run show {run_id})"

@@ -479,3 +479,59 @@ def test_a_manager_whose_initial_status_exits_is_refused_naming_initial_status(
         " module call os._exit or exit at import or in its initial_status?)"
     ), applied.error.message
     assert query(server.home, "SELECT count(*) FROM managed_resources") == [(0,)]
+
+
+UNSURE = """
+from piwf.resource import EffectIndeterminateError, define_resource_manager, requeue_after, settled
+
+def reconcile(ctx, resource):
+    try:
+        record = ctx.effects.ensure(
+            key="post", kind="chat.post", request={},
+            observe=lambda signal: "indeterminate", apply=lambda signal: "applied",
+        )
+    except EffectIndeterminateError:  # look again in an hour: only an operator can tell
+        return requeue_after(3_600_000, status={"effect": "ambiguous"})
+    return settled(status={"effect": "applied" if record.applied else "not applied"})
+
+manager = define_resource_manager(
+    name="unsure", initial_status=lambda spec: {}, reconcile=reconcile
+)
+"""
+
+
+@pytest.mark.usefixtures("reaper")
+def test_resolving_a_resource_effect_reconciles_its_resource_at_once(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = start(servers)
+    project = project_with(tmp_path, unsure=UNSURE)
+    with Client(home=server.home, autostart=False) as client:
+        client.apply_resource("unsure", "k", {}, project=project)
+
+        def parked() -> ResourceDetail | None:
+            detail = client.get_resource("unsure", "k")
+            waiting = detail.status == {"effect": "ambiguous"}
+            return detail if waiting and detail.effects[0].status == "ambiguous" else None
+
+        detail = wait_for(parked, timeout_s=30, what="the ambiguous effect")
+        effect = detail.effects[0]
+        # A retry is an event too: the next reconcile observes again (still unsure) at once.
+        assert client.resolve_effect(effect.effect_id, "retry").status == "pending"
+
+        def observed_again() -> ResourceDetail | None:
+            found = parked()
+            return (
+                found if found and found.effects[0].attempt_count > effect.attempt_count else None
+            )
+
+        again = wait_for(
+            observed_again, timeout_s=30, what="a reconcile after the retry, not in an hour"
+        )
+        assert again.reconcile_count > detail.reconcile_count
+        assert client.resolve_effect(effect.effect_id, "applied").status == "applied"
+        wait_for(
+            lambda: client.get_resource("unsure", "k").status == {"effect": "applied"},
+            timeout_s=30,
+            what="the reconcile that adopts the settled effect",
+        )

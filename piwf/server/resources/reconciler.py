@@ -200,7 +200,7 @@ class Reconciler:
     # -- launching -------------------------------------------------------------------------
 
     def _launch(self, launch: rc.ReconcileLaunch) -> None:
-        reconcile_id = f"reconcile-{secrets.token_hex(8)}"
+        reconcile_id = f"{runners.RECONCILE_ID_PREFIX}{secrets.token_hex(8)}"
         active = ActiveReconcile(launch, launch.claim, reconcile_id)
         self.active[launch.uid] = active
         epoch = self.server_claim().epoch

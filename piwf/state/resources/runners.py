@@ -18,6 +18,9 @@ from piwf.state.database import Transaction
 from piwf.state.enums import ReconcileOutcome, ResourceRunnerStatus
 from piwf.state.leases import Claim, renew_claim
 
+#: What every reconcile id (the key of a runner row, and its log's name) starts with.
+RECONCILE_ID_PREFIX = "reconcile-"
+
 _INSERT_RUNNER = """
 INSERT INTO managed_resource_runners (reconcile_id, resource_id, uid, claim_generation,
     server_epoch, resource_version, resource_generation, queue_version, deadline_at, status,
