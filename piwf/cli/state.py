@@ -118,8 +118,13 @@ def _refuse_existing(destination: str | Path, option: str = "") -> None:
     """Raise a usage error when ``destination`` (a backup's path, named ``option`` in the
     message) exists already, before anything is sent. ``lexists`` never raises: a path the OS
     refuses (a name too long) is left to the server, which answers it with the reason."""
+    named = f"{option} " if option else ""
+    if os.path.isdir(destination):
+        raise click.UsageError(
+            f"{named}{render.one_line(str(destination))} is a directory; give the path of a new"
+            " file in it (for example DIR/piwf-backup.sqlite)"
+        )
     if os.path.lexists(destination):
-        named = f"{option} " if option else ""
         raise click.UsageError(
             f"{named}{render.one_line(str(destination))} already exists; choose a new file"
         )
@@ -140,7 +145,7 @@ def _naming(destination: Path) -> Iterator[None]:
 
 @state_group.command("backup")
 @click.argument(
-    "destination", metavar="DEST", type=click.Path(dir_okay=False), callback=_new_file_path
+    "destination", metavar="DEST", type=click.Path(), callback=_new_file_path
 )
 @json_option
 @command
@@ -265,7 +270,7 @@ def _cutoff_option(_ctx: click.Context, _param: click.Parameter, value: str) -> 
     "--backup",
     "backup_text",
     metavar="DEST",
-    type=click.Path(dir_okay=False),
+    type=click.Path(),
     help="With --apply: a verified backup is written here first (absolute, new file).",
 )
 @json_option

@@ -153,6 +153,12 @@ def test_version() -> None:
         (["run", "list", "--limit", "0"], "--limit"),
         (["run", "wait", "run-1", "--timeout", "-1"], "--timeout"),
         (["state", "backup"], "Missing argument 'DEST'"),
+        # An existing directory: what to give instead, for DEST and for --backup alike.
+        (["state", "backup", str(Path(__file__).parent)], "is a directory; give the path of"),
+        (
+            ["state", "prune", "--before", "1", "--apply", "--backup", str(Path(__file__).parent)],
+            "--backup " + str(Path(__file__).parent) + " is a directory; give the path of",
+        ),
         (["resource", "apply", "greeting", "ada"], "exactly one of --spec or --spec-file"),
         (["resource", "apply", "greeting", "ada", "--spec", "{bad"], "not valid JSON"),
         (["resource", "apply", "greeting", "ada", "--spec", "[1]"], "must be a JSON object"),
