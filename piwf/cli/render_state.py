@@ -102,6 +102,10 @@ def verify(receipt: VerifyReceipt) -> str:
         return "state is valid: every invariant holds"
     lines = [f"state is INVALID: {len(receipt.violations)} violation(s)"]
     lines += [f"  {violation.code}: {violation.detail}" for violation in receipt.violations]
+    lines.append(
+        "nothing was repaired: keep this file for a report, and restore a backup that verifies"
+        " (piwf state verify BACKUP, then piwf state restore BACKUP with the server stopped)"
+    )
     return "\n".join(lines)
 
 
@@ -124,6 +128,9 @@ def prune(report: PruneReport) -> str:
     if report.protected_count:
         lines.append(f"kept {report.protected_count} expired tree(s) that protected state holds:")
         lines += [f"  {tree.root_run_id}  {', '.join(tree.reasons)}" for tree in report.protected]
+        lines.append(
+            "(piwf run explain RUN_ID says what holds a run; docs/RETENTION.md lists the reasons)"
+        )
     if report.truncated:
         lines.append("(lists cut at 100 entries; the counts are complete)")
     return "\n".join(lines)

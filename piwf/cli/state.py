@@ -119,7 +119,7 @@ def _refuse_existing(destination: str | Path, option: str = "") -> None:
     message) exists already, before anything is sent. ``lexists`` never raises: a path the OS
     refuses (a name too long) is left to the server, which answers it with the reason."""
     named = f"{option} " if option else ""
-    if os.path.isdir(destination):
+    if os.path.isdir(destination):  # noqa: PTH112 (never raises; a too-long name is the server's)
         raise click.UsageError(
             f"{named}{render.one_line(str(destination))} is a directory; give the path of a new"
             " file in it (for example DIR/piwf-backup.sqlite)"
@@ -144,9 +144,7 @@ def _naming(destination: Path) -> Iterator[None]:
 
 
 @state_group.command("backup")
-@click.argument(
-    "destination", metavar="DEST", type=click.Path(), callback=_new_file_path
-)
+@click.argument("destination", metavar="DEST", type=click.Path(), callback=_new_file_path)
 @json_option
 @command
 def state_backup(destination: Path, as_json: bool) -> None:

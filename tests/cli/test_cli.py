@@ -765,6 +765,7 @@ def test_prune_dry_run_sends_the_cutoff_and_prints_one_document(fake: FakeServer
     assert human.exit_code == 0, human.output
     assert "would delete 1 run tree(s), 2 run(s)" in human.stdout
     assert "run-held  effect" in human.stdout
+    assert "piwf run explain RUN_ID says what holds a run" in human.stdout
 
 
 def test_prune_apply_sends_the_backup_path_under_one_key(fake: FakeServer, tmp_path: Path) -> None:

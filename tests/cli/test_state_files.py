@@ -138,6 +138,7 @@ def test_offline_verify_reports_damage_as_integrity_violations(
     assert human.returncode == 1
     assert human.stdout.startswith("state is INVALID: ")
     assert "  integrity: " in human.stdout
+    assert "nothing was repaired: keep this file for a report, and restore a backup" in human.stdout
     assert "Traceback" not in human.stderr
     assert snapshot(tmp_path) == before, "verify wrote to or beside the file"
 
