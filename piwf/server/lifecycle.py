@@ -136,12 +136,24 @@ def run_server(
         _report(ready_fd, {"ok": False, "error": {"code": "serverStart", "message": message}})
         _cleanup(db, claim, lock, socket_path=None)
         raise ServerStartError(message) from None
+    except Exception as error:  # a bug: its traceback goes to the log, where the message points
+        message = f"server did not start: unexpected {type(error).__name__}: {error}" + (
+            f"; the traceback is in {paths.log}" if logging_configured else ""
+        )
+        if logging_configured:
+            log.exception("server did not start: unexpected error")
+        _report(ready_fd, {"ok": False, "error": {"code": "serverStart", "message": message}})
+        _cleanup(db, claim, lock, socket_path=None)
+        raise
     log.info("server started: epoch %d, pid %d", claim.epoch, os.getpid())
     server = Server(settings, db, claim, listener, early_helpers)
     server.retention.request()  # recovery is done: the sweep runs once the server is idle
     _report(ready_fd, {"ok": True, "epoch": claim.epoch, "pid": os.getpid()})
     try:
         server.serve()
+    except Exception:  # a bug: the server stops, and the log says why (stderr may go nowhere)
+        log.exception("server stopping: unexpected error")
+        raise
     finally:
         server.shutdown()
         try:

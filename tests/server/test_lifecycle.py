@@ -182,3 +182,24 @@ def test_the_log_holds_no_tokens(server: ServerProcess) -> None:
     log = (server.home / "server" / "server.log").read_text()
     assert "server started: epoch 1" in log
     assert "token" not in log.lower()
+
+
+def test_an_unexpected_error_at_start_is_logged_with_its_traceback_and_reported(
+    servers: ServerFactory,
+) -> None:
+    """A bug (here an SQLite error no check expects) is not a crash that leaves nothing: the
+    ready report names it and the log, the log has its traceback, and the home is let go."""
+    failed = servers.start(env={"PIWF_FAULTS": "server.after_epoch@1=ioerror"})
+    assert failed.ready["ok"] is False
+    assert failed.ready["error"]["code"] == "serverStart"
+    log_path = failed.home / "server" / "server.log"
+    assert failed.ready["error"]["message"] == (
+        "server did not start: unexpected OperationalError: disk I/O error;"
+        f" the traceback is in {log_path}"
+    )
+    assert failed.process.wait(timeout=15) != 0
+    logged = log_path.read_text()
+    assert "server did not start: unexpected error" in logged
+    assert "Traceback (most recent call last)" in logged and "disk I/O error" in logged
+    again = servers.start()
+    assert again.ready["ok"] is True, again.ready
