@@ -241,7 +241,10 @@ class TelegramAdapter:
         callback = raw.get("callback_query")
         update = Update(update_id=update_id)
         if isinstance(callback, dict):
-            sender = str(callback.get("from", {}).get("id", ""))
+            sent_by = callback.get("from", {})
+            if not isinstance(sent_by, dict):
+                raise TypeError("a callback_query whose sender is not an object")
+            sender = str(sent_by.get("id", ""))
             allowed = sender in self.allowed
             update = Update(
                 update_id=update_id,
@@ -314,12 +317,16 @@ class TelegramAdapter:
             # Not JSON, or a broken HTTP reply (a bad status line, a body cut short).
             message = self._safe(f"{method}: {type(error).__name__} {error}".rstrip())
             raise BotApiError(message, definite=False, problem="badReply") from None
-        if not isinstance(document, dict) or document.get("ok") is not True:
-            description = document.get("description") if isinstance(document, dict) else None
+        if not isinstance(document, dict) or not isinstance(document.get("ok"), bool):
+            # JSON, but no Bot API reply (a proxy's or another service's page): whether a
+            # send took effect is unknown.
+            message = self._safe(f"{method}: a reply without the Bot API's ok field")
+            raise BotApiError(message, definite=False, problem="badReply")
+        if document["ok"] is not True:
+            description = document.get("description")
+            said = description[:_DESCRIPTION_CHARS] if isinstance(description, str) else ""
             raise BotApiError(
-                self._safe(f"{method}: {description or 'not ok'}"),
-                definite=True,
-                problem="apiError",
+                self._safe(f"{method}: {said or 'not ok'}"), definite=True, problem="apiError"
             )
         return document.get("result")
 

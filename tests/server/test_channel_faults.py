@@ -210,3 +210,29 @@ def test_a_reload_sends_a_refused_delivery_again_once_and_it_can_be_answered_the
         (edit,) = wait_for(lambda: bot.of("editMessageText"), timeout_s=30, what="the edit")
     assert edit.body["message_id"] == send_message_id(channel_server, applied=True)
     assert len(bot.of("sendMessage")) == 2
+
+
+def test_a_reply_or_update_of_another_shape_is_a_bad_reply_and_polling_goes_on(
+    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    """JSON that is no Bot API reply, or an update whose sender is not an object, leaves the
+    profile degraded with ``badReply`` (not an API refusal, not a dead poll thread behind a
+    ``ready`` state); once the API answers properly a decision is delivered and answered."""
+    workflow = decision_workflow(tmp_path, "approve", 600_000)
+    with raw_client(channel_server) as client:
+        adapter(client)
+        for answer in (
+            {"weird": 1},
+            {"ok": True, "result": [{"update_id": 5, "callback_query": {"from": "x"}}]},
+        ):
+            bot.poll_answer = answer
+            bot.wake()
+            found = wait_for(lambda: degraded(client, "badReply"), timeout_s=30, what="badReply")
+            assert found["state"] == "degraded", found
+            bot.poll_answer = None
+            adapter(client)  # the same adapter polls on and answers again
+        run_id = start(client, workflow, None, "r1")
+        waiting_request(client, run_id)
+        (send,) = wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
+        bot.press(ALLOWED, buttons(send)["Ship it"])
+        assert wait_run(client, run_id)["status"] == "completed"

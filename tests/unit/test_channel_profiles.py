@@ -133,3 +133,20 @@ def test_control_characters_in_a_key_are_shown_escaped(tmp_path: Path) -> None:
         problem = problem_with(tmp_path, document)
         assert "\n" not in problem and "\x1b" not in problem, problem
         assert "\\n2026" in problem and "\\x1b" in problem, problem
+
+
+def test_a_credential_file_path_holding_a_token_or_a_control_character_is_refused(
+    tmp_path: Path,
+) -> None:
+    # The path is shown wherever its file cannot be used (status, errors, server.log): a token
+    # inside it, or a line break that forges a log line, must be refused before it is shown.
+    for credential_file in (
+        f"bot{LEAKED}",
+        f"channels/{LEAKED}",
+        f" {LEAKED}x",
+        "channels/ops.token\n2026-01-01 00:00:00,000 INFO channel ops: fine",
+        "channels/ops\x1b[2K.token",
+    ):
+        problem = problem_with(tmp_path, profile_with(credentialFile=credential_file))
+        assert problem.startswith("profiles.ops.credentialFile: credentialFile "), problem
+        assert "AAsecret" not in problem and "\n" not in problem, problem

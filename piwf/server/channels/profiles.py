@@ -111,10 +111,18 @@ class TelegramProfileConfig(BaseModel):
     @field_validator("credential_file")
     @classmethod
     def _a_path_not_a_token(cls, value: str) -> str:
-        if _TOKEN_SHAPE.fullmatch(value.strip()):
+        # The path is shown in status, errors and server.log (a file it cannot open), so any
+        # token-shaped part of it ("bot<token>", "channels/<token>") and any control character
+        # is refused here, before it can be shown.
+        if _TOKEN_SHAPE.search(value):
             raise ValueError(
                 "credentialFile looks like a bot token itself: put the token in a file inside "
                 "the state home (mode 0600) and name that file here"
+            )
+        if not value.isprintable():
+            raise ValueError(
+                "credentialFile holds a character that is not printable (a line break, a tab, "
+                "an escape): name the token file by its plain path"
             )
         return value
 
