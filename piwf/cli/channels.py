@@ -142,6 +142,13 @@ def channel_reload(as_json: bool) -> None:
             f"sending again the refused delivery of decision(s): {', '.join(report.resent)} "
             "(piwf channel status shows how it goes)"
         )
+    for failure in report.failed:
+        click.echo(
+            render.one_line(
+                f"failed: {failure.profile}: {failure.reason} (it is tried again with a"
+                " back-off; piwf channel status shows it)"
+            )
+        )
 
 
 def _reload() -> tuple[ChannelReloadReceipt, ServerStarted | None]:

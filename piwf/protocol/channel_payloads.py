@@ -67,16 +67,27 @@ class ChannelStatus(WireModel):
     profiles: list[ChannelProfileInfo]
 
 
+class ChannelProfileFailure(WireModel):
+    """A profile the reload keeps whose adapter could not start (its credential file is
+    missing or holds no token, say): why, as ``piwf channel status`` shows it."""
+
+    profile: str
+    reason: str
+
+
 class ChannelReloadReceipt(WireModel):
     """Receipt of channel.reload: which profiles were started, restarted, stopped, kept, and
     the open decisions whose refused delivery is sent again (a file that cannot be used is
-    answered ``rejected`` with code ``channelConfig`` instead)."""
+    answered ``rejected`` with code ``channelConfig`` instead). ``failed``: the kept profiles
+    whose adapter is not running for a reason the operator must fix (it is tried again with
+    a back-off meanwhile)."""
 
     started: list[str]
     restarted: list[str]
     stopped: list[str]
     unchanged: list[str]
     resent: list[str] = Field(default_factory=list)
+    failed: list[ChannelProfileFailure] = Field(default_factory=list)
 
 
 class ChannelRecoverPayload(WireModel):

@@ -644,6 +644,7 @@ def test_a_channel_reload_with_no_profiles_says_where_they_are_configured(
     )
     report = piwf.json("channel", "reload")
     assert report == {
+        "failed": [],
         "restarted": [],
         "resent": [],
         "serverStarted": False,

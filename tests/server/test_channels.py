@@ -280,12 +280,19 @@ def test_a_credential_path_that_is_no_regular_file_fails_its_profile_and_says_wh
             config.write_text(json.dumps(changed))
             reloaded = piwf(home, "channel", "reload", "--json")
             assert reloaded.returncode == 0, reloaded  # the server and other profiles go on
-            assert json.loads(reloaded.stdout)["restarted"] == ["ops"], reloaded
+            report = json.loads(reloaded.stdout)
+            assert report["restarted"] == ["ops"], reloaded
             (failed,) = status(client)["profiles"]
             assert failed["state"] == "failed", failed
             assert failed["error"].startswith(f"credential file {credential_file}: {problem}"), (
                 failed
             )
+            # The reload itself says so, not only the status asked afterwards.
+            assert report["failed"] == [{"profile": "ops", "reason": failed["error"]}], report
+        again = piwf(home, "channel", "reload")
+        assert again.returncode == 0, again
+        assert again.stdout.startswith("unchanged: ops\nfailed: ops: credential file"), again
+        assert "(it is tried again with a back-off; piwf channel status shows it)" in again.stdout
 
 
 # conformance: I9
@@ -319,6 +326,7 @@ def test_reload_restarts_a_changed_profile_and_stops_a_removed_one(
             "stopped": [],
             "unchanged": ["ops"],
             "resent": [],
+            "failed": [],
         }
         document["profiles"]["ops"]["allowedUserIds"] = [ALLOWED, STRANGER]
         config.write_text(json.dumps(document))
@@ -355,6 +363,7 @@ def test_reload_without_a_server_starts_one_and_says_it_started_the_adapters(
         assert json.loads(again.stdout) == {
             "restarted": [],
             "resent": [],
+            "failed": [],
             "serverStarted": False,
             "started": [],
             "stopped": [],
@@ -366,6 +375,7 @@ def test_reload_without_a_server_starts_one_and_says_it_started_the_adapters(
         assert json.loads(fresh.stdout) == {
             "restarted": [],
             "resent": [],
+            "failed": [],
             "serverStarted": True,
             "started": ["ops"],
             "stopped": [],

@@ -21,6 +21,7 @@ from __future__ import annotations
 from piwf.errors import PiwfError, RunCommandError
 from piwf.lifecycle import Conflict, EffectStatus
 from piwf.protocol.channel_payloads import (
+    ChannelProfileFailure,
     ChannelProfileInfo,
     ChannelRecoverPayload,
     ChannelRecoverReceipt,
@@ -139,11 +140,21 @@ class ChannelHandlers:
             for name in kept:
                 channel_id = channel_store.channel_id_for(ChannelAdapterType.TELEGRAM, name)
                 resent.extend(cd.resend_refused(tx, channel_id, actor=actor))
-            return CommandResult.accepted(receipt.model_copy(update={"resent": resent}).to_wire())
+            update = {"resent": resent, "failed": self._failed_to_start(kept)}
+            return CommandResult.accepted(receipt.model_copy(update=update).to_wire())
 
         reply(self.context.commands.execute(request, resend))
         if resent:
             self.adapters.nudge()  # sent as soon as its adapter is ready
+
+    def _failed_to_start(self, names: list[str]) -> list[ChannelProfileFailure]:
+        """The profiles of ``names`` whose adapter failed to start, with why."""
+        return [
+            ChannelProfileFailure(profile=name, reason=adapter.error or "it failed to start")
+            for name in sorted(names)
+            if (adapter := self.adapters.adapters.get(name)) is not None
+            and adapter.state == "failed"
+        ]
 
     def recover(self, request: Request, reply: Reply) -> None:
         payload = payload_of(request, ChannelRecoverPayload)
