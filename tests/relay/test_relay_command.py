@@ -132,6 +132,27 @@ def test_without_websockets_piwf_view_remote_exits_1_naming_the_extra(tmp_path: 
     }
 
 
+def test_without_either_extra_piwf_view_remote_names_both_in_one_install_line(
+    tmp_path: Path,
+) -> None:
+    hide_both = WITHOUT_WEBSOCKETS.replace("; from", "; sys.modules['textual'] = None; from")
+    result = subprocess.run(
+        [sys.executable, "-c", hide_both, "view", "--remote", "ws://127.0.0.1:9", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PIWF_HOME": str(tmp_path / "home")},
+    )
+    assert (result.returncode, result.stderr) == (1, ""), result.stderr
+    assert json.loads(result.stdout)["error"] == {
+        "code": "missingExtra",
+        "message": "piwf view --remote needs the view and relay extras:"
+        " pip install 'piwf[view,relay]'",
+    }
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [
