@@ -28,6 +28,8 @@ MISSING_TEXTUAL = (
     " (with the base install, `piwf run show RUN --follow` is a plain live view)"
 )
 
+MISSING_BOTH = "piwf view --remote needs the view and relay extras: pip install 'piwf[view,relay]'"
+
 
 def _check_remote(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is None:
@@ -69,6 +71,8 @@ def view_command(run_id: str | None, remote: str | None, as_json: bool) -> None:
     except ImportError as error:
         if (error.name or "textual").partition(".")[0] != "textual":
             raise
+        if remote is not None and importlib.util.find_spec("websockets") is None:
+            raise MissingExtraError(MISSING_BOTH) from None  # one install line, not two in turn
         raise MissingExtraError(MISSING_TEXTUAL) from None
     if remote is not None and importlib.util.find_spec("websockets") is None:
         raise MissingExtraError(MISSING_WEBSOCKETS)  # before --json's refusal: it shapes this

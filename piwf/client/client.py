@@ -210,6 +210,8 @@ class Client(
         )
         self.start_timeout_s = timeout_argument("start_timeout_s", start_timeout_s)
         self.autostart = flag_argument("autostart", autostart) and remote is None
+        #: The relay URL this client talks through, or None for this home's own socket.
+        self.remote = remote
         self._connector: Connector
         if remote is None:
             self._connector = UnixSocketConnector(self.home, self.start_timeout_s)

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 from piwf.canonical import JsonValue
 from piwf.client import Client
 from piwf.client.arguments import invalid_argument_error
-from piwf.errors import CommandError, PiwfError
+from piwf.errors import CommandError, NotAgentRequestError, PiwfError
 
 #: Values larger than this (encoded) stay out of ``status`` and ``list`` results.
 STATUS_CONTENT_LIMIT: Final = 64 * 1024
@@ -275,7 +275,11 @@ class WorkflowTools:
         """Record a progress update of an agent request."""
         target = self._request(request_id)
         client = self.client
-        return _wire(_call(lambda: client.update(target, data, idempotency_key=idempotency_key)))
+        return _wire(
+            self._agent_call(
+                target, lambda: client.update(target, data, idempotency_key=idempotency_key)
+            )
+        )
 
     def submit(
         self,
@@ -286,9 +290,44 @@ class WorkflowTools:
         """Submit an agent request's output; a rejection is a :class:`ToolCallError`."""
         target = self._request(request_id)
         client = self.client
-        return _wire(_call(lambda: client.submit(target, output, idempotency_key=idempotency_key)))
+        return _wire(
+            self._agent_call(
+                target, lambda: client.submit(target, output, idempotency_key=idempotency_key)
+            )
+        )
 
     # -- internals -------------------------------------------------------------------------
+
+    def _agent_call(self, request_id: str, action: Callable[[], _T]) -> _T:
+        """Run an ``update`` or ``submit`` of ``request_id``; a request of another kind is
+        refused in this tool's terms. The server's refusal names ``piwf answer``, a person's
+        command: a model must answer a checkpoint with the ``answer`` tool, and never a
+        protected human decision, which only a person settles."""
+        try:
+            return _call(action, passing=NotAgentRequestError.code)
+        except CommandError:  # only the passing code comes out as such
+            pass
+        kinds = {
+            item.request_id: item.kind
+            for item in _call(lambda: self.client.list_requests(content_limit=0))
+        }
+        kind = kinds.get(request_id)
+        if kind == "checkpoint":
+            what = f"a checkpoint: answer it with the `answer` tool (request_id {request_id})"
+        elif kind == "human_decision":
+            what = (
+                "a protected human decision: only a person answers it (`piwf answer`); tell"
+                " the user it waits for them"
+            )
+        else:
+            what = (
+                "a checkpoint or decision: a checkpoint is answered with the `answer` tool, a"
+                " protected human decision only by a person"
+            )
+        raise ToolCallError(
+            f"request {request_id} is {what}; update and submit take agent requests only;"
+            f" nothing was done (error code: {NotAgentRequestError.code})"
+        )
 
     def _request(self, request_id: str | None) -> str:
         """The request a submit or update targets: the bound one, or the one named."""
@@ -308,11 +347,14 @@ class WorkflowTools:
         return bound
 
 
-def _call(action: Callable[[], _T]) -> _T:
-    """Run one client call; turn every failure into a :class:`ToolCallError` with a safe text."""
+def _call(action: Callable[[], _T], passing: str | None = None) -> _T:
+    """Run one client call; turn every failure into a :class:`ToolCallError` with a safe text,
+    except a :class:`CommandError` of error code ``passing``, which the caller words itself."""
     try:
         return action()
     except CommandError as error:
+        if passing is not None and error.error_code == passing:
+            raise
         raise ToolCallError(f"{error} (error code: {error.error_code or error.code})") from None
     except PiwfError as error:
         raise ToolCallError(f"{error} (error code: {error.code})") from None

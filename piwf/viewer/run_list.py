@@ -80,7 +80,7 @@ class RunListScreen(Screen[None]):
             except PiwfError as error:
                 if cancelled():
                     return
-                problem = unreachable_text(error)
+                problem = unreachable_text(error, remote=self.viewer.client.remote is not None)
                 self.app.call_from_thread(self._say, f"cannot list the runs: {problem}")
                 threading.Event().wait(RETRY_S)
             finally:

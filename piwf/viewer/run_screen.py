@@ -177,7 +177,7 @@ class RunScreen(Screen[None]):
             except PiwfError as error:
                 if cancelled():
                     return
-                problem = unreachable_text(error)
+                problem = unreachable_text(error, remote=self.viewer.client.remote is not None)
                 self.app.call_from_thread(self.say, f"cannot follow the run: {problem}")
                 unreachable = True
                 threading.Event().wait(RETRY_S)
@@ -379,15 +379,19 @@ class RunScreen(Screen[None]):
         self.query_one("#message", Static).update(self.viewer.wording.one_line(text))
 
 
-def unreachable_text(error: PiwfError) -> str:
+def unreachable_text(error: PiwfError, *, remote: bool = False) -> str:
     """Why a screen cannot reach the server, in a viewer user's words: a server that is not
     running is started with ``piwf server start`` (the viewer never starts one after it
-    opened: a stopped server stays stopped), and the screen picks up again by itself."""
+    opened: a stopped server stays stopped), and the screen picks up again by itself. Behind a
+    relay (``remote``) that server is on the relay's machine, and the relay's refusal says so:
+    ``piwf server start`` here would start an unrelated server on this machine."""
     if isinstance(error, ServerNotRunningError):
-        return (
-            "no piwf server is running; start one with `piwf server start` (this screen goes on "
-            "by itself once one runs)"
+        where = (
+            str(error)
+            if remote
+            else "no piwf server is running; start one with `piwf server start`"
         )
+        return f"{where} (this screen goes on by itself once one runs)"
     return str(error)
 
 

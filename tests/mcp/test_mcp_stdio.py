@@ -296,6 +296,41 @@ def test_a_protected_decision_is_refused_and_stays_pending(
     speak(tmp_path, body)
 
 
+def test_submit_and_update_of_a_checkpoint_or_decision_point_to_the_answer_tool_or_a_person(
+    fast_server: ServerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The server's refusal names `piwf answer`, a person's command: a model is pointed at the
+    `answer` tool for a checkpoint, and told a protected decision is a person's to answer."""
+    from tests.server.test_decisions import decision_workflow
+
+    workflow = decision_workflow(tmp_path, "guarded", 600_000)
+
+    async def body(errlog: TextIO) -> None:
+        with raw_client(fast_server) as client:
+            checkpoint = waiting_request(client, start(client, CHECKPOINT, {"steps": [1]}, "cp"))
+            decision = waiting_request(client, start(client, workflow, {}, "guarded"))
+        async with mcp_session(fast_server, errlog) as session:
+            texts = {}
+            for name, request in (("checkpoint", checkpoint), ("decision", decision)):
+                for tool, value in (("submit", "output"), ("update", "data")):
+                    arguments = {"request_id": request["requestId"], value: {"choice": "ship"}}
+                    result = await session.call_tool(tool, arguments)
+                    assert result.is_error, text_of(result)
+                    texts[name, tool] = text_of(result)
+        for (name, _tool), text in texts.items():
+            assert "piwf answer request-" not in text, text
+            assert text.endswith("nothing was done (error code: notAgentRequest)"), text
+            if name == "checkpoint":
+                assert "answer it with the `answer` tool" in text, text
+            else:
+                assert "only a person answers it" in text, text
+        assert winners(fast_server, decision["requestId"]) == []
+        assert winners(fast_server, checkpoint["requestId"]) == []
+
+    speak(tmp_path, body)
+
+
 def test_request_mode_offers_only_update_and_submit_and_refuses_another_request(
     fast_server: ServerProcess,  # noqa: F811
     tmp_path: Path,

@@ -47,7 +47,7 @@ def test_parse_listen_address() -> None:
     assert parse_listen_address("127.0.0.1:8765") == (("127.0.0.1",), 8765)
     assert parse_listen_address("[::1]:0") == (("::1",), 0)
     for text in ("127.0.0.1", ":8765", "127.0.0.1:x", "::1:8765", "127.0.0.1:65536"):
-        with pytest.raises(ValueError, match="HOST:PORT|brackets"):
+        with pytest.raises(ValueError, match="HOST:PORT|brackets|0 to 65535"):
             parse_listen_address(text)
     with pytest.raises(NotLoopbackError):
         parse_listen_address("0.0.0.0:8765")

@@ -75,6 +75,31 @@ def test_a_listen_value_that_is_no_host_and_port_is_a_usage_error(
     assert result.returncode == 2 and "--listen" in result.stderr, result.stderr
 
 
+def test_a_listen_value_with_a_user_or_password_is_refused_without_repeating_it(
+    tmp_path: Path,
+) -> None:
+    result = piwf(tmp_path, "relay", "--listen", "me:s3cr3t-token@127.0.0.1:8765", "--json")
+    assert result.returncode == 2
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "user name or password" in message and "HOST:PORT" in message, message
+    assert "s3cr3t" not in result.stdout + result.stderr
+
+
+def test_a_listen_port_out_of_range_says_the_range(tmp_path: Path) -> None:
+    result = piwf(tmp_path, "relay", "--listen", "127.0.0.1:99999")
+    assert result.returncode == 2
+    assert "the port is 0 to 65535 (0 picks a free one)" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["relay --listen {host}:8765", "view --remote ws://{host}:1"])
+def test_a_refused_host_is_shown_cut_and_escaped(tmp_path: Path, command: str) -> None:
+    long_host = "h" * 5000 + ".invalid"
+    for host in (long_host, "ex\x1b[2Jample.invalid"):
+        result = piwf(tmp_path, *command.format(host=host).split(" "))
+        assert result.returncode == 2, result.stderr
+        assert "\x1b" not in result.stderr and "h" * 101 not in result.stderr, result.stderr[:300]
+
+
 def test_without_websockets_piwf_relay_exits_1_naming_the_extra(tmp_path: Path) -> None:
     assert MISSING_WEBSOCKETS == "piwf relay needs the relay extra: pip install 'piwf[relay]'"
     plain = piwf(tmp_path, "relay", "--listen", "127.0.0.1:0", hide_websockets=True)
@@ -104,6 +129,27 @@ def test_without_websockets_piwf_view_remote_exits_1_naming_the_extra(tmp_path: 
     assert (as_json.returncode, as_json.stderr) == (1, "")
     assert json.loads(as_json.stdout) == {
         "error": {"code": "missingExtra", "message": MISSING_FOR_CLIENT}
+    }
+
+
+def test_without_either_extra_piwf_view_remote_names_both_in_one_install_line(
+    tmp_path: Path,
+) -> None:
+    hide_both = WITHOUT_WEBSOCKETS.replace("; from", "; sys.modules['textual'] = None; from")
+    result = subprocess.run(
+        [sys.executable, "-c", hide_both, "view", "--remote", "ws://127.0.0.1:9", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PIWF_HOME": str(tmp_path / "home")},
+    )
+    assert (result.returncode, result.stderr) == (1, ""), result.stderr
+    assert json.loads(result.stdout)["error"] == {
+        "code": "missingExtra",
+        "message": "piwf view --remote needs the view and relay extras:"
+        " pip install 'piwf[view,relay]'",
     }
 
 

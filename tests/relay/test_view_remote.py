@@ -65,6 +65,30 @@ def test_the_viewer_over_the_relay_follows_a_run_to_completion(
         asyncio.run(main(client))
 
 
+def test_the_viewer_over_the_relay_says_to_start_the_server_on_the_relays_machine(
+    server: ServerProcess, relays: RelayFactory
+) -> None:
+    """`piwf server start` typed where the viewer runs would start an unrelated local server:
+    a remote viewer whose server stopped points at the relay's machine, as the relay does."""
+    relay = relays.start()
+
+    async def script(app: ViewerApp, pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: "no runs yet" in shown(app, "#message"), "the empty list")
+        server.terminate()
+        await until(pilot, lambda: "cannot list the runs" in shown(app, "#message"), "the error")
+        message = " ".join(shown(app, "#message").split())
+        assert "no piwf server is running on the relay's machine; start it there" in message
+        assert "goes on by itself once one runs" in message
+
+    async def main(client: Client) -> None:
+        app = ViewerApp(client, wording())
+        async with app.run_test(size=(160, 40)) as pilot:
+            await script(app, pilot)
+
+    with Client(remote=relay.url) as client:
+        asyncio.run(main(client))
+
+
 @pytest.fixture
 def terminal_sockets() -> Iterator[list[TmuxTerminal]]:
     opened: list[TmuxTerminal] = []
