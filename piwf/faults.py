@@ -50,6 +50,7 @@ POINTS: frozenset[str] = frozenset(
         "child.after_ready",
         "child.after_commit",
         "effect.before_settle",
+        "channel.after_poll",
         # In piwf view: each list of runs it shows (a crash inside the viewer).
         "viewer.show_runs",
     }

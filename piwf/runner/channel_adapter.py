@@ -28,8 +28,11 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import queue
+import sys
 import threading
+import traceback
 import urllib.error
 import urllib.request
 from multiprocessing.connection import Connection
@@ -37,6 +40,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from piwf import faults
 from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
 from piwf.protocol.channel_v1 import (
@@ -55,6 +59,9 @@ from piwf.protocol.channel_v1 import (
 )
 from piwf.runner.entry import EXIT_OK, EXIT_PROTOCOL, name_process
 from piwf.runner.lifeline import Lifeline
+
+#: The adapter's exit code when its poll thread failed in a way no check expected.
+EXIT_POLL_FAILED = 5
 
 #: How long the poll thread waits for the server's answer to one update.
 _RESPONSE_TIMEOUT_S = 30.0
@@ -180,12 +187,20 @@ class TelegramAdapter:
     # -- polling ------------------------------------------------------------------------------
 
     def _poll_forever(self) -> None:
+        """Poll until stopped. An error no check expected ends the whole adapter (its traceback
+        in the adapter's log): a poll thread that died quietly would leave the profile shown
+        ``ready`` while no answer is ever picked up again; an ended adapter is shown
+        ``exited`` and started again with a back-off."""
         try:
             while not self.stopping.is_set():
                 if not self._poll_once():
                     self.stopping.wait(_POLL_BACKOFF_S)
         except (OSError, EOFError):
             return  # the pipe is gone: the main thread ends the adapter
+        except Exception:
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(EXIT_POLL_FAILED)
 
     def _poll_once(self) -> bool:
         """One ``getUpdates`` and the relay of what it brought; False when the API failed.
@@ -210,6 +225,7 @@ class TelegramAdapter:
                 },
                 timeout_s=self.profile.poll_timeout_s + self.profile.request_timeout_s,
             )
+            faults.point("channel.after_poll")
             for update in updates:
                 if self.stopping.is_set():
                     return True
@@ -217,7 +233,7 @@ class TelegramAdapter:
         except BotApiError as failure:
             self._report_health(failure.problem, str(failure))
             return False
-        except (KeyError, TypeError, ValueError):
+        except (ArithmeticError, KeyError, TypeError, ValueError):  # an update_id of 1e400, say
             self._report_health("badReply", "getUpdates: an update of an unexpected shape")
             return False
         self._report_health(None, None)

@@ -6,6 +6,7 @@ nothing an API answers can forge a line of status or of the server log."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,7 @@ def test_a_reply_or_update_of_another_shape_is_a_bad_reply_and_polling_goes_on(
         for answer in (
             {"weird": 1},
             {"ok": True, "result": [{"update_id": 5, "callback_query": {"from": "x"}}]},
+            {"ok": True, "result": [{"update_id": float("inf")}]},  # int() overflows
         ):
             bot.poll_answer = answer
             bot.wake()
@@ -236,3 +238,28 @@ def test_a_reply_or_update_of_another_shape_is_a_bad_reply_and_polling_goes_on(
         (send,) = wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
         bot.press(ALLOWED, buttons(send)["Ship it"])
         assert wait_run(client, run_id)["status"] == "completed"
+
+
+def test_a_poll_that_fails_in_a_way_no_check_expects_ends_the_adapter_and_it_starts_again(
+    servers: ServerFactory, bot: FakeBotApi
+) -> None:
+    """Not a poll thread dead behind a ``ready`` profile: the adapter exits (its traceback in
+    its log, which the exit names) and is started again as the next epoch."""
+    configure(servers.home, bot)
+    server = servers.start(env={**FAST, "PIWF_CHILD_FAULTS": "channel.after_poll@2=raise"})
+    assert server.ready["ok"] is True, server.ready
+    log = server.home / "server" / "server.log"
+    exited = wait_for(
+        lambda: re.search(
+            r"channel ops: the adapter exited \(code 5; its log: (\S+)\)", log.read_text()
+        ),
+        timeout_s=30,
+        what="the adapter's exit in the server log",
+    )
+    assert "FaultInjectedError" in Path(exited.group(1)).read_text()
+    with raw_client(server) as client:
+        wait_for(
+            lambda: status(client)["profiles"][0].get("epoch", 0) >= 2,
+            timeout_s=30,
+            what="the adapter started again",
+        )

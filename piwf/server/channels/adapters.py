@@ -347,7 +347,9 @@ class ChannelAdapters:
             return
         code = handle.returncode
         how = f"signal {-code}" if code is not None and code < 0 else f"code {code}"
-        self._enter(adapter, "exited", error=f"the adapter exited ({how})")
+        self._enter(
+            adapter, "exited", error=f"the adapter exited ({how}; its log: {handle.log_path})"
+        )
         log.warning("channel %s: %s; starting it again", adapter.profile.name, adapter.error)
         self._restart_later(adapter)
 
