@@ -10,7 +10,7 @@ from typing import Literal, TypeVar
 from pydantic import ValidationError
 
 from piwf.canonical import JsonValue
-from piwf.errors import PiwfError, RunCommandError
+from piwf.errors import PiwfError, RunCommandError, StaleRevisionError
 from piwf.lifecycle import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.protocol.client_v1 import ErrorInfo, Request, Response
 from piwf.protocol.payloads import EffectInfo, RunInfo, RunReceipt, WireModel
@@ -71,6 +71,22 @@ def run_result(result: object, run_id: str) -> CommandResult:
     )
     receipt = RunReceipt(run=run_info(view), outcome=outcome).to_wire()
     return CommandResult.accepted(receipt, run_id=view.run_id, revision=view.revision)
+
+
+def stale_revision(request: Request, run: run_store.RunRow) -> CommandResult | None:
+    """The ``conflict`` (``staleRevision``) for a request whose ``expectedRevision`` is not the
+    run's current revision, checked before anything else so that a compare-and-set never acts
+    on a run that changed since the client read it; None when it matches or none was sent."""
+    expected = request.expected_revision
+    if expected is None or expected == run.revision:
+        return None
+    stale = StaleRevisionError(
+        f"run {run.run_id}",
+        expected,
+        run.revision,
+        next_step=f"read it again (piwf run show {run.run_id}) and decide with its current state",
+    )
+    return CommandResult.failed("conflict", stale, run_id=run.run_id)
 
 
 def payload_of(request: Request, model: type[P]) -> P:

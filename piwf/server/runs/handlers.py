@@ -55,6 +55,7 @@ from piwf.server.replies import (
     run_id_of,
     run_info,
     run_result,
+    stale_revision,
 )
 from piwf.server.runs import answers, interactions, recorded_sources, refusals
 from piwf.server.runs.failure_records import run_failure
@@ -276,6 +277,8 @@ class RunHandlers:
             run = run_store.load_run(tx, run_id)
             if run is None:
                 return no_run(run_id, self.context.home)
+            if (stale := stale_revision(request, run)) is not None:
+                return stale
             refusal = None if refuse is None else refuse(run)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
@@ -305,6 +308,8 @@ class RunHandlers:
             run = run_store.load_run(tx, run_id)
             if run is None:
                 return no_run(run_id, self.context.home)
+            if (stale := stale_revision(request, run)) is not None:
+                return stale
             refusal = refusals.ended_refuses("resume")(run)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
