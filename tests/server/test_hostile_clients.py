@@ -54,3 +54,22 @@ def test_a_stale_expected_revision_is_a_conflict_and_changes_nothing(
         paused = send_with_revision(client, "run.pause", run_id, revision, "pause-current")
         assert paused.outcome == "accepted", paused
         assert run_view(client, run_id)["run"]["paused"] is True
+
+
+def test_a_duplicate_key_is_refused_without_repeating_the_key_as_sent(
+    server: ServerProcess,
+) -> None:
+    """PROTOCOL.md section 4: messages never repeat a value, and a name is shown only as at
+    most 64 characters of ``[A-Za-z0-9_.-]``; a JSON key may be user data (an input's keys)."""
+    key = "tok\u00e9n\\u0001" + "s3cret" * 40  # "\\u0001" is the JSON escape of U+0001
+    frame = f'{{"payload":{{"{key}":1,"{key}":2}}}}\n'.encode()
+    with raw_client(server) as client:
+        client.send_bytes(frame)
+        refused = client.response()
+        assert refused.outcome == "rejected" and refused.request_id == "-"
+        assert refused.error is not None and refused.error.code == "invalidJson"
+        message = refused.error.message
+        assert message == f"duplicate object key 'tok?n?{('s3cret' * 40)[:58]}…'", message
+        assert client.closed_by_server()
+    log = (server.home / "server" / "server.log").read_text()
+    assert "s3crets3cret" not in log and "tok\u00e9n" not in log
