@@ -99,6 +99,17 @@ def payload_of(request: Request, model: type[P]) -> P:
         raise InvalidPayloadError(f"{request.operation} payload: {where}: {first['msg']}") from None
 
 
+def project_of(project_path: str | None) -> Path | None:
+    """The project directory a payload names; raise :class:`InvalidPayloadError` for a relative
+    one (the server's working directory means nothing to the client that sent it)."""
+    if project_path is None:
+        return None
+    project = Path(project_path)
+    if not project.is_absolute():
+        raise InvalidPayloadError("projectPath must be an absolute path: the project's full path")
+    return project
+
+
 def run_id_of(request: Request) -> str:
     """The run id of a request that needs one; raise :class:`InvalidPayloadError` if absent."""
     if request.run_id is None:

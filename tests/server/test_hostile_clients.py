@@ -73,3 +73,24 @@ def test_a_duplicate_key_is_refused_without_repeating_the_key_as_sent(
         assert client.closed_by_server()
     log = (server.home / "server" / "server.log").read_text()
     assert "s3crets3cret" not in log and "tok\u00e9n" not in log
+
+
+def test_a_relative_project_path_is_refused_before_anything_starts(
+    server: ServerProcess,
+) -> None:
+    """A project path relative to the server's working directory means nothing to the client:
+    ``run.start`` and ``resource.apply`` refuse it as ``workflow.list`` and ``workflow.show``
+    do, and no run is created."""
+    with raw_client(server) as client:
+        starts = [
+            ("run.start", {"workflow": "noop", "projectPath": "project"}),
+            ("resource.apply", {"manager": "m", "key": "k", "spec": {}, "projectPath": "p"}),
+            ("workflow.show", {"workflow": "noop", "projectPath": "./project"}),
+        ]
+        for number, (operation, payload) in enumerate(starts):
+            key = None if operation == "workflow.show" else f"relative-{number}"
+            refused = client.request(operation, payload, key=key)
+            assert refused.outcome == "rejected", refused
+            assert refused.error is not None and refused.error.code == "invalidPayload"
+            assert "projectPath must be an absolute path" in refused.error.message
+        assert client.request("run.list").receipt == {"runs": []}

@@ -52,6 +52,7 @@ from piwf.server.replies import (
     not_found,
     ok,
     payload_of,
+    project_of,
     run_id_of,
     run_info,
     run_result,
@@ -99,6 +100,7 @@ class RunHandlers:
         for it, so a pipelined start + cancel cancels the run before any runner starts.
         """
         payload = payload_of(request, RunStartPayload)
+        project_of(payload.project_path)
         if payload.session is not None and payload.agent_command is not None:
             raise InvalidPayloadError(f"run.start payload: {SESSION_OR_AGENT_COMMAND}")
         if request.run_id is not None and not _CLIENT_RUN_ID.fullmatch(request.run_id):
