@@ -27,7 +27,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from piwf.errors import CanonicalJsonError
 
@@ -330,7 +330,7 @@ def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, item in pairs:
         if key in result:
-            raise CanonicalJsonError("duplicateKey", f"duplicate object key {_short(key)!r}")
+            raise CanonicalJsonError("duplicateKey", f"duplicate object key {safe_name(key)!r}")
         result[key] = item
     return result
 
@@ -380,3 +380,17 @@ def _check_string(value: str) -> None:
 
 def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+_SAFE_NAME_CHARACTERS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
+)
+_MAX_SAFE_NAME: Final = 64
+
+
+def safe_name(name: str) -> str:
+    """Return a key or field name fit for an error message and a log line: at most 64
+    characters of ``[A-Za-z0-9_.-]``, any other replaced by ``?``, then ``…`` when cut (a key
+    may be user data, so it is never shown as sent)."""
+    shown = "".join(c if c in _SAFE_NAME_CHARACTERS else "?" for c in name[:_MAX_SAFE_NAME])
+    return shown + "…" if len(name) > _MAX_SAFE_NAME else shown

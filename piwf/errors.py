@@ -206,9 +206,12 @@ class StaleRevisionError(StateError):
 
     code = "staleRevision"
 
-    def __init__(self, resource_id: str, expected: int, actual: int | None) -> None:
+    def __init__(
+        self, resource_id: str, expected: int, actual: int | None, *, next_step: str = ""
+    ) -> None:
         found = "missing" if actual is None else f"at revision {actual}"
-        super().__init__(f"{resource_id} expected at revision {expected}, found {found}")
+        message = f"{resource_id} expected at revision {expected}, found {found}"
+        super().__init__(f"{message}; {next_step}" if next_step else message)
         self.resource_id = resource_id
         self.expected = expected
         self.actual = actual

@@ -275,7 +275,7 @@ def _from_wire(value: object) -> Message:
     allowed = _WIRE_NAMES[kind]
     for key, item in value.items():
         if key not in allowed:
-            name = _safe_name(key)
+            name = canonical.safe_name(key)
             raise InvalidMessageError(
                 name, "unknownField", f"a {kind} message has no field {name!r}"
             )
@@ -327,7 +327,7 @@ def _invalid(kind: str, error: ValidationError) -> InvalidMessageError:
     if error_type in _CUSTOM_RULES:
         field, custom_reason = _CUSTOM_RULES[error_type]
         return InvalidMessageError(field, custom_reason, f"{kind}: {first['msg']}")
-    field = ".".join(_safe_name(str(part)) for part in first["loc"])
+    field = ".".join(canonical.safe_name(str(part)) for part in first["loc"])
     if error_type == "missing":
         return InvalidMessageError(field, "missingField", f"a {kind} message needs {field!r}")
     if error_type == "extra_forbidden":
@@ -338,15 +338,3 @@ def _invalid(kind: str, error: ValidationError) -> InvalidMessageError:
 
 def _rule(field: str) -> str:
     return _FIELD_RULES.get(field, "a valid value")
-
-
-_SAFE_NAME_CHARACTERS: Final = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
-)
-_MAX_SAFE_NAME: Final = 64
-
-
-def _safe_name(name: str) -> str:
-    """Return a field name fit for a log line: short, and only ``[A-Za-z0-9_.-]`` or ``?``."""
-    shown = "".join(c if c in _SAFE_NAME_CHARACTERS else "?" for c in name[:_MAX_SAFE_NAME])
-    return shown + "…" if len(name) > _MAX_SAFE_NAME else shown

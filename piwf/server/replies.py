@@ -10,7 +10,7 @@ from typing import Literal, TypeVar
 from pydantic import ValidationError
 
 from piwf.canonical import JsonValue
-from piwf.errors import PiwfError, RunCommandError
+from piwf.errors import PiwfError, RunCommandError, StaleRevisionError
 from piwf.lifecycle import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.protocol.client_v1 import ErrorInfo, Request, Response
 from piwf.protocol.payloads import EffectInfo, RunInfo, RunReceipt, WireModel
@@ -73,6 +73,22 @@ def run_result(result: object, run_id: str) -> CommandResult:
     return CommandResult.accepted(receipt, run_id=view.run_id, revision=view.revision)
 
 
+def stale_revision(request: Request, run: run_store.RunRow) -> CommandResult | None:
+    """The ``conflict`` (``staleRevision``) for a request whose ``expectedRevision`` is not the
+    run's current revision, checked before anything else so that a compare-and-set never acts
+    on a run that changed since the client read it; None when it matches or none was sent."""
+    expected = request.expected_revision
+    if expected is None or expected == run.revision:
+        return None
+    stale = StaleRevisionError(
+        f"run {run.run_id}",
+        expected,
+        run.revision,
+        next_step=f"read it again (piwf run show {run.run_id}) and decide with its current state",
+    )
+    return CommandResult.failed("conflict", stale, run_id=run.run_id)
+
+
 def payload_of(request: Request, model: type[P]) -> P:
     """Validate the request payload; raise :class:`InvalidPayloadError` naming the field."""
     try:
@@ -81,6 +97,17 @@ def payload_of(request: Request, model: type[P]) -> P:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "payload"
         raise InvalidPayloadError(f"{request.operation} payload: {where}: {first['msg']}") from None
+
+
+def project_of(project_path: str | None) -> Path | None:
+    """The project directory a payload names; raise :class:`InvalidPayloadError` for a relative
+    one (the server's working directory means nothing to the client that sent it)."""
+    if project_path is None:
+        return None
+    project = Path(project_path)
+    if not project.is_absolute():
+        raise InvalidPayloadError("projectPath must be an absolute path: the project's full path")
+    return project
 
 
 def run_id_of(request: Request) -> str:

@@ -9,7 +9,6 @@ unchanged sources) and describes the compiled definition; it records nothing.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from piwf.canonical import JsonValue
@@ -28,7 +27,7 @@ from piwf.protocol.workflow_payloads import (
 from piwf.server.context import ServerContext
 from piwf.server.failures import answering, failure_response
 from piwf.server.loop import Reply
-from piwf.server.replies import InvalidPayloadError, error_response, ok, payload_of
+from piwf.server.replies import error_response, ok, payload_of, project_of
 from piwf.server.runs.handlers import resolver_error
 from piwf.server.runs.recorded_sources import rows_of, source_info
 from piwf.workflow.sources import SourceIdentity, discover_workflows, workflow_directories
@@ -42,7 +41,7 @@ class WorkflowHandlers:
 
     def workflow_list(self, request: Request, reply: Reply) -> None:
         payload = payload_of(request, WorkflowListPayload)
-        project = _project(payload.project_path)
+        project = project_of(payload.project_path)
         found = discover_workflows(project, self.context.home)
         directories = workflow_directories(project, self.context.home)
         listing = WorkflowList(
@@ -60,7 +59,7 @@ class WorkflowHandlers:
 
     def workflow_show(self, request: Request, reply: Reply) -> None:
         payload = payload_of(request, WorkflowShowPayload)
-        _project(payload.project_path)  # refused before a child starts
+        project_of(payload.project_path)  # refused before a child starts
         resolver_request: dict[str, JsonValue] = {
             "workflow": payload.workflow,
             "projectPath": payload.project_path,
@@ -81,15 +80,6 @@ class WorkflowHandlers:
             self.context.resolvers.resolve(resolver_request, resolved)
         except PiwfError as error:
             reply(failure_response(request, error))
-
-
-def _project(project_path: str | None) -> Path | None:
-    if project_path is None:
-        return None
-    project = Path(project_path)
-    if not project.is_absolute():
-        raise InvalidPayloadError("projectPath must be an absolute path")
-    return project
 
 
 def describe(result: dict[str, JsonValue]) -> WorkflowDescription:

@@ -45,7 +45,14 @@ from piwf.server.commands import CommandResult
 from piwf.server.content_offer import ContentOffer
 from piwf.server.context import ServerContext
 from piwf.server.loop import Reply
-from piwf.server.replies import effect_info, error_response, ok, payload_of, unknown_resource
+from piwf.server.replies import (
+    effect_info,
+    error_response,
+    ok,
+    payload_of,
+    project_of,
+    unknown_resource,
+)
 from piwf.state import Transaction
 from piwf.state import effects as fx
 from piwf.state.enums import ActorType
@@ -74,6 +81,7 @@ class ResourceHandlers:
     def apply(self, request: Request, reply: Reply) -> None:
         """Resolve the manager in a child, re-check its source, then commit the resource."""
         payload = payload_of(request, ResourceApplyPayload)
+        project_of(payload.project_path)
         oversized = oversized_spec(payload.spec)
         if oversized is not None:
             reply(error_response(request, "rejected", ResourceSpecError.code, oversized))

@@ -52,9 +52,11 @@ from piwf.server.replies import (
     not_found,
     ok,
     payload_of,
+    project_of,
     run_id_of,
     run_info,
     run_result,
+    stale_revision,
 )
 from piwf.server.runs import answers, interactions, recorded_sources, refusals
 from piwf.server.runs.failure_records import run_failure
@@ -98,6 +100,7 @@ class RunHandlers:
         for it, so a pipelined start + cancel cancels the run before any runner starts.
         """
         payload = payload_of(request, RunStartPayload)
+        project_of(payload.project_path)
         if payload.session is not None and payload.agent_command is not None:
             raise InvalidPayloadError(f"run.start payload: {SESSION_OR_AGENT_COMMAND}")
         if request.run_id is not None and not _CLIENT_RUN_ID.fullmatch(request.run_id):
@@ -276,6 +279,8 @@ class RunHandlers:
             run = run_store.load_run(tx, run_id)
             if run is None:
                 return no_run(run_id, self.context.home)
+            if (stale := stale_revision(request, run)) is not None:
+                return stale
             refusal = None if refuse is None else refuse(run)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
@@ -305,6 +310,8 @@ class RunHandlers:
             run = run_store.load_run(tx, run_id)
             if run is None:
                 return no_run(run_id, self.context.home)
+            if (stale := stale_revision(request, run)) is not None:
+                return stale
             refusal = refusals.ended_refuses("resume")(run)
             if refusal is not None:
                 return CommandResult.failed("rejected", refusal, run_id=run_id)
