@@ -12,8 +12,7 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── IncompatibleStateError  incompatibleState  (refused before any mutation)
     │   ├── UnsafeStateHomeError    unsafeStateHome    (permissions, owner or symlink)
     │   ├── ReadOnlyStateError      readOnly
-    │   ├── StateUnavailableError   stateUnavailable   (the database cannot serve now; nothing
-    │   │   │                                           was changed; answered `unavailable`)
+    │   ├── StateUnavailableError   stateUnavailable   (cannot serve now: `unavailable`)
     │   │   ├── StateBusyError      stateBusy          (SQLite stayed locked past busy_timeout)
     │   │   ├── StateFullError      stateFull          (disk or quota full: free space, retry)
     │   │   ├── StateIoError        stateIo            (an I/O error: check the disk, retry)
@@ -56,15 +55,13 @@ Every error piwf raises on purpose derives from :class:`PiwfError` and carries a
     │   ├── ContentNotFoundError    contentNotFound    (not a stored value of that owner)
     │   └── ContentMismatchError    contentMismatch    (parts differ from their reference)
     ├── LogReadError                logRead            (a run.logs read that cannot be served)
-    │   ├── NodeNotInRunError       nodeNotFound       (the run has no such node: its nodes
-    │   │                                               are named)
+    │   ├── NodeNotInRunError       nodeNotFound       (no such node in the run: names them)
     │   └── LogCursorError          logCursor          (a cursor no attempt log of the run
     │                                                   holds: start again without one)
     ├── InternalError               internalError      (a server bug; nothing was changed)
     ├── MissingExtraError           missingExtra       (a command needs an optional extra)
     ├── RelayError                  relayError         (piwf relay cannot listen or serve)
-    ├── ClientClosedError           clientClosed       (Client.close() ended a call in flight;
-    │                                                   a later call connects again)
+    ├── ClientClosedError           clientClosed       (Client.close() ended a call in flight)
     ├── WatchIdleError              watchIdle          (a watch idle past idle_timeout_s)
     ├── ServerError
     │   ├── ServerRunningError      serverRunning      (another live server owns this home)
