@@ -241,7 +241,7 @@ def cli() -> None:
 
     \b
     Example:
-      piwf run start ./flows/hello.py --wait
+      piwf run start ./flows/hello.py --input '{"who": "Ada"}' --wait
     """
 
 

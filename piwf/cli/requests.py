@@ -117,9 +117,9 @@ def answer_command(request_id: str, response_json: str, as_json: bool) -> None:
 
     \b
     Example:
-      piwf answer req-5d1e '{"choice": "ship"}'
-      piwf answer req-5d1e '{"choice": "replan", "instructions": "split step 2"}'
-      echo '{"choice": "ship"}' | piwf answer req-5d1e -
+      piwf answer request-5d1e '{"choice": "ship"}'
+      piwf answer request-5d1e '{"choice": "replan", "instructions": "split step 2"}'
+      echo '{"choice": "ship"}' | piwf answer request-5d1e -
     """
     text = stdin_if_dash(response_json, "RESPONSE_JSON")
     bare = (text if isinstance(text, str) else text.decode("utf-8", "replace")).strip()

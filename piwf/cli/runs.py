@@ -46,7 +46,7 @@ def run_group() -> None:
 
     \b
     Example:
-      piwf run start ./flows/hello.py --input '{"name": "Ada"}'
+      piwf run start ./flows/hello.py --input '{"who": "Ada"}'
     """
 
 
@@ -113,7 +113,7 @@ def run_start(
 
     \b
     Example:
-      piwf run start ./flows/hello.py --input '{"name": "Ada"}' --title greeting
+      piwf run start ./flows/hello.py --input '{"who": "Ada"}' --title greeting
       piwf run start ./flows/review.py --agent-command 'claude -p --mcp-config "$PIWF_MCP_CONFIG"'
       piwf run start ./flows/chat.py --session chat-1
     """

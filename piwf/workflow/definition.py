@@ -228,10 +228,13 @@ class _Checker:
             elif isinstance(node, NODE_TYPES):
                 node_map[node_id] = node  # type: ignore[assignment]
             else:
+                hint = (
+                    "; wrap a plain function in compute(...), or action(...) if it has side effects"
+                )
                 self.fail(
                     f"node {node_id!r} must be created with compute(), action(), shell(), "
-                    f"notify(), checkpoint(), human_decision(), agent() or include(); "
-                    f"got {type(node).__name__}"
+                    f"notify(), checkpoint(), human_decision(), agent(), sleep(), wait_until() "
+                    f"or include(); got {type(node).__name__}" + (hint if callable(node) else "")
                 )
         extra: Mapping[str, object] = includes if isinstance(includes, Mapping) else {}
         for mount, value in extra.items():

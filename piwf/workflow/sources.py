@@ -372,7 +372,10 @@ def find_workflow(
                 raise WorkflowLoadError(
                     f"{path}: is not a regular file; a workflow is a Python file"
                 )
-            raise WorkflowLoadError(f"{path}: no such workflow file")
+            raise WorkflowLoadError(
+                f"{path}: no such workflow file; check the path, or start a workflow by its "
+                "name (piwf workflows list shows the names run start finds)"
+            )
         return DiscoveredWorkflow(path.stem, path.absolute(), WorkflowOrigin.PATH)
     found = _discover_name(reference, project, home)
     if found is None:

@@ -113,6 +113,9 @@ def test_a_workflow_path_that_is_no_regular_file_says_so(
         assert refused["error"]["message"].startswith(f"{path}: is not a regular file")
     missing = piwf.json("run", "start", str(tmp_path / "nope.py"), exit_code=1)
     assert "no such workflow file" in missing["error"]["message"]
+    # what to do next: fix the path, or use a name, and where the names are listed
+    assert "check the path" in missing["error"]["message"]
+    assert "piwf workflows list" in missing["error"]["message"]
 
 
 def test_answer_reads_its_response_from_stdin_with_a_dash(piwf: Piwf) -> None:  # noqa: F811

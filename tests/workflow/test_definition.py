@@ -107,6 +107,21 @@ def test_broken_rules_name_the_workflow_and_the_rule(
     assert str(info.value).startswith("workflow ")
 
 
+def test_a_node_that_is_no_node_names_every_factory_and_how_to_wrap_a_function() -> None:
+    """Timer nodes are nodes too; a bare function, the usual slip, is told to use compute()."""
+    with pytest.raises(WorkflowDefinitionError) as bare:
+        define(nodes={"a": compute(noop), "b": noop})
+    message = str(bare.value)
+    assert "sleep(), wait_until() or include(); got function" in message
+    assert message.endswith(
+        "wrap a plain function in compute(...), or action(...) if it has side effects"
+    )
+    assert "0x" not in message  # names no object by its repr
+    with pytest.raises(WorkflowDefinitionError) as number:
+        define(nodes={"a": compute(noop), "b": 3})
+    assert str(number.value).endswith("; got int")
+
+
 def test_decision_switch_must_cover_every_declared_choice() -> None:
     decision = human_decision(choices={"ship": "Ship", "hold": "Hold"})
     nodes = {"ask": decision, "ship": compute(noop)}
