@@ -22,15 +22,19 @@ from piwf.cli import cli
 from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, PIWF, REPO, Piwf, piwf  # noqa: F401
 
 
-def help_texts(command: click.Command, path: str = "piwf") -> Iterator[tuple[str, str]]:
-    """Every command's path and its --help text, the group's own included."""
-    context = click.Context(command, info_name=path)
+def help_texts(
+    command: click.Command, path: str = "piwf", parent: click.Context | None = None
+) -> Iterator[tuple[str, str]]:
+    """Every command's path and its --help text, the group's own included. Each context is
+    made as click makes it (the command's settings, its parent's): click keeps the help option
+    it first builds on the command, so a context without ``-h`` would change later listings."""
+    context = click.Context(command, info_name=path, parent=parent, **command.context_settings)
     yield path, command.get_help(context)
     if isinstance(command, click.Group):
         for name in command.list_commands(context):
             sub = command.get_command(context, name)
             assert sub is not None
-            yield from help_texts(sub, f"{path} {name}")
+            yield from help_texts(sub, f"{path} {name}", context)
 
 
 def examples() -> list[tuple[str, str]]:
