@@ -101,7 +101,7 @@ from piwf.protocol import (
     Response,
     encode_message,
 )
-from piwf.protocol.operations import RUN_OPERATIONS
+from piwf.protocol.operations import REVISION_OPERATIONS, RUN_OPERATIONS
 from piwf.protocol.payloads import (
     EmptyPayload,
     ServerStatus,
@@ -520,7 +520,12 @@ class Client(
         idempotency_key: str | None,
     ) -> Request:
         """The request of a first attempt; :class:`InvalidArgumentError` names a malformed id,
-        revision or key."""
+        revision or key, or a revision the operation would not compare."""
+        if expected_revision is not None and operation not in REVISION_OPERATIONS:
+            raise InvalidArgumentError(
+                f"invalid argument: expected_revision: {operation} compares none; leave it out"
+                f" (only {', '.join(sorted(REVISION_OPERATIONS))} take one)"
+            )
         try:
             return Request(
                 request_id=f"req-{uuid.uuid4().hex}",

@@ -52,7 +52,7 @@ from piwf.config import MAX_FRAME_BYTES
 from piwf.errors import PiwfError
 from piwf.protocol.errors import FrameTooLargeError, InvalidMessageError, InvalidMessageReason
 from piwf.protocol.framing import NEWLINE, check_frame
-from piwf.protocol.operations import SCHEMA, Operation, is_durable
+from piwf.protocol.operations import REVISION_OPERATIONS, SCHEMA, Operation, is_durable
 
 MessageType = Literal["hello", "request", "response", "event"]
 MESSAGE_TYPES: tuple[MessageType, ...] = get_args(MessageType)
@@ -159,6 +159,13 @@ class Request(_Envelope):
         if not durable and self.idempotency_key is not None:
             raise PydanticCustomError(
                 "idempotencyKeyUnexpected", "a read operation takes no idempotency key"
+            )
+        if self.expected_revision is not None and self.operation not in REVISION_OPERATIONS:
+            raise PydanticCustomError(
+                "expectedRevisionUnexpected",
+                "{operation} takes no expectedRevision (only resource.apply, resource.delete,"
+                " run.cancel, run.pause and run.resume compare one)",
+                {"operation": self.operation},
             )
         return self
 
@@ -292,6 +299,7 @@ def _from_wire(value: object) -> Message:
 _CUSTOM_RULES: dict[str, tuple[str, InvalidMessageReason]] = {
     "idempotencyKeyRequired": ("idempotencyKey", "missingField"),
     "idempotencyKeyUnexpected": ("idempotencyKey", "unexpectedField"),
+    "expectedRevisionUnexpected": ("expectedRevision", "unexpectedField"),
     "errorOnSuccess": ("error", "unexpectedField"),
 }
 

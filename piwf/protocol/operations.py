@@ -190,6 +190,13 @@ RUN_OPERATIONS: frozenset[Operation] = frozenset(
     }
 )
 
+#: Operations that honour ``expectedRevision`` (a compare-and-set on the run's revision, or on
+#: the resource's version); any other refuses it, since it would be ignored and a client
+#: would believe the command guarded.
+REVISION_OPERATIONS: frozenset[Operation] = frozenset(
+    {"resource.apply", "resource.delete", "run.cancel", "run.pause", "run.resume"}
+)
+
 #: Payload keys left out of the durable fingerprint, per operation. A coordinator epoch belongs
 #: to one live connection of an interactive session: a retry after reconnecting carries a new
 #: one and must still adopt the receipt of the same answer (the original's rule).

@@ -472,3 +472,16 @@ def test_offline_verify_and_restore_take_str_paths_and_refuse_anything_else(
             call()
     assert not short_home.exists(), "a refused restore touched nothing"
     assert restore_backup(str(backup), str(short_home)).byte_length == backup.stat().st_size
+
+
+def test_a_revision_for_an_operation_that_compares_none_is_refused_before_sending(
+    short_home: Path, no_server_start: None
+) -> None:
+    """The server would refuse it too; the generic ``request`` says so first, naming the
+    operations that take one (``run.restart`` would otherwise seem guarded)."""
+    with pytest.raises(InvalidArgumentError) as info:
+        Client(short_home).request("run.restart", run_id="run-1", expected_revision=3)
+    assert str(info.value) == (
+        "invalid argument: expected_revision: run.restart compares none; leave it out (only"
+        " resource.apply, resource.delete, run.cancel, run.pause, run.resume take one)"
+    )

@@ -18,6 +18,7 @@ from piwf.protocol import (
     Request,
     Response,
 )
+from piwf.protocol.operations import REVISION_OPERATIONS
 
 PRINTABLE_ASCII = "".join(chr(code) for code in range(0x21, 0x7F))
 
@@ -64,16 +65,18 @@ def hellos(draw: st.DrawFn) -> Hello:
 
 @st.composite
 def requests(draw: st.DrawFn) -> Request:
-    """Valid requests: durable operations carry an idempotency key, reads never do."""
+    """Valid requests: durable operations carry an idempotency key, reads never do, and only
+    an operation that compares a revision may carry one."""
     operation = draw(st.sampled_from(OPERATIONS))
     key = draw(opaque_ids) if operation in DURABLE_OPERATIONS else None
+    compares = operation in REVISION_OPERATIONS
     return Request(
         request_id=draw(opaque_ids),
         client_id=draw(opaque_ids),
         operation=operation,
         idempotency_key=key,
         run_id=draw(_optional(opaque_ids)),
-        expected_revision=draw(_optional(revisions)),
+        expected_revision=draw(_optional(revisions)) if compares else None,
         payload=draw(json_objects),
     )
 

@@ -85,12 +85,23 @@ def test_another_command_under_the_same_key_conflicts(changes: dict[str, Any]) -
 
 @pytest.mark.parametrize("operation", ["checkpoint.answer", "decision.answer", "run.restart"])
 def test_coordinator_epoch_is_left_out_where_it_belongs_to_a_connection(operation: str) -> None:
-    first = cancel(operation=operation, payload={"answer": "yes", "coordinatorEpoch": 1})
+    first = cancel(
+        operation=operation,
+        expected_revision=None,
+        payload={"answer": "yes", "coordinatorEpoch": 1},
+    )
     after_reconnect = cancel(
-        operation=operation, request_id="req-2", payload={"answer": "yes", "coordinatorEpoch": 2}
+        operation=operation,
+        expected_revision=None,
+        request_id="req-2",
+        payload={"answer": "yes", "coordinatorEpoch": 2},
     )
     assert request_fingerprint(after_reconnect) == request_fingerprint(first)
-    another_answer = cancel(operation=operation, payload={"answer": "no", "coordinatorEpoch": 1})
+    another_answer = cancel(
+        operation=operation,
+        expected_revision=None,
+        payload={"answer": "no", "coordinatorEpoch": 1},
+    )
     assert request_fingerprint(another_answer) != request_fingerprint(first)
     assert first.payload["coordinatorEpoch"] == 1  # the request itself is untouched
 

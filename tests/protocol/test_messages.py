@@ -130,7 +130,7 @@ def test_opaque_id_bounds_are_inclusive() -> None:
 
 
 def test_read_operation_needs_no_idempotency_key() -> None:
-    frame = frame_of(request_wire(operation="run.get", idempotencyKey=None))
+    frame = frame_of(request_wire(operation="run.get", idempotencyKey=None, expectedRevision=None))
     assert parse_request(frame).idempotency_key is None
 
 
@@ -281,6 +281,20 @@ def test_top_level_must_be_an_object(wire: object) -> None:
             "idempotencyKey",
             "unexpectedField",
             id="read-with-key",
+        ),
+        # An operation that compares no revision would ignore it: the client would believe the
+        # command guarded.
+        pytest.param(
+            request_wire(operation="run.restart"),
+            "expectedRevision",
+            "unexpectedField",
+            id="revision-not-compared",
+        ),
+        pytest.param(
+            request_wire(operation="run.get", idempotencyKey=None),
+            "expectedRevision",
+            "unexpectedField",
+            id="read-with-revision",
         ),
         pytest.param(
             request_wire(operation="run.explode"), "operation", "invalidValue", id="unknown-op"
