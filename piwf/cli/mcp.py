@@ -7,6 +7,7 @@ import sys
 import click
 
 from piwf.cli.common import command, id_check, json_option
+from piwf.cli.safe_text import given
 from piwf.errors import MissingExtraError
 
 MISSING_SDK = "piwf mcp needs the MCP SDK: pip install 'piwf[mcp]'"
@@ -18,13 +19,29 @@ TERMINAL_NOTE = (
 )
 
 
+def _request_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--request``: a request id by the protocol's rule and by its form (``request-...``). A
+    run id given instead would be found out only at the model's first submit, long after the
+    person who configured the agent command has gone."""
+    from piwf.workflow.identity import REQUEST_ID_PREFIX  # the workflow package: only when given
+
+    value = id_check("request")(ctx, param, value)
+    if value is not None and not value.startswith(REQUEST_ID_PREFIX):
+        raise click.BadParameter(
+            f"{given(value)} is not a request id: request ids start with {REQUEST_ID_PREFIX}"
+            " (piwf requests lists the pending ones; a headless run's agent command gets its"
+            " own as $PIWF_REQUEST_ID)"
+        )
+    return value
+
+
 @click.command("mcp")
 @click.option(
     "--request",
     "request_id",
     default=None,
     metavar="REQUEST_ID",
-    callback=id_check("request"),
+    callback=_request_id,
     help="Offer only update and submit, bound to this one agent request.",
 )
 @json_option

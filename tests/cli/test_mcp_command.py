@@ -39,6 +39,14 @@ def test_a_malformed_request_id_is_a_usage_error() -> None:
     assert result.returncode == 2 and "a request id is 1 to 256 printable" in result.stderr
 
 
+def test_an_id_of_another_kind_is_a_usage_error_before_anything_is_served() -> None:
+    """A run id bound as the request would fail only at the model's first submit."""
+    result = run(sys.executable, "-c", WITHOUT_SDK, "mcp", "--request", "run-0b9c", "--json")
+    assert result.returncode == 2, result.stderr
+    message = json.loads(result.stdout)["error"]["message"]
+    assert "'run-0b9c' is not a request id: request ids start with request-" in message
+
+
 @pytest.mark.skipif(importlib.util.find_spec("mcp") is not None, reason="the MCP SDK is installed")
 def test_the_installed_script_without_the_extra() -> None:
     result = run(str(Path(sys.executable).parent / "piwf"), "mcp")
