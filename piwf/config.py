@@ -23,6 +23,9 @@ STATE_FILE_NAME = "state.sqlite"
 CHANNELS_FILE_NAME = "channels.json"
 HOME_MODE = 0o700
 FILE_MODE = 0o600
+#: What every request id (a checkpoint, a decision, an agent step) starts with
+#: (:func:`piwf.workflow.identity.request_id` makes them; a command checks the form by it).
+REQUEST_ID_PREFIX = "request-"
 
 #: Largest frame on the client socket or a runner pipe, newline included.
 MAX_FRAME_BYTES = 1024 * 1024

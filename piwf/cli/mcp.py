@@ -8,6 +8,7 @@ import click
 
 from piwf.cli.common import command, id_check, json_option
 from piwf.cli.safe_text import given
+from piwf.config import REQUEST_ID_PREFIX
 from piwf.errors import MissingExtraError
 
 MISSING_SDK = "piwf mcp needs the MCP SDK: pip install 'piwf[mcp]'"
@@ -23,8 +24,6 @@ def _request_id(ctx: click.Context, param: click.Parameter, value: str | None) -
     """``--request``: a request id by the protocol's rule and by its form (``request-...``). A
     run id given instead would be found out only at the model's first submit, long after the
     person who configured the agent command has gone."""
-    from piwf.workflow.identity import REQUEST_ID_PREFIX  # the workflow package: only when given
-
     value = id_check("request")(ctx, param, value)
     if value is not None and not value.startswith(REQUEST_ID_PREFIX):
         raise click.BadParameter(

@@ -10,6 +10,7 @@ from typing import Literal, TypeVar
 from pydantic import ValidationError
 
 from piwf.canonical import JsonValue
+from piwf.config import REQUEST_ID_PREFIX
 from piwf.errors import PiwfError, RunCommandError, StaleRevisionError
 from piwf.lifecycle import Adopted, Applied, Conflict, RecoveryRequired
 from piwf.protocol.client_v1 import ErrorInfo, Request, Response
@@ -22,7 +23,6 @@ from piwf.state.execution import runs as run_store
 from piwf.state.execution.requests import agent_request_host
 from piwf.state.resources.managed import RESOURCE_UID_PREFIX
 from piwf.state.resources.runners import RECONCILE_ID_PREFIX
-from piwf.workflow.identity import REQUEST_ID_PREFIX
 
 P = TypeVar("P", bound=WireModel)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from piwf import canonical
 from piwf.canonical import JsonValue
+from piwf.config import REQUEST_ID_PREFIX
 
 
 def effect_key(run_id: str, effect_type: str, path: str, visit: int, try_number: int = 1) -> str:
@@ -27,10 +28,6 @@ def effect_key(run_id: str, effect_type: str, path: str, visit: int, try_number:
 def attempt_id(run_id: str, path: str, visit: int, attempt: int) -> str:
     """Return the id of one attempt of one node visit (the store keys ``node_attempts`` by it)."""
     return "attempt-" + canonical.digest_hex(["piwf.attempt.v1", run_id, path, visit, attempt])[:40]
-
-
-#: What every request id (a checkpoint, a decision, an agent step) starts with.
-REQUEST_ID_PREFIX = "request-"
 
 
 def request_id(run_id: str, path: str, visit: int) -> str:

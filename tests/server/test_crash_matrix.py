@@ -304,10 +304,13 @@ def test_every_fault_point_is_in_the_matrix() -> None:
     """Each matrix case asserts its point was hit; the startup tests assert their deaths,
     ``test_retention_crash.py`` kills the maintenance sweep at its points, and
     ``test_agent_deadlines.py`` kills the server at an agent's deadline and
-    ``tests/viewer/test_view_crash.py`` fails ``piwf view`` (no server state: not a crash case)."""
+    ``tests/viewer/test_view_crash.py`` fails ``piwf view`` (no server state: not a crash case)
+    and ``test_channel_faults.py`` fails a channel adapter's poll (the adapter's own crash)."""
     startup = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
     startup.add("server.before_release")  # and stopping (the test above)
     deadlines = {"deadline.before_stop"}
     viewer = {"viewer.show_runs"}
-    covered = {point for point, _ in MATRIX} | startup | set(RETENTION_POINTS) | deadlines | viewer
+    adapters = {"channel.after_poll"}
+    covered = {point for point, _ in MATRIX} | startup | set(RETENTION_POINTS) | deadlines
+    covered |= viewer | adapters
     assert covered >= faults.POINTS, sorted(faults.POINTS - covered)
