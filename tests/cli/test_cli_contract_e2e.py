@@ -170,6 +170,17 @@ def test_a_command_of_the_other_kind_offers_the_right_one_only_while_the_request
         f" already and takes nothing more (its winner: piwf run show {run_id})",
     }
 
+    decision_run = piwf.json(
+        "run", "start", "fixtures/workflows/decision_timeout.py", "--input", '{"release": "1"}'
+    )
+    request_id = open_request(piwf, decision_run["run"]["runId"])
+    refused = piwf.json("submit", request_id, "{}", exit_code=1)["error"]
+    assert refused["message"].endswith(
+        f"""answer it with: piwf answer {request_id} '{{"choice": "<choice>"}}'"""
+        " (choices: hold, ship)"
+    ), "a decision's answer is a choice: the hint shows that form and its choices"
+    piwf.json("run", "cancel", decision_run["run"]["runId"])
+
     agent_run = piwf.json(
         "run", "start", "fixtures/workflows/agent_validate.py", "--input", '{"topic": "x"}'
     )

@@ -45,7 +45,7 @@ from piwf.errors import (
     ValidationPendingError,
 )
 from piwf.lifecycle import AnsweredBy, Conflict, InteractionKind
-from piwf.state import blobs
+from piwf.state import blobs, decisions
 from piwf.state.database import Transaction
 from piwf.state.enums import AgentSubmissionOutcome, AttemptStatus, InteractionStatus
 from piwf.state.execution import attempts, requests, runs, updates
@@ -242,7 +242,7 @@ def submit(
     request = requests.get_request(tx, request_id)
     if request is None:
         return None
-    wrong = _wrong_request(request, run_id)
+    wrong = _wrong_request(tx, request, run_id)
     if wrong is not None:
         return wrong
     payload_hash = canonical.digest(candidate)
@@ -451,7 +451,9 @@ def _fenced(
     return submission
 
 
-def _wrong_request(request: RequestRow, run_id: str | None) -> SubmitRefused | None:
+def _wrong_request(
+    tx: Transaction, request: RequestRow, run_id: str | None
+) -> SubmitRefused | None:
     """Why no agent output fits ``request`` whatever its state (another run, another kind)."""
     if run_id is not None and run_id != request.run_id:
         return SubmitRefused(
@@ -463,15 +465,30 @@ def _wrong_request(request: RequestRow, run_id: str | None) -> SubmitRefused | N
         return SubmitRefused(
             NotAgentRequestError(
                 f"request {request.request_id} is a {request.kind.value}, not an agent request; "
-                + requests.command_of_the_other_kind(request, "piwf answer", "answer it with")
+                + requests.command_of_the_other_kind(
+                    request, "piwf answer", "answer it with", instead=_decision_answer(tx, request)
+                )
             )
         )
     return None
 
 
+def _decision_answer(tx: Transaction, request: RequestRow) -> str | None:
+    """How a protected decision is answered (a choice, and which there are); None for a
+    checkpoint, which takes any JSON."""
+    if request.kind is not InteractionKind.HUMAN_DECISION:
+        return None
+    decision = decisions.get_decision(tx, request.request_id)
+    if decision is None:
+        return None
+    answer = '{"choice": "<choice>"}'
+    shown = f" (choices: {', '.join(decision.choices)})" if decision.choices else ""
+    return f"answer it with: piwf answer {request.request_id} '{answer}'{shown}"
+
+
 def _refusal(tx: Transaction, request: RequestRow, run_id: str | None) -> SubmitRefused | None:
     """Why the agent request takes no new output now, or None when it is open for one."""
-    wrong = _wrong_request(request, run_id)
+    wrong = _wrong_request(tx, request, run_id)
     if wrong is not None:
         return wrong
     run = runs.load_run(tx, request.run_id)
