@@ -21,7 +21,7 @@ from piwf.cli.render import (
     value_preview,
 )
 from piwf.protocol.payloads import NodeFailureInfo
-from piwf.protocol.view_payloads import Display, RunView, Step
+from piwf.protocol.view_payloads import MAX_QUEUED_AHEAD, Capacity, Display, RunView, Step
 
 #: ``run show`` lists at most this many steps (``run steps`` lists them all).
 SHOWN_STEPS = 20
@@ -143,10 +143,8 @@ def explain(view: RunView) -> Explanation:
         capacity = display.capacity
         return Explanation(
             "capacityFull",
-            f"every execution slot is busy ({capacity.busy} of {capacity.max_workers}), held by "
-            f"{', '.join(capacity.holders)}; the run starts when one of them ends. For more "
-            "slots, start the server again with more (its running nodes stop and run again, "
-            "as their next attempt).",
+            f"{_slots_taken(capacity)}. For more slots, start the server again with more (its "
+            "running nodes stop and run again, as their next attempt).",
             # A command that runs as printed: no placeholder, no comment for the shell to parse.
             (f"piwf server stop && piwf server start --max-workers {capacity.max_workers + 1}",),
         )
@@ -255,6 +253,18 @@ _ACTIVITY_TEXT = {
     "blocked": "blocked",
     "idle": "about to start",
 }
+
+
+def _slots_taken(capacity: Capacity) -> str:
+    """Why a runnable run has no slot yet: who holds the slots, how many runs go first."""
+    held = f"held by {', '.join(capacity.holders)}" if capacity.holders else "none held"
+    slots = f"{capacity.busy} of {capacity.max_workers} execution slots busy ({held})"
+    ahead = capacity.queued_ahead
+    if not ahead:
+        return f"every execution slot is busy ({slots}); the run starts when one of them ends"
+    count = f"{ahead}+" if ahead >= MAX_QUEUED_AHEAD else str(ahead)
+    runs = "run is" if ahead == 1 else "runs are"
+    return f"{count} {runs} queued ahead of this one and start first; {slots}"
 
 
 def activity_text(display: Display) -> str:

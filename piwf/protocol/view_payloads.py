@@ -65,6 +65,8 @@ DEFAULT_STEP_PAGE_ITEMS = 50
 #: The largest step index a steps cursor names (a cursor is its decimal digits, 12 at most).
 MAX_STEP_INDEX = 999_999_999_999
 STEP_PAGE_BYTES = 256 * 1024
+#: ``Capacity.queued_ahead`` counts at most this many runs (more shows as this number).
+MAX_QUEUED_AHEAD = 1000
 #: A step carries at most this many of its latest updates (``updates_total`` counts them all).
 MAX_STEP_UPDATES = 20
 #: The encoded bytes a step's earlier tries may take (``earlier_tries_total`` counts them all):
@@ -104,11 +106,14 @@ class WaitingOn(WireModel):
 
 
 class Capacity(WireModel):
-    """The execution slots, when a runnable run waits for one: which runs hold them."""
+    """The execution slots, when a runnable run waits for one: which runs hold them, and how
+    many runnable runs the scheduler starts before this one (counted up to
+    :data:`MAX_QUEUED_AHEAD`)."""
 
     max_workers: int
     busy: int
     holders: list[str]
+    queued_ahead: int = 0
 
 
 class EffectToResolve(WireModel):

@@ -308,14 +308,21 @@ def test_a_run_waiting_for_a_slot_names_the_runs_that_hold_them(
         holder = start(client, workflow, {}, "holder")
         wait_for(entered.exists, timeout_s=30, what="the holder's node")
         queued = start(client, CHECKPOINT, {"steps": []}, "queued")
+        behind = start(client, CHECKPOINT, {"steps": []}, "behind")
     try:
         view, explained = every_renderer(server, queued)
         assert (view.display.status, view.display.activity) == ("queued", "waitingForSlot")
         assert view.display.capacity is not None
         assert view.display.capacity.holders == [holder]
+        assert view.display.capacity.queued_ahead == 0
         assert explained["cause"] == "capacityFull" and holder in explained["explanation"]
         # The command runs as printed: one more slot than the server has.
         assert explained["commands"] == ["piwf server stop && piwf server start --max-workers 2"]
+        # The run behind it is told that another goes first, not that it starts next.
+        view, explained = every_renderer(server, behind)
+        assert view.display.capacity is not None and view.display.capacity.queued_ahead == 1
+        assert "1 run is queued ahead of this one" in explained["explanation"]
+        assert holder in explained["explanation"]
     finally:
         gate.touch()
 

@@ -21,6 +21,7 @@ from piwf.protocol.client_v1 import Request
 from piwf.protocol.payloads import ContentRef, NodeFailureInfo, RunDetail
 from piwf.protocol.view_payloads import (
     EARLIER_TRIES_BYTES,
+    MAX_QUEUED_AHEAD,
     MAX_STEP_INDEX,
     MAX_STEP_UPDATES,
     MAX_TOPOLOGY_EDGES,
@@ -233,9 +234,13 @@ def display_of(
         available_at = view.available_at
     else:
         holders = run_queue.executing_run_ids(tx, max_workers + 1)
-        if len(holders) >= max_workers:
+        # A run behind others waits for them too, even while a slot is free for a moment.
+        ahead = run_queue.count_runnable_ahead(tx, run_id, MAX_QUEUED_AHEAD)
+        if len(holders) >= max_workers or ahead:
             activity = "waitingForSlot"
-            capacity = Capacity(max_workers=max_workers, busy=len(holders), holders=holders)
+            capacity = Capacity(
+                max_workers=max_workers, busy=len(holders), holders=holders, queued_ahead=ahead
+            )
     current_updates: list[StepUpdate] = []
     if current is not None and waiting is None:
         offer = ContentOffer(tx, budget=STEP_PAGE_BYTES)

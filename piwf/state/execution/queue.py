@@ -103,6 +103,16 @@ _SELECT_NEXT_RUNNABLE = (
 
 _COUNT_RUNNABLE = "SELECT count(*) " + _RUNNABLE_FROM
 
+# The runnable runs the scheduler takes before :run_id (its own order), at most :most of them.
+# Only constant SQL is joined here; values bind.
+_COUNT_RUNNABLE_AHEAD = (
+    "SELECT count(*) FROM (SELECT 1 "  # noqa: S608
+    + _RUNNABLE_FROM
+    + "  AND (q.available_at, q.created_at, q.run_id) <"
+    " (SELECT available_at, created_at, run_id FROM run_queue WHERE run_id = :run_id)"
+    " LIMIT :most)"
+)
+
 # Runs that will start by themselves, now or at a scheduled time: admitted or executing runs,
 # and runs waiting out a back-off (eligible but for their due time).
 _HAS_ADMITTED_RUN = """
@@ -252,6 +262,13 @@ def next_runnable(tx: Transaction, exclude: tuple[str, ...] = ()) -> str | None:
 def count_runnable(tx: Transaction) -> int:
     """Return how many runs :func:`next_runnable` could return now (any transaction)."""
     return int(tx.scalar(_COUNT_RUNNABLE, _eligibility(tx, ())))
+
+
+def count_runnable_ahead(tx: Transaction, run_id: str, most: int) -> int:
+    """Return how many runnable runs :func:`next_runnable` returns before ``run_id``, counting
+    at most ``most`` of them (0 for a run not in the queue). Any transaction."""
+    params = {**_eligibility(tx, ()), "run_id": run_id, "most": most}
+    return int(tx.scalar(_COUNT_RUNNABLE_AHEAD, params))
 
 
 def has_admitted_or_eligible_run(tx: Transaction) -> bool:
