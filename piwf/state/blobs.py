@@ -98,7 +98,13 @@ def _store(tx: Transaction, content: bytes, media_type: MediaType, digest: bytes
 def put_json(tx: Transaction, value: object) -> bytes:
     """Store the canonical JSON of ``value`` and return its digest (bytes the encoder wrote
     are canonical: they are not parsed again)."""
-    content = canonical.encode(value)
+    return put_canonical(tx, canonical.encode(value))
+
+
+def put_canonical(tx: Transaction, content: bytes) -> bytes:
+    """Store ``content`` as JSON and return its digest. The caller vouches that the bytes are
+    canonical JSON: :func:`piwf.canonical.encode` wrote them, or :func:`piwf.canonical.decode`
+    accepted them. They are not parsed again (a large value's parse is most of its cost)."""
     return _store(tx, content, MediaType.JSON, hashlib.sha256(content).digest())
 
 

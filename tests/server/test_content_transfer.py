@@ -120,3 +120,59 @@ def test_a_value_pruned_since_it_was_offered_is_refused_clearly(db: StateDatabas
     db.connection.execute("DELETE FROM blobs WHERE blob_hash = ?", (bytes.fromhex(found[0]),))
     with pytest.raises(content.ContentError, match="no longer stored as it was offered"):
         transfer.read_part({"sha256": found[0], "offset": CONTENT_PART_BYTES})
+
+
+def upload(transfer: ContentTransfer, data: bytes) -> dict[str, Any]:
+    """Send ``data`` as the child does (parts in order); return the reference a call names."""
+    reference = content.reference(data)
+    inner = reference["$content"]
+    assert isinstance(inner, dict)
+    for offset in range(0, len(data), CONTENT_PART_BYTES):
+        chunk = data[offset : offset + CONTENT_PART_BYTES]
+        transfer.receive_part(
+            {**inner, "offset": offset, "data": base64.b64encode(chunk).decode("ascii")}
+        )
+    return reference
+
+
+def test_an_uploaded_value_is_parsed_once_stored_as_sent_and_resolved(
+    db: StateDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its verification's parse serves the call that names it: storing and resolving it do
+    not parse it again (a large output's parses held the server's loop for seconds)."""
+    data = canonical.encode({"payload": VALUE})
+    parses: list[int] = []
+    decode = canonical.decode
+
+    def counted(raw: bytes | str) -> Any:
+        parses.append(len(raw))
+        return decode(raw)
+
+    monkeypatch.setattr(canonical, "decode", counted)
+    transfer = ContentTransfer(db)
+    reference = upload(transfer, data)
+    assert transfer.resolve(reference) == {"payload": VALUE}
+    assert parses == [len(data)]
+    with db.read() as tx:
+        assert blobs.read_bytes(tx, hashlib.sha256(data).digest(), blobs.MediaType.JSON) == data
+    # Named again (a retried call): read back and verified, not taken on trust.
+    assert transfer.resolve(reference) == {"payload": VALUE}
+    assert parses == [len(data), len(data)]
+
+
+def test_an_upload_named_with_another_length_or_not_canonical_is_refused(
+    db: StateDatabase,
+) -> None:
+    transfer = ContentTransfer(db)
+    data = canonical.encode({"payload": VALUE})
+    reference = upload(transfer, data)
+    inner = reference["$content"]
+    assert isinstance(inner, dict)
+    wrong = {"$content": {**inner, "bytes": len(data) - 1}}
+    with pytest.raises(content.ContentError, match="does not match its reference"):
+        transfer.resolve(wrong)
+    spaced = b'{"a": 1}'  # JSON, but not canonical: refused, and nothing stored
+    with pytest.raises(canonical.CanonicalJsonError):
+        upload(transfer, spaced)
+    with db.read() as tx:
+        assert blobs.peek(tx, hashlib.sha256(spaced).digest(), inline_limit=-1) is None

@@ -34,12 +34,16 @@ class ContentTransfer:
     """The digests offered to this child (hex) and their lengths in bytes."""
     received: set[str] = field(default_factory=set)
     uploads: dict[str, bytearray] = field(default_factory=dict)
+    decoded: dict[str, tuple[int, JsonValue]] = field(default_factory=dict)
+    """Uploaded values (their length, and the value as their verification decoded it) until
+    the call that names each resolves it: a large value is parsed once, not again as it is
+    stored and read back."""
 
     def offer(self, value: JsonValue) -> dict[str, JsonValue]:
         """Store ``value`` and return the reference the child reads it back by."""
         body = canonical.encode(value)
         with self.db.write() as tx:
-            digest = blobs.put_bytes(tx, body, MediaType.JSON)
+            digest = blobs.put_canonical(tx, body)
         self.offered[digest.hex()] = len(body)
         return content.reference(body)
 
@@ -82,10 +86,11 @@ class ContentTransfer:
             raise content.ContentError("content is longer than its reference")
         if len(buffer) == length:
             data = bytes(self.uploads.pop(digest))
-            content.verified_value(data, digest, length)
+            value = content.verified_value(data, digest, length)  # canonical, or it raises
             with self.db.write() as tx:
-                blobs.put_bytes(tx, data, MediaType.JSON)
+                blobs.put_canonical(tx, data)
             self.received.add(digest)
+            self.decoded[digest] = (length, value)
 
     def resolve(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Return the payload itself, or the uploaded object a reference names."""
@@ -95,9 +100,14 @@ class ContentTransfer:
         digest, length = found
         if digest not in self.received:
             raise content.ContentError("the referenced payload was not uploaded")
-        with self.db.read() as tx:
-            data = blobs.read_bytes(tx, bytes.fromhex(digest), MediaType.JSON)
-        value = content.verified_value(data, digest, length)
+        if digest in self.decoded:
+            uploaded, value = self.decoded.pop(digest)
+            if uploaded != length:
+                raise content.ContentError("content does not match its reference")
+        else:  # named a second time: read back and verified again
+            with self.db.read() as tx:
+                data = blobs.read_bytes(tx, bytes.fromhex(digest), MediaType.JSON)
+            value = content.verified_value(data, digest, length)
         if not isinstance(value, dict):
             raise content.ContentError("a referenced payload must be an object")
         return value
