@@ -24,9 +24,13 @@ WITHOUT_WEBSOCKETS = (
 
 
 def piwf(
-    tmp_path: Path, *args: str, hide_websockets: bool = False
+    tmp_path: Path, *args: str, hide_websockets: bool = False, hiding: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    prefix = ["-c", WITHOUT_WEBSOCKETS] if hide_websockets else ["-m", "piwf"]
+    """``piwf ARGS`` in a new interpreter; ``hiding`` is a ``-c`` program that hides modules
+    first (``hide_websockets``: :data:`WITHOUT_WEBSOCKETS`)."""
+    if hide_websockets:
+        hiding = WITHOUT_WEBSOCKETS
+    prefix = ["-c", hiding] if hiding is not None else ["-m", "piwf"]
     return subprocess.run(
         [sys.executable, *prefix, *args],
         capture_output=True,
@@ -136,15 +140,7 @@ def test_without_either_extra_piwf_view_remote_names_both_in_one_install_line(
     tmp_path: Path,
 ) -> None:
     hide_both = WITHOUT_WEBSOCKETS.replace("; from", "; sys.modules['textual'] = None; from")
-    result = subprocess.run(
-        [sys.executable, "-c", hide_both, "view", "--remote", "ws://127.0.0.1:9", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PIWF_HOME": str(tmp_path / "home")},
-    )
+    result = piwf(tmp_path, "view", "--remote", "ws://127.0.0.1:9", "--json", hiding=hide_both)
     assert (result.returncode, result.stderr) == (1, ""), result.stderr
     assert json.loads(result.stdout)["error"] == {
         "code": "missingExtra",
