@@ -160,8 +160,10 @@ def run_line(run: RunRow) -> str:
     return f"{run.run_id}  {run_status(run)}  {run.workflow_name}"
 
 
-def run_page(page: RunRows) -> str:
-    """The run list as a table, newest first."""
+def run_page(page: RunRows, same: Sequence[str] = ()) -> str:
+    """The run list as a table, newest first. When more runs exist, the command that shows the
+    next page ends it: ``piwf run list``, the options ``same`` (the page's own ``--limit`` and
+    ``--status``), and ``--before`` the last run shown."""
     if not page.runs:
         return "no runs"
     rows = [
@@ -177,12 +179,8 @@ def run_page(page: RunRows) -> str:
     text = table(["RUN ID", "STATUS", "WORKFLOW", "CREATED", "TITLE"], rows)
     if page.next_cursor is None:
         return text
-    if len(page.runs) < RUN_LIST_MOST:
-        return text + f"\n(more runs exist; raise --limit beyond {len(page.runs)} to see them)"
-    return text + (
-        f"\n(more runs exist; a list shows at most {RUN_LIST_MOST}: narrow it with --status,"
-        " or page on with --json's nextCursor and the Python client's list_runs(before=...))"
-    )
+    next_page = " ".join(["piwf run list", *same, "--before", one_line(page.runs[-1].run_id)])
+    return text + f"\n(more runs exist; the next page: {next_page})"
 
 
 def _needed_action(detail: RunDetail) -> str | None:

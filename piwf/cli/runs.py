@@ -14,6 +14,7 @@ from piwf.cli.common import (
     Seconds,
     check_session_id,
     command,
+    id_check,
     interrupted,
     json_option,
     naming_given,
@@ -148,11 +149,14 @@ def run_start(
         _wait_and_report(client, run.run_id, timeout_s, as_json=as_json)
 
 
+_RUN_LIST_DEFAULT = 50
+
+
 @run_group.command("list")
 @click.option(
     "--limit",
     type=Integer(1, render.RUN_LIST_MOST),
-    default=50,
+    default=_RUN_LIST_DEFAULT,
     show_default=True,
     metavar="N",
     help="How many runs to show, newest first.",
@@ -163,26 +167,43 @@ def run_start(
     default=None,
     help="Only runs with this display status.",
 )
+@click.option(
+    "--before",
+    metavar="RUN_ID",
+    default=None,
+    callback=id_check("run"),
+    help="Only runs created before this one: the next page after a list that ended with it.",
+)
 @json_option
 @command
-def run_list(limit: int, status: str | None, as_json: bool) -> None:
-    """List runs, newest first.
+def run_list(limit: int, status: str | None, before: str | None, as_json: bool) -> None:
+    """List runs, newest first. When more runs exist than shown, the table ends with the
+    command for the next page (--before the last run shown).
 
     \b
     Example:
       piwf run list --limit 10 --status waiting
+      piwf run list --limit 10 --before run-2d98d9ee1d200bc95a28
     """
-    if not as_json:
+    same = [] if limit == _RUN_LIST_DEFAULT else ["--limit", str(limit)]  # for the next page
+    same += [] if status is None else ["--status", status]
+    if not as_json and before is None:
         listed = quick_list.list_runs(limit, status)
         if listed is not None:
-            click.echo(render.run_page(listed))
+            click.echo(render.run_page(listed, same))
             return
     with open_client() as client:
-        page = client.list_runs(limit=limit, status=status)
+        cursor = None
+        if before is not None:
+            from piwf.protocol.payloads import RunCursor
+
+            created_at = client.get_run(before, content_limit=0).run.created_at
+            cursor = RunCursor(created_at=created_at, run_id=before)
+        page = client.list_runs(limit=limit, before=cursor, status=status)
     if as_json:
         render.emit_json(page.to_wire())
     else:
-        click.echo(render.run_page(page))
+        click.echo(render.run_page(page, same))
 
 
 @run_group.command("show")

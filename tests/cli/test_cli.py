@@ -504,20 +504,21 @@ def test_a_title_with_control_characters_stays_on_its_row() -> None:
     )
 
 
-def test_a_full_run_list_page_does_not_ask_for_a_limit_above_the_most() -> None:
-    # --limit stops at the protocol's largest run.list limit: beyond it, say what else helps.
+def test_a_run_list_page_with_more_after_it_ends_with_the_next_pages_command() -> None:
+    # --limit stops at the protocol's largest run.list limit; the next page is --before the
+    # last run shown, with the page's own options.
     assert RunListPayload.model_fields["limit"].metadata[-1].le == render.RUN_LIST_MOST
-    cursor = {"createdAt": 1, "runId": "run-0"}
+    cursor = {"createdAt": 1, "runId": "run-9"}
 
-    def hint(count: int) -> str:
+    def hint(count: int, *same: str) -> str:
         runs = [run_info(f"run-{index}") for index in range(count)]
         page = RunPage.model_validate({"runs": runs, "nextCursor": cursor})
-        return render.run_page(page).splitlines()[-1]
+        return render.run_page(page, same).splitlines()[-1]
 
-    assert hint(10) == "(more runs exist; raise --limit beyond 10 to see them)"
-    assert hint(render.RUN_LIST_MOST) == (
-        "(more runs exist; a list shows at most 500: narrow it with --status, or page on with"
-        " --json's nextCursor and the Python client's list_runs(before=...))"
+    assert hint(10) == "(more runs exist; the next page: piwf run list --before run-9)"
+    assert hint(render.RUN_LIST_MOST, "--limit", "500", "--status", "failed") == (
+        "(more runs exist; the next page: piwf run list --limit 500 --status failed"
+        " --before run-499)"
     )
 
 

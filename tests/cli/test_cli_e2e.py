@@ -204,13 +204,34 @@ def test_run_list_prints_the_full_clients_table_from_its_quick_read(
             found, stdout = run_probe(arguments, ["pydantic"], tmp_path / "imported.json", piwf.env)
             assert found["status"] == 0, stdout
             assert found["heavy"] == [], "the quick path was not taken"
-            expected = render.run_page(client.list_runs(limit=limit, status=status))
+            same = arguments[2:] if limit == 2 else arguments[4:]  # --limit 50 is the default
+            expected = render.run_page(client.list_runs(limit=limit, status=status), same)
             assert stdout == expected + "\n"
     paused_row = next(
         line for line in piwf.run("run", "list").stdout.splitlines() if line.startswith(held)
     )
     assert paused_row.split()[1:3] == ["paused", "hold"], paused_row  # not "paused (paused)"
-    assert "more runs exist" in piwf.run("run", "list", "--limit", "2").stdout
+
+
+def test_run_list_pages_on_with_the_command_its_table_ends_with(piwf: Piwf) -> None:
+    started = [
+        piwf.json("run", "start", HELLO, "--input", f'{{"who": "{who}"}}', "--wait")["run"]
+        for who in ("a", "b", "c")
+    ]
+    newest_first = [run["runId"] for run in reversed(started)]
+    first = piwf.run("run", "list", "--limit", "2").stdout.splitlines()
+    assert [line.split()[0] for line in first[1:3]] == newest_first[:2]
+    assert first[-1] == (
+        f"(more runs exist; the next page: piwf run list --limit 2 --before {newest_first[1]})"
+    )
+    command = first[-1].removeprefix("(more runs exist; the next page: piwf ").removesuffix(")")
+    second = piwf.run(*command.split()).stdout.splitlines()
+    assert [line.split()[0] for line in second[1:]] == newest_first[2:], second
+    as_json = piwf.json("run", "list", "--limit", "2", "--before", newest_first[1])
+    assert [run["runId"] for run in as_json["runs"]] == newest_first[2:]
+    assert "nextCursor" not in as_json
+    unknown = piwf.json("run", "list", "--before", "run-0b9c", exit_code=1)
+    assert unknown["error"]["code"] == "runNotFound", unknown
 
 
 def test_server_start_and_stop(piwf: Piwf, tmp_path: Path) -> None:
