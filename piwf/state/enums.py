@@ -231,6 +231,9 @@ class FailureClass(StrEnum):
     SOURCE_CHANGED = "sourceChanged"
     EFFECT_AMBIGUOUS = "effectAmbiguous"
     NODE_FAILED = "nodeFailed"
+    #: The workflow's input parser refused the run's input before any step (never
+    #: ``nodeFailed``: no node failed, and a restart would give it the same input).
+    INPUT_REJECTED = "inputRejected"
     PROTOCOL_REJECTED = "protocolRejected"
 
 

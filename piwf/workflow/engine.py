@@ -71,7 +71,7 @@ from piwf.workflow.replay import (
     replay_saved_run,
 )
 from piwf.workflow.retries import RetryPolicy
-from piwf.workflow.scopes import End, Next, RunProgress, TransitionError
+from piwf.workflow.scopes import End, InputRejectedError, Next, RunProgress, TransitionError
 from piwf.workflow.timers import resolve_wake_at, timer_output
 
 MAX_UPDATE_BYTES = 64 * 1024
@@ -162,6 +162,9 @@ class _Execution:
         self.gate.expect(self.port.begin_run, begun)
         try:
             progress = RunProgress(self.workflow, self.run_id, saved.input)
+        except InputRejectedError as error:
+            return self._finish(End(RunStatus.FAILED, None, str(error), None, input_rejected=True))
+        try:
             position = self._replay(progress, saved)
         except TransitionError as error:
             return self._finish(End(RunStatus.FAILED, None, str(error), self.last_path))
@@ -454,7 +457,9 @@ class _Execution:
         )
 
     def _finish(self, end: End) -> ExecutionResult:
-        message = RunFinished(self.run_id, end.status, end.output, end.error, end.path)
+        message = RunFinished(
+            self.run_id, end.status, end.output, end.error, end.path, end.input_rejected
+        )
         self.gate.expect(self.port.finish, message)
         return ExecutionResult(self.run_id, end.status, end.output, end.error, end.path)
 

@@ -346,13 +346,16 @@ class RunParked:
 
 @dataclass(frozen=True)
 class RunFinished:
-    """The run reached a terminal status; ``output`` for completed, ``error`` otherwise."""
+    """The run reached a terminal status; ``output`` for completed, ``error`` otherwise.
+    ``input_rejected``: a ``failed`` run whose root workflow refused its input (no step ran);
+    the server records it as the failure class ``inputRejected`` instead of ``nodeFailed``."""
 
     run_id: str
     status: RunStatus
     output: JsonValue
     error: str | None
     path: str | None
+    input_rejected: bool = False
 
 
 # Results (port → engine) -------------------------------------------------------------------

@@ -35,6 +35,12 @@ class TransitionError(Exception):
     """A transition could not be made (routing, mount input or exit); the run fails."""
 
 
+class InputRejectedError(TransitionError):
+    """The root workflow's input parser refused the run's input: the run fails
+    ``inputRejected`` before its first step (a restart, which gives it the same input, could
+    only fail the same way)."""
+
+
 @dataclass
 class Frame:
     """The child-local state of one scope: input, outputs, results and steps taken."""
@@ -70,6 +76,8 @@ class End:
     output: JsonValue
     error: str | None
     path: str | None
+    #: The root workflow refused the run's input (the failure class ``inputRejected``).
+    input_rejected: bool = False
 
 
 Decision: TypeAlias = Next | End
@@ -114,11 +122,15 @@ class RunProgress:
     """Frames, visit counters and step counts of one run while a command executes."""
 
     def __init__(self, compiled: CompiledWorkflow, run_id: str, raw_input: JsonValue) -> None:
-        """Create the root frame; raises :class:`TransitionError` if the input is refused."""
+        """Create the root frame; raises :class:`InputRejectedError` if the input is refused."""
         self.compiled = compiled
         self.run_id = run_id
         root = compiled.definition
-        self.frames = [Frame(None, root, raw_input, parse_input(root, raw_input))]
+        try:
+            parsed = parse_input(root, raw_input)
+        except TransitionError as error:
+            raise InputRejectedError(str(error)) from error.__cause__
+        self.frames = [Frame(None, root, raw_input, parsed)]
         self.visits: dict[str, int] = {}
         self.entries: dict[str, int] = {}
         self.total_steps = 0

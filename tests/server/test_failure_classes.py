@@ -1,6 +1,7 @@
 """Every failure class a run can meet, side by side on one real server, each reported as itself.
 
-Seven runs each meet one way of going wrong: a node that raises, a runner that exits before any
+Eight runs each meet one way of going wrong: a node that raises, an input the workflow refuses
+before any step (``inputRejected``, never ``nodeFailed``), a runner that exits before any
 progress, one that exits after progress (an update), one frozen past its node deadline after
 progress (a runner that fails without progress is ``runnerNoProgress`` whatever else it did),
 one that breaks the runner protocol, a manual effect interrupted mid-call, and a source changed
@@ -28,6 +29,17 @@ WORKFLOWS = {
 
         workflow = define_workflow(
             name="fails", start_at="fail", nodes={"fail": compute(fail)}, edges=[],
+        )
+        """,
+    "inputRejected": """
+        from piwf.workflow import compute, define_workflow
+
+        def parse(raw):
+            raise ValueError("a release needs a 'service'")
+
+        workflow = define_workflow(
+            name="refuses", start_at="plan", input=parse,
+            nodes={"plan": compute(lambda ctx: {})}, edges=[],
         )
         """,
     "runnerNoProgress": """
@@ -161,9 +173,11 @@ def test_each_failure_class_is_reported_as_itself(servers: ServerFactory, tmp_pa
     assert status is not None and listed is not None
     parked = Counter(status["parkedByReason"])
     assert {reason: parked[reason] for reason in BLOCKING} == dict.fromkeys(BLOCKING, 1)
-    assert "nodeFailed" not in parked
-    # Only the node that failed ended its run: every other run is still unfinished.
+    assert "nodeFailed" not in parked and "inputRejected" not in parked
+    # Only the node that failed and the refused input ended their runs: every other run is
+    # still unfinished.
     statuses = {run["runId"]: run["status"] for run in listed["runs"]}
     assert [failure for failure, run_id in runs.items() if statuses[run_id] == "failed"] == [
-        "nodeFailed"
+        "nodeFailed",
+        "inputRejected",
     ]

@@ -13,9 +13,16 @@ from typing import Any
 import pytest
 
 from piwf.errors import ClaimLostError
-from piwf.workflow import compute, define_workflow, idempotent_effect, shell
+from piwf.workflow import compute, define_workflow, idempotent_effect, include, shell
 from piwf.workflow.memory import EffectStatus, MemoryPort, run_in_memory
-from piwf.workflow.port import NodeFailed, NodeFinished, PortResult, RunStatus, UpdatePublished
+from piwf.workflow.port import (
+    NodeFailed,
+    NodeFinished,
+    PortResult,
+    RunFinished,
+    RunStatus,
+    UpdatePublished,
+)
 
 
 def single(name: str, node: Any) -> Any:
@@ -85,3 +92,46 @@ def test_shell_command_that_cannot_start_fails_the_node() -> None:
     result, _ = run_in_memory(single("run", node))
     assert result.status is RunStatus.FAILED
     assert result.error is not None and "cannot start '/nonexistent/piwf-binary'" in result.error
+
+
+def _refuses(raw: Any) -> Any:
+    raise ValueError("a release needs a 'service'")
+
+
+def test_only_a_refused_run_input_finishes_as_input_rejected() -> None:
+    """The root workflow's refusal of the run's input is ``input_rejected`` (the server's
+    ``inputRejected``); a mounted workflow refusing what its include mapped for it is a
+    failure of the workflow itself (``nodeFailed``), which no other input would change."""
+    child = define_workflow(
+        name="child", start_at="go", input=_refuses, nodes={"go": compute(lambda c: 1)}, edges=[]
+    )
+    parent = define_workflow(
+        name="parent",
+        start_at="first",
+        nodes={"first": compute(lambda ctx: {})},
+        includes={"sub": include(child, input=lambda ctx: {})},
+        edges=[{"from": "first", "to": "sub"}],
+    )
+    cases = {"root": define_workflow(**{**_SINGLE, "input": _refuses}), "mount": parent}
+    finishes = {}
+    for where, workflow in cases.items():
+        result, port = run_in_memory(workflow, {"service": None})
+        assert result.status is RunStatus.FAILED
+        (finished,) = [m for m in port.messages if isinstance(m, RunFinished)]
+        finishes[where] = (finished.input_rejected, finished.error)
+    assert finishes["root"] == (
+        True,
+        "input rejected by workflow 'single': ValueError: a release needs a 'service'",
+    )
+    assert finishes["mount"] == (
+        False,
+        "input rejected by workflow 'child': ValueError: a release needs a 'service'",
+    )
+
+
+_SINGLE: dict[str, Any] = {
+    "name": "single",
+    "start_at": "a",
+    "nodes": {"a": compute(lambda ctx: 1)},
+    "edges": [],
+}

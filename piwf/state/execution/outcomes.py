@@ -193,7 +193,8 @@ def apply_finish(
 
     ``completed`` stores the final output (JSON blob); ``failed``/``timed_out``/``cancelled``
     store the error (text blob; the status name when the engine sent none). The queue row becomes
-    ``done``/``failed``/``cancelled`` (error code ``nodeFailed`` for a failed run). Whatever is
+    ``done``/``failed``/``cancelled`` (error code ``nodeFailed`` for a failed run, or
+    ``inputRejected`` when the message says the workflow refused the run's input). Whatever is
     still open is closed in the same change: the active attempt, open requests, pending effects
     (``cancelled``) and applying ones (``ambiguous``). A ``completed`` finish with an active
     visit, or a non-terminal status, is a ``Conflict``. Event ``run.<status>``.
@@ -221,7 +222,11 @@ def apply_finish(
     error = None if status is RunStatus.COMPLETED else (message.error or status.value)
     messages.run_ended(tx, run.run_id, status.value, output=message.output, error=error)
     turns.end_turns_of_run(tx, run.run_id)
-    failure = FailureClass.NODE_FAILED if status is RunStatus.FAILED else None
+    failure = None
+    if status is RunStatus.FAILED:
+        failure = (
+            FailureClass.INPUT_REJECTED if message.input_rejected else FailureClass.NODE_FAILED
+        )
     queue.set_queue(tx, run.run_id, queue_status, error_code=failure)
     release_claim(tx, claim)
     return Applied(Committed(revision))

@@ -119,7 +119,7 @@ CREATE TABLE run_queue (
   consecutive_errors INTEGER NOT NULL DEFAULT 0 CHECK (consecutive_errors >= 0),
   error_code TEXT CHECK (error_code IN (
     'claimLost', 'runnerCrashed', 'runnerNoProgress', 'runnerTimedOut', 'serverUnavailable',
-    'sourceChanged', 'effectAmbiguous', 'nodeFailed', 'protocolRejected')),
+    'sourceChanged', 'effectAmbiguous', 'nodeFailed', 'inputRejected', 'protocolRejected')),
   error_hash BLOB REFERENCES blobs(blob_hash),
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
