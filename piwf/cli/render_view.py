@@ -100,6 +100,8 @@ def explain(view: RunView) -> Explanation:
     display = view.display
     run_id = view.detail.run.run_id
     resume = f"piwf run resume {run_id}"
+    if view.detail.run.error_code == "inputRejected":
+        return _input_rejected(view)
     if display.status in ("completed", "failed", "timed_out", "cancelled"):
         return _terminal(view)
     if display.effects_to_resolve:
@@ -206,6 +208,52 @@ def _terminal(view: RunView) -> Explanation:
         return Explanation(run.status, text, (f"piwf run show {restarted}",))
     text += " Restart to run it again."
     return Explanation(run.status, text, (f"piwf run restart {run.run_id}",))
+
+
+#: How much of the workflow's refusal of an input ``run explain`` quotes.
+INPUT_REFUSAL_CHARS = 1000
+
+
+def _input_rejected(view: RunView) -> Explanation:
+    """A run whose workflow refused its input: what was refused, and that only a new run with
+    a corrected input goes on (a restart would give the workflow the same input; the server
+    refuses it)."""
+    run = view.detail.run
+    refusal = input_refusal_text(view.detail.error) or "the workflow refused the run's input"
+    reference = shlex.quote(run.workflow_ref)
+    text = (
+        f"the run ended {run.status} before its first step: {refusal} (the whole record: piwf"
+        f" run show {run.run_id}). A restart would give the workflow the same input: start a"
+        " new run with a corrected input (the input it accepts: piwf workflows show"
+        f" {reference})."
+    )
+    return Explanation("inputRejected", text, (f"piwf run start {reference} --input JSON",))
+
+
+def input_refusal_text(error: str | None) -> str:
+    """The workflow's refusal of an input on one line: its first line, then each problem as
+    ``location: rule`` (pydantic's layout puts a location on a line and its rule, indented,
+    under it), at most :data:`INPUT_REFUSAL_CHARS` characters."""
+    if not error:
+        return ""
+    head, *rest = error.split("\n")
+    problems: list[str] = []
+    location = ""
+    for line in rest:
+        if line.startswith("  "):
+            rule = line.strip()
+            problems.append(f"{location}: {rule}" if location else rule)
+            location = ""
+        elif line.strip():
+            if location:
+                problems.append(location)
+            location = line.strip()
+    if location:
+        problems.append(location)
+    text = "; ".join([head.rstrip(), *problems]) if problems else head.rstrip()
+    if len(text) > INPUT_REFUSAL_CHARS:
+        text = text[: INPUT_REFUSAL_CHARS - 1] + "…"
+    return text
 
 
 _PARKED: dict[str, str] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, get_args
@@ -531,6 +532,13 @@ def _wait_and_report(
             click.echo(f"Error: run {run.run_id} ended {run.status}{detail}{error}", err=True)
             if receipt.failure is not None:
                 click.echo(f"The failed node's record: piwf run show {run.run_id}", err=True)
+            if run.error_code == "inputRejected":
+                click.echo(
+                    "The workflow refused the run's input, and a restart would give it the same"
+                    " input: start a new run with a corrected input: piwf run start"
+                    f" {shlex.quote(run.workflow_ref)} --input JSON",
+                    err=True,
+                )
         raise click.exceptions.Exit(1)
 
 

@@ -8,6 +8,7 @@ their preconditions again.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from typing import Literal
 
@@ -16,6 +17,7 @@ from piwf.lifecycle import EffectStatus, RunStatus
 from piwf.server.runs import recorded_sources
 from piwf.state import Transaction
 from piwf.state import effects as fx
+from piwf.state.enums import FailureClass
 from piwf.state.execution import runs as run_store
 
 
@@ -49,9 +51,35 @@ def ended_refuses_cancel(run: run_store.RunRow) -> RunCommandError | None:
 
 
 def restart_refusal(tx: Transaction, parent: run_store.RunRow) -> RunCommandError | None:
-    """Why ``parent`` cannot restart now (:func:`unfinished_refuses_restart`, then
-    :func:`sources_refuse_restart`), or None when ``restart_run`` may decide."""
-    return unfinished_refuses_restart(parent) or sources_refuse_restart(tx, parent)
+    """Why ``parent`` cannot restart now (:func:`unfinished_refuses_restart`,
+    :func:`rejected_input_refuses_restart`, then :func:`sources_refuse_restart`), or None when
+    ``restart_run`` may decide."""
+    return (
+        unfinished_refuses_restart(parent)
+        or rejected_input_refuses_restart(tx, parent)
+        or sources_refuse_restart(tx, parent)
+    )
+
+
+def rejected_input_refuses_restart(
+    tx: Transaction, parent: run_store.RunRow
+) -> RunCommandError | None:
+    """The refusal of a restart of a run whose workflow refused its input (failure class
+    ``inputRejected``; None for any other run, and once a restart exists, which is adopted): a
+    restart gives the same sources the same input, which they would refuse again. The error
+    says to start a new run with a corrected input; the workflow's message is on the run."""
+    if parent.error_code != FailureClass.INPUT_REJECTED.value:
+        return None
+    if run_store.restart_child_of(tx, parent.run_id) is not None:
+        return None
+    run_id = parent.run_id
+    return RunCommandError(
+        f"run {run_id} cannot restart: its workflow rejected its input (inputRejected), and a"
+        " restart gives the workflow the same input again. Start a new run with a corrected"
+        f" input: {recorded_sources.start_command(parent.workflow_ref)} --input JSON (what"
+        f" the workflow refused: piwf run show {run_id}; the input it accepts: piwf workflows"
+        f" show {shlex.quote(parent.workflow_ref)})"
+    )
 
 
 def unfinished_refuses_restart(parent: run_store.RunRow) -> RunCommandError | None:

@@ -175,8 +175,11 @@ def display_of(
         if effect.status == "ambiguous"
     ]
     if view.status in TERMINAL_RUN_STATUSES:
-        # A restart is refused while an effect is unsettled: resolve it first.
+        # A restart is refused while an effect is unsettled (resolve it first), and for a run
+        # whose input its workflow refused (a restart gives it the same input).
         controls: list[Control] = ["resolve"] if ambiguous else ["restart"]
+        if view.error_code == FailureClass.INPUT_REJECTED.value:
+            controls = []
         return Display(
             status=status,  # type: ignore[arg-type]  # the closed set, by construction
             activity="idle",
