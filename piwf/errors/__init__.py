@@ -101,6 +101,10 @@ policy's snapshot names the classes it retries on, so that name is stored state.
 
 from __future__ import annotations
 
+# Not used here: class annotations resolve in the namespace of the module a class names, which
+# is this one (typing.get_type_hints), and PiwfError's ``code`` is a ClassVar.
+from typing import ClassVar  # noqa: F401
+
 from piwf.errors.base import (
     CanonicalJsonError,
     InternalError,

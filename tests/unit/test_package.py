@@ -7,6 +7,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import piwf
@@ -72,4 +73,6 @@ def test_every_error_class_is_exported_from_piwf_errors_under_that_module_name()
     assert len(declared) > 70
     assert {getattr(errors, name) for name in errors.__all__} >= declared
     assert sorted(error.__name__ for error in declared if error.__module__ != "piwf.errors") == []
+    for error in declared:  # annotations resolve where the class says it lives
+        assert typing.get_type_hints(error)["code"] == typing.ClassVar[str]
     assert errors.__all__ == sorted(errors.__all__, key=lambda name: (not name.isupper(), name))
