@@ -256,23 +256,24 @@ def unknown_request(tx: Transaction, request_id: str, home: Path) -> str:
             f"no request {request_id} (piwf requests lists the pending requests of this state"
             f" home, PIWF_HOME={home})"
         )
-    head = f"{request_id} is a run id, not a request id"
-    found = list_open_requests(tx, request_id)
+    run_id = request_id  # the id given names a run, not a request
+    head = f"{run_id} is a run id, not a request id"
+    found = list_open_requests(tx, run_id)
     if not found:
         return (
             f"{head}; the run waits on no request now"
-            f" (piwf run explain {request_id} says what it is doing)"
+            f" (piwf run explain {run_id} says what it is doing)"
         )
     waits = "; ".join(
         f'request {item.request_id} ({item.kind} at node "{item.path}"): '
         + (
-            agent_request_host(tx, request_id, item.kind)
+            agent_request_host(tx, run_id, item.kind)
             or request_command(item.kind).format(request=item.request_id)
         )
         + (f" (choices: {', '.join(item.choices)})" if item.choices else "")
         for item in found
     )
-    paused = f" (the run is paused: piwf run resume {request_id} first)" if run.paused else ""
+    paused = f" (the run is paused: piwf run resume {run_id} first)" if run.paused else ""
     return f"{head}; the run waits on {waits}{paused}"
 
 

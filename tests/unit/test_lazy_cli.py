@@ -27,8 +27,17 @@ from piwf._version import __version__
 from piwf.cli import COMMANDS, cli
 
 #: The piwf modules ``piwf --version`` and ``piwf --help`` may import: the package (with its
-#: error classes), the version and the group. Nothing of the client, the protocol or a command.
-LIGHT = ["piwf", "piwf._version", "piwf.cli", "piwf.cli.collector", "piwf.errors"]
+#: error classes, one module per branch of the tree), the version and the group. Nothing of the
+#: client, the protocol or a command.
+ERROR_MODULES = ["base", "commands", "connection", "reads", "state", "workflow"]
+LIGHT = [
+    "piwf",
+    "piwf._version",
+    "piwf.cli",
+    "piwf.cli.collector",
+    "piwf.errors",
+    *(f"piwf.errors.{name}" for name in ERROR_MODULES),
+]
 #: Third-party packages that only a command's own module may bring in.
 HEAVY_PACKAGES = ("pydantic", "pydantic_core", "tenacity", "textual", "mcp")
 

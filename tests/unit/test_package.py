@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import piwf
@@ -55,3 +58,21 @@ def test_every_error_a_client_call_names_is_importable_from_piwf() -> None:
     }
     assert named and raised
     assert sorted((named | raised) - set(piwf.__all__)) == []
+
+
+def test_every_error_class_is_exported_from_piwf_errors_under_that_module_name() -> None:
+    # A failure records its error's ``module.qualname`` and a retry policy's snapshot names the
+    # classes it retries on that way, so the branch module a class is declared in (piwf/errors/)
+    # must never show: each is re-exported from piwf.errors and named there.
+    declared = {
+        value
+        for info in pkgutil.iter_modules(errors.__path__, "piwf.errors.")
+        for value in vars(importlib.import_module(info.name)).values()
+        if isinstance(value, type) and issubclass(value, errors.PiwfError)
+    }
+    assert len(declared) > 70
+    assert {getattr(errors, name) for name in errors.__all__} >= declared
+    assert sorted(error.__name__ for error in declared if error.__module__ != "piwf.errors") == []
+    for error in declared:  # annotations resolve where the class says it lives
+        assert typing.get_type_hints(error)["code"] == typing.ClassVar[str]
+    assert errors.__all__ == sorted(errors.__all__, key=lambda name: (not name.isupper(), name))

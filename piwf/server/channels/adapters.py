@@ -29,7 +29,9 @@ Adapter states::
     starting -> failed -> starting        (it could not be launched: a credential file, ...)
     any -> stopping -> stopped            (a reload removed or changed its profile)
 
-The server never sees the Bot API: only the adapter does.
+The server never sees the Bot API: only the adapter does. Every durable change above is one
+transaction of :mod:`piwf.server.channels.commits`; this module runs the children, their
+frames and timers.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from piwf.errors import PiwfError
-from piwf.lifecycle import Conflict
 from piwf.processes import ChildKind
 from piwf.protocol.channel_payloads import ChannelReloadReceipt
 from piwf.protocol.channel_v1 import (
@@ -61,6 +62,7 @@ from piwf.protocol.channel_v1 import (
     fence_refusal,
     parse_child_frame,
 )
+from piwf.server.channels.commits import ChannelCommits
 from piwf.server.channels.health import degraded_error
 from piwf.server.channels.profiles import (
     ChannelConfigError,
@@ -68,16 +70,13 @@ from piwf.server.channels.profiles import (
     load_profiles,
     read_credential,
 )
-from piwf.server.channels.render import NOTICES, render_delivery, render_settlement
 from piwf.server.children.link import ChildLink
 from piwf.server.children.supervisor import ChildHandle, ChildSpec, Supervisor
 from piwf.server.loop import EventLoop, Timer
 from piwf.state import StateDatabase
-from piwf.state import channel_delivery as cd
 from piwf.state import channels as channel_store
-from piwf.state.enums import ActorType, ChannelAdapterType
-from piwf.state.records import Actor
-from piwf.state.server_epoch import ServerClaim, verify_server_claim
+from piwf.state.enums import ChannelAdapterType
+from piwf.state.server_epoch import ServerClaim
 
 log = logging.getLogger("piwf.server")
 
@@ -146,16 +145,12 @@ class ChannelAdapters:
         self.home = home
         self.settings = settings
         self.answered = answered
+        self.commits = ChannelCommits(db, server_claim)
         self.adapters: dict[str, Adapter] = {}
         self.config_error: str | None = None
         self._dispatch_scheduled = False
         self._closed = False
         loop.every(settings.poll_s, self.nudge)
-
-    @property
-    def actor(self) -> Actor:
-        """Who the server's channel changes are recorded as."""
-        return Actor(ActorType.SERVER, self.server_claim().server_id)
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -232,11 +227,7 @@ class ChannelAdapters:
         profile = adapter.profile
         try:
             credential = read_credential(self.home, profile.config.credential_file)
-            with self.db.write() as tx:
-                verify_server_claim(tx, self.server_claim())
-                begun = cd.start_adapter(
-                    tx, ChannelAdapterType.TELEGRAM, profile.name, actor=self.actor
-                )
+            begun = self.commits.begin_epoch(profile.name)
         except PiwfError as error:
             self._failed(adapter, str(error))
             return
@@ -323,24 +314,7 @@ class ChannelAdapters:
         """The adapter of ``handle`` is gone: its open attempts become ambiguous."""
         if adapter.handle is not handle:
             return
-        epoch = adapter.epoch
-        try:
-            with self.db.write() as tx:
-                verify_server_claim(tx, self.server_claim())
-                interrupted = cd.adapter_ended(tx, adapter.channel_id, epoch, actor=self.actor)
-        except PiwfError as error:
-            log.warning(
-                "channel %s: recording its adapter's end failed: %s", adapter.channel_id, error
-            )
-            interrupted = []
-        for effect_id in interrupted:
-            log.warning(
-                "channel %s: send %s was in flight when its adapter ended: ambiguous "
-                "(check the chat, then piwf channel recover %s confirm|retry)",
-                adapter.profile.name,
-                effect_id,
-                effect_id,
-            )
+        self.commits.record_end(adapter.profile.name, adapter.channel_id, adapter.epoch)
         adapter.handle, adapter.link = None, None
         if adapter.stopping:
             self._enter(adapter, "stopped")
@@ -439,100 +413,27 @@ class ChannelAdapters:
         self._enter(adapter, "degraded", error=error, problem=frame.problem)
 
     def _settle(self, adapter: Adapter, frame: SettleFrame) -> None:
-        result = None if frame.result is None else frame.result.model_dump(by_alias=True)
-        try:
-            with self.db.write() as tx:
-                verify_server_claim(tx, self.server_claim())
-                settled = cd.settle_attempt(
-                    tx,
-                    channel_id=adapter.channel_id,
-                    epoch=frame.adapter_epoch,
-                    attempt_id=frame.attempt_id,
-                    expected_revision=frame.expected_revision,
-                    outcome=frame.outcome,
-                    result=result,
-                    error=frame.error,
-                    actor=self.actor,
-                )
-        except PiwfError as error:
-            log.warning(
-                "channel %s: settling %s failed: %s", adapter.profile.name, frame.attempt_id, error
-            )
-            return
-        if isinstance(settled, Conflict):
-            log.warning("channel %s: refused a settle: %s", adapter.profile.name, settled.evidence)
-            return
-        if frame.outcome != "applied":
-            log.warning(
-                "channel %s: %s %s: %s",
-                adapter.profile.name,
-                frame.attempt_id,
-                "rejected" if frame.outcome == "rejected" else "ambiguous",
-                frame.error or "no detail",
-            )
-        self.nudge()  # a decision settled meanwhile can be edited now
+        if self.commits.settle(adapter.profile.name, adapter.channel_id, frame):
+            self.nudge()  # a decision settled meanwhile can be edited now
 
     def _answer(self, adapter: Adapter, frame: AnswerFrame) -> None:
-        update = frame.update
-        # The server's own check: the adapter's word is not enough.
-        allowed = update.allowed and adapter.profile.identity_allowed(update.identity)
-        submission = f"{adapter.channel_id}:update-{update.update_id}"
-        outcome, revision, notice = "rejected", adapter.revision, "Not recorded, try again"
-        run_id = None
-        try:
-            with self.db.write() as tx:
-                verify_server_claim(tx, self.server_claim())
-                applied = cd.apply_update(
-                    tx,
-                    channel_id=adapter.channel_id,
-                    epoch=frame.adapter_epoch,
-                    expected_revision=frame.expected_revision,
-                    update_id=update.update_id,
-                    identity=update.identity,
-                    allowed=allowed,
-                    data=update.data if allowed else None,
-                    submission_id=submission,
-                )
-                if isinstance(applied, Conflict):
-                    log.warning(
-                        "channel %s: refused an update: %s", adapter.profile.name, applied.evidence
-                    )
-                    revision = channel_store.current_revision(
-                        tx,
-                        channel_store.get_channel(tx, adapter.channel_id),  # type: ignore[arg-type]
-                    )
-                else:
-                    outcome, revision = "accepted", applied.value.revision
-                    notice = NOTICES.get(applied.value.outcome, "Not recorded")
-                    if applied.value.outcome == "rejected":
-                        notice = (applied.value.reason or "Not recorded")[:200]
-                    if applied.value.outcome == "refused":
-                        log.warning(
-                            "channel %s: refused an answer from an identity that is not allowed "
-                            "(update %d; the decision stays open)",
-                            adapter.profile.name,
-                            update.update_id,
-                        )
-                    if applied.value.outcome == "won":
-                        run_id = applied.value.run_id
-        except PiwfError as error:
-            log.warning("channel %s: applying an update failed: %s", adapter.profile.name, error)
-        adapter.revision = revision
+        reply = self.commits.answer(adapter.profile, adapter.channel_id, adapter.revision, frame)
+        adapter.revision = reply.revision
         if adapter.link is not None:
             response = ResponseFrame(
                 adapter_epoch=adapter.epoch,
                 profile=adapter.profile.name,
                 sequence=self._next_sequence(adapter),
-                expected_revision=revision,
+                expected_revision=reply.revision,
                 attempt_id=frame.attempt_id,
                 reply_to=frame.sequence,
-                outcome=outcome,  # type: ignore[arg-type]
-                revision=revision,
-                notice=notice,
+                outcome=reply.outcome,
+                revision=reply.revision,
+                notice=reply.notice,
             )
             adapter.link.send(response.encode())
-        if run_id is not None:
-            self.answered(run_id)
+        if reply.run_id is not None:
+            self.answered(reply.run_id)
             self.nudge()
 
     def _next_sequence(self, adapter: Adapter) -> int:
@@ -557,32 +458,8 @@ class ChannelAdapters:
                     log.warning("channel %s: dispatch failed: %s", adapter.profile.name, error)
 
     def _dispatch_one(self, adapter: Adapter) -> None:
-        channel_id, epoch = adapter.channel_id, adapter.epoch
-        with self.db.read() as tx:  # an idle pass takes no write lock
-            undelivered = channel_store.undelivered_decisions(tx, channel_id)
-            unedited = channel_store.unedited_deliveries(tx, channel_id)
-            channel = channel_store.get_channel(tx, channel_id)
-            pending = channel is not None and any(
-                effect.status.value == "pending" for effect in cd.open_effects(tx, channel)
-            )
-        if not (undelivered or unedited or pending):
-            return
-        work: list[cd.Work] = []
-        with self.db.write() as tx:
-            verify_server_claim(tx, self.server_claim())
-            work += cd.resume_pending(tx, channel_id, epoch, actor=self.actor)
-            for decision_id in undelivered:
-                found = cd.deliver(
-                    tx, channel_id, epoch, decision_id, render=render_delivery, actor=self.actor
-                )
-                if isinstance(found, cd.Work):
-                    work.append(found)
-            for delivery_id in unedited:
-                edit = cd.edit_settled(
-                    tx, channel_id, epoch, delivery_id, render=render_settlement, actor=self.actor
-                )
-                if isinstance(edit, cd.Work):
-                    work.append(edit)
+        epoch = adapter.epoch
+        work = self.commits.claim_work(adapter.channel_id, epoch)
         for item in work:  # recorded (committed) first, then asked for
             if adapter.link is None:
                 return  # it ended meanwhile: its end made these attempts ambiguous
