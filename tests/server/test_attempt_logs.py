@@ -341,9 +341,11 @@ def test_an_attempt_a_killed_server_never_counted_shows_the_size_of_what_it_kept
     first = servers.start(env=FAST)
     with Client(home=first.home, autostart=False) as client:
         run = client.start_run(write(tmp_path, "gated", GATED.format(gate=str(gate))))
+        # The whole line: print() may write the text and its newline in two writes, and the
+        # size the next server reports is what the file held when the runner ended.
         wait_for(
             lambda: any(
-                "before the gate" in log.text
+                "before the gate\n" in log.text
                 for log in client.read_run_logs(run.run_id, node="gated").attempts
             ),
             timeout_s=30,
