@@ -4,7 +4,9 @@ A *tree* is a root run (no parent, its own root) and every run whose ``root_run_
 its restarts and theirs. The automatic sweep and ``piwf state prune`` share everything here::
 
     expired_roots(tx, cutoff)        roots whose every run is terminal and finished < cutoff
-      -> judge_tree(tx, root, now, cutoff)   every protection below, by reason code
+      -> judge_tree(tx, root, now, cutoff)   every protection below, by reason code;
+                                             select_trees judges every expired root so,
+                                             each check one statement per 500 trees
       -> delete_tree(tx, root, now, cutoff)  judge again, then in one savepoint delete the
                                              tree's resources (cascading to everything of the
                                              tree), its now unused definitions and projects,
@@ -51,6 +53,7 @@ Giving the freed space back to the file system (checkpoint, ``VACUUM``) is
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +64,12 @@ from piwf.canonical import encode
 from piwf.errors import InvalidTransitionError
 from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.state.database import Transaction
+from piwf.state.retention_status import RetentionStatus as RetentionStatus
+from piwf.state.retention_status import read_status as read_status
+from piwf.state.retention_status import record_sweep_completed as record_sweep_completed
+from piwf.state.retention_status import record_sweep_failed as record_sweep_failed
+from piwf.state.retention_status import record_sweep_started as record_sweep_started
+from piwf.state.retention_status import record_trees_deleted as record_trees_deleted
 
 DAY_MS = 86_400_000
 DEFAULT_RETENTION_DAYS = 30
@@ -137,22 +146,18 @@ WHERE r.parent_run_id IS NULL AND r.root_run_id = r.run_id
 ORDER BY r.finished_at, r.run_id
 """
 
-_TREE_RUNS = """
-SELECT run_id, resource_id FROM runs WHERE root_run_id = ? ORDER BY restart_number, run_id
+_TREES_RUNS = """
+SELECT root_run_id, run_id, resource_id FROM runs
+WHERE root_run_id IN (SELECT value FROM json_each(:roots)) ORDER BY restart_number, run_id
 """
 
-_EFFECT_RESOURCES = """
-SELECT resource_id FROM effects
-WHERE source_resource_id IN (SELECT value FROM json_each(:resources))
-"""
-
-_DECISION_RESOURCES = """
-SELECT resource_id FROM human_decisions WHERE run_id IN (SELECT value FROM json_each(:runs))
-"""
-
-_SETTINGS_RESOURCES = """
-SELECT resource_id FROM workflow_settings WHERE run_id IN (SELECT value FROM json_each(:runs))
-"""
+#: Aggregates of a tree beyond its runs' (table, which of its rows: a clause over ``:runs`` and
+#: ``:resources``): the effects of its aggregates, and theirs, its decisions and its settings.
+_MORE_RESOURCES: tuple[tuple[str, str], ...] = (
+    ("effects", "source_resource_id IN (SELECT value FROM json_each(:resources))"),
+    ("human_decisions", _RUNS),
+    ("workflow_settings", _RUNS),
+)
 
 #: Reason code -> a query that finds one row proving it (parameters :runs, :resources, :now,
 #: :cutoff). ``reference``/``crossTree`` come from the schema's foreign keys instead.
@@ -206,6 +211,20 @@ _PROTECTIONS: Mapping[str, str] = MappingProxyType(
               AND status IN ('starting', 'ready', 'running')""",
     }
 )
+
+#: The other half of ``lineage``: the root is a root (parameter :root, the tree's root id).
+_NOT_A_ROOT = """
+SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run_id = :root
+  AND parent_run_id IS NULL AND root_run_id = run_id)"""
+
+#: A check over one tree (``:runs``, ``:resources``, ``:root``) made a check of every tree of
+#: ``json_each(:trees)`` (``{root: [runs, resources]}``), bound from that row instead.
+_TREE_PARAMETERS = re.compile(r":(runs|resources|root)\b")
+_FROM_ROW = {
+    "runs": "json_extract(judged.value, '$[0]')",
+    "resources": "json_extract(judged.value, '$[1]')",
+    "root": "judged.key",
+}
 
 _TREE_DEFINITIONS = """
 SELECT DISTINCT definition_digest FROM runs
@@ -297,20 +316,6 @@ class TreeDeletion:
     blobs: int
 
 
-@dataclass(frozen=True)
-class RetentionStatus:
-    """The stored bookkeeping of the automatic sweep (no payloads)."""
-
-    last_started_at: int | None
-    last_completed_at: int | None
-    last_trees_deleted: int
-    last_runs_deleted: int
-    last_trees_protected: int
-    total_trees_deleted: int
-    last_failure_at: int | None
-    last_failure: str | None
-
-
 def cutoff_for(now_ms: int, days: int = DEFAULT_RETENTION_DAYS) -> int:
     """Return the cutoff that keeps ``days`` days of finished runs before ``now_ms``."""
     if days < 1:
@@ -329,66 +334,81 @@ def expired_roots(tx: Transaction, cutoff: int) -> list[str]:
 
 def load_tree(tx: Transaction, root_run_id: str) -> Tree | None:
     """Return the tree of ``root_run_id``, or None when no run has that root."""
-    rows = tx.all(_TREE_RUNS, (root_run_id,))
-    if not rows:
-        return None
-    run_ids = [str(row["run_id"]) for row in rows]
-    run_ids.sort(key=lambda run_id: run_id != root_run_id)
-    resources = {str(row["resource_id"]) for row in rows}
-    # Effects of the tree's aggregates, and their effects, and the runs' decisions.
-    while True:
-        tree = Tree(root_run_id, tuple(run_ids), tuple(sorted(resources)))
-        found = {str(row[0]) for row in tx.all(_EFFECT_RESOURCES, tree.params())}
-        found |= {str(row[0]) for row in tx.all(_DECISION_RESOURCES, tree.params())}
-        found |= {str(row[0]) for row in tx.all(_SETTINGS_RESOURCES, tree.params())}
-        if found <= resources:
-            return tree
-        resources |= found
+    return load_trees(tx, [root_run_id]).get(root_run_id)
+
+
+def load_trees(tx: Transaction, roots: Sequence[str]) -> dict[str, Tree]:
+    """Return the tree of each of ``roots`` (at most :data:`_CHUNK`) that is some run's root,
+    in a fixed number of statements per round of the closure, whatever the number of trees."""
+    runs: dict[str, list[str]] = {}
+    resources: dict[str, set[str]] = {}
+    for row in tx.all(_TREES_RUNS, {"roots": _json(roots)}):
+        root = str(row["root_run_id"])
+        runs.setdefault(root, []).append(str(row["run_id"]))
+        resources.setdefault(root, set()).add(str(row["resource_id"]))
+    for root, run_ids in runs.items():  # the root first, then restarts in their order
+        run_ids.sort(key=root.__ne__)
+    # Effects of the trees' aggregates, and their effects, and the runs' decisions and settings.
+    growing = list(runs)
+    while growing:
+        trees = {
+            root: Tree(root, tuple(runs[root]), tuple(sorted(resources[root]))) for root in growing
+        }
+        found: dict[str, set[str]] = {}
+        for table, clause in _MORE_RESOURCES:
+            sql = (
+                f"SELECT judged.key, {table}.resource_id"  # noqa: S608 - constants above
+                f" FROM json_each(:trees) judged, {table} WHERE {_for_each_tree(clause)}"
+            )
+            for row in tx.all(sql, {"trees": _trees_json(trees.values())}):
+                found.setdefault(str(row[0]), set()).add(str(row[1]))
+        growing = [root for root in growing if not found.get(root, set()) <= resources[root]]
+        for root in growing:
+            resources[root] |= found[root]
+    return {root: Tree(root, tuple(runs[root]), tuple(sorted(resources[root]))) for root in runs}
 
 
 def judge_tree(tx: Transaction, root_run_id: str, now: int, cutoff: int) -> TreeVerdict | None:
     """Return the verdict on one tree (every reason that protects it), or None when
     ``root_run_id`` is no run's root. Reads only."""
-    return _judge(tx, root_run_id, now, cutoff, foreign_keys(tx))
-
-
-def _judge(
-    tx: Transaction, root_run_id: str, now: int, cutoff: int, keys: Sequence[ForeignKey]
-) -> TreeVerdict | None:
-    tree = load_tree(tx, root_run_id)
-    if tree is None:
-        return None
-    return TreeVerdict(root_run_id, tree.run_ids, _reasons(tx, tree, now, cutoff, keys))
+    verdicts = _judge(tx, [root_run_id], now, cutoff, foreign_keys(tx))
+    return verdicts[0] if verdicts else None
 
 
 def select_trees(tx: Transaction, now: int, cutoff: int) -> list[TreeVerdict]:
-    """Judge every tree :func:`expired_roots` names, oldest first."""
+    """Judge every tree :func:`expired_roots` names, oldest first.
+
+    Each check runs once for up to :data:`_CHUNK` trees (the same statement as for one tree,
+    bound from each tree's row), so the statements grow with the chunks, not the trees."""
     keys = foreign_keys(tx)
     verdicts = []
-    for root in expired_roots(tx, cutoff):
-        verdict = _judge(tx, root, now, cutoff, keys)
-        if verdict is not None:
-            verdicts.append(verdict)
+    for roots in _chunks(expired_roots(tx, cutoff)):
+        verdicts.extend(_judge(tx, roots, now, cutoff, keys))
     return verdicts
+
+
+def _judge(
+    tx: Transaction, roots: Sequence[str], now: int, cutoff: int, keys: Sequence[ForeignKey]
+) -> list[TreeVerdict]:
+    trees = load_trees(tx, roots)
+    found = _reasons_of(tx, list(trees.values()), now, cutoff, keys)
+    return [TreeVerdict(root, trees[root].run_ids, found[root]) for root in roots if root in trees]
 
 
 def _reasons(
     tx: Transaction, tree: Tree, now: int, cutoff: int, keys: Sequence[ForeignKey]
 ) -> tuple[str, ...]:
-    params = tree.params(now=now, cutoff=cutoff)
-    reasons = [code for code, sql in _PROTECTIONS.items() if tx.one(sql, params) is not None]
-    root = tx.one(
-        "SELECT parent_run_id, root_run_id FROM runs WHERE run_id = ?", (tree.root_run_id,)
-    )
-    if root is None or root[0] is not None or root[1] != tree.root_run_id:
-        reasons.append("lineage")
+    return _reasons_of(tx, [tree], now, cutoff, keys)[tree.root_run_id]
+
+
+def _checks(keys: Sequence[ForeignKey]) -> Iterator[tuple[str, str]]:
+    """Every (reason code, query that finds a row proving it for one tree), in report order."""
+    yield from _PROTECTIONS.items()
+    yield "lineage", _NOT_A_ROOT
     for key in keys:
         if key.parent not in TREE_ROWS or key.detaches:
             continue
         owned = key.table in TREE_ROWS
-        code = f"{'crossTree' if owned else 'reference'}:{key.table}"
-        if code in reasons:
-            continue
         # Identifiers come from the live schema (quoted), clauses from TREE_ROWS; values bind.
         sql = (
             f"SELECT 1 FROM {_quote(key.table)} WHERE ({_columns(key.columns)}) IN"  # noqa: S608
@@ -397,9 +417,39 @@ def _reasons(
         )
         if owned:
             sql += f" AND NOT ({TREE_ROWS[key.table]})"
-        if tx.one(sql + " LIMIT 1", params) is not None:
-            reasons.append(code)
-    return tuple(dict.fromkeys(reasons))
+        yield f"{'crossTree' if owned else 'reference'}:{key.table}", sql + " LIMIT 1"
+
+
+def _reasons_of(
+    tx: Transaction, trees: Sequence[Tree], now: int, cutoff: int, keys: Sequence[ForeignKey]
+) -> dict[str, tuple[str, ...]]:
+    """Every tree's reasons: each check runs once for all ``trees`` (at most :data:`_CHUNK`)."""
+    reasons: dict[str, list[str]] = {tree.root_run_id: [] for tree in trees}
+    if not trees:
+        return {}
+    params = {"trees": _trees_json(trees), "now": now, "cutoff": cutoff}
+    for code, check in _checks(keys):
+        sql = (
+            "SELECT judged.key FROM json_each(:trees) judged"  # noqa: S608 - see _checks
+            f" WHERE EXISTS ({_for_each_tree(check)})"
+        )
+        for row in tx.all(sql, params):
+            reasons[str(row[0])].append(code)
+    return {root: tuple(dict.fromkeys(codes)) for root, codes in reasons.items()}
+
+
+def _for_each_tree(sql: str) -> str:
+    return _TREE_PARAMETERS.sub(lambda match: _FROM_ROW[match.group(1)], sql)
+
+
+def _trees_json(trees: Iterable[Tree]) -> str:
+    return _json(
+        {tree.root_run_id: [list(tree.run_ids), list(tree.resource_ids)] for tree in trees}
+    )
+
+
+def _json(value: Any) -> str:
+    return encode(value).decode()
 
 
 # -- deleting -----------------------------------------------------------------------------------
@@ -546,49 +596,3 @@ def _quote(identifier: str) -> str:
 
 def _columns(columns: Iterable[str]) -> str:
     return ", ".join(_quote(column) for column in columns)
-
-
-# -- bookkeeping of the automatic sweep ---------------------------------------------------------
-
-
-def read_status(tx: Transaction) -> RetentionStatus:
-    """Return the stored sweep bookkeeping (the row is created with the schema)."""
-    row = tx.one(
-        "SELECT last_started_at, last_completed_at, last_trees_deleted, last_runs_deleted,"
-        " last_trees_protected, total_trees_deleted, last_failure_at, last_failure"
-        " FROM retention_state WHERE id = 1"
-    )
-    assert row is not None, "retention_state has its row from the schema"
-    return RetentionStatus(*tuple(row))
-
-
-def record_sweep_started(tx: Transaction) -> None:
-    """Note that an automatic sweep began now (``tx.now``)."""
-    tx.execute("UPDATE retention_state SET last_started_at = ? WHERE id = 1", (tx.now,))
-
-
-def record_trees_deleted(tx: Transaction, count: int) -> None:
-    """Count ``count`` deleted trees in the running total (in their deletion's transaction)."""
-    tx.execute(
-        "UPDATE retention_state SET total_trees_deleted = total_trees_deleted + ? WHERE id = 1",
-        (count,),
-    )
-
-
-def record_sweep_completed(tx: Transaction, *, trees: int, runs: int, protected: int) -> None:
-    """Note a completed sweep and what it deleted; a completed sweep clears the last failure."""
-    tx.execute(
-        "UPDATE retention_state SET last_completed_at = ?, last_trees_deleted = ?,"
-        " last_runs_deleted = ?, last_trees_protected = ?,"
-        " last_failure_at = NULL, last_failure = NULL WHERE id = 1",
-        (tx.now, trees, runs, protected),
-    )
-
-
-def record_sweep_failed(tx: Transaction, diagnostic: str) -> None:
-    """Keep one bounded diagnostic of the last failure (the caller passes no payloads)."""
-    text = diagnostic.strip()[:512] or "failed"
-    tx.execute(
-        "UPDATE retention_state SET last_failure_at = ?, last_failure = ? WHERE id = 1",
-        (tx.now, text),
-    )

@@ -31,7 +31,7 @@ OWNERS = {
     "human_decisions": "decisions.py",
     "human_decision_resolutions": "decisions.py",
     "human_decision_submissions": "decisions.py",
-    "retention_state": "retention.py",
+    "retention_state": "retention_status.py",
     "workflow_definitions": "execution/runs.py",
     "projects": "execution/runs.py",
     "runs": "execution/runs.py",
