@@ -51,6 +51,8 @@ POINTS: frozenset[str] = frozenset(
         "child.after_commit",
         "effect.before_settle",
         "channel.after_poll",
+        # In the server: a chat update applied in its transaction, not yet committed.
+        "channel.before_answer_commit",
         # In piwf view: each list of runs it shows (a crash inside the viewer).
         "viewer.show_runs",
     }

@@ -1,12 +1,15 @@
 """Channel adapters against a Bot API that fails, through real processes: a server, its
 Telegram adapter child and the local fake Bot API on loopback. A decision left undelivered
 while the API is down is posted once when it answers again, across a server restart too, and
-nothing an API answers can forge a line of status or of the server log."""
+nothing an API answers can forge a line of status or of the server log. A press whose write
+fails is not acknowledged, and lands when the adapter relays it again."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -263,3 +266,59 @@ def test_a_poll_that_fails_in_a_way_no_check_expects_ends_the_adapter_and_it_sta
             timeout_s=30,
             what="the adapter started again",
         )
+
+
+def test_a_press_whose_write_fails_is_not_acknowledged_and_lands_when_relayed_again(
+    servers: ServerFactory, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    """The transaction applying a press fails at its end (a disk I/O error): nothing of it is
+    stored, so neither the person nor the run may be told it was. The adapter keeps the update
+    (its offset does not move) and relays it again; the failed write recorded no cursor, so
+    that retry of the same update is applied, the person is told once, and the run goes on.
+    The server is frozen inside the retry's transaction to look at what the failure left."""
+    configure(servers.home, bot)
+    faults_log = tmp_path / "faults.log"
+    point = "channel.before_answer_commit"
+    server = servers.start(
+        env={
+            **FAST,
+            "PIWF_FAULTS": f"{point}@1=ioerror;{point}@2=stop",
+            "PIWF_FAULTS_LOG": str(faults_log),
+        }
+    )
+    assert server.ready["ok"] is True, server.ready
+    workflow = decision_workflow(tmp_path, "approve", 600_000)
+    hits = [f"{point} 1 ioerror", f"{point} 2 stop"]
+
+    def hit() -> list[str]:
+        text = faults_log.read_text() if faults_log.exists() else ""
+        return [line.split(" ", 1)[1] for line in text.splitlines()]
+
+    with raw_client(server) as client:
+        adapter(client)
+        run_id = start(client, workflow, None, "r1")
+        request_id = waiting_request(client, run_id)["requestId"]
+        (send,) = wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
+        update_id = bot.press(ALLOWED, buttons(send)["Ship it"])
+        wait_for(
+            lambda: hit() == hits or bot.of("answerCallbackQuery"),
+            timeout_s=30,
+            what="the press relayed again (or acknowledged)",
+        )
+        # Frozen inside the retry's transaction: the failed write left nothing behind.
+        assert bot.of("answerCallbackQuery") == [], "a press that was not stored was acknowledged"
+        assert hit() == hits
+        sql = "SELECT status FROM interactive_requests WHERE request_id = ?"
+        assert query(server, sql, (request_id,)) == [("pending",)]
+        assert query(server, "SELECT count(*) FROM human_decision_resolutions") == [(0,)]
+        assert query(server, "SELECT cursor_value FROM channel_cursors") == []
+        os.kill(server.process.pid, signal.SIGCONT)
+        assert wait_run(client, run_id)["status"] == "completed"
+        (told,) = wait_for(lambda: bot.of("answerCallbackQuery"), what="the callback answer")
+    assert told.body == {"callback_query_id": f"cb{update_id}", "text": "Answer recorded"}
+    assert query(server, "SELECT cursor_value FROM channel_cursors") == [(str(update_id + 1),)]
+    assert query(server, "SELECT actor_id FROM events WHERE event_type = 'channel.update'") == [
+        (f"telegram:{ALLOWED}",)
+    ]
+    log = (server.home / "server" / "server.log").read_text()
+    assert f"channel ops: update {update_id} was not recorded (the adapter relays" in log, log

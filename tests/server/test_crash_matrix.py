@@ -305,12 +305,13 @@ def test_every_fault_point_is_in_the_matrix() -> None:
     ``test_retention_crash.py`` kills the maintenance sweep at its points, and
     ``test_agent_deadlines.py`` kills the server at an agent's deadline and
     ``tests/viewer/test_view_crash.py`` fails ``piwf view`` (no server state: not a crash case)
-    and ``test_channel_faults.py`` fails a channel adapter's poll (the adapter's own crash)."""
+    and ``test_channel_faults.py`` fails a channel adapter's poll (the adapter's own crash) and
+    the server's write of a press from the chat (a failed commit, not a crash)."""
     startup = {"server.after_epoch", "server.before_listen", "recovery.after_each_fix"}
     startup.add("server.before_release")  # and stopping (the test above)
     deadlines = {"deadline.before_stop"}
     viewer = {"viewer.show_runs"}
-    adapters = {"channel.after_poll"}
+    adapters = {"channel.after_poll", "channel.before_answer_commit"}
     covered = {point for point, _ in MATRIX} | startup | set(RETENTION_POINTS) | deadlines
     covered |= viewer | adapters
     assert covered >= faults.POINTS, sorted(faults.POINTS - covered)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from piwf import faults
 from piwf.errors import PiwfError
 from piwf.lifecycle import Conflict
 from piwf.protocol.channel_v1 import AnswerFrame, SettleFrame
@@ -35,6 +36,9 @@ from piwf.state.records import Actor
 from piwf.state.server_epoch import ServerClaim, verify_server_claim
 
 log = logging.getLogger("piwf.server")
+
+#: The notice of an update that was not applied (the adapter relays it again).
+NOT_RECORDED = "Not recorded, try again"
 
 
 @dataclass(frozen=True)
@@ -125,14 +129,13 @@ class ChannelCommits:
     ) -> AnswerReply:
         """Apply the update ``frame`` carries (``revision``: the channel's, as the adapter
         last knew it). The server checks the identity itself: the adapter's word is not
-        enough. A refused update is answered ``rejected`` with the channel's current revision;
-        a failed write is logged, and answered with what was decided before it failed."""
+        enough. The reply is built once the transaction committed: a refused update is
+        answered ``rejected`` with the channel's current revision; a failed write (the claim
+        lost, the database busy, full or failing) is logged and answered ``rejected`` with
+        ``revision`` and no run, since nothing of the update was stored. A rejected update is
+        relayed again by the adapter; its cursor did not move, so that retry is applied."""
         update = frame.update
         allowed = update.allowed and profile.identity_allowed(update.identity)
-        submission = f"{channel_id}:update-{update.update_id}"
-        outcome: Literal["accepted", "rejected"] = "rejected"
-        notice = "Not recorded, try again"
-        run_id: str | None = None
         try:
             with self.db.write() as tx:
                 verify_server_claim(tx, self.server_claim())
@@ -145,31 +148,36 @@ class ChannelCommits:
                     identity=update.identity,
                     allowed=allowed,
                     data=update.data if allowed else None,
-                    submission_id=submission,
+                    submission_id=f"{channel_id}:update-{update.update_id}",
                 )
                 if isinstance(applied, Conflict):
-                    log.warning("channel %s: refused an update: %s", profile.name, applied.evidence)
-                    revision = channel_store.current_revision(
-                        tx,
-                        channel_store.get_channel(tx, channel_id),  # type: ignore[arg-type]
-                    )
-                else:
-                    outcome, revision = "accepted", applied.value.revision
-                    notice = NOTICES.get(applied.value.outcome, "Not recorded")
-                    if applied.value.outcome == "rejected":
-                        notice = (applied.value.reason or "Not recorded")[:200]
-                    if applied.value.outcome == "refused":
-                        log.warning(
-                            "channel %s: refused an answer from an identity that is not allowed "
-                            "(update %d; the decision stays open)",
-                            profile.name,
-                            update.update_id,
-                        )
-                    if applied.value.outcome == "won":
-                        run_id = applied.value.run_id
+                    channel = channel_store.get_channel(tx, channel_id)
+                    revision = channel_store.current_revision(tx, channel)  # type: ignore[arg-type]
+                faults.point("channel.before_answer_commit")
         except PiwfError as error:
-            log.warning("channel %s: applying an update failed: %s", profile.name, error)
-        return AnswerReply(outcome, revision, notice, run_id)
+            log.warning(
+                "channel %s: update %d was not recorded (the adapter relays it again): %s",
+                profile.name,
+                update.update_id,
+                error,
+            )
+            return AnswerReply("rejected", revision, NOT_RECORDED)
+        if isinstance(applied, Conflict):
+            log.warning("channel %s: refused an update: %s", profile.name, applied.evidence)
+            return AnswerReply("rejected", revision, NOT_RECORDED)
+        result = applied.value
+        notice = NOTICES.get(result.outcome, "Not recorded")
+        if result.outcome == "rejected":
+            notice = (result.reason or "Not recorded")[:200]
+        if result.outcome == "refused":
+            log.warning(
+                "channel %s: refused an answer from an identity that is not allowed "
+                "(update %d; the decision stays open)",
+                profile.name,
+                update.update_id,
+            )
+        run_id = result.run_id if result.outcome == "won" else None
+        return AnswerReply("accepted", result.revision, notice, run_id)
 
     def claim_work(self, channel_id: str, epoch: int) -> list[cd.Work]:
         """Record the attempts the adapter of ``epoch`` owes (resumed, presented, edited) and
