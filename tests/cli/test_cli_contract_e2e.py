@@ -19,7 +19,8 @@ from piwf import Client
 from piwf._version import __version__
 from piwf.client.runs import start_payload
 from piwf.errors import CommandError, PiwfError, SessionError
-from tests.cli.test_cli_e2e import HELLO, PIWF, REPO, Piwf, piwf  # noqa: F401 - a fixture used by name
+from tests.cli.test_cli_e2e import HELLO, REPO, Piwf, piwf  # noqa: F401 - a fixture used by name
+from tests.cli_process import PIWF, run_piwf
 from tests.server.harness import wait_for
 
 CHECKPOINT = "fixtures/workflows/checkpoint_review.py"
@@ -126,15 +127,11 @@ def test_answer_reads_its_response_from_stdin_with_a_dash(piwf: Piwf) -> None:  
         timeout_s=30,
         what="the checkpoint's request",
     )
-    answered = subprocess.run(
-        [str(PIWF), "answer", request["requestId"], "-", "--json"],
+    answered = run_piwf(
+        ["answer", request["requestId"], "-", "--json"],
         env=piwf.env,
         cwd=REPO,
         input='{"ok": true}',
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
     assert answered.returncode == 0, answered.stderr
     assert json.loads(answered.stdout)["outcome"] == "won"
@@ -674,16 +671,7 @@ def test_a_dash_with_nothing_on_stdin_says_so_and_a_terminal_is_told_how_to_end(
     """`piwf answer REQ -` typed at a terminal waited silently for stdin (it looked hung), and
     an empty stdin was refused as a JSON syntax error at column 1."""
     for command in ("answer", "submit", "update"):
-        empty = subprocess.run(
-            [str(PIWF), command, "req-1", "-", "--json"],
-            env=piwf.env,
-            cwd=REPO,
-            input="\n",
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        empty = run_piwf([command, "req-1", "-", "--json"], env=piwf.env, cwd=REPO, input="\n")
         assert empty.returncode == 2, empty.stdout
         assert (
             "stdin, which was empty: pipe the JSON in"

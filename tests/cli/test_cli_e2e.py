@@ -14,7 +14,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,10 +25,10 @@ import pytest
 from piwf.cli import render
 from piwf.client import Client
 from piwf.state import StateDatabase
+from tests.cli_process import run_piwf
 from tests.server.harness import state_violations
 from tests.unit.test_lazy_cli import run_probe
 
-PIWF = Path(sys.executable).parent / "piwf"
 REPO = Path(__file__).resolve().parents[2]
 HELLO = "fixtures/workflows/hello.py"
 COMMAND_TIMEOUT_S = 60
@@ -43,15 +42,7 @@ class Piwf:
         self.env = dict(os.environ, PIWF_HOME=str(home))
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(PIWF), *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT_S,
-            check=False,
-        )
+        return run_piwf(args, env=self.env, cwd=REPO, timeout=COMMAND_TIMEOUT_S)
 
     def json(self, *args: str, exit_code: int = 0) -> Any:
         """Run with --json; check the exit code and that stdout is exactly one document."""

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import psutil
 
-from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, PIWF, REPO, Piwf, processes_of
+from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, REPO, Piwf, processes_of
 from tests.cli.test_cli_e2e import piwf as piwf  # the fixture, used by name
+from tests.cli_process import PIWF
 from tests.server.harness import wait_for
 from tests.server.test_execution import hold_until_gate, write_workflow
 

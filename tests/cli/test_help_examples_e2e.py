@@ -11,7 +11,6 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,8 @@ import click
 import pytest
 
 from piwf.cli import cli
-from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, PIWF, REPO, Piwf, piwf  # noqa: F401
+from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, REPO, Piwf, piwf  # noqa: F401
+from tests.cli_process import run_piwf
 
 
 def help_texts(
@@ -66,15 +66,7 @@ def test_a_hello_example_completes_with_the_readme_hello(
     argv = shlex.split(example)[1:]
     if "--wait" not in argv:
         argv.append("--wait")
-    result = subprocess.run(
-        [str(PIWF), *argv, "--json"],
-        env=piwf.env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-        check=False,
-    )
+    result = run_piwf([*argv, "--json"], env=piwf.env, cwd=tmp_path, timeout=COMMAND_TIMEOUT_S)
     assert result.returncode == 0, (example, result.stdout, result.stderr)
     assert json.loads(result.stdout)["output"] == {"shouted": "HELLO ADA"}
 

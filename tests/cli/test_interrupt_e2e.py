@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, PIWF, REPO, Piwf
+from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, REPO, Piwf
 from tests.cli.test_cli_e2e import piwf as piwf  # the fixture, used by name
+from tests.cli_process import PIWF
 from tests.server.harness import WITH_DEFAULT_SIGINT, wait_for
 
 CHECKPOINT = "fixtures/workflows/checkpoint_review.py"

@@ -23,7 +23,8 @@ import pytest
 
 from piwf.client import Client
 from tests.cli.test_cli import COMMANDS
-from tests.cli.test_cli_e2e import PIWF, REPO, Piwf, piwf, wait_gone  # noqa: F401 (the fixture)
+from tests.cli.test_cli_e2e import REPO, Piwf, piwf, wait_gone  # noqa: F401 (the fixture)
+from tests.cli_process import run_piwf
 from tests.server.harness import wait_for
 
 #: What each wait below is given: far longer than a park takes.
@@ -118,15 +119,7 @@ def write(path: Path, source: str) -> Path:
 def timed(cli: Piwf, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run the script (its own bound is above every wait given) and how long it took."""
     began = time.monotonic()
-    result = subprocess.run(
-        [str(PIWF), *args],
-        env=cli.env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_TIMEOUT_S + 30,
-        check=False,
-    )
+    result = run_piwf(args, env=cli.env, cwd=REPO, timeout=WAIT_TIMEOUT_S + 30)
     return result, time.monotonic() - began
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_cli_e2e import HELLO, PIWF, REPO, Piwf, processes_of, wait_gone
+from tests.cli.test_cli_e2e import HELLO, REPO, Piwf, processes_of, wait_gone
+from tests.cli_process import run_piwf
 from tests.server.harness import state_violations
 from tests.state.files import (
     make_database,
@@ -448,14 +449,8 @@ def test_verify_and_restore_refuse_an_unsafe_backup_alike_without_reading_it(
     unsafe = make_unsafe(private_copy(sound_backup, tmp_path / "backup.sqlite"))
 
     # A deadline, not a sleep: a FIFO opened for reading would block the command for ever.
-    verified = subprocess.run(
-        [str(PIWF), "state", "verify", str(unsafe), "--json"],
-        env=stopped_home.env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+    verified = run_piwf(
+        ["state", "verify", str(unsafe), "--json"], env=stopped_home.env, cwd=REPO, timeout=30
     )
     assert verified.returncode == 1, (verified.stdout, verified.stderr)
     assert verified.stdout.count("\n") == 1 and "Traceback" not in verified.stderr

@@ -11,8 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, PIWF, REPO, Piwf
+from tests.cli.test_cli_e2e import COMMAND_TIMEOUT_S, REPO, Piwf
 from tests.cli.test_cli_e2e import piwf as piwf  # the fixture, used by name
+from tests.cli_process import PIWF
 from tests.server.harness import wait_for
 
 AGENT = """

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli_e2e import PIWF, Piwf, processes_of, wait_gone
+from tests.cli.test_cli_e2e import Piwf, processes_of, wait_gone
+from tests.cli_process import PIWF
 from tests.server.harness import NOBODY_UID
 from tests.state.files import snapshot
 

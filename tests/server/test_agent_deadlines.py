@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.cli_process import run_piwf
 from tests.server.harness import (
     RawClient,
     ServerFactory,
@@ -34,7 +35,6 @@ from tests.server.harness import (
 from tests.server.test_execution import FAST, query, run_view, wait_run, write_workflow
 
 HANGS = str(Path(__file__).resolve().parents[2] / "fixtures" / "agents" / "hangs.py")
-PIWF = Path(sys.executable).parent / "piwf"
 #: The backstop between deadline passes is a minute: a deadline that fires within a test's
 #: bounded waits was fired by the timer the agent's registration armed, not by the poll.
 DEADLINE_ENV = {**FAST, "PIWF_CLAIM_POLL_S": "60"}
@@ -173,14 +173,7 @@ def answered_by(server: ServerProcess, run_id: str) -> list[tuple[Any, ...]]:
 
 
 def piwf(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(PIWF), *args],
-        env={**os.environ, "PIWF_HOME": str(server.home)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_piwf(args, env={**os.environ, "PIWF_HOME": str(server.home)})
 
 
 def hold_for(seconds: float, check: Callable[[], None]) -> None:

@@ -31,6 +31,7 @@ from piwf.server.children.capture import (
     head_marker,
     tail_marker,
 )
+from tests.cli_process import PIWF
 from tests.server.harness import (
     WITH_DEFAULT_SIGINT,
     ServerFactory,
@@ -39,7 +40,7 @@ from tests.server.harness import (
     runner_processes,
     wait_for,
 )
-from tests.server.test_content_refs import PIWF, cli_json, piwf_cli, write
+from tests.server.test_content_refs import cli_json, piwf_cli, write
 from tests.server.test_execution import FAST
 
 TWO_NODES = """

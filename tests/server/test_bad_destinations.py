@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +25,10 @@ import pytest
 from piwf.client import Client
 from piwf.errors import BackupFailedError, InvalidArgumentError
 from piwf.state import StateDatabase
+from tests.cli_process import run_piwf
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.mounts import tmpfs
 
-PIWF = Path(sys.executable).parent / "piwf"
 REPO = Path(__file__).resolve().parents[2]
 HELLO = str(REPO / "fixtures" / "workflows" / "hello.py")
 FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05"}
@@ -192,15 +191,7 @@ def test_the_client_gets_a_typed_error_at_once_and_nothing_changes(
 
 
 def piwf_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(PIWF), *args],
-        env=dict(os.environ, PIWF_HOME=str(home)),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_piwf(args, env=dict(os.environ, PIWF_HOME=str(home)), cwd=REPO, timeout=120)
 
 
 def test_the_cli_exits_1_with_the_reason(

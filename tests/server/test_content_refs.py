@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from functools import partial
 from pathlib import Path
@@ -23,10 +22,9 @@ from piwf import canonical
 from piwf.client import Client
 from piwf.config import MAX_FRAME_BYTES
 from piwf.protocol.payloads import INLINE_CONTENT_BYTES
+from tests.cli_process import run_piwf
 from tests.server.harness import RawClient, ServerFactory, ServerProcess, raw_client, wait_for
 from tests.server.test_execution import FAST
-
-PIWF = Path(sys.executable).parent / "piwf"
 
 #: A workflow whose output for input ``{"n": n}`` is :func:`big_value` of ``n``.
 BIG_OUTPUT = str(Path(__file__).resolve().parents[2] / "fixtures" / "workflows" / "big_output.py")
@@ -45,14 +43,7 @@ def write(directory: Path, name: str, source: str) -> str:
 
 def piwf_cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     """The installed script against ``server``'s home (it never starts another server)."""
-    return subprocess.run(
-        [str(PIWF), *args],
-        env={**os.environ, "PIWF_HOME": str(server.home)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_piwf(args, env={**os.environ, "PIWF_HOME": str(server.home)}, timeout=120)
 
 
 def cli_json(server: ServerProcess, *args: str) -> Any:

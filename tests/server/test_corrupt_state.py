@@ -21,8 +21,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,9 +28,9 @@ import pytest
 from piwf.client import Client
 from piwf.errors import StateCorruptCommandError
 from piwf.state import StateDatabase
+from tests.cli_process import run_piwf
 from tests.server.harness import ServerFactory, raw_client
 
-PIWF = Path(sys.executable).parent / "piwf"
 REPO = Path(__file__).resolve().parents[2]
 HELLO = str(REPO / "fixtures" / "workflows" / "hello.py")
 FAST = {"PIWF_IDLE_EXIT_S": "0", "PIWF_CLAIM_POLL_S": "0.05"}
@@ -109,25 +107,11 @@ def test_a_damaged_page_is_refused_at_start_and_the_file_is_left_alone(
     assert not (home / "state.sqlite-wal").exists() and not (home / "state.sqlite-shm").exists()
 
     # The CLI autostarts a server for this home; it fails the same way, at once, exit 1.
-    cli = subprocess.run(
-        [str(PIWF), "run", "list"],
-        env=dict(os.environ, PIWF_HOME=str(home)),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    cli = run_piwf(["run", "list"], env=dict(os.environ, PIWF_HOME=str(home)), cwd=REPO)
     assert cli.returncode == 1, (cli.stdout, cli.stderr)
     assert "damaged (SQLITE_CORRUPT)" in cli.stderr and "piwf state restore" in cli.stderr
-    as_json = subprocess.run(
-        [str(PIWF), "run", "list", "--json"],
-        env=dict(os.environ, PIWF_HOME=str(home)),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    as_json = run_piwf(
+        ["run", "list", "--json"], env=dict(os.environ, PIWF_HOME=str(home)), cwd=REPO
     )
     assert json.loads(as_json.stdout)["error"]["code"] == "stateCorrupt", as_json.stdout
     assert "Traceback" not in cli.stderr

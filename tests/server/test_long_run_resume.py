@@ -18,17 +18,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from piwf.config import MAX_CONTENT_BYTES
+from tests.cli_process import run_piwf
 from tests.server.harness import ServerFactory, wait_for
 from tests.server.test_execution import FAST
-
-PIWF = Path(sys.executable).parent / "piwf"
 
 #: Output bytes of one loop visit, and visits enough for the steps to pass one content value.
 PAD_BYTES = 960_000
@@ -72,14 +70,7 @@ workflow = define_workflow(
 
 
 def piwf(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(PIWF), *args],
-        env={**os.environ, "PIWF_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return run_piwf(args, env={**os.environ, "PIWF_HOME": str(home)}, timeout=180)
 
 
 @pytest.mark.parametrize(

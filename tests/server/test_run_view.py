@@ -23,8 +23,9 @@ import pytest
 from piwf import Client
 from piwf.cli.effects import effect_resolve
 from piwf.protocol.view_payloads import STEP_PAGE_BYTES, RunView
+from tests.cli_process import PIWF
 from tests.server.harness import ServerFactory, ServerProcess, raw_client, wait_for
-from tests.server.test_agent_deadlines import PIWF, piwf
+from tests.server.test_agent_deadlines import piwf
 from tests.server.test_content_refs import BIG_OUTPUT, big_value, digest
 from tests.server.test_execution import FAST, hold_until_gate, start, write_workflow
 

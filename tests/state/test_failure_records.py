@@ -63,7 +63,7 @@ def previous_statements() -> tuple[str, ...]:
     """The current DDL as it was before workflow messages: no session, capture or channel tables, no
     ``unproductive`` answer, and the queue row's old ``origin_session_id`` column and its
     index back in place; no per-mount source references, no timer wake times, no forks, no
-    live settings."""
+    live settings, no ``inputRejected`` failure class."""
     statements = []
     later = {
         statement.strip()
@@ -83,6 +83,7 @@ def previous_statements() -> tuple[str, ...]:
         statement = statement.replace("  wake_at INTEGER,\n", "")  # before durable timers
         statement = statement.replace("IN ('restart', 'fork')", "IN ('restart')")  # before forks
         statement = statement.replace(" 'system',\n    'settings'))", " 'system'))")  # settings
+        statement = statement.replace("'nodeFailed', 'inputRejected',", "'nodeFailed',")
         # Before the write-amplification cut (issue 18): event ids indexed on their own and
         # events by (resource, sequence); receipts and steps in rowid tables.
         statement = statement.replace(
