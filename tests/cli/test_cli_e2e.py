@@ -1,6 +1,8 @@
-"""The installed ``piwf`` script against a real server, as a user drives it.
+"""The ``piwf`` command against a real server, as a user drives it.
 
-Each test gets a private ``PIWF_HOME`` under /tmp (short: the socket path must fit in
+Each command runs in its own process: a fork of a process that imported the CLI, calling the
+function the installed script calls (tests/cli_process.py; ``TESTS_PIWF_CLI=exec`` starts the
+script itself for every command). Each test gets a private ``PIWF_HOME`` under /tmp (short: the socket path must fit in
 ``sun_path``); the fixture always runs ``piwf server stop`` and then kills whatever process
 still runs for that home, found by its ``PIWF_HOME`` (the server and any child it started).
 """
