@@ -92,18 +92,29 @@ class DurableCommands:
         with self.db.read() as tx:
             return self._answer_for(request, _lookup(tx, request))
 
-    def execute(self, request: Request, change: Callable[[Transaction], CommandResult]) -> Response:
+    def execute(
+        self,
+        request: Request,
+        change: Callable[[Transaction], CommandResult],
+        *,
+        own_savepoint: bool = True,
+    ) -> Response:
         """Run ``change`` once per idempotency key and return the answer to send.
 
-        ``change`` runs inside the transaction and must not commit; a :class:`PiwfError` it
-        raises is stored as a ``rejected`` receipt. A busy or failing database
-        (:class:`StateUnavailableError`) and a lost server epoch answer ``unavailable`` with
-        nothing stored, so the client may retry. Any other exception propagates with nothing
-        stored (the handler boundary answers it).
+        ``change`` runs inside the transaction, in its own savepoint, and must not commit; a
+        :class:`PiwfError` it raises is stored as a ``rejected`` receipt. A busy or failing
+        database (:class:`StateUnavailableError`) and a lost server epoch answer ``unavailable``
+        with nothing stored, so the client may retry. Any other exception propagates with
+        nothing stored (the handler boundary answers it).
+
+        ``own_savepoint=False`` is for a change that opens many savepoints itself (a prune, one
+        per tree): inside an open savepoint SQLite keeps the undo copy of every page each
+        nested savepoint or statement changes, in memory, until the outer one ends. Without
+        it, a :class:`PiwfError` the change raises propagates too, nothing stored.
         """
         try:
             with self.db.write() as tx:
-                response = self._execute_in(tx, request, change)
+                response = self._execute_in(tx, request, change, own_savepoint)
         except StateUnavailableError as error:
             return self._unavailable(request, error)
         except ClaimLostError as error:
@@ -125,21 +136,29 @@ class DurableCommands:
         self.db.group.defer(_QueuedCommand(self, request, change, answered))
 
     def _execute_in(
-        self, tx: Transaction, request: Request, change: Callable[[Transaction], CommandResult]
+        self,
+        tx: Transaction,
+        request: Request,
+        change: Callable[[Transaction], CommandResult],
+        own_savepoint: bool = True,
     ) -> Response:
-        """Inside ``tx``: prove the epoch, replay a stored receipt, or run ``change`` in its own
-        savepoint and store its receipt; return the answer to send once ``tx`` commits."""
+        """Inside ``tx``: prove the epoch, replay a stored receipt, or run ``change`` (in its
+        own savepoint unless told otherwise) and store its receipt; return the answer to send
+        once ``tx`` commits."""
         verify_server_claim(tx, self.claim)
         answer = self._answer_for(request, _lookup(tx, request))
         if answer is not None:
             return answer
-        try:
-            with tx.savepoint() as step:
-                result = change(step)
-        except StateUnavailableError:
-            raise  # the file failed: this transaction cannot store anything
-        except PiwfError as error:
-            result = CommandResult.failed("rejected", error)
+        if not own_savepoint:
+            result = change(tx)  # anything it raises rolls the whole transaction back
+        else:
+            try:
+                with tx.savepoint() as step:
+                    result = change(step)
+            except StateUnavailableError:
+                raise  # the file failed: this transaction cannot store anything
+            except PiwfError as error:
+                result = CommandResult.failed("rejected", error)
         self._store(tx, request, result)
         faults.point("cmd.before_commit")
         return _response(request.request_id, result)

@@ -400,6 +400,7 @@ class Handlers:
                 lambda tx: CommandResult.accepted(
                     maintenance.apply_prune(tx, payload.before, made).to_wire()
                 ),
+                own_savepoint=False,  # a savepoint per tree: see DurableCommands.execute
             )
         finally:
             if response is None or response.outcome == "unavailable":

@@ -274,20 +274,19 @@ def preview_prune(db: StateDatabase, before: int) -> PruneReport:
 
 def apply_prune(tx: Transaction, before: int, backup: BackupReceipt) -> PruneReport:
     """Delete every expired tree in the caller's transaction, each in its own savepoint and
-    judged again first; return the receipt. Never commits."""
+    judged again first, then the definitions, projects and blobs they alone used, looked up
+    once for all of them; return the receipt. Never commits."""
     deleted: list[tuple[str, Sequence[str]]] = []
     protected: list[tuple[str, Sequence[str]]] = []
-    blobs = 0
-    for root in retention.expired_roots(tx, before):
-        result = retention.delete_tree(tx, root, tx.now, before)
+    done = retention.delete_trees(tx, retention.expired_roots(tx, before), tx.now, before)
+    for root, result in done.results:
         if isinstance(result, Applied):
             deleted.append((root, result.value.run_ids))
-            blobs += result.value.blobs
         elif isinstance(result, retention.TreeProtected):
             protected.append((root, result.reasons))
     retention.record_trees_deleted(tx, len(deleted))
     report = _report(before, applied=True, deleted=deleted, protected=protected)
-    return report.model_copy(update={"blobs_deleted": blobs, "backup": backup})
+    return report.model_copy(update={"blobs_deleted": done.blobs, "backup": backup})
 
 
 def _report(

@@ -11,6 +11,10 @@ its restarts and theirs. The automatic sweep and ``piwf state prune`` share ever
                                              tree's resources (cascading to everything of the
                                              tree), its now unused definitions and projects,
                                              then the blobs nothing references any more
+      or delete_trees(tx, roots, now, cutoff)   the same for each root in turn (judged again
+                                             right before its savepoint), the unused
+                                             definitions, projects and blobs of all of them
+                                             deleted once at the end (``piwf state prune``)
 
 A tree is deleted only when no reason holds (codes in reports and receipts):
 
@@ -53,10 +57,11 @@ Giving the freed space back to the file system (checkpoint, ``VACUUM``) is
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -64,6 +69,12 @@ from piwf.canonical import encode
 from piwf.errors import InvalidTransitionError
 from piwf.lifecycle import Adopted, Applied, Conflict
 from piwf.state.database import Transaction
+from piwf.state.references import ForeignKey as ForeignKey
+from piwf.state.references import chunks as _chunks
+from piwf.state.references import columns as _columns
+from piwf.state.references import delete_unreferenced
+from piwf.state.references import foreign_keys as foreign_keys
+from piwf.state.references import quote as _quote
 from piwf.state.retention_status import RetentionStatus as RetentionStatus
 from piwf.state.retention_status import read_status as read_status
 from piwf.state.retention_status import record_sweep_completed as record_sweep_completed
@@ -73,9 +84,6 @@ from piwf.state.retention_status import record_trees_deleted as record_trees_del
 
 DAY_MS = 86_400_000
 DEFAULT_RETENTION_DAYS = 30
-
-#: How many values one ``IN (?, ...)`` list binds at most.
-_CHUNK = 500
 
 _RUNS = "run_id IN (SELECT value FROM json_each(:runs))"
 _RESOURCES = "resource_id IN (SELECT value FROM json_each(:resources))"
@@ -131,9 +139,6 @@ TREE_ROWS: Mapping[str, str] = MappingProxyType(
             WHERE run_id IN (SELECT value FROM json_each(:runs)))""",
     }
 )
-
-#: Shared rows a tree uses but does not own: deleted with the last tree that uses them.
-_SHARED_PARENTS = ("workflow_definitions", "projects")
 
 _EXPIRED_ROOTS = """
 SELECT r.run_id FROM runs r
@@ -226,14 +231,10 @@ _FROM_ROW = {
     "root": "judged.key",
 }
 
-_TREE_DEFINITIONS = """
-SELECT DISTINCT definition_digest FROM runs
-WHERE run_id IN (SELECT value FROM json_each(:runs))
-"""
-
-_TREE_PROJECTS = """
-SELECT DISTINCT project_id FROM runs
-WHERE run_id IN (SELECT value FROM json_each(:runs)) AND project_id IS NOT NULL
+#: The definitions and projects of the runs of every tree of ``json_each(:trees)``.
+_TREES_SHARED = """
+SELECT DISTINCT runs.definition_digest, runs.project_id FROM json_each(:trees) judged, runs
+WHERE runs.run_id IN (SELECT value FROM json_each(json_extract(judged.value, '$[0]')))
 """
 
 _DELETE_TREE_RESOURCES = """
@@ -243,29 +244,6 @@ DELETE FROM resources WHERE resource_id IN (SELECT value FROM json_each(:resourc
 _COUNT_TREE_RUNS = """
 SELECT count(*) FROM runs WHERE run_id IN (SELECT value FROM json_each(:runs))
 """
-
-_FOREIGN_KEYS = """
-SELECT m.name, f.id, f.seq, f."table", f."from", f."to", f.on_delete
-FROM sqlite_schema m, pragma_foreign_key_list(m.name) f
-WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'
-ORDER BY m.name, f.id, f.seq
-"""
-
-
-@dataclass(frozen=True)
-class ForeignKey:
-    """One foreign key of the live schema: ``table(columns) -> parent(parent_columns)``."""
-
-    table: str
-    columns: tuple[str, ...]
-    parent: str
-    parent_columns: tuple[str, ...]
-    on_delete: str
-
-    @property
-    def detaches(self) -> bool:
-        """Whether deleting the parent only detaches the referencing row (SET NULL/DEFAULT)."""
-        return self.on_delete.upper() in ("SET NULL", "SET DEFAULT")
 
 
 @dataclass(frozen=True)
@@ -308,7 +286,8 @@ class TreeProtected(Conflict):
 
 @dataclass(frozen=True)
 class TreeDeletion:
-    """One deleted tree: its runs, how many resources and blobs went with it."""
+    """One deleted tree: its runs, how many resources and blobs went with it (blobs 0 when
+    :func:`delete_trees` deleted them for many trees at once)."""
 
     root_run_id: str
     run_ids: tuple[str, ...]
@@ -338,7 +317,7 @@ def load_tree(tx: Transaction, root_run_id: str) -> Tree | None:
 
 
 def load_trees(tx: Transaction, roots: Sequence[str]) -> dict[str, Tree]:
-    """Return the tree of each of ``roots`` (at most :data:`_CHUNK`) that is some run's root,
+    """Return the tree of each of ``roots`` (at most 500) that is some run's root,
     in a fixed number of statements per round of the closure, whatever the number of trees."""
     runs: dict[str, list[str]] = {}
     resources: dict[str, set[str]] = {}
@@ -378,7 +357,7 @@ def judge_tree(tx: Transaction, root_run_id: str, now: int, cutoff: int) -> Tree
 def select_trees(tx: Transaction, now: int, cutoff: int) -> list[TreeVerdict]:
     """Judge every tree :func:`expired_roots` names, oldest first.
 
-    Each check runs once for up to :data:`_CHUNK` trees (the same statement as for one tree,
+    Each check runs once for up to 500 trees (the same statement as for one tree,
     bound from each tree's row), so the statements grow with the chunks, not the trees."""
     keys = foreign_keys(tx)
     verdicts = []
@@ -423,19 +402,29 @@ def _checks(keys: Sequence[ForeignKey]) -> Iterator[tuple[str, str]]:
 def _reasons_of(
     tx: Transaction, trees: Sequence[Tree], now: int, cutoff: int, keys: Sequence[ForeignKey]
 ) -> dict[str, tuple[str, ...]]:
-    """Every tree's reasons: each check runs once for all ``trees`` (at most :data:`_CHUNK`)."""
+    """Every tree's reasons: each check runs once for all ``trees`` (at most 500)."""
     reasons: dict[str, list[str]] = {tree.root_run_id: [] for tree in trees}
     if not trees:
         return {}
     params = {"trees": _trees_json(trees), "now": now, "cutoff": cutoff}
-    for code, check in _checks(keys):
-        sql = (
-            "SELECT judged.key FROM json_each(:trees) judged"  # noqa: S608 - see _checks
-            f" WHERE EXISTS ({_for_each_tree(check)})"
-        )
+    for code, sql in _check_statements(tuple(keys)):
         for row in tx.all(sql, params):
             reasons[str(row[0])].append(code)
     return {root: tuple(dict.fromkeys(codes)) for root, codes in reasons.items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _check_statements(keys: tuple[ForeignKey, ...]) -> tuple[tuple[str, str], ...]:
+    """:func:`_checks` as statements over ``json_each(:trees)``, built once per schema (a
+    prune re-judges every tree with the same statements)."""
+    return tuple(
+        (
+            code,
+            "SELECT judged.key FROM json_each(:trees) judged"  # noqa: S608 - see _checks
+            f" WHERE EXISTS ({_for_each_tree(check)})",
+        )
+        for code, check in _checks(keys)
+    )
 
 
 def _for_each_tree(sql: str) -> str:
@@ -454,10 +443,19 @@ def _json(value: Any) -> str:
 
 # -- deleting -----------------------------------------------------------------------------------
 
+Deleted = Applied[TreeDeletion] | Adopted[None] | TreeProtected
 
-def delete_tree(
-    tx: Transaction, root_run_id: str, now: int, cutoff: int
-) -> Applied[TreeDeletion] | Adopted[None] | TreeProtected:
+
+@dataclass(frozen=True)
+class TreesDeletion:
+    """What :func:`delete_trees` did: each root's result, in the order given, and how many
+    blobs went with all of them."""
+
+    results: tuple[tuple[str, Deleted], ...]
+    blobs: int
+
+
+def delete_tree(tx: Transaction, root_run_id: str, now: int, cutoff: int) -> Deleted:
     """Judge the tree of ``root_run_id`` again and delete exactly it, in one savepoint.
 
     Deleted: the runs' resources, their effects' and decisions' resources (cascading to the
@@ -472,127 +470,118 @@ def delete_tree(
     """
     if not tx.writable:
         raise InvalidTransitionError("deleting a tree needs a write transaction")
+    return _judge_and_delete(tx, root_run_id, now, cutoff, foreign_keys(tx), alone=True)
+
+
+def delete_trees(tx: Transaction, roots: Sequence[str], now: int, cutoff: int) -> TreesDeletion:
+    """:func:`delete_tree` for each of ``roots`` in order, except that the definitions,
+    projects and blobs the deleted trees used are deleted once at the end, for all of them,
+    where no row references them any more (each deletion's ``blobs`` is 0; the total is the
+    result's). Each tree is still judged again right before its own savepoint, after the
+    deletions before it. The schema's foreign keys are read once, and what the trees reference
+    is read for 500 trees per statement before any of them is deleted (a tree that is then kept
+    still references its part, so none of it goes). Expects a write transaction; never
+    commits."""
+    if not tx.writable:
+        raise InvalidTransitionError("deleting a tree needs a write transaction")
+    keys = foreign_keys(tx)
+    leftovers = Leftovers()
+    results: list[tuple[str, Deleted]] = []
+    for chunk in _chunks(roots):
+        leftovers.add(_leftovers_of(tx, list(load_trees(tx, chunk).values()), keys))
+        for root in chunk:
+            results.append((root, _judge_and_delete(tx, root, now, cutoff, keys, alone=False)))
+    return TreesDeletion(tuple(results), _delete_leftovers(tx, keys, leftovers))
+
+
+@dataclass
+class Leftovers:
+    """What trees referenced and did not own: the definitions, projects and blobs to delete
+    once nothing references them."""
+
+    definitions: set[bytes] = field(default_factory=set)
+    projects: set[str] = field(default_factory=set)
+    blobs: set[bytes] = field(default_factory=set)
+
+    def add(self, other: Leftovers) -> None:
+        """Take ``other``'s rows in too."""
+        self.definitions |= other.definitions
+        self.projects |= other.projects
+        self.blobs |= other.blobs
+
+
+def _judge_and_delete(
+    tx: Transaction,
+    root_run_id: str,
+    now: int,
+    cutoff: int,
+    keys: Sequence[ForeignKey],
+    *,
+    alone: bool,
+) -> Deleted:
+    """Judge the tree again, then delete it in one savepoint; ``alone``: with its leftovers."""
     tree = load_tree(tx, root_run_id)
     if tree is None:
         return Adopted(None)
-    keys = foreign_keys(tx)
     reasons = _reasons(tx, tree, now, cutoff, keys)
     if reasons:
         return _protected(reasons)
+    blobs = 0
     try:
         with tx.savepoint() as step:
-            return Applied(_delete(step, tree, keys))
+            left = _leftovers_of(step, [tree], keys) if alone else None
+            resources = int(step.execute(_DELETE_TREE_RESOURCES, tree.params()).rowcount)
+            still = step.scalar(_COUNT_TREE_RUNS, tree.params())
+            if still:  # pragma: no cover - runs cascade from their resource rows by the schema
+                raise InvalidTransitionError(f"{still} run(s) of tree {root_run_id} survived")
+            if left is not None:
+                blobs = _delete_unused(step, keys, left)
     except sqlite3.IntegrityError:
         return _protected(("deleteRefused",))
+    return Applied(TreeDeletion(tree.root_run_id, tree.run_ids, resources, blobs))
 
 
 def _protected(reasons: tuple[str, ...]) -> TreeProtected:
     return TreeProtected("protected: " + ", ".join(reasons), reasons=reasons)
 
 
-def _delete(tx: Transaction, tree: Tree, keys: Sequence[ForeignKey]) -> TreeDeletion:
-    params = tree.params()
-    candidates: set[bytes] = set()
+def _leftovers_of(tx: Transaction, trees: Sequence[Tree], keys: Sequence[ForeignKey]) -> Leftovers:
+    """What ``trees`` (at most 500) reference without owning it: one statement per blob column
+    of a table of :data:`TREE_ROWS`, one for the runs' definitions and projects."""
+    left = Leftovers()
+    if not trees:
+        return left
+    params = {"trees": _trees_json(trees)}
     for key in keys:
         if key.parent == "blobs" and key.table in TREE_ROWS and len(key.columns) == 1:
-            column = _quote(key.columns[0])
-            rows = tx.all(
-                f"SELECT DISTINCT {column} FROM {_quote(key.table)}"  # noqa: S608 - see _reasons
-                f" WHERE {TREE_ROWS[key.table]} AND {column} IS NOT NULL",
-                params,
+            table = _quote(key.table)
+            column = f"{table}.{_quote(key.columns[0])}"
+            sql = (
+                f"SELECT DISTINCT {column} FROM json_each(:trees) judged, {table}"  # noqa: S608
+                f" WHERE {_for_each_tree(TREE_ROWS[key.table])} AND {column} IS NOT NULL"
             )
-            candidates.update(bytes(row[0]) for row in rows)
-    shared = {
-        "workflow_definitions": [row[0] for row in tx.all(_TREE_DEFINITIONS, params)],
-        "projects": [row[0] for row in tx.all(_TREE_PROJECTS, params)],
-    }
-    resources = tx.execute(_DELETE_TREE_RESOURCES, params).rowcount
-    left = tx.scalar(_COUNT_TREE_RUNS, params)
-    if left:  # pragma: no cover - runs cascade from their resource rows by the schema
-        raise InvalidTransitionError(f"{left} run(s) of tree {tree.root_run_id} survived")
-    for table in _SHARED_PARENTS:
-        gone = _delete_unreferenced(tx, keys, table, shared[table])
-        if table == "workflow_definitions":
-            candidates.update(bytes(value) for value in gone)
-    blob_count = len(_delete_unreferenced(tx, keys, "blobs", list(candidates)))
-    return TreeDeletion(tree.root_run_id, tree.run_ids, resources, blob_count)
+            left.blobs.update(bytes(row[0]) for row in tx.all(sql, params))
+    for row in tx.all(_TREES_SHARED, params):
+        left.definitions.add(bytes(row[0]))
+        if row[1] is not None:
+            left.projects.add(str(row[1]))
+    return left
 
 
-def _delete_unreferenced(
-    tx: Transaction, keys: Sequence[ForeignKey], table: str, values: Sequence[Any]
-) -> list[Any]:
-    """Delete the rows of ``table`` (single-column primary key) among ``values`` that no
-    foreign key of the schema references any more; return the deleted keys."""
-    if not values:
-        return []
-    if any(key.parent == table and len(key.columns) != 1 for key in keys):
-        return []  # a composite reference cannot be checked value by value: keep every row
-    column = _primary_key(tx, table)
-    referenced: set[Any] = set()
-    for key in keys:
-        if key.parent != table or len(key.columns) != 1:
-            continue
-        source = _quote(key.columns[0])
-        for chunk in _chunks(values):
-            marks = ", ".join(["?"] * len(chunk))
-            rows = tx.all(
-                f"SELECT DISTINCT {source} FROM {_quote(key.table)}"  # noqa: S608 - see _reasons
-                f" WHERE {source} IN ({marks})",
-                chunk,
-            )
-            referenced.update(_hashable(row[0]) for row in rows)
-    unused = [value for value in values if _hashable(value) not in referenced]
-    for chunk in _chunks(unused):
-        marks = ", ".join(["?"] * len(chunk))
-        tx.execute(
-            f"DELETE FROM {_quote(table)} WHERE {_quote(column)} IN ({marks})",  # noqa: S608
-            chunk,
-        )
-    return unused
+def _delete_leftovers(tx: Transaction, keys: Sequence[ForeignKey], left: Leftovers) -> int:
+    """:func:`_delete_unused` in its own savepoint: a constraint error keeps every one of them
+    (unused rows cost only space; the deleted trees stay deleted)."""
+    try:
+        with tx.savepoint() as step:
+            return _delete_unused(step, keys, left)
+    except sqlite3.IntegrityError:
+        return 0
 
 
-def foreign_keys(tx: Transaction) -> list[ForeignKey]:
-    """Every foreign key of the live schema (composite keys as one entry)."""
-    grouped: dict[tuple[str, int], list[sqlite3.Row]] = {}
-    for row in tx.all(_FOREIGN_KEYS):
-        grouped.setdefault((str(row[0]), int(row[1])), []).append(row)
-    keys = []
-    for (table, _id), rows in grouped.items():
-        parent = str(rows[0][3])
-        targets = tuple(row[5] for row in rows)
-        if any(target is None for target in targets):
-            targets = (_primary_key(tx, parent),)
-        keys.append(
-            ForeignKey(
-                table=table,
-                columns=tuple(str(row[4]) for row in rows),
-                parent=parent,
-                parent_columns=tuple(str(target) for target in targets),
-                on_delete=str(rows[0][6]),
-            )
-        )
-    return keys
-
-
-def _primary_key(tx: Transaction, table: str) -> str:
-    rows = tx.all("SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk", (table,))
-    if len(rows) != 1:
-        raise InvalidTransitionError(f"{table} has no single-column primary key")
-    return str(rows[0][0])
-
-
-def _hashable(value: Any) -> Any:
-    return bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else value
-
-
-def _chunks(values: Sequence[Any]) -> Iterator[list[Any]]:
-    for start in range(0, len(values), _CHUNK):
-        yield list(values[start : start + _CHUNK])
-
-
-def _quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
-
-
-def _columns(columns: Iterable[str]) -> str:
-    return ", ".join(_quote(column) for column in columns)
+def _delete_unused(tx: Transaction, keys: Sequence[ForeignKey], left: Leftovers) -> int:
+    """Delete the definitions and projects among ``left`` that nothing references now, then the
+    blobs among them and the deleted definitions'; return how many blobs went."""
+    gone = delete_unreferenced(tx, keys, "workflow_definitions", sorted(left.definitions))
+    delete_unreferenced(tx, keys, "projects", sorted(left.projects))
+    blobs = left.blobs | {bytes(value) for value in gone}
+    return len(delete_unreferenced(tx, keys, "blobs", sorted(blobs)))
