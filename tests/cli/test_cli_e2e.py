@@ -2,9 +2,10 @@
 
 Each command runs in its own process: a fork of a process that imported the CLI, calling the
 function the installed script calls (tests/cli_process.py; ``TESTS_PIWF_CLI=exec`` starts the
-script itself for every command). Each test gets a private ``PIWF_HOME`` under /tmp (short: the socket path must fit in
-``sun_path``); the fixture always runs ``piwf server stop`` and then kills whatever process
-still runs for that home, found by its ``PIWF_HOME`` (the server and any child it started).
+script itself for every command). Each test gets a private ``PIWF_HOME`` under /tmp (short:
+the socket path must fit in ``sun_path``); the fixture always runs ``piwf server stop`` and
+then kills whatever process still runs for that home, found by its ``PIWF_HOME`` (the server
+and any child it started).
 """
 
 from __future__ import annotations
