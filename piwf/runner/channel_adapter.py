@@ -253,22 +253,8 @@ class TelegramAdapter:
         self._reported = health
 
     def _relay(self, raw: dict[str, Any]) -> None:
-        update_id = int(raw["update_id"])
-        callback = raw.get("callback_query")
-        update = Update(update_id=update_id)
-        if isinstance(callback, dict):
-            sent_by = callback.get("from", {})
-            if not isinstance(sent_by, dict):
-                raise TypeError("a callback_query whose sender is not an object")
-            sender = str(sent_by.get("id", ""))
-            allowed = sender in self.allowed
-            update = Update(
-                update_id=update_id,
-                identity=f"telegram:{sender}" if sender else None,
-                data=callback.get("data") if allowed else None,
-                callback_id=str(callback.get("id")) if callback.get("id") else None,
-                allowed=allowed,
-            )
+        update_id = int(raw["update_id"])  # none to pass over: the poll's reply is bad
+        update = self._update_of(update_id, raw.get("callback_query"))
         sequence = self._send(
             AnswerFrame,
             attempt_id=f"update-{update_id}",
@@ -291,6 +277,37 @@ class TelegramAdapter:
                 self.call(
                     "answerCallbackQuery", {"callback_query_id": update.callback_id, "text": notice}
                 )
+
+    def _update_of(self, update_id: int, callback: object) -> Update:
+        """The update to relay: a button press with its sender and (when allowed) its data, or
+        one without content. A press of an unexpected shape (a sender that is no object, data
+        that is no short string) is relayed without content, and said in this adapter's log:
+        the server records it ``ignored`` and the cursor moves past it, where refusing it
+        would stop every later update behind it until the API dropped it (a day)."""
+        if not isinstance(callback, dict):
+            return Update(update_id=update_id)
+        try:
+            sent_by = callback.get("from", {})
+            if not isinstance(sent_by, dict):
+                raise TypeError("its sender is not an object")
+            sender = str(sent_by.get("id", ""))
+            allowed = sender in self.allowed
+            return Update(
+                update_id=update_id,
+                identity=f"telegram:{sender}" if sender else None,
+                data=callback.get("data") if allowed else None,
+                callback_id=str(callback.get("id")) if callback.get("id") else None,
+                allowed=allowed,
+            )
+        except (TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
+            reason = self._safe(str(error).splitlines()[0] if str(error) else type(error).__name__)
+            print(
+                f"update {update_id}: a button press of an unexpected shape, passed over"
+                f" ({reason[:200]})",
+                file=sys.stderr,
+                flush=True,
+            )
+            return Update(update_id=update_id)
 
     def _response_to(self, sequence: int) -> ResponseFrame:
         while True:

@@ -179,6 +179,14 @@ class FakeBotApi:
             self.lock.notify_all()
             return update_id
 
+    def queue_update(self, content: dict[str, Any]) -> int:
+        """Queue an update of any shape (``content`` beside its ``update_id``); return its id."""
+        with self.lock:
+            self._next_update += 1
+            self.updates.append({"update_id": self._next_update, **content})
+            self.lock.notify_all()
+            return self._next_update
+
     def wake(self) -> None:
         """End every long poll waiting now (each answers without updates)."""
         with self.lock:

@@ -219,15 +219,15 @@ def test_a_reload_sends_a_refused_delivery_again_once_and_it_can_be_answered_the
 def test_a_reply_or_update_of_another_shape_is_a_bad_reply_and_polling_goes_on(
     channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
 ) -> None:
-    """JSON that is no Bot API reply, or an update whose sender is not an object, leaves the
-    profile degraded with ``badReply`` (not an API refusal, not a dead poll thread behind a
-    ``ready`` state); once the API answers properly a decision is delivered and answered."""
+    """JSON that is no Bot API reply, or an update without a usable id, leaves the profile
+    degraded with ``badReply`` (not an API refusal, not a dead poll thread behind a ``ready``
+    state); once the API answers properly a decision is delivered and answered."""
     workflow = decision_workflow(tmp_path, "approve", 600_000)
     with raw_client(channel_server) as client:
         adapter(client)
         for answer in (
             {"weird": 1},
-            {"ok": True, "result": [{"update_id": 5, "callback_query": {"from": "x"}}]},
+            {"ok": True, "result": [{"callback_query": {"from": {"id": ALLOWED}}}]},
             {"ok": True, "result": [{"update_id": float("inf")}]},  # int() overflows
         ):
             bot.poll_answer = answer
@@ -322,3 +322,37 @@ def test_a_press_whose_write_fails_is_not_acknowledged_and_lands_when_relayed_ag
     ]
     log = (server.home / "server" / "server.log").read_text()
     assert f"channel ops: update {update_id} was not recorded (the adapter relays" in log, log
+
+
+def test_a_press_of_an_unexpected_shape_is_passed_over_and_the_next_one_lands(
+    channel_server: ServerProcess, bot: FakeBotApi, tmp_path: Path
+) -> None:
+    """Presses the adapter cannot read (a sender that is no object, data that is no string)
+    stood first in the API's queue: each poll refused the batch, so every press behind them
+    waited until the API dropped them, a day later. Each is now relayed without content
+    (recorded ``ignored``, the cursor past it, a line in the adapter's log), and the
+    person's press behind them decides the run."""
+    workflow = decision_workflow(tmp_path, "approve", 600_000)
+    with raw_client(channel_server) as client:
+        adapter(client)
+        run_id = start(client, workflow, None, "r1")
+        waiting_request(client, run_id)
+        (send,) = wait_for(lambda: bot.of("sendMessage"), timeout_s=30, what="the send")
+        message = {"message_id": 1, "chat": {"id": bot.chat_id}}
+        odd = [
+            bot.queue_update({"callback_query": {"id": "cbx", "from": "x", "message": message}}),
+            bot.queue_update(
+                {"callback_query": {"id": "cby", "from": {"id": ALLOWED}, "data": {"no": 1}}}
+            ),
+        ]
+        pressed = bot.press(ALLOWED, buttons(send)["Ship it"])
+        assert wait_run(client, run_id)["status"] == "completed"
+        assert adapter(client)["state"] == "ready"
+    assert query(channel_server, "SELECT cursor_value FROM channel_cursors") == [
+        (str(pressed + 1),)
+    ]
+    (told,) = bot.of("answerCallbackQuery")
+    assert told.body == {"callback_query_id": f"cb{pressed}", "text": "Answer recorded"}
+    logs = "".join(path.read_text() for path in (channel_server.home / "server").rglob("*.log"))
+    for update_id in odd:
+        assert f"update {update_id}: a button press of an unexpected shape, passed over" in logs
